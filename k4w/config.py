@@ -1,0 +1,277 @@
+"""The cluster.yml model. Validated once; every artifact is rendered from it.
+
+Errors name the field and, because we keep the YAML node marks, the line in the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import profiles
+from .errors import ConfigError, K4wError
+
+# http(s)://[user[:password]@]host:port[/] - tools in the guests (apt, WinHTTP, Docker)
+# accept nothing else, and a missing port silently means 80 in some and 8080 in others.
+PROXY_URL = re.compile(
+    r"^(?P<scheme>https?)://(?:[^/@\s:]+(?::[^/@\s]*)?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})/?$"
+)
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # NetBIOS limit: 15 chars
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cluster(Strict):
+    name: str = "k4w"
+    domain: str = "cluster.local"
+    timezone: str = "UTC"
+    ready_timeout: int = Field(900, ge=60, le=7200)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("must be 1-15 lowercase letters, digits or '-', not starting or ending with '-'")
+        return v
+
+
+class Proxy(Strict):
+    http: str | None = None
+    https: str | None = None
+    no_proxy: list[str] = Field(default_factory=list)
+
+    @field_validator("http", "https")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        m = PROXY_URL.match(v)
+        if not m or not 0 < int(m["port"]) < 65536:
+            raise ValueError("must look like http://host:port or https://host:port (credentials allowed as user:pass@)")
+        return v.rstrip("/")
+
+
+class Network(Strict):
+    node_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.250.0/24")
+    pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
+    service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/12")
+    backend: Literal["host-gw", "vxlan"] = "host-gw"
+
+    @field_validator("node_cidr", "pod_cidr", "service_cidr", mode="before")
+    @classmethod
+    def _cidr(cls, v):
+        try:
+            return ipaddress.IPv4Network(str(v), strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 network in CIDR form with host bits zero ({exc})") from None
+
+    @field_validator("node_cidr")
+    @classmethod
+    def _node_size(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if v.prefixlen > 29:
+            raise ValueError("needs room for a gateway and the nodes: use /29 or larger")
+        return v
+
+    @field_validator("pod_cidr")
+    @classmethod
+    def _pod_size(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        # Flannel hands each node a /24 out of this range (SubnetLen default 24).
+        if v.prefixlen > 23:
+            raise ValueError("Flannel gives each node a /24 from it: use /23 or larger")
+        return v
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> "Network":
+        named = [("node_cidr", self.node_cidr), ("pod_cidr", self.pod_cidr), ("service_cidr", self.service_cidr)]
+        for i, (a_name, a) in enumerate(named):
+            for b_name, b in named[i + 1:]:
+                if a.overlaps(b):
+                    raise ValueError(f"{a_name} {a} overlaps {b_name} {b}")
+        return self
+
+
+class HyperV(Strict):
+    management_switch: str = "Default Switch"
+    cluster_switch: str = "k4w-cluster"
+
+
+class Node(Strict):
+    name: str
+    role: Literal["master", "worker"]
+    box: str
+    ip: ipaddress.IPv4Address
+    cpus: int = Field(2, ge=1, le=64)
+    memory: int = Field(2048, ge=256, le=262144, description="MiB")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("must be 1-15 lowercase letters, digits or '-' (a Windows computer name is at most 15)")
+        return v
+
+
+class Config(Strict):
+    cluster: Cluster = Cluster()
+    proxy: Proxy = Proxy()
+    network: Network = Network()
+    hyperv: HyperV = HyperV()
+    nodes: list[Node]
+
+    @model_validator(mode="after")
+    def _cluster_rules(self) -> "Config":
+        problems: list[str] = []
+        masters = [n for n in self.nodes if n.role == "master"]
+        if len(masters) != 1:
+            problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
+        gateway = next(self.network.node_cidr.hosts())
+        seen_names: dict[str, int] = {}
+        seen_ips: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            where = f"nodes[{i}]"
+            if node.name in seen_names:
+                problems.append(f"{where}.name: '{node.name}' is already used by nodes[{seen_names[node.name]}]")
+            seen_names.setdefault(node.name, i)
+            if str(node.ip) in seen_ips:
+                problems.append(f"{where}.ip: {node.ip} is already used by nodes[{seen_ips[str(node.ip)]}]")
+            seen_ips.setdefault(str(node.ip), i)
+            net = self.network.node_cidr
+            if node.ip not in net:
+                problems.append(f"{where}.ip: {node.ip} is outside network.node_cidr {net}")
+            elif node.ip in (net.network_address, net.broadcast_address):
+                problems.append(f"{where}.ip: {node.ip} is the network or broadcast address of {net}")
+            elif node.ip == gateway:
+                problems.append(f"{where}.ip: {node.ip} is reserved for the host gateway on the cluster switch")
+            try:
+                profile = profiles.load(node.box)
+            except K4wError:
+                known = ", ".join(profiles.available())
+                problems.append(f"{where}.box: unknown box '{node.box}' (known boxes: {known})")
+                continue
+            data = profile.data
+            if node.role == "master" and profile.is_windows:
+                problems.append(f"{where}.role: a Windows node cannot be the master (kubeadm control plane is Linux only)")
+            if node.memory < data.min_memory_mb:
+                problems.append(f"{where}.memory: {node.memory} MiB is too small for {node.box}; it needs at least {data.min_memory_mb} MiB")
+            if self.network.backend == "vxlan" and not data.supports_vxlan:
+                problems.append(
+                    f"network.backend: vxlan is not supported by box {node.box} (nodes[{i}]); "
+                    f"Flannel vxlan on Windows needs Server 2019 (17763.379+), use host-gw"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def master(self) -> Node:
+        return next(n for n in self.nodes if n.role == "master")
+
+    def boxes(self) -> list[str]:
+        """Boxes used by the nodes, in first-use order."""
+        return list(dict.fromkeys(n.box for n in self.nodes))
+
+
+# ---------------------------------------------------------------- loading with line numbers
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that also records the line of every mapping key and sequence item."""
+
+
+def _compose_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
+    marks[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        keys = [k.value for k, _ in node.value]
+        dupes = {k for k in keys if keys.count(k) > 1}
+        if dupes:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key(s) {', '.join(sorted(dupes))}", node.start_mark
+            )
+        for key, value in node.value:
+            _compose_marks(value, path + (key.value,), marks)
+            # Point at the key, not at the first line of a nested value.
+            marks[path + (key.value,)] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _compose_marks(item, path + (i,), marks)
+
+
+def _line_for(loc: tuple, marks: dict) -> int | None:
+    loc = tuple(loc)
+    while loc:
+        if loc in marks:
+            return marks[loc]
+        loc = loc[:-1]
+    return None
+
+
+def _format_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+_NODE_FIELD = re.compile(r"(nodes\[(\d+)\](?:\.(\w+))?|network\.(\w+))")
+
+
+def parse(text: str, source: str = "cluster.yml") -> Config:
+    try:
+        document = yaml.compose(text, Loader=_LineLoader)
+        marks: dict = {}
+        if document is not None:
+            _compose_marks(document, (), marks)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, [f"{where}malformed YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["the file must be a mapping with at least a 'nodes' list"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, _explain(exc, marks)) from None
+
+
+def _explain(exc: ValidationError, marks: dict) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see the comments in cluster.yml for every key)"
+        if err["type"] == "missing":
+            msg = "required key is missing"
+        # Cross-field rules raise one error at the model; split them and find each line.
+        for piece in msg.split("; ") if loc in ((), ("network",)) else [msg]:
+            field_loc = loc
+            m = _NODE_FIELD.match(piece)
+            if m and m.group(2) is not None:
+                field_loc = ("nodes", int(m.group(2))) + ((m.group(3),) if m.group(3) else ())
+            elif m and m.group(4):
+                field_loc = ("network", m.group(4))
+            elif piece.startswith(("node_cidr", "pod_cidr", "service_cidr")):
+                field_loc = ("network", piece.split()[0])
+                piece = f"network.{piece}"
+            line = _line_for(field_loc, marks)
+            prefix = f"line {line}: " if line else ""
+            label = "" if m or piece.startswith(("network.", "nodes")) else f"{_format_loc(loc)}: "
+            problems.append(f"{prefix}{label}{piece}")
+    return problems
+
+
+def load(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(path), ["file not found (copy cluster.yml from the repository root)"]) from None
+    return parse(text, str(path))

@@ -1,0 +1,77 @@
+"""Box profiles: one YAML file per box in packer/, pinning every version and source.
+
+A profile is data. Templates and guest scripts read it; no version is typed anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import ROOT
+from .errors import K4wError
+
+PROFILE_DIR = ROOT / "packer"
+
+# Keys every profile must carry, because config validation and rendering depend on them.
+REQUIRED = ("name", "os_family", "node_os", "min_memory_mb", "supports_vxlan", "kubernetes")
+
+
+class Attr(dict):
+    """A dict whose keys read as attributes, so templates can write box.docker.version."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            value = self[key]
+        except KeyError as exc:
+            raise AttributeError(f"profile has no key '{key}'") from exc
+        return value
+
+    @classmethod
+    def wrap(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return cls({k: cls.wrap(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return [cls.wrap(v) for v in value]
+        return value
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    data: Attr
+
+    @property
+    def os_family(self) -> str:
+        return self.data.os_family
+
+    @property
+    def is_windows(self) -> bool:
+        return self.data.node_os == "windows"
+
+
+def available(profile_dir: Path = PROFILE_DIR) -> list[str]:
+    return sorted(p.stem for p in profile_dir.glob("*.yml"))
+
+
+@lru_cache(maxsize=None)
+def load(name: str, profile_dir: Path = PROFILE_DIR) -> Profile:
+    path = profile_dir / f"{name}.yml"
+    if not path.is_file():
+        known = ", ".join(available(profile_dir)) or "none"
+        raise K4wError(f"unknown box '{name}': no profile {path} (known boxes: {known})")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise K4wError(f"{path}: not valid YAML: {exc}") from exc
+    missing = [k for k in REQUIRED if k not in (raw or {})]
+    if missing:
+        raise K4wError(f"{path}: missing keys {', '.join(missing)}")
+    if raw["name"] != name:
+        raise K4wError(f"{path}: 'name' is {raw['name']!r}, expected {name!r} (the file name)")
+    return Profile(name=name, path=path, data=Attr.wrap(raw))
