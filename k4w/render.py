@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import ROOT, escape, profiles
+from . import ROOT, escape, iso, profiles
 from .config import Config
 from .errors import K4wError
 from .network import derive_network, derive_proxy
@@ -75,11 +75,12 @@ def _paths(out: Path, box: str | None) -> dict:
         "logs": str(out / "logs"),
         "http": str(out / "http" / box) if box else None,
         "iso": None,
+        "iso_sha256": None,
     }
     if box:
-        from .iso import iso_path  # late import: iso depends on profiles only
-
-        paths["iso"] = str(iso_path(profiles.load(box)))
+        prof = profiles.load(box)
+        paths["iso"] = str(iso.iso_path(prof))
+        paths["iso_sha256"] = iso.iso_sha256(prof)
     return paths
 
 
