@@ -55,15 +55,20 @@ class Profile:
         return self.data.node_os == "windows"
 
 
-def available(profile_dir: Path = PROFILE_DIR) -> list[str]:
-    return sorted(p.stem for p in profile_dir.glob("*.yml"))
+def available() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
+
+
+def load(name: str) -> Profile:
+    # Read PROFILE_DIR at call time so tests can point it at a variant (e.g. a Gen1 profile).
+    return _load(name, PROFILE_DIR)
 
 
 @lru_cache(maxsize=None)
-def load(name: str, profile_dir: Path = PROFILE_DIR) -> Profile:
+def _load(name: str, profile_dir: Path) -> Profile:
     path = profile_dir / f"{name}.yml"
     if not path.is_file():
-        known = ", ".join(available(profile_dir)) or "none"
+        known = ", ".join(sorted(p.stem for p in profile_dir.glob("*.yml"))) or "none"
         raise K4wError(f"unknown box '{name}': no profile {path} (known boxes: {known})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
