@@ -166,7 +166,7 @@ class Config(Strict):
                     f"Flannel vxlan on Windows needs Server 2019 (17763.379+), use host-gw"
                 )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))
         return self
 
     @property
@@ -229,9 +229,13 @@ def parse(text: str, source: str = "cluster.yml") -> Config:
             _compose_marks(document, (), marks)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context_mark", None)
+        # An unclosed bracket or quote is found lines later; point at where it was opened too.
+        if context and (not mark or context.line != mark.line):
+            problem += f" ({getattr(exc, 'context', None) or 'started'} at line {context.line + 1})"
         raise ConfigError(source, [f"{where}malformed YAML: {problem}"]) from None
     if not isinstance(data, dict):
         raise ConfigError(source, ["the file must be a mapping with at least a 'nodes' list"])
@@ -251,7 +255,7 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
         if err["type"] == "missing":
             msg = "required key is missing"
         # Cross-field rules raise one error at the model; split them and find each line.
-        for piece in msg.split("; ") if loc in ((), ("network",)) else [msg]:
+        for piece in msg.split("\n") if loc in ((), ("network",)) else [msg]:
             field_loc = loc
             m = _NODE_FIELD.match(piece)
             if m and m.group(2) is not None:

@@ -1,0 +1,168 @@
+"""`invoke doctor`: check the host before a long step, and say how to fix each problem."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import iso, profiles
+from .config import Config
+from .tools import INSTALL
+
+STAGES = ("validate", "build", "cluster")
+# Free space a build needs: a Windows VHDX grows to ~25 GB plus the exported box; Ubuntu ~8 GB.
+DISK_GB = {"windows": 45, "linux": 12}
+MIN_PACKER = (1, 6, 0)  # first release with cd_files for hyperv-iso and the vagrant post-processor options used
+MIN_VAGRANT = (2, 2, 0)  # hyperv provider linked_clone / vm_integration_services
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    stages: tuple[str, ...] = STAGES
+
+    def required_for(self, stage: str) -> bool:
+        return stage in self.stages
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def _tool_version(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+        return (proc.stdout + proc.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+
+
+def _powershell(script: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        ["powershell.exe", "-NoProfile", "-NonInteractive", "-Command", script],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def _is_windows() -> bool:
+    return platform.system() == "Windows"
+
+
+def host_checks() -> list[Check]:
+    if not _is_windows():
+        return [Check("Hyper-V host", False, f"this is {platform.system()}, not Windows: boxes and the cluster cannot be built here",
+                      "run build and cluster tasks on a Windows 10/11 host with Hyper-V; render, validate and plan work anywhere",
+                      stages=("build", "cluster"))]
+    checks = []
+    is_admin = bool(ctypes.windll.shell32.IsUserAnAdmin())  # type: ignore[attr-defined]
+    checks.append(Check("Administrator rights", is_admin, "elevated" if is_admin else "not elevated",
+                        "start the terminal with 'Run as administrator' (Hyper-V cmdlets need it)", stages=("build", "cluster")))
+    code, out = _powershell("(Get-WindowsOptionalFeature -Online -FeatureName Microsoft-Hyper-V-All).State")
+    checks.append(Check("Hyper-V enabled", code == 0 and "Enabled" in out, out or f"exit {code}",
+                        "Enable-WindowsOptionalFeature -Online -FeatureName Microsoft-Hyper-V -All, then reboot",
+                        stages=("build", "cluster")))
+    return checks
+
+
+def tool_checks() -> list[Check]:
+    checks = []
+    for tool, minimum, stages in (("packer", MIN_PACKER, ("validate", "build")), ("vagrant", MIN_VAGRANT, ("cluster",))):
+        path = shutil.which(tool)
+        if not path:
+            checks.append(Check(tool, False, "not installed", INSTALL[tool], stages))
+            continue
+        text = _tool_version([tool, "version"] if tool == "packer" else [tool, "--version"])
+        ver = _version(text)
+        ok = ver is not None and ver >= minimum
+        want = ".".join(map(str, minimum))
+        checks.append(Check(tool, ok, f"{path} {text.splitlines()[0] if text else '?'}", f"needs {want} or newer: {INSTALL[tool]}", stages))
+        if tool == "packer" and ver and ver >= (1, 10, 0):
+            plugins = _tool_version([tool, "plugins", "installed"])
+            for plugin in ("hyperv", "vagrant"):
+                found = f"github.com/hashicorp/{plugin}" in plugins
+                checks.append(Check(f"packer plugin {plugin}", found, "installed" if found else "missing",
+                                    f"packer plugins install github.com/hashicorp/{plugin}", ("build",)))
+    for tool in ("shellcheck", "ruby", "debconf-set-selections"):
+        path = shutil.which(tool)
+        checks.append(Check(tool, bool(path), path or "not installed", INSTALL[tool], ("validate",)))
+    if _is_windows():
+        # Packer builds cd_files with the first ISO authoring tool it finds.
+        authoring = next((t for t in ("oscdimg", "xorriso", "mkisofs", "genisoimage") if shutil.which(t)), None)
+        checks.append(Check("ISO authoring tool (cd_files)", bool(authoring), authoring or "none of oscdimg, xorriso, mkisofs",
+                            "install the Windows ADK 'Deployment Tools' (oscdimg) and add it to PATH", ("build",)))
+    return checks
+
+
+def switch_checks(cfg: Config) -> list[Check]:
+    if not _is_windows():
+        return []
+    checks = []
+    for label, name, fix in (
+        ("management switch", cfg.hyperv.management_switch, "create it in Hyper-V Manager, or set hyperv.management_switch to an existing switch"),
+        ("cluster switch", cfg.hyperv.cluster_switch, "run: invoke network-up"),
+    ):
+        code, out = _powershell(f"Get-VMSwitch -Name '{name.replace(chr(39), chr(39) * 2)}' -ErrorAction Stop | Select-Object -ExpandProperty SwitchType")
+        checks.append(Check(f"{label} '{name}'", code == 0, out or f"exit {code}", fix,
+                            ("build",) if label == "management switch" else ("cluster",)))
+    return checks
+
+
+def iso_checks(cfg: Config) -> list[Check]:
+    checks = []
+    for box in cfg.boxes():
+        prof = profiles.load(box)
+        path = iso.iso_path(prof)
+        expected = iso.iso_sha256(prof)
+        remote = prof.data.iso.get("url")
+        if path.is_file():
+            detail = f"{path} ({path.stat().st_size / 2**30:.1f} GiB)"
+            ok = expected is not None
+            fix = f"invoke iso-add {path}" if not ok else ""
+            detail += ", checksum known" if ok else ", checksum NOT in iso/catalogue.yml"
+        elif remote and expected:
+            ok, detail, fix = True, f"not in iso/, Packer downloads {remote} and verifies its sha256", ""
+        else:
+            ok, detail, fix = False, f"{path} missing", f"copy your ISO there or run: invoke iso-add PATH --box {box}"
+        checks.append(Check(f"ISO for {box}", ok, detail, fix, ("build",)))
+    return checks
+
+
+def disk_check(cfg: Config, out: Path) -> Check:
+    need = sum(DISK_GB["windows" if profiles.load(b).is_windows else "linux"] for b in cfg.boxes())
+    probe = out if out.exists() else out.resolve().parent
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free / 2**30
+    return Check("disk space", free >= need, f"{free:.0f} GiB free at {probe}, builds need about {need} GiB",
+                 "free space or point --out at a bigger disk", ("build",))
+
+
+def proxy_checks(cfg: Config) -> list[Check]:
+    checks = []
+    for label, url in (("http", cfg.proxy.http), ("https", cfg.proxy.https)):
+        if not url:
+            continue
+        parts = urlsplit(url)
+        try:
+            with socket.create_connection((parts.hostname, parts.port), timeout=3):
+                ok, detail = True, f"{parts.hostname}:{parts.port} accepts connections"
+        except OSError as exc:
+            ok, detail = False, f"{parts.hostname}:{parts.port}: {exc}"
+        checks.append(Check(f"proxy.{label}", ok, detail, "check proxy.{label} in cluster.yml and that the proxy is reachable from this host", ("build", "cluster")))
+    return checks
+
+
+def run(cfg: Config, out: Path) -> list[Check]:
+    return [*host_checks(), *tool_checks(), *switch_checks(cfg), *iso_checks(cfg), disk_check(cfg, out), *proxy_checks(cfg)]

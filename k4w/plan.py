@@ -1,0 +1,67 @@
+"""`invoke plan`: what the config means and what the build and cluster stages would run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import iso, profiles, ui
+from .config import Config
+from .network import derive_network, derive_proxy
+
+
+def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
+    net = derive_network(cfg)
+    proxy = derive_proxy(cfg)
+    rows = []
+    for node in cfg.nodes:
+        prof = profiles.load(node.box)
+        rows.append([node.name, node.role, node.box, prof.data.node_os, node.ip, node.cpus, f"{node.memory} MiB"])
+    ui.table("Nodes", ["name", "role", "box", "os", "cluster IP", "cpus", "memory"], rows)
+
+    ui.table(
+        "Derived once, used by every artifact",
+        ["value", "setting"],
+        [
+            ["API server", f"https://{net.api_ip}:{net.api_port}"],
+            ["pod CIDR (kubeadm, Flannel, Windows CNI, kube-proxy)", net.pod_cidr],
+            ["service CIDR", net.service_cidr],
+            ["cluster DNS IP (kubelet --cluster-dns)", net.dns_ip],
+            ["node CIDR / host gateway", f"{net.node_cidr} / {net.gateway}"],
+            ["Flannel backend", f"{net.backend} (Windows HNS network '{net.windows_network_name}')"],
+            ["HTTP proxy", proxy.http or "none"],
+            ["HTTPS proxy", proxy.https or "none"],
+            ["NO_PROXY", proxy.no_proxy_str or "-"],
+        ],
+    )
+
+    groups: dict[str, int] = {}
+    for rel in files:
+        groups[rel.split("/")[0]] = groups.get(rel.split("/")[0], 0) + 1
+    ui.say(f"Rendered {len(files)} artifacts into {out}: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
+
+    ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
+    for step, box in enumerate(cfg.boxes(), 1):
+        prof = profiles.load(box)
+        task = "build-windows" if prof.is_windows else "build-ubuntu"
+        iso_file = iso.iso_path(prof)
+        known = iso.iso_sha256(prof)
+        state = "present" if iso_file.is_file() else "missing"
+        ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
+        ui.command(["packer", "build", "-machine-readable", "-force", "-on-error=cleanup", str(out / "packer" / f"{box}.json")])
+        ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
+
+    ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
+    workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not profiles.load(n.box).is_windows]
+    workers_win = [n.name for n in cfg.nodes if profiles.load(n.box).is_windows]
+    steps = [
+        f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
+        f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
+        f"static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
+        f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
+        f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, Windows kube-proxy RBAC; wait for {cfg.master.name} Ready",
+        f"join Linux workers: {', '.join(workers_linux) or 'none'}",
+        f"join Windows workers: {', '.join(workers_win) or 'none'} (docker -> kubelet -> kube-proxy -> flanneld)",
+        f"wait for every node Ready (timeout {cfg.cluster.ready_timeout} s), deploy the demo, write {out / 'kubeconfig'}",
+    ]
+    for i, text in enumerate(steps, 1):
+        ui.say(f"{i}. {text}")

@@ -1,0 +1,42 @@
+"""Everything k4w prints goes through here, so it is redacted and looks the same everywhere."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from .redact import redact
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(text: str = "", style: str | None = None) -> None:
+    console.print(redact(str(text)), style=style, markup=False)
+
+
+def error(text: str) -> None:
+    err_console.print(redact(f"error: {text}"), style="bold red", markup=False)
+
+
+def table(title: str, columns: list[str], rows: list[list[object]]) -> None:
+    tbl = Table(title=title, title_justify="left", show_lines=False)
+    for col in columns:
+        tbl.add_column(col)
+    for row in rows:
+        tbl.add_row(*(redact(str(cell)) for cell in row))
+    console.print(tbl)
+
+
+def command(argv: list[str] | str) -> None:
+    """Show a command exactly as it would run (for --dry-run and plans), secrets redacted."""
+    import shlex
+
+    text = argv if isinstance(argv, str) else shlex.join(argv)
+    say(f"$ {text}", style="cyan")
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,53 @@
+"""Shared test helpers: build config dicts and run the real `invoke` CLI."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BASE = yaml.safe_load((ROOT / "cluster.yml").read_text())
+
+
+def config_dict(**overrides) -> dict:
+    """The default cluster.yml as a dict, with dotted-path overrides, e.g. {"network.backend": "vxlan"}."""
+    data = copy.deepcopy(BASE)
+    for dotted, value in overrides.items():
+        target = data
+        *parents, last = dotted.replace("__", ".").split(".")
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target.setdefault(part, {})
+        if last.isdigit():
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return data
+
+
+def write_config(path: Path, data: dict | str) -> Path:
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def invoke(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI, exactly as a user types it."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True, env=full_env, check=False
+    )
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """Every file under folder with its sha256 and mode: equal digests mean byte-for-byte unchanged."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            out[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest() + oct(path.stat().st_mode)
+    return out
