@@ -18,9 +18,14 @@ from .errors import ConfigError, K4wError
 
 # http(s)://[user[:password]@]host:port[/] - tools in the guests (apt, WinHTTP, Docker)
 # accept nothing else, and a missing port silently means 80 in some and 8080 in others.
+# Credentials exclude quotes, backslash, <>{} and whitespace: they would break GRUB's
+# command line, apt.conf, systemd unit files or Packer's own templating. Percent-encode them.
+_CRED = r"[^/@\s'\"\\<>{}:]+"
 PROXY_URL = re.compile(
-    r"^(?P<scheme>https?)://(?:[^/@\s:]+(?::[^/@\s]*)?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})/?$"
+    rf"^(?P<scheme>https?)://(?:{_CRED}(?::[^/@\s'\"\\<>{{}}]*)?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{{1,5}})/?$"
 )
+# An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.
+TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # NetBIOS limit: 15 chars
 
 
@@ -41,6 +46,13 @@ class Cluster(Strict):
             raise ValueError("must be 1-15 lowercase letters, digits or '-', not starting or ending with '-'")
         return v
 
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, v: str) -> str:
+        if not TIMEZONE.match(v):
+            raise ValueError("must be a tz database name such as UTC or Europe/Warsaw")
+        return v
+
 
 class Proxy(Strict):
     http: str | None = None
@@ -54,7 +66,7 @@ class Proxy(Strict):
             return None
         m = PROXY_URL.match(v)
         if not m or not 0 < int(m["port"]) < 65536:
-            raise ValueError("must look like http://host:port or https://host:port (credentials allowed as user:pass@)")
+            raise ValueError("must look like http://host:port or https://host:port (credentials allowed as user:pass@, percent-encode quotes, backslash, <>{} and spaces)")
         return v.rstrip("/")
 
 

@@ -47,7 +47,13 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(escape.FILTERS)
+    env.globals["fail"] = _fail
     return env
+
+
+def _fail(message: str) -> None:
+    """Templates call << fail("why") >> to refuse a profile/config they cannot render."""
+    raise K4wError(message)
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,23 @@ class Kube:
     kubeadm_api: str
     os_label: str
     pause_image: str
+    image_repository: str
+    cgroup_driver: str
 
 
 def _kube(cfg: Config) -> Kube:
+    """Taken from the master's profile: the images its box pre-pulled are the ones kubeadm must use."""
     data = profiles.load(cfg.master.box).data
     k = data.kubernetes
-    return Kube(version=k.version, kubeadm_api=k.kubeadm_api, os_label=k.node_os_label, pause_image=k.get("pause_image", ""))
+    docker = data.get("components", {}).get("docker", {})
+    return Kube(
+        version=k.version,
+        kubeadm_api=k.kubeadm_api,
+        os_label=k.node_os_label,
+        pause_image=k.get("pause_image", ""),
+        image_repository=k.get("image_repository", "registry.k8s.io"),
+        cgroup_driver=docker.get("cgroup_driver", "cgroupfs"),
+    )
 
 
 def _paths(out: Path, box: str | None) -> dict:
@@ -155,6 +172,8 @@ def render_files(cfg: Config, out: Path, secrets_for=None) -> dict[str, str]:
         context.update(extra)
         try:
             files[target] = env.get_template(rel).render(**context)
+        except K4wError as exc:
+            raise K4wError(f"template {rel}: {exc}") from exc
         except jinja2.TemplateError as exc:
             line = getattr(exc, "lineno", None)
             raise K4wError(f"template {rel}{f' line {line}' if line else ''}: {exc}") from exc
