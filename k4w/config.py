@@ -26,6 +26,7 @@ PROXY_URL = re.compile(
 )
 # An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.
 TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
+NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9.*_:/\[\]-]+$")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # NetBIOS limit: 15 chars
 
 
@@ -58,6 +59,16 @@ class Proxy(Strict):
     http: str | None = None
     https: str | None = None
     no_proxy: list[str] = Field(default_factory=list)
+
+    @field_validator("no_proxy")
+    @classmethod
+    def _no_proxy(cls, v: list[str]) -> list[str]:
+        # Hosts, domains, IPs and CIDRs only: a quote or space would break the Windows
+        # first-logon command line and the systemd drop-ins that carry this list.
+        bad = [entry for entry in v if not NO_PROXY_ENTRY.match(entry)]
+        if bad:
+            raise ValueError(f"entries must be host names, .domains, IPs or CIDRs; not {', '.join(map(repr, bad))}")
+        return v
 
     @field_validator("http", "https")
     @classmethod

@@ -12,6 +12,7 @@ from typing import Callable
 from . import ROOT, profiles
 from .config import Config
 from .errors import K4wError
+from .network import derive_proxy
 from .tools import require
 
 
@@ -85,7 +86,8 @@ def powershell_scripts(cfg: Config, out: Path) -> Result:
 
     for script in sorted((ROOT / "provision").rglob("*.ps1")):
         res.checked.append(_rel(script))
-        res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script)]
+        # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
+        res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
     for name, text in _generated_powershell(cfg):
         res.checked.append(name)
         res.problems += [f"{name}:{p}" for p in powershell.parse_text_errors(text)]
@@ -115,7 +117,9 @@ def unattend_files(cfg: Config, out: Path) -> Result:
             res.problems.append(f"{_rel(path)}: not rendered")
             continue
         build = prof.data.get("build", {})
-        problems = unattend.check_unattend(path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index))
+        problems = unattend.check_unattend(
+            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=derive_proxy(cfg)
+        )
         res.problems += [f"{_rel(path)}: {p}" for p in problems]
     return res
 

@@ -1,0 +1,103 @@
+<#
+.SYNOPSIS
+  Join this Windows node to the cluster with kubeadm, then start its services (idempotent).
+
+.DESCRIPTION
+  Run by cluster-up over WinRM after it copied the rendered node configs to C:\k\config.
+  kubeadm 1.11's join writes C:\etc\kubernetes\bootstrap-kubelet.conf and then waits for the
+  kubelet's TLS bootstrap to produce kubelet.conf, so the kubelet must be started while kubeadm
+  runs: kubeadm goes to the background, and start-node.ps1 starts the services once the
+  bootstrap kubeconfig exists. A node with kubelet.conf has joined: only the services start.
+
+  No --ignore-preflight-errors: kubeadm 1.11's Windows preflight (IsPrivilegedUser via the
+  elevated WinRM session, the CRI check on its default /var/run/dockershim.sock socket, which
+  it answers with `docker info` - hence docker is started first, KubeletVersion from C:\k on
+  PATH, SystemVerification with the windowsfilter graph driver) passes on this box. 1.12 changed
+  the Windows default socket to tcp://localhost:2375 (kubernetes#67447, after kubeadm#1079);
+  that does not apply to 1.11.
+#>
+[CmdletBinding()]
+param(
+    [Parameter(Mandatory = $true)][string]$ApiServer,
+    [Parameter(Mandatory = $true)][string]$Token,
+    [Parameter(Mandatory = $true)][string]$CaCertHash,
+    [Parameter(Mandatory = $true)][string]$NodeName,
+    [int]$TimeoutSeconds = 300
+)
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap {
+    Write-Output ("cluster-join.ps1 failed: " + $_.Exception.Message)
+    Write-Output $_.InvocationInfo.PositionMessage
+    exit 1
+}
+
+$K = 'C:\k'
+$KubeDir = 'C:\etc\kubernetes'
+$KubeletConf = Join-Path $KubeDir 'kubelet.conf'
+$BootstrapConf = Join-Path $KubeDir 'bootstrap-kubelet.conf'
+$JoinLog = Join-Path $K 'logs\kubeadm-join.log'
+$PollSeconds = 2
+$env:PATH = "$K;$env:PATH"   # kubeadm's KubeletVersion check runs `kubelet --version` from PATH
+
+if (-not (Test-Path -LiteralPath (Join-Path $K 'config\node.json'))) {
+    throw 'C:\k\config\node.json is missing: cluster-up copies the rendered node configs before joining'
+}
+if (Test-Path -LiteralPath $KubeletConf) {
+    Write-Output "cluster-join: $KubeletConf exists, $NodeName has joined; starting its services"
+    $global:LASTEXITCODE = 0
+    & (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
+    exit $LASTEXITCODE
+}
+
+# Leftovers of an interrupted join make kubeadm's FileAvailable preflight checks fail.
+foreach ($stale in @($BootstrapConf, (Join-Path $KubeDir 'pki\ca.crt'))) {
+    if (Test-Path -LiteralPath $stale) { Remove-Item -LiteralPath $stale -Force; Write-Output "cluster-join: removed stale $stale" }
+}
+
+$global:LASTEXITCODE = 0
+& (Join-Path $K 'start-node.ps1') -ConfigureOnly
+if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 -ConfigureOnly failed' }
+
+Start-Service -Name 'docker'
+$deadline = (Get-Date).AddSeconds($TimeoutSeconds)
+while ($true) {
+    $previous = $ErrorActionPreference
+    $ErrorActionPreference = 'Continue'
+    & docker version 2>&1 | Out-Null
+    $dockerCode = $LASTEXITCODE
+    $ErrorActionPreference = $previous
+    if ($dockerCode -eq 0) { break }
+    if ((Get-Date) -gt $deadline) { throw "timed out after $TimeoutSeconds s waiting for docker to answer" }
+    Start-Sleep -Seconds $PollSeconds
+}
+
+New-Item -ItemType Directory -Force -Path (Split-Path -Parent $JoinLog) | Out-Null
+$joinArgs = @('join', $ApiServer, '--token', $Token, '--discovery-token-ca-cert-hash', $CaCertHash, '--node-name', $NodeName)
+$join = Start-Process -FilePath (Join-Path $K 'kubeadm.exe') -ArgumentList $joinArgs -NoNewWindow -PassThru `
+    -RedirectStandardOutput $JoinLog -RedirectStandardError "$JoinLog.err"
+
+while (-not (Test-Path -LiteralPath $BootstrapConf)) {
+    if ($join.HasExited) {
+        $log = (Get-Content -LiteralPath $JoinLog, "$JoinLog.err" -ErrorAction SilentlyContinue | Select-Object -Last 20) -join "`n"
+        throw "kubeadm join exited with $($join.ExitCode) before writing $BootstrapConf`n$log"
+    }
+    if ((Get-Date) -gt $deadline) { throw "timed out after $TimeoutSeconds s waiting for kubeadm join to write $BootstrapConf" }
+    Start-Sleep -Seconds $PollSeconds
+}
+
+$global:LASTEXITCODE = 0
+& (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
+if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 failed' }
+
+if (-not $join.WaitForExit($TimeoutSeconds * 1000)) { throw "kubeadm join still running after $TimeoutSeconds s" }
+$log = (Get-Content -LiteralPath $JoinLog, "$JoinLog.err" -ErrorAction SilentlyContinue | Select-Object -Last 20) -join "`n"
+if ($join.ExitCode -ne 0) {
+    if (Test-Path -LiteralPath $KubeletConf) {
+        # The kubelet bootstrapped and registered; only kubeadm's final annotation step failed.
+        Write-Output "cluster-join: WARNING kubeadm join exited with $($join.ExitCode) after the TLS bootstrap completed:`n$log"
+    } else {
+        throw "kubeadm join exited with $($join.ExitCode):`n$log"
+    }
+}
+Write-Output "cluster-join: $NodeName joined"

@@ -1,0 +1,90 @@
+# kube-cleanup.ps1 - remove THIS cluster's stale networking state before the node services start
+# (C:\k\start-node.ps1 runs it at boot and at cluster-up). After a reboot HNS keeps networks,
+# endpoints and policies whose pods are gone, and they break the node.
+#
+# Only the cluster's own objects are touched: the HNS network Flannel created (by name: cbr0 for
+# host-gw, vxlan0 for vxlan - network.windows_network_name), its endpoints and the policy lists
+# that reference them, and a NetNat only when its name is given. Never "every NetNat": that would
+# also remove the host's own NAT (the defect of the original kube-cleanup).
+#
+#   C:\k\kube-cleanup.ps1 -NetworkName cbr0 [-NatName <name>]
+param(
+    [Parameter(Mandatory = $true)][ValidatePattern('^[A-Za-z0-9._-]+$')][string]$NetworkName,
+    [string]$NatName = '',
+    # CNI plugin state (host-local IPAM allocations) and Flannel's per-node lease file.
+    [string]$CniStateDir = 'C:\var\lib\cni',
+    [string]$FlannelSubnetEnv = 'C:\run\flannel\subnet.env',
+    # Where the node keeps SourceVip.json / SourceVipRequest.json (vxlan source VIP); they must go
+    # for a node to be re-added.
+    [string]$NodeDir = 'C:\k'
+)
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap { Write-Host "kube-cleanup ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
+
+# HNS (Host Networking Service) v1 API through vmcompute.dll's HNSCall, the interface Windows
+# Server 1803 offers (no HostNetworkingService PowerShell module before 2019).
+if (-not ('K4w.Hns' -as [type])) {
+    Add-Type -Namespace 'K4w' -Name 'Hns' -MemberDefinition @'
+[DllImport("vmcompute.dll")]
+public static extern void HNSCall(
+    [MarshalAs(UnmanagedType.LPWStr)] string method,
+    [MarshalAs(UnmanagedType.LPWStr)] string path,
+    [MarshalAs(UnmanagedType.LPWStr)] string request,
+    [MarshalAs(UnmanagedType.LPWStr)] out string response);
+'@
+}
+
+function Invoke-Hns([ValidateSet('GET', 'DELETE')][string]$Method, [string]$Path) {
+    $response = ''
+    [K4w.Hns]::HNSCall($Method, $Path, '', [ref]$response)
+    $result = $response | ConvertFrom-Json
+    if (-not (Get-Field $result 'Success')) {
+        $message = if ($result.PSObject.Properties['Error']) { $result.Error } else { $response }
+        throw "HNS $Method $Path failed: $message"
+    }
+    if ($result.PSObject.Properties['Output']) { return @($result.Output) }
+    return @()
+}
+
+function Get-Field($Object, [string]$Name) {
+    if ($Object.PSObject.Properties[$Name]) { return $Object.$Name }
+    return $null
+}
+
+$networks = @(Invoke-Hns GET '/networks' | Where-Object { (Get-Field $_ 'Name') -eq $NetworkName })
+$networkIds = @($networks | ForEach-Object { "$($_.ID)".ToLowerInvariant() })
+$endpoints = @(Invoke-Hns GET '/endpoints' | Where-Object {
+    $networkIds -contains "$(Get-Field $_ 'VirtualNetwork')".ToLowerInvariant() -or
+    (Get-Field $_ 'VirtualNetworkName') -eq $NetworkName
+})
+$endpointPaths = @($endpoints | ForEach-Object { "/endpoints/$($_.ID)".ToLowerInvariant() })
+$policyLists = @(Invoke-Hns GET '/policylists' | Where-Object {
+    @(Get-Field $_ 'References' | Where-Object { $endpointPaths -contains "$_".ToLowerInvariant() }).Count -gt 0
+})
+
+# Policies first (they reference endpoints), then endpoints, then the network itself.
+foreach ($policyList in $policyLists) { [void](Invoke-Hns DELETE "/policylists/$($policyList.ID)") }
+foreach ($endpoint in $endpoints) { [void](Invoke-Hns DELETE "/endpoints/$($endpoint.ID)") }
+foreach ($network in $networks) { [void](Invoke-Hns DELETE "/networks/$($network.ID)") }
+Write-Host "kube-cleanup: HNS network '$NetworkName': removed $($networks.Count) network(s), $($endpoints.Count) endpoint(s), $($policyLists.Count) policy list(s)"
+
+if ($NatName) {
+    $nat = Get-NetNat -Name $NatName -ErrorAction SilentlyContinue
+    if ($nat) {
+        Remove-NetNat -Name $NatName -Confirm:$false
+        Write-Host "kube-cleanup: removed NetNat '$NatName'"
+    }
+}
+
+# Stale IPAM allocations and the Flannel lease would hand out addresses of the previous run.
+if (Test-Path -LiteralPath $CniStateDir) {
+    Get-ChildItem -LiteralPath $CniStateDir -Force | Remove-Item -Recurse -Force
+    Write-Host "kube-cleanup: emptied $CniStateDir"
+}
+foreach ($file in $FlannelSubnetEnv, (Join-Path $NodeDir 'SourceVip.json'), (Join-Path $NodeDir 'SourceVipRequest.json')) {
+    if (Test-Path -LiteralPath $file) {
+        Remove-Item -LiteralPath $file -Force
+        Write-Host "kube-cleanup: removed $file"
+    }
+}

@@ -1,0 +1,158 @@
+"""The box profile, the embedded Vagrantfile and the contracts between the box and the rest of k4w
+that can be checked without Hyper-V."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import ROOT
+
+from windows_fixtures import BOX
+
+PROFILE = yaml.safe_load((ROOT / "packer" / f"{BOX}.yml").read_text())
+PROVISION = ROOT / "provision" / "windows"
+VAGRANTFILE = ROOT / "vagrant" / "box" / "windows.Vagrantfile"
+CHECKSUM_KEYS = ("sha256", "sha256_url", "sha512")
+# Components whose checksum could not be found published anywhere (see the profile comments):
+# the build must refuse them until someone pins a verified value.
+UNPINNED = {"docker", "flannel"}
+
+
+def test_profile_keeps_the_contract_keys():
+    for key in ("name", "os_family", "node_os", "min_memory_mb", "supports_vxlan"):
+        assert key in PROFILE
+    assert PROFILE["iso"]["name"] and isinstance(PROFILE["iso"]["index"], int)
+    kube = PROFILE["kubernetes"]
+    assert kube["version"] == "1.11.10" and kube["kubeadm_api"] == "kubeadm.k8s.io/v1alpha2"
+    assert kube["node_os_label"] == "beta.kubernetes.io/os" and kube["pause_image"]
+    assert PROFILE["build"]["generation"] in (1, 2)
+    assert PROFILE["supports_vxlan"] is False  # vxlan on Windows needs Server 2019
+
+
+def test_every_component_is_pinned_with_a_well_formed_checksum_or_knowingly_unpinned():
+    components = PROFILE["components"]
+    assert set(components) == {"kubernetes", "docker", "cni", "flannel", "nssm"}
+    for name, spec in components.items():
+        assert spec["version"] and spec["url"].startswith("https://"), name
+        if spec.get("sha256"):
+            assert re.fullmatch(r"[0-9a-f]{64}", spec["sha256"]), name
+        if spec.get("sha512"):
+            assert re.fullmatch(r"[0-9a-f]{128}", spec["sha512"]), name
+        if spec.get("sha256_url"):
+            assert spec["sha256_url"] == spec["url"] + ".sha256", name
+        pinned = any(spec.get(k) for k in CHECKSUM_KEYS)
+        assert pinned == (name not in UNPINNED), f"{name}: pinned={pinned}; update UNPINNED and the profile comment together"
+
+
+def test_an_unpinned_component_makes_the_build_refuse_before_installing_anything():
+    """00-preflight.ps1 runs first and asks Get-K4wComponentChecks about every component, which
+    throws naming the profile key when no checksum is pinned; Get-K4wVerifiedFile asks it too."""
+    preflight = (PROVISION / "00-preflight.ps1").read_text()
+    common = (PROVISION / "common.ps1").read_text()
+    assert "Get-K4wComponentChecks -Component $component" in preflight
+    assert "foreach ($component in $components)" in preflight and "throw" in preflight
+    checks = common[common.index("function Get-K4wComponentChecks"):common.index("function Get-K4wVerifiedFile")]
+    assert re.search(r"if \(-not \$checks\) \{\s+\$profilePath = .*\s+throw \"components\.\$Component has no checksum in \$profilePath", checks)
+    verified = common[common.index("function Get-K4wVerifiedFile"):]
+    assert "Get-K4wComponentChecks -Component $Component" in verified
+
+
+def test_box_release_records_exactly_the_profile_components(render_windows):
+    env = render_windows(2).env("11-box-release.ps1")
+    assert env["K4W_BOX"] == BOX
+    assert env["K4W_COMPONENTS"].split(",") == list(PROFILE["components"])
+    script = (PROVISION / "11-box-release.ps1").read_text()
+    assert "box-release.json" in script and "K4W_COMPONENTS" in script
+
+
+def test_services_are_registered_as_the_cluster_start_expects():
+    script = (PROVISION / "08-node-services.ps1").read_text()
+    chain = re.findall(r"Name = '([a-z-]+)'; Program = '[a-z-]+\.exe'; DependsOn = '([a-z-]+)'", script)
+    assert chain == [("kubelet", "docker"), ("kube-proxy", "kubelet"), ("flanneld", "kube-proxy")]
+    assert "'Start' 'SERVICE_DEMAND_START'" in script  # Manual
+    assert "'AppExit' @('Default', 'Restart')" in script
+    assert re.search(r"'reset', \$svc.Name, \$value", script) and "'AppParameters'" in script
+    assert "$taskName = 'k4w-node-start'" in script and "New-ScheduledTaskTrigger -AtStartup" in script
+    assert "start-node.ps1" in script
+
+
+def test_kube_cleanup_touches_only_the_clusters_objects():
+    script = (PROVISION / "node" / "kube-cleanup.ps1").read_text()
+    assert re.search(r"\[Parameter\(Mandatory = \$true\)\][^\n]*\[string\]\$NetworkName", script)
+    # No blanket removals: NetNat only by the given name, HNS networks only by NetworkName.
+    assert not re.search(r"Get-NetNat\s*\|\s*Remove-NetNat", script)
+    assert "Remove-NetNat -Name $NatName" in script
+    assert "(Get-Field $_ 'Name') -eq $NetworkName" in script
+    for path in ("C:\\var\\lib\\cni", "C:\\run\\flannel\\subnet.env", "SourceVip.json", "SourceVipRequest.json"):
+        assert path in script
+    # start-node.ps1 (cluster-up) calls it with the parameter it declares.
+    start_node = PROVISION / "node" / "start-node.ps1"
+    if start_node.is_file():
+        assert "kube-cleanup.ps1') -NetworkName" in start_node.read_text()
+
+
+def test_the_bootstrap_is_on_the_setup_media_it_is_looked_for_by_name(render_windows, generation):
+    rendered = render_windows(generation)
+    builder = rendered.packer["builders"][0]
+    media = builder["cd_files"] if generation == 2 else builder["floppy_files"]
+    assert {Path(p).name for p in media} == {"Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1"}
+    assert "Join-Path $_.Root 'k4w-bootstrap.ps1'" in rendered.unattend
+    bootstrap = (PROVISION / "k4w-bootstrap.ps1").read_text()
+    assert ". (Join-Path $PSScriptRoot 'common.ps1')" in bootstrap
+    # The parameters the answer file passes exist in the script.
+    for name in ("HttpProxy", "HttpsProxy", "NoProxy"):
+        assert f"[string]${name} = ''" in bootstrap
+    # Packer may connect as soon as the HTTPS listener exists: it must be the last step.
+    assert bootstrap.index("Transport HTTPS") > max(bootstrap.index(s) for s in (
+        "Set-K4wSystemProxy", "Set-NetConnectionProfile", "LocalAccountTokenFilterPolicy", "PasswordNeverExpires"))
+
+
+def test_vagrantfile_is_valid_ruby():
+    ruby = shutil.which("ruby")
+    if not ruby:
+        pytest.fail("ruby is not installed. Install it with: apt-get install -y ruby")
+    result = subprocess.run([ruby, "-c", str(VAGRANTFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "Syntax OK" in result.stdout, result.stderr
+
+
+def _vagrant_plugin_dir() -> Path:
+    vagrant = shutil.which("vagrant")
+    if not vagrant:
+        pytest.fail("vagrant is not installed. Install it with: apt-get install -y vagrant")
+    gem = subprocess.run(["ruby", "-e", "print Gem::Specification.find_by_name('vagrant').gem_dir"],
+                         capture_output=True, text=True, timeout=60)
+    if gem.returncode == 0 and gem.stdout:
+        return Path(gem.stdout) / "plugins"
+    found = sorted(Path("/usr/share/rubygems-integration/all/gems").glob("vagrant-*/plugins"))
+    if not found:
+        pytest.fail("cannot find Vagrant's plugin sources to check the Vagrantfile's settings against")
+    return found[-1]
+
+
+def test_vagrantfile_uses_only_settings_this_vagrant_knows():
+    """`vagrant validate` needs the winrm gem and a Hyper-V host; check every setting against the
+    attr_accessors of the installed Vagrant's own config classes instead."""
+    plugins = _vagrant_plugin_dir()
+    known = {
+        "winrm": plugins / "communicators" / "winrm" / "config.rb",
+        "h": plugins / "providers" / "hyperv" / "config.rb",
+        "vm": plugins / "kernel_v2" / "config" / "vm.rb",
+    }
+    accessors = {k: set(re.findall(r"attr_accessor :(\w+)", p.read_text())) for k, p in known.items()}
+    text = VAGRANTFILE.read_text()
+    used = {
+        "winrm": set(re.findall(r"config\.winrm\.(\w+)\s*=", text)),
+        "h": set(re.findall(r"\bh\.(\w+)\s*=", text)),
+        "vm": set(re.findall(r"config\.vm\.(\w+)\s*=", text)),
+    }
+    for scope, names in used.items():
+        assert names, scope
+        assert names <= accessors[scope], f"unknown {scope} settings: {names - accessors[scope]}"
+    assert 'config.winrm.username = "vagrant"' in text and 'config.winrm.password = "vagrant"' in text
+    assert "config.winrm.transport = :negotiate" in text
