@@ -80,3 +80,17 @@ def _load(name: str, profile_dir: Path) -> Profile:
     if raw["name"] != name:
         raise K4wError(f"{path}: 'name' is {raw['name']!r}, expected {name!r} (the file name)")
     return Profile(name=name, path=path, data=Attr.wrap(raw))
+
+
+# Any one of these proves a download is the file we meant (DESIGN: every download is checksum-verified).
+CHECKSUM_KEYS = ("sha256", "sha256_url", "sha512")
+
+
+def unpinned_components(profile: Profile) -> list[str]:
+    """Components a build would download without a way to verify them; each message names the key."""
+    return [
+        f"{profile.path.name}: components.{name} ({component.get('version', '?')}) has no {', '.join(CHECKSUM_KEYS)}; "
+        f"pin a verified value before building"
+        for name, component in (profile.data.get("components") or {}).items()
+        if component.get("url") and not any(component.get(k) for k in CHECKSUM_KEYS)
+    ]

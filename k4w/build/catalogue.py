@@ -1,0 +1,132 @@
+"""What a finished build leaves beside the box: the Vagrant catalogue and the build record.
+
+OUT/boxes/<box>.json is a Vagrant box catalogue ("metadata" file), so
+`vagrant box add OUT/boxes/<box>.json` adds `k4w/<box>` with its version and checks the
+sha256. Vagrant refuses a box whose name differs from the one the Vagrantfile asks for,
+so the Vagrantfile must use `k4w/<box>` (BOX_PREFIX).
+
+OUT/boxes/<box>.record.json is the build record: versions, git revision, timings, the
+ISO and box checksums, the up-to-date stamp, and a `test` slot `invoke test-box` fills.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from ..profiles import Profile
+
+BOX_PREFIX = "k4w/"
+
+
+def box_version(when: dt.datetime) -> str:
+    """The build time in UTC as YYYYMMDD.HHMMSS.
+
+    Vagrant parses versions with Gem::Version; two numeric segments compare as numbers, and
+    the fixed widths make a later build always the higher version, even when a profile moves
+    to an older component version.
+    """
+    return when.astimezone(dt.timezone.utc).strftime("%Y%m%d.%H%M%S")
+
+
+def catalogue_path(out: Path, box: str) -> Path:
+    return Path(out) / "boxes" / f"{box}.json"
+
+
+def record_path(out: Path, box: str) -> Path:
+    return Path(out) / "boxes" / f"{box}.record.json"
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write through a temp file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_record(out: Path, box: str) -> dict | None:
+    try:
+        return json.loads(record_path(out, box).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def box_catalogue(box: str, profile: Profile, version: str, provider: str, box_file: Path, sha256: str) -> dict:
+    kube = profile.data.get("kubernetes", {}).get("version")
+    description = f"k4w {box}: {profile.data.get('os_family', '')} node" + (f" for Kubernetes {kube}" if kube else "")
+    return {
+        "name": BOX_PREFIX + box,
+        "description": description,
+        "versions": [
+            {
+                "version": version,
+                "providers": [
+                    {
+                        "name": provider,
+                        "url": Path(box_file).resolve().as_uri(),
+                        "checksum_type": "sha256",
+                        "checksum": sha256,
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def components(profile: Profile) -> dict[str, str]:
+    """{component: version} exactly as the profile's `components:` pins them."""
+    return {name: str(spec.get("version")) for name, spec in (profile.data.get("components") or {}).items()}
+
+
+def git_revision(root: Path) -> dict | None:
+    """{"commit": sha, "dirty": bool} of the repository, or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def build_record(
+    *,
+    box: str,
+    profile: Profile,
+    version: str,
+    provider: str,
+    box_file: Path,
+    box_sha256: str,
+    started: dt.datetime,
+    finished: dt.datetime,
+    packer_version: str | None,
+    iso: dict,
+    stamp: dict,
+    git: dict | None,
+) -> dict:
+    return {
+        "box": box,
+        "name": BOX_PREFIX + box,
+        "version": version,
+        "provider": provider,
+        "box_file": Path(box_file).name,
+        "box_sha256": box_sha256,
+        "profile": profile.path.name,
+        "components": components(profile),
+        "kubernetes": profile.data.get("kubernetes", {}).get("version"),
+        "git": git,
+        "build": {
+            "started": started.isoformat(timespec="seconds"),
+            "finished": finished.isoformat(timespec="seconds"),
+            "duration_s": round((finished - started).total_seconds(), 1),
+        },
+        "packer": packer_version,
+        "iso": iso,
+        "stamp": stamp,
+        "test": None,
+    }

@@ -1,0 +1,182 @@
+"""The Packer command line: the build command, its environment, and the host preflight."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable
+
+PACKER = "packer"
+# The oldest Packer the templates are validated with (Debian's packer package in CI).
+MIN_VERSION = (1, 6, 6)
+# Packer 1.10.0 stopped bundling plugins: hyperv, vagrant and qemu must be installed
+# ("Announcing the removal of bundled plugins in HashiCorp Packer", Packer 1.10.0 release).
+PLUGINS_SINCE = (1, 10, 0)
+INSTALL_PACKER = "choco install packer (Windows) or apt-get install -y packer (Debian/Ubuntu)"
+
+# Which external plugin provides a builder / post-processor type once plugins are unbundled.
+BUILDER_PLUGINS = {
+    "hyperv-iso": "github.com/hashicorp/hyperv",
+    "hyperv-vmcx": "github.com/hashicorp/hyperv",
+    "qemu": "github.com/hashicorp/qemu",
+}
+POST_PROCESSOR_PLUGINS = {"vagrant": "github.com/hashicorp/vagrant"}
+
+# Packer's cd_files/cd_content look these up on PATH ("could not find a supported CD ISO
+# creation command (the supported commands are: xorriso, mkisofs, hdiutil, oscdimg)").
+ISO_TOOLS = ("xorriso", "mkisofs", "hdiutil", "oscdimg")
+# Where the Windows ADK "Deployment Tools" feature installs oscdimg.exe (not on PATH by default).
+ADK_OSCDIMG = Path(r"C:\Program Files (x86)\Windows Kits\10\Assessment and Deployment Kit\Deployment Tools\amd64\Oscdimg")
+
+# PACKER_LOG turns on Packer's debug log on stderr, which we merge into the transcript:
+# it floods the progress view and can echo provisioner environment values.
+ENV_REMOVED = ("PACKER_LOG", "PACKER_LOG_PATH")
+
+
+def build_command(template: Path, packer: str = PACKER) -> list[str]:
+    # -force: replace a stale packer-vm/<box> left by an earlier run.
+    # -on-error=cleanup: delete the VM on failure; the full log is kept in OUT/logs.
+    return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", str(template)]
+
+
+def build_env(out: Path, secrets: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for name in ENV_REMOVED:
+        env.pop(name, None)
+    # HashiCorp's checkpoint service phones home for update notices; behind a proxy it only stalls.
+    env["CHECKPOINT_DISABLE"] = "1"
+    # Keep downloaded ISOs (Ubuntu's remote fallback) under OUT, not in the current directory.
+    env["PACKER_CACHE_DIR"] = str(Path(out) / "cache" / "packer")
+    env.update(secrets)
+    return env
+
+
+def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str]) -> list[str]:
+    """Lines that show exactly what would run, naming secret variables but never their values."""
+    settings = build_env(out, {}, base={})
+    lines = [f"cd {shlex.quote(str(out))}"]
+    for name, where in secret_sources.items():
+        lines.append(f"export {name}=<secret from {where}>")
+    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR"):
+        lines.append(f"export {name}={shlex.quote(settings[name])}")
+    lines.append("unset " + " ".join(ENV_REMOVED))
+    lines.append(shlex.join(cmd))
+    return lines
+
+
+# ------------------------------------------------------------------ versions and plugins
+
+
+def packer_path(packer: str = PACKER) -> str | None:
+    return shutil.which(packer)
+
+
+def packer_version(packer: str = PACKER) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of the installed Packer, or None when it is not installed."""
+    exe = packer_path(packer)
+    if not exe:
+        return None
+    try:
+        result = subprocess.run([exe, "-machine-readable", "version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = result.stdout + result.stderr
+    # machine-readable: "<ts>,,version,1.6.6"; human: "Packer v1.6.6"
+    match = re.search(r",version,v?(\d+)\.(\d+)\.(\d+)", text) or re.search(r"Packer v(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
+
+
+def version_str(version: tuple[int, ...] | None) -> str | None:
+    return ".".join(map(str, version)) if version else None
+
+
+def installed_plugins(packer: str = PACKER) -> set[str]:
+    """Plugin sources found by `packer plugins installed` (1.10+), e.g. github.com/hashicorp/hyperv."""
+    exe = packer_path(packer)
+    if not exe:
+        return set()
+    try:
+        result = subprocess.run([exe, "plugins", "installed"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    found = set()
+    for line in result.stdout.splitlines():
+        # One binary path per line, e.g. ~/.config/packer/plugins/github.com/hashicorp/hyperv/packer-plugin-hyperv_v1.1.3_x5.0_linux_amd64
+        match = re.search(r"(github\.com/[^/]+/[^/]+)/packer-plugin-", line.replace("\\", "/"))
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def template_needs(template: dict) -> tuple[set[str], bool]:
+    """(plugin sources the template's builders/post-processors need, whether it builds a CD)."""
+    plugins: set[str] = set()
+    needs_cd = False
+    for builder in template.get("builders", []):
+        if builder.get("type") in BUILDER_PLUGINS:
+            plugins.add(BUILDER_PLUGINS[builder["type"]])
+        if builder.get("cd_files") or builder.get("cd_content"):
+            needs_cd = True
+    for entry in template.get("post-processors", []):
+        for pp in entry if isinstance(entry, list) else [entry]:
+            kind = pp if isinstance(pp, str) else pp.get("type")
+            if kind in POST_PROCESSOR_PLUGINS:
+                plugins.add(POST_PROCESSOR_PLUGINS[kind])
+    return plugins, needs_cd
+
+
+def iso_tool() -> str | None:
+    for tool in ISO_TOOLS:
+        if shutil.which(tool):
+            return tool
+    return None
+
+
+def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> list[str]:
+    """Problems that would stop a box build on this host; empty when ready.
+
+    templates: rendered Packer templates (parsed JSON). Without any, assume the default
+    Hyper-V boxes: hyperv-iso builder, vagrant post-processor and cd_files.
+    """
+    templates = list(templates)
+    if templates:
+        plugins: set[str] = set()
+        needs_cd = False
+        for tpl in templates:
+            p, cd = template_needs(tpl)
+            plugins |= p
+            needs_cd |= cd
+    else:
+        plugins, needs_cd = {BUILDER_PLUGINS["hyperv-iso"], POST_PROCESSOR_PLUGINS["vagrant"]}, True
+
+    problems: list[str] = []
+    version = packer_version(packer)
+    if not packer_path(packer):
+        problems.append(f"packer is not installed (need {version_str(MIN_VERSION)} or later). Install it with: {INSTALL_PACKER}")
+    elif version is None:
+        problems.append(f"could not read the version of {packer_path(packer)} (`packer -machine-readable version`)")
+    elif version < MIN_VERSION:
+        problems.append(f"packer {version_str(version)} is too old: need {version_str(MIN_VERSION)} or later. Upgrade with: {INSTALL_PACKER}")
+    elif version >= PLUGINS_SINCE:
+        missing = sorted(plugins - installed_plugins(packer))
+        for source in missing:
+            problems.append(
+                f"packer {version_str(version)} no longer bundles plugins and {source} is not installed."
+                f" Install it with: packer plugins install {source}"
+            )
+    if needs_cd and not iso_tool():
+        hint = ""
+        if ADK_OSCDIMG.joinpath("oscdimg.exe").exists():
+            hint = f" oscdimg is installed at {ADK_OSCDIMG}: add that folder to PATH."
+        problems.append(
+            "Packer's cd_files needs an ISO authoring tool on PATH (one of: "
+            + ", ".join(ISO_TOOLS)
+            + "). On Windows install the Windows ADK 'Deployment Tools' feature and add its Oscdimg folder"
+            " to PATH; on Debian/Ubuntu: apt-get install -y xorriso."
+            + hint
+        )
+    return problems

@@ -1,0 +1,146 @@
+"""Show builds as they run: a live line per box on a terminal, a line per event otherwise.
+
+CI and redirected output get plain, timestamped lines (no cursor tricks in the log); a
+terminal gets one rich status row per box with its phase, provisioner N of M and elapsed time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from ..iso import human_size
+from ..redact import redact
+from .transcript import BuildState, Event
+
+
+def elapsed(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else f"{rest // 60:02d}m{rest % 60:02d}s"
+
+
+@dataclass
+class _Row:
+    box: str
+    state: BuildState
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    result: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished or time.monotonic()) - self.started
+
+
+class PlainView:
+    """One line per phase, step and error, e.g. `12:03:07 windows-1803 [04m10s] provisioner 2/9: docker.ps1`."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "PlainView":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def _print(self, box: str, text: str) -> None:
+        row = self._rows[box]
+        stamp = time.strftime("%H:%M:%S")
+        with self._lock:
+            self.console.print(f"{stamp} {box} [{elapsed(row.seconds)}] {redact(text)}", markup=False, highlight=False, soft_wrap=True)
+
+    def add(self, box: str, state: BuildState) -> None:
+        self._rows[box] = _Row(box, state)
+        self._print(box, f"packer build started ({state.total_steps} provisioner{'s' if state.total_steps != 1 else ''})")
+
+    def event(self, box: str, event: Event) -> None:
+        if event.kind == "step" or event.kind == "phase":
+            self._print(box, event.text)
+        elif event.kind == "error":
+            self._print(box, f"! {event.text}")
+
+    def finish(self, box: str, result: str) -> None:
+        row = self._rows[box]
+        row.finished, row.result = time.monotonic(), result
+        self._print(box, result)
+
+
+class RichView:
+    """A live table: one row per box, refreshed a few times a second."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+        self._live = Live(console=console, refresh_per_second=4, transient=False, get_renderable=self._table)
+
+    def __enter__(self) -> "RichView":
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._live.__exit__(*exc)
+
+    def _table(self) -> Table:
+        table = Table(show_header=True, header_style="bold", expand=True, box=None)
+        table.add_column("box", no_wrap=True)
+        table.add_column("time", no_wrap=True, justify="right")
+        table.add_column("step", no_wrap=True, justify="right")
+        table.add_column("now", no_wrap=True, overflow="ellipsis", ratio=2)
+        table.add_column("last output", no_wrap=True, overflow="ellipsis", ratio=1, style="dim")
+        with self._lock:
+            rows = list(self._rows.values())
+        for row in rows:
+            st = row.state
+            step = f"{st.step}/{st.total_steps}" if st.total_steps else "-"
+            now = Text(redact(row.result or st.phase))
+            if row.result:
+                now.stylize("green" if row.result.startswith("built") else "red")
+            table.add_row(row.box, elapsed(row.seconds), step, now, redact(st.last_output))
+        return table
+
+    def add(self, box: str, state: BuildState) -> None:
+        with self._lock:
+            self._rows[box] = _Row(box, state)
+
+    def event(self, box: str, event: Event) -> None:
+        if event.kind == "error":
+            # Errors scroll above the live table, so they stay visible after it moves on.
+            self._live.console.print(Text(f"{box}: ! {redact(event.text)}", style="red"))
+
+    def finish(self, box: str, result: str) -> None:
+        with self._lock:
+            row = self._rows[box]
+            row.finished, row.result = time.monotonic(), result
+
+
+def make_view(console: Console) -> PlainView | RichView:
+    return RichView(console) if console.is_terminal else PlainView(console)
+
+
+@contextlib.contextmanager
+def hash_progress(console: Console, label: str, total: int) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar for hashing a big file (a plain start/end line when not a terminal)."""
+    if not console.is_terminal:
+        console.print(f"{label}: computing sha256 of {human_size(total)} ...", markup=False, highlight=False)
+        started = time.monotonic()
+        yield lambda done, size: None
+        console.print(f"{label}: sha256 done in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda done, size: progress.update(task, completed=done)

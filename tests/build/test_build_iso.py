@@ -1,0 +1,155 @@
+"""ISO checks before Packer starts, the hash cache, and `iso-add`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+
+import pytest
+import yaml
+
+from k4w import iso, profiles
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_matching_iso_passes_and_its_hash_is_cached(repo, monkeypatch):
+    profile = profiles.load("windows-1803")
+    check = iso.check_iso(profile, repo.out)
+    assert check.mode == "local" and check.actual == check.expected and not check.cached
+    assert (repo.out / "cache" / "iso-hashes.json").is_file()
+
+    def no_rehash(*args, **kwargs):
+        raise AssertionError("the ISO was hashed again although it did not change")
+
+    monkeypatch.setattr(iso, "sha256_file", no_rehash)
+    assert iso.check_iso(profile, repo.out).cached
+
+
+def test_changed_iso_is_hashed_again(repo):
+    profile = profiles.load("windows-1803")
+    iso.check_iso(profile, repo.out)
+    path = repo.isos["windows-1803"]
+    path.write_bytes(b"tampered" + path.read_bytes()[8:])
+    with pytest.raises(iso.IsoError, match="checksum mismatch"):
+        iso.check_iso(profile, repo.out)
+
+
+def test_missing_iso_says_where_to_put_it(repo):
+    repo.isos["windows-1803"].unlink()
+    with pytest.raises(iso.IsoError) as failure:
+        iso.check_iso(profiles.load("windows-1803"), repo.out)
+    message = str(failure.value)
+    assert str(repo.isos["windows-1803"]) in message
+    assert "invoke iso-add PATH --box windows-1803" in message
+
+
+def test_unknown_checksum_tells_to_run_iso_add(repo):
+    (repo.root / "iso" / "catalogue.yml").write_text("{}\n")
+    with pytest.raises(iso.IsoError) as failure:
+        iso.check_iso(profiles.load("windows-1803"), repo.out)
+    assert "no known sha256 for windows-server-1803.iso" in str(failure.value)
+    assert f"invoke iso-add {repo.isos['windows-1803']}" in str(failure.value)
+
+
+def test_mismatch_shows_both_values(repo):
+    path = repo.isos["ubuntu-1604"]
+    expected = _sha(path)
+    path.write_bytes(b"not the published image")
+    with pytest.raises(iso.IsoError) as failure:
+        iso.check_iso(profiles.load("ubuntu-1604"), repo.out)
+    message = str(failure.value)
+    assert f"expected sha256 {expected}" in message and f"actual   sha256 {_sha(path)}" in message
+
+
+def test_placeholder_checksum_in_a_profile_is_refused_by_name(repo):
+    repo.edit_profile("ubuntu-1604", lambda d: d["iso"].update(sha256="TODO"))
+    with pytest.raises(iso.IsoError, match=r"iso.sha256\) is 'TODO', not a sha256"):
+        iso.check_iso(profiles.load("ubuntu-1604"), repo.out)
+
+
+def test_ubuntu_without_local_iso_falls_back_to_the_pinned_download(repo):
+    repo.edit_profile("ubuntu-1604", lambda d: d["iso"].update(url="https://old-releases.ubuntu.com/releases/16.04.7/ubuntu-16.04.7-server-amd64.iso"))
+    repo.isos["ubuntu-1604"].unlink()
+    check = iso.check_iso(profiles.load("ubuntu-1604"), repo.out)
+    assert check.mode == "remote" and check.url.startswith("https://")
+
+
+def test_no_fallback_without_a_pinned_checksum(repo):
+    def remote_only(d):
+        d["iso"].pop("sha256")
+        d["iso"]["url"] = "https://old-releases.ubuntu.com/releases/16.04.7/ubuntu-16.04.7-server-amd64.iso"
+
+    repo.edit_profile("ubuntu-1604", remote_only)
+    repo.isos["ubuntu-1604"].unlink()
+    with pytest.raises(iso.IsoError, match="ISO not found"):
+        iso.check_iso(profiles.load("ubuntu-1604"), repo.out)
+
+
+def test_explicit_iso_path_is_checked_against_the_expected_checksum(repo, tmp_path):
+    elsewhere = tmp_path / "downloads" / "en_windows_server_1803.iso"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(repo.isos["windows-1803"].read_bytes())
+    repo.isos["windows-1803"].unlink()
+    check = iso.check_iso(profiles.load("windows-1803"), repo.out, elsewhere)
+    assert check.path == elsewhere and check.actual == check.expected
+
+
+def test_iso_add_records_checksum_keeps_header_and_links(repo, tmp_path):
+    (repo.root / "iso" / "catalogue.yml").write_text("# test ISO catalogue header: must survive iso-add.\n{}\n")
+    repo.isos["windows-1803"].unlink()
+    source = tmp_path / "en_windows_server_version_1803_x64_dvd.iso"
+    source.write_bytes(b"licensed image " * 1000)
+    added = iso.iso_add(source, box="windows-1803", today=dt.date(2024, 5, 1))
+
+    text = (repo.root / "iso" / "catalogue.yml").read_text()
+    assert text.startswith("# test ISO catalogue header: must survive iso-add.\n")
+    entry = yaml.safe_load(text)["windows-server-1803.iso"]
+    assert entry == {
+        "sha256": _sha(source),
+        "box": "windows-1803",
+        "source": "added by iso-add on 2024-05-01 from en_windows_server_version_1803_x64_dvd.iso",
+        "size": source.stat().st_size,
+    }
+    assert added.placed == "hard-linked" and os.path.samefile(added.target, source)
+    assert iso.check_iso(profiles.load("windows-1803"), repo.out).actual == _sha(source)
+
+
+def test_iso_add_guesses_the_box_from_the_file_name(repo, tmp_path):
+    source = tmp_path / "windows-server-1803.iso"
+    source.write_bytes(b"another image")
+    repo.isos["windows-1803"].unlink()
+    assert iso.iso_add(source).box == "windows-1803"
+
+
+def test_iso_add_needs_box_for_an_unknown_name(repo, tmp_path):
+    source = tmp_path / "mystery.iso"
+    source.write_bytes(b"?")
+    with pytest.raises(iso.IsoError, match="--box"):
+        iso.iso_add(source)
+
+
+def test_iso_add_refuses_an_image_that_contradicts_the_profile(repo, tmp_path):
+    source = tmp_path / "ubuntu.iso"
+    source.write_bytes(b"a different ubuntu")
+    with pytest.raises(iso.IsoError, match="pins"):
+        iso.iso_add(source, box="ubuntu-1604")
+
+
+def test_iso_add_across_filesystems_says_how_to_copy(repo, tmp_path, monkeypatch):
+    repo.isos["windows-1803"].unlink()
+    source = tmp_path / "windows-server-1803.iso"
+    source.write_bytes(b"image on another drive")
+
+    def cross_device(src, dst):
+        raise OSError(18, "Invalid cross-device link")  # EXDEV, as from D:\ to C:\
+
+    monkeypatch.setattr(iso.os, "link", cross_device)
+    added = iso.iso_add(source, box="windows-1803")
+    assert added.placed == "copy needed"
+    assert f'--iso "{source}"' in added.note and str(added.target) in added.note
+    assert not added.target.exists()
+    assert yaml.safe_load((repo.root / "iso" / "catalogue.yml").read_text())["windows-server-1803.iso"]["sha256"] == _sha(source)
