@@ -65,7 +65,8 @@ class Kube:
     os_label: str
     pause_image: str
     image_repository: str
-    cgroup_driver: str
+    cgroup_driver: str | None
+    flannel_image: str | None
 
 
 def _kube(cfg: Config) -> Kube:
@@ -79,7 +80,9 @@ def _kube(cfg: Config) -> Kube:
         os_label=k.node_os_label,
         pause_image=k.get("pause_image", ""),
         image_repository=k.get("image_repository", "registry.k8s.io"),
-        cgroup_driver=docker.get("cgroup_driver", "cgroupfs"),
+        # None when a profile lacks them; the templates that need them fail naming the key.
+        cgroup_driver=docker.get("cgroup_driver"),
+        flannel_image=k.get("flannel_image"),
     )
 
 

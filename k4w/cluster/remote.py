@@ -1,0 +1,115 @@
+"""Remote commands on the cluster VMs, behind one small interface a fake can replace.
+
+RemoteExec.run(machine, command) runs a shell command (bash on Linux through `vagrant ssh -c`,
+PowerShell on Windows through `vagrant winrm -e -c`) and returns its output, or raises
+RemoteError naming the node, the command (credentials redacted), the exit code and the last
+20 lines of output. RemoteExec.upload copies a file or folder to the guest (`vagrant upload`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .. import ui
+from ..errors import K4wError
+from ..redact import redact
+from .machines import Machine
+
+TAIL_LINES = 20
+# `vagrant winrm` exits 1 for any failure; the wrapper prints the real exit code on this marker.
+EXIT_MARKER = "k4w-exit-code:"
+_EXIT_LINE = re.compile(rf"^{re.escape(EXIT_MARKER)}(-?\d+)\s*$", re.M)
+
+
+class RemoteError(K4wError):
+    def __init__(self, node: str, command: str, code: int, output: str):
+        self.node, self.code = node, code
+        self.command = redact(command)
+        tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
+        self.tail = redact(tail)
+        super().__init__(
+            f"{node}: command failed with exit code {code}:\n  $ {self.command}\n"
+            f"last {TAIL_LINES} lines of output:\n{self.tail or '  (no output)'}"
+        )
+
+
+class RemoteExec(Protocol):
+    def run(self, machine: Machine, command: str) -> str: ...
+
+    def upload(self, machine: Machine, source: Path, destination: str) -> None: ...
+
+
+def powershell_wrapper(command: str) -> str:
+    """Run command and print its exit code (native programs' $LASTEXITCODE, or 1 if it threw)."""
+    return (
+        "$global:LASTEXITCODE = 0; "
+        f"try {{ {command} }} catch {{ Write-Output $_; Write-Output '{EXIT_MARKER}1'; exit 1 }}; "
+        f"Write-Output ('{EXIT_MARKER}' + $LASTEXITCODE); exit $LASTEXITCODE"
+    )
+
+
+@dataclass
+class VagrantRemote:
+    """The real thing: the vagrant executable, run in the cluster's Vagrant environment."""
+
+    vagrant: str
+    root: Path
+    env: dict
+    timeout: float = 3600
+
+    def _call(self, argv: list[str]) -> tuple[int, str]:
+        try:
+            proc = subprocess.run(argv, cwd=self.root, env=self.env, capture_output=True, text=True,
+                                  timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            return 124, f"timed out after {self.timeout:.0f} s\n{exc.output or ''}"
+        return proc.returncode, proc.stdout + proc.stderr
+
+    def run(self, machine: Machine, command: str) -> str:
+        if machine.is_windows:
+            code, output = self._call([self.vagrant, "winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
+            found = _EXIT_LINE.findall(output)
+            if found:
+                code = int(found[-1])
+                output = _EXIT_LINE.sub("", output).rstrip() + "\n"
+        else:
+            code, output = self._call([self.vagrant, "ssh", machine.name, "--no-tty", "--command", command])
+        if code != 0:
+            raise RemoteError(machine.name, command, code, output)
+        return output
+
+    def upload(self, machine: Machine, source: Path, destination: str) -> None:
+        argv = [self.vagrant, "upload", str(source), destination, machine.name]
+        code, output = self._call(argv)
+        if code != 0:
+            raise RemoteError(machine.name, shlex.join(argv[1:]), code, output)
+
+
+class DryRunRemote:
+    """Prints each command instead of running it; answers with what a healthy cluster would say."""
+
+    def __init__(self, answers: dict[str, str] | None = None):
+        self.answers = answers or {}
+        self.commands: list[tuple[str, str]] = []
+
+    def run(self, machine: Machine, command: str) -> str:
+        self.commands.append((machine.name, command))
+        ui.say(f"[{machine.name}] $ {command}", style="cyan")
+        for pattern, answer in self.answers.items():
+            if re.search(pattern, command):
+                return answer
+        return ""
+
+    def upload(self, machine: Machine, source: Path, destination: str) -> None:
+        self.commands.append((machine.name, f"upload {source} {destination}"))
+        ui.say(f"[{machine.name}] upload {source} -> {destination}", style="cyan")
+
+
+def sh_env(**values: str) -> str:
+    """`env K=V ...` for a bash command line, every value quoted."""
+    return "env " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in values.items())

@@ -1,0 +1,75 @@
+"""build/cluster-state.json: which cluster-up steps are done, so a rerun resumes.
+
+A step is recorded only after it finished. The file also keeps a digest of the rendered
+cluster.json and kubeadm config: resuming a half-built cluster from a different config would
+mix two clusters, so that is refused with a message naming cluster-reset/cluster-down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import K4wError
+
+STATE_FILE = "cluster-state.json"
+VERSION = 1
+
+
+class State:
+    def __init__(self, path: Path, digest: str, data: dict | None = None):
+        self.path = Path(path)
+        self.digest = digest
+        self.data = data or {"version": VERSION, "digest": digest, "steps": {}, "nodes": {}}
+
+    @classmethod
+    def load(cls, out: Path, digest: str) -> "State":
+        path = Path(out) / STATE_FILE
+        if not path.is_file():
+            return cls(path, digest)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise K4wError(f"{path} is not valid JSON ({exc}); delete it to start over (invoke cluster-down)") from None
+        if data.get("version") != VERSION:
+            raise K4wError(f"{path} was written by another k4w version; run invoke cluster-down (or delete it)")
+        if data.get("digest") != digest and data.get("steps"):
+            raise K4wError(
+                f"the rendered cluster config changed since {path} was written (steps done: "
+                f"{', '.join(data['steps'])}). Run `invoke cluster-reset` (keeps the VMs) or "
+                "`invoke cluster-down` before bringing up a different cluster."
+            )
+        data["digest"] = digest
+        return cls(path, digest, data)
+
+    def done(self, step: str) -> bool:
+        return step in self.data["steps"]
+
+    def mark(self, step: str, seconds: float) -> None:
+        self.data["steps"][step] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(seconds, 1)}
+        self.save()
+
+    def node(self, name: str) -> dict:
+        return self.data["nodes"].setdefault(name, {})
+
+    def set_node(self, name: str, **values) -> None:
+        self.node(name).update(values)
+        self.save()
+
+    def clear_after(self, keep: tuple[str, ...]) -> None:
+        self.data["steps"] = {k: v for k, v in self.data["steps"].items() if k in keep}
+        self.data["nodes"] = {}
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".cluster-state-", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(self.data, fh, indent=2)
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

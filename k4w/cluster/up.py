@@ -1,0 +1,203 @@
+"""cluster-up, cluster-down and cluster-reset: the orchestration over Vagrant and the guests.
+
+cluster_up runs the steps of steps.py in order, skipping those build/cluster-state.json records
+as done; on a finished cluster it only checks (vagrant status, the switch, kubectl get nodes) and
+prints the summary. Every dependency that touches the outside world (Vagrant, the guests, the
+host's PowerShell, the clock) is a parameter, so tests replace them at the process boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from .. import ui
+from ..config import Config
+from ..errors import K4wError
+from . import steps as S
+from .machines import PythonVagrant, load_cluster, vagrant_env
+from .network import run_powershell
+from .remote import DryRunRemote, VagrantRemote
+from .state import State
+
+# Steps that survive cluster-reset: the VMs and their cluster NIC addresses stay.
+KEPT_BY_RESET = ("up", "cluster-ip")
+
+
+def artifacts_digest(out: Path) -> str:
+    """What the cluster was built from: cluster.json, the kubeadm config and the node configs."""
+    digest = hashlib.sha256()
+    paths = [out / "vagrant" / "cluster.json", out / "kubeadm" / "kubeadm-config.yaml"]
+    paths += sorted(p for p in (out / "nodes").rglob("*") if p.is_file())
+    for path in paths:
+        if path.is_file():
+            digest.update(str(path.relative_to(out)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+class DryRunVagrant:
+    def __init__(self, machines):
+        self.machines = machines
+
+    def status(self) -> dict[str, str]:
+        ui.say("$ vagrant status --machine-readable", style="cyan")
+        return {m.name: "not_created" for m in self.machines}
+
+    def up(self, names: list[str]) -> None:
+        ui.say(f"$ vagrant up --provider=hyperv {' '.join(names)}", style="cyan")
+
+    def destroy(self) -> None:
+        ui.say("$ vagrant destroy --force", style="cyan")
+
+
+class DryRunState(State):
+    def save(self) -> None:  # a dry run changes nothing on disk
+        pass
+
+    def remove(self) -> None:
+        pass
+
+
+def _dry_answers(cluster) -> dict[str, str]:
+    """What a healthy cluster would answer, so a dry run walks every step."""
+    import json
+
+    nodes = {"items": [{"metadata": {"name": m.name}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                       for m in cluster.machines]}
+    return {
+        r"kubeadm token create": f"kubeadm join {cluster.master.ip}:6443 --token abcdef.0123456789abcdef "
+                                 f"--discovery-token-ca-cert-hash sha256:{'0' * 64}\n",
+        r"get nodes -o json": json.dumps(nodes),
+        r"get deployment .* -o json": json.dumps({"status": {"availableReplicas": 1}}),
+    }
+
+
+def _dry_host(script: str) -> tuple[int, str]:
+    ui.say("$ powershell.exe -NoProfile -ExecutionPolicy Bypass -Command -   # cluster switch check:", style="cyan")
+    ui.say(script.strip())
+    return 0, ""
+
+
+def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
+                 poll_seconds: float = 5.0) -> S.Context:
+    out = Path(out).resolve()
+    cluster = load_cluster(out)
+    digest = artifacts_digest(out)
+    if dry_run:
+        state = DryRunState.load(out, digest)
+        vagrant = vagrant or DryRunVagrant(cluster.machines)
+        remote = remote or DryRunRemote(_dry_answers(cluster))
+        host = host or _dry_host
+    else:
+        state = State.load(out, digest)
+        env = vagrant_env(out)
+        vagrant = vagrant or PythonVagrant(out, env)
+        remote = remote or VagrantRemote(_vagrant_exe(), S.ROOT / "vagrant", env)
+        host = host or run_powershell
+    clock = clock or S.Clock()
+    return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
+                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
+
+
+def _vagrant_exe() -> str:
+    path = shutil.which("vagrant")
+    if not path:
+        from ..tools import INSTALL
+
+        raise K4wError(f"'vagrant' is not installed. Install it with: {INSTALL['vagrant']}")
+    return path
+
+
+def cluster_up(cfg: Config, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
+    """Bring the cluster up, resuming after the last finished step. Returns the context used."""
+    out = Path(out).resolve()
+    if validate:
+        from ..checks.manifests import check_manifests
+
+        problems = check_manifests(out, cfg)
+        if problems:
+            raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
+                           + "\n".join(f"  - {p}" for p in problems))
+    ctx = make_context(cfg, out, dry_run, **deps)
+    S.step_network(ctx)
+    plan = S.step_list(ctx.cluster)
+    if all(ctx.state.done(key) for key, _ in plan):
+        not_running = S.machines_not_running(ctx)
+        if not not_running:
+            ui.say("cluster is already up: nothing to do")
+            summary(ctx)
+            return ctx
+        ui.say(f"cluster was up; starting stopped machines: {', '.join(not_running)}")
+        S.step_up(ctx)
+        summary(ctx)
+        return ctx
+    for key, step in plan:
+        if ctx.state.done(key):
+            if key == "up" and S.machines_not_running(ctx):
+                S.step_up(ctx)  # VMs stopped since (host reboot): start them, the rest resumes
+            continue
+        ui.say(f"==> {key}", style="bold")
+        started = ctx.clock.now()
+        step(ctx)
+        ctx.state.mark(key, ctx.clock.now() - started)
+    summary(ctx)
+    return ctx
+
+
+def summary(ctx: S.Context) -> list[list[str]]:
+    conditions = S.node_conditions(ctx)
+    rows = []
+    for m in ctx.cluster.machines:
+        cond = conditions.get(m.name)
+        ready = "Ready" if cond and cond.get("status") == "True" else S.describe_condition(cond)
+        seconds = ctx.state.node(m.name).get("ready_seconds")
+        rows.append([m.name, m.os, m.ip, ready, "-" if seconds is None else f"{seconds:.0f}"])
+    ui.table("cluster", ["node", "OS", "IP", "Ready", "seconds to Ready"], rows)
+    ui.say(f"kubeconfig: {ctx.out / 'kubeconfig'}   (kubectl --kubeconfig {ctx.out / 'kubeconfig'} get nodes)")
+    if ctx.cluster.windows_workers:
+        entry = (ctx.cluster.linux_workers or [ctx.cluster.master])[0]
+        # A NodePort is not reachable from the Windows node hosting the pod: point at a Linux node.
+        ui.say(f"demo: http://{entry.ip}:{S.DEMO_NODE_PORT}/  (Windows web server behind a NodePort)")
+    return rows
+
+
+def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) -> None:
+    """Destroy every VM of the cluster and forget its state."""
+    out = Path(out).resolve()
+    cluster = load_cluster(out)
+    if dry_run:
+        (vagrant or DryRunVagrant(cluster.machines)).destroy()
+        ui.say(f"would remove {out / 'cluster-state.json'} and {out / 'kubeconfig'}")
+        return
+    (vagrant or PythonVagrant(out)).destroy()
+    (out / "cluster-state.json").unlink(missing_ok=True)
+    (out / "kubeconfig").unlink(missing_ok=True)
+    ui.say("cluster destroyed")
+
+
+def cluster_reset(cfg: Config, out: Path, dry_run: bool = False, **deps) -> None:
+    """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it."""
+    ctx = make_context(cfg, out, dry_run, **deps)
+    not_running = S.machines_not_running(ctx)
+    if not_running and not dry_run:
+        raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")
+    master = ctx.cluster.master
+    workers = [m for m in ctx.cluster.machines if not m.is_master]
+    if ctx.state.done("master-init"):
+        for m in workers:  # so a re-join registers a fresh Node object
+            S.kubectl(ctx, f"delete node {m.name} --ignore-not-found")
+    for m in workers + [master]:
+        S.prepare_dirs(ctx, m)
+        if m.is_windows:
+            from .. import escape
+
+            script = S.upload_windows(ctx, m, S.ROOT / "provision" / "windows" / "cluster-reset.ps1")
+            ctx.remote.run(m, f"& {escape.ps(script)}")
+        else:
+            script = S.upload_linux(ctx, m, S.ROOT / "provision" / "ubuntu" / "cluster-reset.sh")
+            ctx.remote.run(m, f"sudo bash {script}")
+    ctx.state.clear_after(KEPT_BY_RESET)
+    if not dry_run:
+        (ctx.out / "kubeconfig").unlink(missing_ok=True)
+    ui.say("cluster reset: run `invoke cluster-up` to create it again on the same VMs")

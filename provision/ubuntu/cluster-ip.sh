@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Give the cluster NIC its static address with ifupdown (Ubuntu 16.04), idempotently.
+# Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH.
+# The cluster NIC is the one interface that is up-able, is not loopback and does not carry
+# the default route (the management NIC, DHCP on hyperv.management_switch, does). No gateway
+# is configured on it: outbound traffic keeps using the management NIC.
+set -euo pipefail
+trap 'echo "cluster-ip.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
+
+: "${K4W_NODE_IP:?K4W_NODE_IP (the cluster IP of this node) must be set}"
+: "${K4W_PREFIX_LENGTH:?K4W_PREFIX_LENGTH (network.node_cidr prefix length) must be set}"
+TIMEOUT_SECONDS="${K4W_TIMEOUT_SECONDS:-60}"
+CONFIG=/etc/network/interfaces.d/k4w-cluster.cfg
+
+netmask_of() {
+  local bits=$1 mask="" octet _
+  for _ in 1 2 3 4; do
+    if [ "$bits" -ge 8 ]; then octet=255; bits=$((bits - 8)); else octet=$((256 - (1 << (8 - bits)))); bits=0; fi
+    mask="${mask:+$mask.}$octet"
+  done
+  echo "$mask"
+}
+
+has_address() {
+  ip -4 -o addr show | awk '{print $4}' | grep -qx "$K4W_NODE_IP/$K4W_PREFIX_LENGTH"
+}
+
+default_dev="$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | head -n1)"
+if [ -f "$CONFIG" ]; then
+  nic="$(awk '$1 == "iface" {print $2}' "$CONFIG")"
+else
+  candidates=()
+  for path in /sys/class/net/*; do
+    name="${path##*/}"
+    case "$name" in
+      lo | docker* | cni* | flannel* | veth*) ;;   # loopback and what Docker/Flannel create
+      *) if [ "$name" != "${default_dev:-}" ]; then candidates+=("$name"); fi ;;
+    esac
+  done
+  if [ "${#candidates[@]}" -ne 1 ]; then
+    echo "cluster-ip.sh: expected exactly one NIC besides the default-route NIC (${default_dev:-none}), found: ${candidates[*]:-none}" >&2
+    exit 1
+  fi
+  nic="${candidates[0]}"
+fi
+
+wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
+auto $nic
+iface $nic inet static
+    address $K4W_NODE_IP
+    netmask $(netmask_of "$K4W_PREFIX_LENGTH")
+"
+if ! grep -q '^source /etc/network/interfaces.d/\*' /etc/network/interfaces; then
+  echo "cluster-ip.sh: /etc/network/interfaces does not source interfaces.d/*, so $CONFIG would be ignored" >&2
+  exit 1
+fi
+if [ "$(cat "$CONFIG" 2>/dev/null || true)" != "$wanted" ]; then
+  printf '%s' "$wanted" > "$CONFIG"
+  echo "cluster-ip.sh: wrote $CONFIG for $nic"
+  ifdown "$nic" 2>/dev/null || true   # it may not be configured yet; ifup below reports real errors
+  ifup "$nic"
+elif ! has_address; then
+  ifup "$nic"
+fi
+
+deadline=$((SECONDS + TIMEOUT_SECONDS))
+until has_address && ! ip -4 -o addr show dev "$nic" | grep -q tentative; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "cluster-ip.sh: $K4W_NODE_IP/$K4W_PREFIX_LENGTH did not appear on $nic within ${TIMEOUT_SECONDS}s" >&2
+    exit 1
+  fi
+  sleep 1
+done
+echo "cluster-ip.sh: $K4W_NODE_IP/$K4W_PREFIX_LENGTH is up on $nic"

@@ -1,0 +1,86 @@
+"""In-process fakes at the process boundary: Vagrant, the guests (RemoteExec), the host, the clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from k4w.cluster.remote import RemoteError
+
+from . import responder
+
+
+class FakeClock:
+    """Time moves only when the code sleeps: timeouts are tested without waiting."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.slept = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        self.slept += seconds
+
+
+class FakeWorld:
+    """One log of everything that reached Vagrant, the guests or the host, in order."""
+
+    def __init__(self, machines: list[dict], scenario: dict | None = None):
+        self.machines = machines
+        self.scenario = scenario or {}
+        self.states: dict[str, str] = {}
+        self.log: list[str] = []
+        self.vagrant = FakeVagrant(self)
+        self.remote = FakeRemote(self)
+        self.switch_exists = True
+
+    def host(self, script: str) -> tuple[int, str]:
+        self.log.append("host: switch check")
+        return (0, "") if self.switch_exists else (3, "")
+
+    def commands(self) -> list[str]:
+        return list(self.log)
+
+
+class FakeVagrant:
+    def __init__(self, world: FakeWorld):
+        self.world = world
+
+    def status(self) -> dict[str, str]:
+        self.world.log.append("vagrant status")
+        return {m["name"]: self.world.states.get(m["name"], "not_created") for m in self.world.machines}
+
+    def up(self, names: list[str]) -> None:
+        self.world.log.append("vagrant up " + " ".join(names))
+        failed = responder.check_failure(self.world.scenario, "vagrant up " + " ".join(names))
+        if failed:
+            from k4w.errors import K4wError
+
+            raise K4wError(f"vagrant up failed with exit code {failed[0]}")
+        for name in names:
+            self.world.states[name] = "running"
+
+    def destroy(self) -> None:
+        self.world.log.append("vagrant destroy")
+        self.world.states.clear()
+
+
+class FakeRemote:
+    def __init__(self, world: FakeWorld):
+        self.world = world
+
+    def run(self, machine, command: str) -> str:
+        self.world.log.append(f"{machine.name}: {command}")
+        code, output = responder.answer(self.world.scenario, self.world.machines, command)
+        if code:
+            raise RemoteError(machine.name, command, code, output)
+        return output
+
+    def upload(self, machine, source: Path, destination: str) -> None:
+        self.world.log.append(f"{machine.name}: upload {Path(source).name} {destination}")
+        failed = responder.check_failure(self.world.scenario, f"upload {source} {destination}")
+        if failed:
+            raise RemoteError(machine.name, f"upload {source} {destination}", failed[0], failed[1])
+        assert Path(source).exists(), f"upload of a missing file {source}"

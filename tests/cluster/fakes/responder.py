@@ -1,0 +1,47 @@
+"""What a healthy cluster answers, shared by the fake vagrant executable and FakeRemote.
+
+Scenario (a dict, stored as JSON for the executable):
+- "fail": [{"pattern": regex on the command, "times": n, "exit": code, "output": text}] injects
+  failures (each entry fails its first `times` matches);
+- "not_ready": {node: {"reason": ..., "message": ...}} keeps nodes NotReady;
+- "unregistered": [node, ...] keeps nodes out of `kubectl get nodes`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+TOKEN = "abcdef.0123456789abcdef"
+CA_HASH = "sha256:" + "1" * 64
+
+
+def check_failure(scenario: dict, command: str) -> tuple[int, str] | None:
+    for rule in scenario.get("fail", []):
+        if rule.get("times", 1) > 0 and re.search(rule["pattern"], command):
+            rule["times"] = rule.get("times", 1) - 1
+            return rule.get("exit", 1), rule.get("output", "injected failure")
+    return None
+
+
+def answer(scenario: dict, machines: list[dict], command: str) -> tuple[int, str]:
+    failed = check_failure(scenario, command)
+    if failed:
+        return failed
+    master = next(m for m in machines if m["role"] == "master")
+    if "kubeadm token create" in command:
+        return 0, f"kubeadm join {master['ip']}:6443 --token {TOKEN} --discovery-token-ca-cert-hash {CA_HASH}\n"
+    if "get nodes -o json" in command:
+        items = []
+        for m in machines:
+            if m["name"] in scenario.get("unregistered", []):
+                continue
+            bad = scenario.get("not_ready", {}).get(m["name"])
+            cond = {"type": "Ready", "status": "False", **bad} if bad else {"type": "Ready", "status": "True"}
+            items.append({"metadata": {"name": m["name"]}, "status": {"conditions": [cond]}})
+        return 0, json.dumps({"items": items})
+    if "get deployment" in command:
+        return 0, json.dumps({"status": {"availableReplicas": 1}})
+    if "cat /etc/kubernetes/admin.conf" in command:
+        return 0, "apiVersion: v1\nkind: Config\nclusters: []\n"
+    return 0, ""

@@ -1,0 +1,229 @@
+"""Rendered manifests, kubeadm config and Windows node configs pass kubernetes-validate (oldest
+schema) and agree with cluster.yml; every structural rule fires on a broken variant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import profiles, render
+from k4w.checks import manifests as checks
+from k4w.errors import K4wError
+from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
+from tests.helpers import config_dict
+
+
+def test_default_host_gw_render_passes_every_check(default_render):
+    cfg, out = default_render
+    assert checks.check_manifests(out, cfg) == []
+    # and without the config, artifacts are still compared with each other
+    assert checks.check_manifests(out) == []
+
+
+def test_linux_only_vxlan_render_passes_every_check(tmp_path):
+    cfg = render_to(tmp_path, LINUX_ONLY_VXLAN)
+    assert checks.check_manifests(tmp_path, cfg) == []
+    netconf = _flannel_netconf(tmp_path)
+    assert netconf == {"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan", "VNI": 4096, "Port": 4789}}
+
+
+@pytest.fixture
+def vxlan_windows_profile(tmp_path, monkeypatch):
+    """A Server 2019-like Windows profile (vxlan capable) beside the real ones."""
+    pdir = tmp_path / "profiles"
+    shutil.copytree(profiles.PROFILE_DIR, pdir, ignore=shutil.ignore_patterns("*.j2", "*.json"))
+    data = yaml.safe_load((pdir / "windows-1803.yml").read_text())
+    data.update(name="windows-2019t", supports_vxlan=True)
+    (pdir / "windows-2019t.yml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(profiles, "PROFILE_DIR", pdir)
+    return "windows-2019t"
+
+
+def test_vxlan_windows_node_configs_use_overlay(tmp_path, vxlan_windows_profile):
+    data = config_dict(**{"network.backend": "vxlan", "nodes.2.box": vxlan_windows_profile})
+    out = tmp_path / "out"
+    cfg = render_to(out, data)
+    assert checks.check_manifests(out, cfg) == []
+    node = out / "nodes" / "worker-win"
+    cni = json.loads((node / "cni.conf").read_text())
+    assert (cni["name"], cni["delegate"]["type"]) == ("vxlan0", "win-overlay")
+    assert json.loads((node / "net-conf.json").read_text())["Backend"] == {"Type": "vxlan", "VNI": 4096, "Port": 4789, "name": "vxlan0"}
+
+
+def test_empty_cgroup_driver_is_reported_naming_the_profile_key(tmp_path, monkeypatch):
+    # e.g. `cgroup_driver: null` in the master's profile
+    monkeypatch.setattr(render, "_kube", _kube_without_cgroup_driver(render._kube))
+    cfg = render_to(tmp_path, config_dict())
+    problems = checks.check_manifests(tmp_path, cfg)
+    assert len(problems) == 1 and "components.docker.cgroup_driver" in problems[0]
+
+
+def _kube_without_cgroup_driver(original):
+    def kube(cfg):
+        import dataclasses
+        import types
+
+        values = dataclasses.asdict(original(cfg))
+        values["cgroup_driver"] = None
+        return types.SimpleNamespace(**values)
+
+    return kube
+
+
+# ------------------------------------------------------------------ kubeadm API versions
+
+def _with_kubeadm_api(monkeypatch, api):
+    original = render._kube
+
+    def kube(cfg):
+        import dataclasses
+        import types
+
+        k = original(cfg)
+        values = dataclasses.asdict(k) if dataclasses.is_dataclass(k) else dict(vars(k))
+        values.update(kubeadm_api=api, version="1.25.16", cgroup_driver="systemd")
+        return types.SimpleNamespace(**values)
+
+    monkeypatch.setattr(render, "_kube", kube)
+
+
+def test_v1beta3_kubeadm_config_has_init_cluster_and_component_configs(tmp_path, monkeypatch):
+    _with_kubeadm_api(monkeypatch, "kubeadm.k8s.io/v1beta3")
+    cfg = render_to(tmp_path, config_dict())
+    docs = list(yaml.safe_load_all((tmp_path / "kubeadm" / "kubeadm-config.yaml").read_text()))
+    kinds = [(d["apiVersion"], d["kind"]) for d in docs]
+    assert kinds == [("kubeadm.k8s.io/v1beta3", "InitConfiguration"), ("kubeadm.k8s.io/v1beta3", "ClusterConfiguration"),
+                     ("kubeproxy.config.k8s.io/v1alpha1", "KubeProxyConfiguration"),
+                     ("kubelet.config.k8s.io/v1beta1", "KubeletConfiguration")]
+    assert docs[0]["localAPIEndpoint"] == {"advertiseAddress": "192.168.250.10", "bindPort": 6443}
+    assert docs[0]["nodeRegistration"] == {"name": "master", "kubeletExtraArgs": {"node-ip": "192.168.250.10"}}
+    assert docs[1]["kubernetesVersion"] == "v1.25.16" and docs[1]["controlPlaneEndpoint"] == "192.168.250.10:6443"
+    assert docs[3]["cgroupDriver"] == "systemd"
+    assert checks.check_kubeadm(docs, checks.Expected("10.244.0.0/16", "10.96.0.0/12", "10.96.0.10", "host-gw", "cluster.local")) == []
+
+
+def test_v1alpha2_kubeadm_config_is_one_master_configuration(default_render):
+    _, out = default_render
+    docs = list(yaml.safe_load_all((out / "kubeadm" / "kubeadm-config.yaml").read_text()))
+    assert len(docs) == 1 and docs[0]["apiVersion"] == "kubeadm.k8s.io/v1alpha2" and docs[0]["kind"] == "MasterConfiguration"
+    master = docs[0]
+    assert master["api"] == {"advertiseAddress": "192.168.250.10", "bindPort": 6443}
+    assert master["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
+    assert master["kubeProxy"]["config"]["clusterCIDR"] == "10.244.0.0/16"
+    assert master["kubeletConfiguration"]["baseConfig"]["clusterDNS"] == ["10.96.0.10"]
+    assert master["imageRepository"] == "registry.k8s.io" and master["kubernetesVersion"] == "v1.11.10"
+
+
+def test_unsupported_kubeadm_api_fails_the_render_naming_it(tmp_path, monkeypatch):
+    _with_kubeadm_api(monkeypatch, "kubeadm.k8s.io/v1beta4")
+    with pytest.raises(K4wError, match=r"kubeadm API 'kubeadm.k8s.io/v1beta4'.*not supported"):
+        render_to(tmp_path, config_dict())
+
+
+# ------------------------------------------------------------------ every rule fires
+
+def _flannel_netconf(out: Path) -> dict:
+    for doc in yaml.safe_load_all((out / "manifests" / "kube-flannel.yaml").read_text()):
+        if doc and doc["kind"] == "ConfigMap":
+            return json.loads(doc["data"]["net-conf.json"])
+    raise AssertionError("no ConfigMap")
+
+
+def _edit_yaml(path: Path, edit) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for doc in docs:
+        edit(doc)
+    path.write_text(yaml.safe_dump_all(docs))
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def _set_netconf(doc, **backend):
+    if doc["kind"] == "ConfigMap":
+        conf = json.loads(doc["data"]["net-conf.json"])
+        conf.update(backend.pop("top", {}))
+        conf["Backend"].update(backend)
+        doc["data"]["net-conf.json"] = json.dumps(conf)
+
+
+def _flannel_ds(edit):
+    def apply(doc):
+        if doc["kind"] == "DaemonSet":
+            edit(doc)
+    return apply
+
+
+BROKEN = {
+    "old API group": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "rbac.authorization.k8s.io/v1", "rbac.authorization.k8s.io/v1beta1"), "is not one of"),
+    "extensions/v1beta1": ("manifests/kube-flannel.yaml", lambda p: _replace(p, "apiVersion: apps/v1", "apiVersion: extensions/v1beta1"), "is not one of"),
+    "schema: unknown field": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, _flannel_ds(lambda d: d["spec"]["template"]["spec"].update(nodeSelecter={}))), "kubernetes-validate"),
+    "schema: wrong type": ("manifests/demo-win-webserver.yaml", lambda p: _edit_yaml(p, lambda d: d["kind"] == "Deployment" and d["spec"].update(replicas="one")), "kubernetes-validate"),
+    "flannel Network": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, lambda d: _set_netconf(d, top={"Network": "10.245.0.0/16"})), "Network is '10.245.0.0/16'"),
+    "flannel backend": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, lambda d: _set_netconf(d, Type="vxlan")), "Backend.Type is 'vxlan'"),
+    "vxlan keys on host-gw": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, lambda d: _set_netconf(d, VNI=4096)), "VNI/Port are vxlan settings"),
+    "flannel on windows nodes": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, _flannel_ds(lambda d: d["spec"]["template"]["spec"].pop("nodeSelector"))), "needs nodeSelector"),
+    "demo on linux": ("manifests/demo-win-webserver.yaml", lambda p: _replace(p, ": windows", ": linux"), "needs nodeSelector"),
+    "kube-proxy patch": ("manifests/patches/linux-node-selector.yaml", lambda p: _replace(p, ": linux", ": windows"), "nodeSelector must be"),
+    "kubeadm podSubnet": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "podSubnet: 10.244.0.0/16", "podSubnet: 10.32.0.0/16"), "networking.podSubnet"),
+    "kubeadm serviceSubnet": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "serviceSubnet: 10.96.0.0/12", "serviceSubnet: 10.112.0.0/12"), "networking.serviceSubnet"),
+    "kube-proxy clusterCIDR": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "clusterCIDR: 10.244.0.0/16", "clusterCIDR: 10.0.0.0/16"), "clusterCIDR"),
+    "kubelet clusterDNS": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "- 10.96.0.10", "- 10.96.0.53"), "clusterDNS"),
+    "windows kubelet cluster-dns": ("nodes/worker-win/kubelet.args", lambda p: _replace(p, "--cluster-dns=10.96.0.10", "--cluster-dns=10.0.0.10"), "--cluster-dns"),
+    "windows kubelet node-ip": ("nodes/worker-win/kubelet.args", lambda p: _replace(p, "--node-ip=192.168.250.21", "--node-ip=192.168.250.22"), "--node-ip"),
+    "windows pause image": ("nodes/worker-win/kubelet.args", lambda p: _replace(p, "--pod-infra-container-image=kubeletwin/pause:1803\n", ""), "pause_image"),
+    "windows arg with a space": ("nodes/worker-win/kubelet.args", lambda p: _replace(p, "--v=2", "--v=2 --x"), "not a single --flag"),
+    "kube-proxy cluster-cidr": ("nodes/worker-win/kube-proxy.args", lambda p: _replace(p, "--cluster-cidr=10.244.0.0/16", "--cluster-cidr=10.200.0.0/16"), "--cluster-cidr"),
+    "flannel iface": ("nodes/worker-win/flanneld.args", lambda p: _replace(p, "--iface=192.168.250.21", "--iface=10.0.2.15"), "--iface"),
+    "flannel NODE_NAME": ("nodes/worker-win/flanneld.env", lambda p: _replace(p, "NODE_NAME=worker-win", "NODE_NAME=other"), "NODE_NAME"),
+    "kube-proxy network": ("nodes/worker-win/kube-proxy.env", lambda p: _replace(p, "KUBE_NETWORK=cbr0", "KUBE_NETWORK=vxlan0"), "KUBE_NETWORK"),
+    "windows net-conf Network": ("nodes/worker-win/net-conf.json", lambda p: _edit_json(p, lambda d: d.update(Network="10.1.0.0/16")), "Network is '10.1.0.0/16'"),
+    "windows net-conf backend": ("nodes/worker-win/net-conf.json", lambda p: _edit_json(p, lambda d: d["Backend"].update(Type="vxlan")), "Backend.Type"),
+    "windows net-conf name": ("nodes/worker-win/net-conf.json", lambda p: _edit_json(p, lambda d: d["Backend"].update(name="vxlan0")), "Backend.name"),
+    "cni plugin": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"].update(type="win-overlay")), "delegate.type"),
+    "cni dns": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["dns"].update(Nameservers=["8.8.8.8"])), "Nameservers"),
+    "cni nat exceptions": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["policies"][0]["value"]["ExceptionList"].remove("10.244.0.0/16")), "ExceptionList"),
+    "cni service route": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["policies"].pop(1)), "service CIDR"),
+    "cni node route": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["policies"].pop(2)), "/32"),
+    "node.json": ("nodes/worker-win/node.json", lambda p: _edit_json(p, lambda d: d.update(network_name="nat")), "node.json"),
+    "missing node file": ("nodes/worker-win/flanneld.env", lambda p: p.unlink(), "missing flanneld.env"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_each_rule_fires_on_a_broken_variant(case, default_render):
+    cfg, out = default_render
+    rel, breaker, expected = BROKEN[case]
+    breaker(out / rel)
+    problems = checks.check_manifests(out, cfg)
+    assert any(expected in p for p in problems), problems
+
+
+def test_vxlan_needs_vni_4096_and_port_4789(tmp_path):
+    cfg = render_to(tmp_path, LINUX_ONLY_VXLAN)
+    _edit_yaml(tmp_path / "manifests" / "kube-flannel.yaml", lambda d: _set_netconf(d, VNI=1))
+    problems = checks.check_manifests(tmp_path, cfg)
+    assert any("vxlan needs VNI 4096 and Port 4789" in p for p in problems), problems
+
+
+def test_kubernetes_validate_uses_its_oldest_schema(default_render):
+    from kubernetes_validate import utils
+
+    _, out = default_render
+    oldest = utils.all_versions()[0]
+    _edit_yaml(out / "manifests" / "windows-node-rbac.yaml", lambda d: d["subjects"][0].update(kind=7))
+    problems = checks.check_manifests(out)
+    assert any(f"kubernetes-validate {oldest} (strict)" in p for p in problems), problems

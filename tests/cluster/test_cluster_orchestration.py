@@ -1,0 +1,220 @@
+"""cluster-up / cluster-reset / cluster-down against recorded fakes (Vagrant, guests, host, clock).
+
+Every command that would reach Vagrant, a guest or the host is logged in order; tests assert the
+order, that a failure at any step resumes at that step, that a finished cluster only gets status
+checks, timeouts (on a fake clock: no real waiting) and redaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from k4w.cluster import up as up_mod
+from k4w.cluster.remote import RemoteError
+from k4w.errors import K4wError
+from k4w.redact import redact
+from tests.cluster.conftest import machines_of
+from tests.cluster.fakes import FakeClock, FakeWorld
+
+
+@pytest.fixture
+def world(default_render):
+    cfg, out = default_render
+    w = FakeWorld(machines_of(out))
+    w.cfg, w.out, w.clock = cfg, out, FakeClock()
+    return w
+
+
+def run_up(world, **kw):
+    return up_mod.cluster_up(world.cfg, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
+                             host=world.host, clock=world.clock, **kw)
+
+
+def state(world) -> dict:
+    return json.loads((world.out / "cluster-state.json").read_text())
+
+
+def index(log, pattern, start=0):
+    for i, line in enumerate(log[start:], start):
+        if re.search(pattern, line):
+            return i
+    raise AssertionError(f"{pattern!r} not in log:\n" + "\n".join(log))
+
+
+def test_full_run_order(world):
+    run_up(world)
+    log = world.log
+    order = [
+        r"^host: switch check",
+        r"^vagrant up master worker-linux worker-win",
+        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh",
+        r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 .*cluster-ip.sh",
+        r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24",
+        r"^master: upload kubeadm-config.yaml /tmp/k4w/kubeadm-config.yaml",
+        r"^master: sudo env K4W_KUBEADM_CONFIG=/tmp/k4w/kubeadm-config.yaml bash /tmp/k4w/cluster-init.sh",
+        r"^master: sudo cat /etc/kubernetes/admin.conf",
+        r"^master: kubectl apply -f /tmp/k4w/manifests/kube-flannel.yaml",
+        r"^master: kubectl apply -f /tmp/k4w/manifests/windows-node-rbac.yaml",
+        r"^master: kubectl -n kube-system patch daemonset kube-proxy --patch",
+        r"^master: kubectl get nodes -o json",
+        r"^master: sudo kubeadm token create --print-join-command --ttl 1h",
+        r"^worker-linux: sudo env K4W_NODE_NAME=worker-linux K4W_NODE_IP=192.168.250.11 .*bash /tmp/k4w/cluster-join.sh",
+        r"^master: sudo kubeadm token create --print-join-command --ttl 1h",
+        r"^worker-win: upload kubelet.args C:\\k\\config\\kubelet.args",
+        r"^worker-win: & 'C:\\k4w\\cluster-join.ps1' -ApiServer '192.168.250.10:6443'",
+        r"^master: kubectl get nodes -o json",
+        r"^master: kubectl apply -f /tmp/k4w/manifests/demo-win-webserver.yaml",
+        r"^master: kubectl get deployment win-webserver -o json",
+    ]
+    at = 0
+    for pattern in order:
+        at = index(log, pattern, at) + 1
+    assert (world.out / "kubeconfig").read_text().startswith("apiVersion: v1")
+    assert oct((world.out / "kubeconfig").stat().st_mode & 0o777) == "0o600"
+    assert list(state(world)["steps"]) == ["up", "cluster-ip", "master-init", "manifests", "join:worker-linux",
+                                           "join:worker-win", "ready", "demo"]
+    # every node's config file went to C:\k\config before the join script ran
+    uploads = [line for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line]
+    assert len(uploads) == 8
+
+
+def test_second_run_only_checks_status(world, capsys):
+    run_up(world)
+    world.log.clear()
+    run_up(world)
+    assert world.log == ["host: switch check", "vagrant status", "master: kubectl get nodes -o json"]
+    assert "already up" in capsys.readouterr().out
+
+
+def test_stopped_vms_are_started_again_on_a_finished_cluster(world):
+    run_up(world)
+    world.states["worker-win"] = "poweroff"
+    world.log.clear()
+    run_up(world)
+    assert "vagrant up worker-win" in world.log
+    assert not any("kubeadm" in line for line in world.log)
+
+
+# A command unique to each step, and the step key that must not be marked done when it fails.
+FAILURES = {
+    "up": r"vagrant up",
+    "cluster-ip": r"cluster-ip\.ps1",
+    "master-init": r"cluster-init\.sh",
+    "manifests": r"patch daemonset kube-proxy",
+    "join:worker-linux": r"cluster-join\.sh",
+    "join:worker-win": r"cluster-join\.ps1",
+    "ready": None,   # fails through the timeout test below
+    "demo": r"apply -f /tmp/k4w/manifests/demo",
+}
+
+
+@pytest.mark.parametrize("step", [s for s, p in FAILURES.items() if p])
+def test_resume_after_a_failure_at_each_step(world, step):
+    world.scenario["fail"] = [{"pattern": FAILURES[step], "times": 1, "exit": 7, "output": "boom"}]
+    with pytest.raises(K4wError):
+        run_up(world)
+    done = list(state(world)["steps"]) if (world.out / "cluster-state.json").exists() else []
+    keys = list(FAILURES)
+    assert done == keys[:keys.index(step)], done
+    first_log = list(world.log)
+    world.log.clear()
+    run_up(world)
+    assert list(state(world)["steps"]) == keys
+    # nothing that finished before the failure runs again
+    for earlier, pattern in FAILURES.items():
+        if pattern and keys.index(earlier) < keys.index(step):
+            assert not any(re.search(pattern, line) for line in world.log), (earlier, world.log)
+    assert any(re.search(FAILURES[step], line) for line in world.log) and any(re.search(FAILURES[step], l) for l in first_log)
+
+
+def test_ready_timeout_names_the_node_and_its_last_condition(world):
+    world.scenario["not_ready"] = {"worker-win": {"reason": "KubeletNotReady",
+                                                  "message": "runtime network not ready: cni config uninitialized"}}
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    message = str(err.value)
+    assert "timed out after 900 s" in message
+    assert "node worker-win is not Ready, last condition: Ready=False (KubeletNotReady: runtime network not ready" in message
+    assert "worker-linux" not in message.split("waiting for", 1)[1].split(":", 1)[1]
+    assert 900 <= world.clock.slept <= 910   # simulated: the test did not wait
+    assert "ready" not in state(world)["steps"] and "join:worker-win" in state(world)["steps"]
+
+
+def test_unregistered_node_is_reported_as_such(world):
+    world.scenario["unregistered"] = ["worker-linux"]
+    with pytest.raises(K4wError, match="node worker-linux is not Ready, last condition: not registered"):
+        run_up(world)
+
+
+def test_missing_switch_stops_before_any_vm_work(world):
+    world.switch_exists = False
+    with pytest.raises(K4wError, match=r"cluster switch 'k4w-cluster' does not exist: run `invoke network-up`"):
+        run_up(world)
+    assert world.log == ["host: switch check"]
+
+
+def test_a_changed_config_refuses_to_resume(world):
+    world.scenario["fail"] = [{"pattern": "cluster-init", "times": 1}]
+    with pytest.raises(K4wError):
+        run_up(world)
+    (world.out / "nodes" / "worker-win" / "kubelet.args").write_text("--v=9\n")
+    with pytest.raises(K4wError, match="config changed.*cluster-reset.*cluster-down"):
+        run_up(world)
+
+
+def test_failed_remote_command_shows_node_command_code_and_tail_with_secrets_redacted(world):
+    output = "\n".join(f"line {i}" for i in range(1, 31)) + "\nproxy http://bob:s3cretPW@proxy.corp:3128 refused"
+    world.scenario["fail"] = [{"pattern": "bash /tmp/k4w/cluster-join.sh", "times": 1, "exit": 42, "output": output}]
+    with pytest.raises(RemoteError) as err:
+        run_up(world)
+    message = redact(str(err.value))
+    assert message.startswith("worker-linux: command failed with exit code 42:")
+    assert "bash /tmp/k4w/cluster-join.sh" in message
+    assert "s3cretPW" not in str(err.value) and "http://***@proxy.corp:3128" in str(err.value)
+    assert "abcdef.0123456789abcdef" not in str(err.value)   # the join token
+    tail = str(err.value).split("last 20 lines of output:\n", 1)[1].splitlines()
+    assert len(tail) == 20 and tail[0] == "line 12"
+
+
+def test_dry_run_prints_commands_and_changes_nothing(default_render, capsys):
+    cfg, out = default_render
+    up_mod.cluster_up(cfg, out, dry_run=True, validate=False, clock=FakeClock())
+    printed = capsys.readouterr().out
+    assert "$ vagrant up --provider=hyperv master worker-linux worker-win" in printed
+    assert "[worker-win] $ & 'C:\\k4w\\cluster-join.ps1'" in printed and "-Token '***'" in printed
+    assert not (out / "cluster-state.json").exists() and not (out / "kubeconfig").exists()
+
+
+def test_cluster_up_refuses_artifacts_that_fail_their_checks(default_render):
+    cfg, out = default_render
+    (out / "nodes" / "worker-win" / "kube-proxy.args").write_text("--cluster-cidr=10.9.0.0/16\n")
+    with pytest.raises(K4wError, match="(?s)fail their checks.*--cluster-cidr"):
+        up_mod.cluster_up(cfg, out, dry_run=True, clock=FakeClock())
+
+
+def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
+    run_up(world)
+    world.log.clear()
+    up_mod.cluster_reset(world.cfg, world.out, vagrant=world.vagrant, remote=world.remote, host=world.host, clock=world.clock)
+    log = world.log
+    at = index(log, r"^master: kubectl delete node worker-linux --ignore-not-found")
+    at = index(log, r"^master: kubectl delete node worker-win --ignore-not-found", at)
+    at = index(log, r"^worker-linux: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    at = index(log, r"^worker-win: & 'C:\\k4w\\cluster-reset.ps1'", at)
+    index(log, r"^master: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    assert list(state(world)["steps"]) == ["up", "cluster-ip"]
+    assert not (world.out / "kubeconfig").exists()
+    world.log.clear()
+    run_up(world)
+    assert not any("vagrant up" in line or "cluster-ip" in line for line in world.log)
+    assert any("cluster-init.sh" in line for line in world.log)
+
+
+def test_down_destroys_and_forgets(world):
+    run_up(world)
+    up_mod.cluster_down(world.cfg, world.out, vagrant=world.vagrant)
+    assert world.log[-1] == "vagrant destroy"
+    assert not (world.out / "cluster-state.json").exists() and not (world.out / "kubeconfig").exists()
