@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import platform
 import re
 import shutil
@@ -19,7 +20,6 @@ from .tools import INSTALL
 STAGES = ("validate", "build", "cluster")
 # Free space a build needs: a Windows VHDX grows to ~25 GB plus the exported box; Ubuntu ~8 GB.
 DISK_GB = {"windows": 45, "linux": 12}
-MIN_PACKER = (1, 6, 0)  # first release with cd_files for hyperv-iso and the vagrant post-processor options used
 MIN_VAGRANT = (2, 2, 0)  # hyperv provider linked_clone / vm_integration_services
 
 
@@ -76,32 +76,28 @@ def host_checks() -> list[Check]:
     return checks
 
 
-def tool_checks() -> list[Check]:
+def tool_checks(out: Path) -> list[Check]:
+    from .build import packer_cli
+
     checks = []
-    for tool, minimum, stages in (("packer", MIN_PACKER, ("validate", "build")), ("vagrant", MIN_VAGRANT, ("cluster",))):
-        path = shutil.which(tool)
-        if not path:
-            checks.append(Check(tool, False, "not installed", INSTALL[tool], stages))
-            continue
-        text = _tool_version([tool, "version"] if tool == "packer" else [tool, "--version"])
+    # The build runner's own preflight: packer present and new enough, plugins on Packer 1.10+,
+    # an ISO authoring tool for cd_files. One source of truth for "can this host build".
+    templates = [json.loads(p.read_text()) for p in sorted((out / "packer").glob("*.json"))]
+    problems = packer_cli.packer_preflight(templates)
+    version = packer_cli.packer_version()
+    found = f"{packer_cli.packer_path()} {packer_cli.version_str(version)}" if version else "not usable"
+    checks.append(Check("packer", not problems, found if not problems else "; ".join(problems), "see the message", ("build",)))
+    path = shutil.which("vagrant")
+    if not path:
+        checks.append(Check("vagrant", False, "not installed", INSTALL["vagrant"], ("cluster",)))
+    else:
+        text = _tool_version(["vagrant", "--version"])
         ver = _version(text)
-        ok = ver is not None and ver >= minimum
-        want = ".".join(map(str, minimum))
-        checks.append(Check(tool, ok, f"{path} {text.splitlines()[0] if text else '?'}", f"needs {want} or newer: {INSTALL[tool]}", stages))
-        if tool == "packer" and ver and ver >= (1, 10, 0):
-            plugins = _tool_version([tool, "plugins", "installed"])
-            for plugin in ("hyperv", "vagrant"):
-                found = f"github.com/hashicorp/{plugin}" in plugins
-                checks.append(Check(f"packer plugin {plugin}", found, "installed" if found else "missing",
-                                    f"packer plugins install github.com/hashicorp/{plugin}", ("build",)))
-    for tool in ("shellcheck", "ruby", "debconf-set-selections"):
+        ok = ver is not None and ver >= MIN_VAGRANT
+        checks.append(Check("vagrant", ok, f"{path} {text}", f"needs {'.'.join(map(str, MIN_VAGRANT))} or newer: {INSTALL['vagrant']}", ("cluster",)))
+    for tool in ("packer", "shellcheck", "ruby", "debconf-set-selections"):
         path = shutil.which(tool)
-        checks.append(Check(tool, bool(path), path or "not installed", INSTALL[tool], ("validate",)))
-    if _is_windows():
-        # Packer builds cd_files with the first ISO authoring tool it finds.
-        authoring = next((t for t in ("oscdimg", "xorriso", "mkisofs", "genisoimage") if shutil.which(t)), None)
-        checks.append(Check("ISO authoring tool (cd_files)", bool(authoring), authoring or "none of oscdimg, xorriso, mkisofs",
-                            "install the Windows ADK 'Deployment Tools' (oscdimg) and add it to PATH", ("build",)))
+        checks.append(Check(f"{tool} (validation)", bool(path), path or "not installed", INSTALL[tool], ("validate",)))
     return checks
 
 
@@ -139,6 +135,15 @@ def iso_checks(cfg: Config) -> list[Check]:
     return checks
 
 
+def pin_checks(cfg: Config) -> list[Check]:
+    checks = []
+    for box in cfg.boxes():
+        unpinned = profiles.unpinned_components(profiles.load(box))
+        checks.append(Check(f"checksums pinned for {box}", not unpinned, "; ".join(unpinned) or "every download has a checksum",
+                            "download the file on a trusted connection, verify it, and set its sha256 in the profile", ("build",)))
+    return checks
+
+
 def disk_check(cfg: Config, out: Path) -> Check:
     need = sum(DISK_GB["windows" if profiles.load(b).is_windows else "linux"] for b in cfg.boxes())
     probe = out if out.exists() else out.resolve().parent
@@ -165,4 +170,4 @@ def proxy_checks(cfg: Config) -> list[Check]:
 
 
 def run(cfg: Config, out: Path) -> list[Check]:
-    return [*host_checks(), *tool_checks(), *switch_checks(cfg), *iso_checks(cfg), disk_check(cfg, out), *proxy_checks(cfg)]
+    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *iso_checks(cfg), *pin_checks(cfg), disk_check(cfg, out), *proxy_checks(cfg)]
