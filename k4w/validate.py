@@ -131,7 +131,7 @@ def manifests(cfg: Config, out: Path) -> Result:
     res.checked = [_rel(p) for p in sorted((out / "manifests").rglob("*.yaml"))]
     res.checked += [_rel(p) for p in sorted((out / "kubeadm").glob("*"))]
     res.checked += [_rel(p) for p in sorted((out / "nodes").rglob("*")) if p.is_file()]
-    res.problems = manifest_checks.check_manifests(out)
+    res.problems = manifest_checks.check_manifests(out, cfg)
     return res
 
 
