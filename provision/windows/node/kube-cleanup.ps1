@@ -22,35 +22,8 @@ $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "kube-cleanup ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
 
-# HNS (Host Networking Service) v1 API through vmcompute.dll's HNSCall, the interface Windows
-# Server 1803 offers (no HostNetworkingService PowerShell module before 2019).
-if (-not ('K4w.Hns' -as [type])) {
-    Add-Type -Namespace 'K4w' -Name 'Hns' -MemberDefinition @'
-[DllImport("vmcompute.dll")]
-public static extern void HNSCall(
-    [MarshalAs(UnmanagedType.LPWStr)] string method,
-    [MarshalAs(UnmanagedType.LPWStr)] string path,
-    [MarshalAs(UnmanagedType.LPWStr)] string request,
-    [MarshalAs(UnmanagedType.LPWStr)] out string response);
-'@
-}
-
-function Invoke-Hns([ValidateSet('GET', 'DELETE')][string]$Method, [string]$Path) {
-    $response = ''
-    [K4w.Hns]::HNSCall($Method, $Path, '', [ref]$response)
-    $result = $response | ConvertFrom-Json
-    if (-not (Get-Field $result 'Success')) {
-        $message = if ($result.PSObject.Properties['Error']) { $result.Error } else { $response }
-        throw "HNS $Method $Path failed: $message"
-    }
-    if ($result.PSObject.Properties['Output']) { return @($result.Output) }
-    return @()
-}
-
-function Get-Field($Object, [string]$Name) {
-    if ($Object.PSObject.Properties[$Name]) { return $Object.$Name }
-    return $null
-}
+# Invoke-Hns and Get-Field: HNS v1 through vmcompute.dll (1803 has no HNS PowerShell module).
+. (Join-Path $PSScriptRoot 'hns.ps1')
 
 $networks = @(Invoke-Hns GET '/networks' | Where-Object { (Get-Field $_ 'Name') -eq $NetworkName })
 $networkIds = @($networks | ForEach-Object { "$($_.ID)".ToLowerInvariant() })

@@ -41,6 +41,8 @@ $Services = @('kubelet', 'kube-proxy', 'flanneld')  # start order after docker; 
 $PollSeconds = 2                                    # how often a readiness condition is re-checked
 # flanneld's first start on 1803 fails adding routes with Win32 error 1168 (ERROR_NOT_FOUND).
 $FlannelRouteErrorPattern = 'New-NetRoute.*1168|1168.*New-NetRoute'
+# Test-HnsNetwork: HNS v1 through vmcompute.dll, shared with kube-cleanup.ps1 (both live in C:\k).
+. (Join-Path $PSScriptRoot 'hns.ps1')
 
 if (-not (Test-Path -LiteralPath $ConfigDir)) {
     Write-Output "start-node: $ConfigDir does not exist: this node has not joined a cluster, nothing to start"
@@ -143,27 +145,6 @@ function Stop-NodeService {
 function Test-NodeRegistered {
     if (-not (Test-Path -LiteralPath $Node.kubeconfig)) { return $false }
     return (Invoke-Native $Kubectl @('--kubeconfig', $Node.kubeconfig, 'get', 'node', $Node.name)).ExitCode -eq 0
-}
-
-function Test-HnsNetwork {
-    # HNS v1 through vmcompute.dll's HNSCall, as kube-cleanup.ps1 does: Windows Server 1803 has
-    # no HNS PowerShell module. Same type name and signature, so whichever script loads it first wins.
-    param([string]$Name)
-    if (-not ('K4w.Hns' -as [type])) {
-        Add-Type -Namespace 'K4w' -Name 'Hns' -MemberDefinition @'
-[DllImport("vmcompute.dll")]
-public static extern void HNSCall(
-    [MarshalAs(UnmanagedType.LPWStr)] string method,
-    [MarshalAs(UnmanagedType.LPWStr)] string path,
-    [MarshalAs(UnmanagedType.LPWStr)] string request,
-    [MarshalAs(UnmanagedType.LPWStr)] out string response);
-'@
-    }
-    $response = ''
-    [K4w.Hns]::HNSCall('GET', '/networks/', '', [ref]$response)
-    $result = $response | ConvertFrom-Json
-    if (-not $result.PSObject.Properties['Output']) { return $false }
-    return @($result.Output | Where-Object { $_.PSObject.Properties['Name'] -and $_.Name -eq $Name }).Count -gt 0
 }
 
 function Test-FlannelNetwork {
