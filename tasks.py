@@ -88,7 +88,9 @@ def all_(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=False):
         ui.say(f"\nnot building: {blocking[0].detail}. The plan above is what a Hyper-V host runs.", style="yellow")
         return
     ui.say("\nHyper-V host detected: building the boxes", style="bold")
-    c.run(f"invoke build --config {config} --out {out}" + (" --dry-run" if dry_run else ""), pty=False)
+    from k4w.build import commands
+
+    commands.build(cfg, out_path, dry_run=dry_run, console=ui.console)
 
 
 @task(name="network-up", help={"config": CONFIG_HELP, "dry_run": "print the PowerShell, change nothing"})
