@@ -20,6 +20,8 @@ from pathlib import Path
 import yaml
 
 from ..network import VXLAN_PORT, VXLAN_VNI
+from ..errors import ToolMissing
+from ..tools import INSTALL
 
 # apps/v1 (DaemonSet, Deployment) is GA since 1.9 and rbac/v1 since 1.8: all exist in 1.11 and today.
 ALLOWED_API_VERSIONS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1")
@@ -95,8 +97,11 @@ def _expected(out: Path, cfg, kubeadm_docs: list[dict], problems: list[str]) -> 
 # ------------------------------------------------------------------ schemas and API groups
 
 def _check_manifest_schemas(out: Path) -> list[str]:
-    import kubernetes_validate
-    from kubernetes_validate import utils as kv_utils
+    try:
+        import kubernetes_validate
+        from kubernetes_validate import utils as kv_utils
+    except ImportError as exc:  # a missing validator is a failure, never a silent pass
+        raise ToolMissing("kubernetes-validate", INSTALL["kubernetes-validate"]) from exc
 
     oldest = kv_utils.all_versions()[0]
     problems = []
