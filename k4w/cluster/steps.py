@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import ROOT, escape, ui
+from .. import ROOT, escape, profiles, ui
 from ..config import Config
 from ..errors import K4wError
 from ..redact import register_secret
@@ -220,6 +220,9 @@ def step_manifests(ctx: Context) -> None:
     kubectl(ctx, f"apply -f {rbac}")
     # kubeadm's own kube-proxy DaemonSet must stay off Windows nodes (they run kube-proxy as a service).
     kubectl(ctx, f'-n kube-system patch daemonset kube-proxy --patch "$(cat {patch})"')
+    # kubeadm 1.11's CoreDNS Deployment has no OS selector (added in 1.13, kubernetes#69940):
+    # a replica rescheduled onto the Windows node would never start.
+    kubectl(ctx, f'-n kube-system patch deployment coredns --patch "$(cat {patch})"')
     wait_ready(ctx, [master])
 
 
@@ -228,8 +231,12 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     join = join_parameters(ctx)
     prepare_dirs(ctx, m)
     script = upload_linux(ctx, m, ROOT / "provision" / "ubuntu" / "cluster-join.sh")
+    node = next(n for n in ctx.cfg.nodes if n.name == m.name)
+    # kubeadm 1.11 does not pass imageRepository to the kubelet (kubernetes/kubeadm#1003), so
+    # name the pause image the box pre-pulled, or the kubelet pulls k8s.gcr.io/pause itself.
+    pause = profiles.load(node.box).data.kubernetes.pause_image
     env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_API_SERVER=join["api"],
-                 K4W_JOIN_TOKEN=join["token"], K4W_CA_CERT_HASH=join["hash"])
+                 K4W_JOIN_TOKEN=join["token"], K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
     ctx.remote.run(m, f"sudo {env} bash {script}")
 
 

@@ -43,6 +43,11 @@ if ((proxy_enabled)); then
     proxy_vars+=("NO_PROXY=${K4W_NO_PROXY}" "no_proxy=${K4W_NO_PROXY}")
 fi
 
+# Files that hold a proxy password are readable by root only: apt and systemd read them as
+# root. /etc/environment stays 0644 because PAM gives it to every login session.
+secret_mode=0644
+[[ ${K4W_HTTP_PROXY}${K4W_HTTPS_PROXY} == *@* ]] && secret_mode=0600
+
 # /etc/environment: keep every other line, replace the proxy variables.
 environment_file() {
     local current="" kept line
@@ -65,7 +70,7 @@ apt_proxy_file() {
     if ((proxy_enabled)); then
         [[ -n $K4W_HTTP_PROXY ]] && content+=$'\n'"Acquire::http::Proxy \"${K4W_HTTP_PROXY}\";"
         [[ -n $K4W_HTTPS_PROXY ]] && content+=$'\n'"Acquire::https::Proxy \"${K4W_HTTPS_PROXY}\";"
-        k4w_write_file "$APT_PROXY_FILE" 0644 "$content"
+        k4w_write_file "$APT_PROXY_FILE" "$secret_mode" "$content"
     else
         k4w_remove_file "$APT_PROXY_FILE"
     fi
@@ -94,7 +99,7 @@ service_drop_ins() {
             for pair in "${proxy_vars[@]}"; do
                 content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
             done
-            k4w_write_file "$path" 0644 "$content"
+            k4w_write_file "$path" "$secret_mode" "$content"
         else
             k4w_remove_file "$path"
         fi

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Join this Linux worker with kubeadm, idempotently. Run by cluster-up as root.
 # Input: K4W_NODE_NAME, K4W_NODE_IP, K4W_API_SERVER (ip:port), K4W_JOIN_TOKEN,
-# K4W_CA_CERT_HASH (sha256:...), from a fresh `kubeadm token create --print-join-command`.
+# K4W_CA_CERT_HASH (sha256:...), from a fresh `kubeadm token create --print-join-command`;
+# K4W_PAUSE_IMAGE, the pause image the box pre-pulled (from the box profile).
 set -euo pipefail
 trap 'echo "cluster-join.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
-for var in K4W_NODE_NAME K4W_NODE_IP K4W_API_SERVER K4W_JOIN_TOKEN K4W_CA_CERT_HASH; do
+for var in K4W_NODE_NAME K4W_NODE_IP K4W_API_SERVER K4W_JOIN_TOKEN K4W_CA_CERT_HASH K4W_PAUSE_IMAGE; do
   if [ -z "${!var:-}" ]; then echo "cluster-join.sh: $var must be set" >&2; exit 1; fi
 done
 
 # The kubeadm drop-in of 1.11 reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian
-# packaging). --node-ip pins the kubelet to the cluster NIC instead of the management NIC.
-wanted="KUBELET_EXTRA_ARGS=--node-ip=$K4W_NODE_IP"
+# packaging). --node-ip pins the kubelet to the cluster NIC instead of the management NIC;
+# kubeadm 1.11 does not tell the kubelet its pause image (kubernetes/kubeadm#1003), so without
+# --pod-infra-container-image it would pull k8s.gcr.io/pause instead of the pre-pulled one.
+wanted="KUBELET_EXTRA_ARGS=--node-ip=$K4W_NODE_IP --pod-infra-container-image=$K4W_PAUSE_IMAGE"
 if [ "$(cat /etc/default/kubelet 2>/dev/null || true)" != "$wanted" ]; then
   echo "$wanted" > /etc/default/kubelet
   systemctl daemon-reload

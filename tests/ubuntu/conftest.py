@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -57,6 +58,25 @@ QEMU_PROFILE = {
 }
 
 
+USER_VARIABLE = re.compile(r"\{\{\s*user `([^`]+)`\s*\}\}")
+
+
+def resolve_user_variables(template: dict) -> dict:
+    """The template as Packer sees it at build time: {{user `x`}} replaced by variables[x]."""
+    variables = template.get("variables", {})
+
+    def resolve(value):
+        if isinstance(value, str):
+            return USER_VARIABLE.sub(lambda m: variables[m.group(1)], value)
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        return value
+
+    return resolve(template)
+
+
 def need(tool: str, install: str) -> str:
     """The path of a required tool; a missing tool fails the test and names its install command."""
     path = shutil.which(tool)
@@ -90,7 +110,7 @@ def ubuntu(render_box):
 
     def _ubuntu(http=None, https=None):
         files = render_box(cluster(http, https))
-        return json.loads(files[f"packer/{BOX}.json"]), files[f"http/{BOX}/preseed.cfg"]
+        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"])), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

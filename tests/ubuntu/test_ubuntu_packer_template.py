@@ -225,3 +225,22 @@ def test_missing_iso_checksum_is_refused_by_name(profile_dir, tmp_path, monkeypa
     monkeypatch.setattr(iso, "CATALOGUE", tmp_path / "empty-catalogue.yml")
     with pytest.raises(K4wError, match="the ISO sha256 is unknown"):
         _render_with_profile(profile_dir, tmp_path, lambda d: d["iso"].pop("sha256"))
+
+
+def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(render_box):
+    """Packer masks sensitive variables in its output and logs; the raw URL is in one place only."""
+    from tests.ubuntu.conftest import cluster
+
+    raw = render_box(cluster(HTTP_PROXY, None))[f"packer/{BOX}.json"]
+    template = json.loads(raw)
+    assert template["sensitive-variables"] == ["http_proxy", "https_proxy"]
+    assert template["variables"]["http_proxy"] == HTTP_PROXY
+    assert raw.count(json.dumps(HTTP_PROXY)[1:-1]) == 1
+    assert all(HTTP_PROXY not in item for step in shell_steps(template) for item in step["environment_vars"])
+
+
+def test_a_proxy_without_credentials_is_not_masked(render_box):
+    from tests.ubuntu.conftest import cluster
+
+    template = json.loads(render_box(cluster("http://proxy.corp.example:3128", None))[f"packer/{BOX}.json"])
+    assert "sensitive-variables" not in template
