@@ -69,6 +69,7 @@ def nssm_parameters(names: list[str]) -> str:
     parameters = Get-Prop $p 'AppParameters'
     stdout = Get-Prop $p 'AppStdout'; stderr = Get-Prop $p 'AppStderr'
     rotate_files = Get-Prop $p 'AppRotateFiles'; rotate_bytes = Get-Prop $p 'AppRotateBytes'
+    no_console = Get-Prop $p 'AppNoConsole'
     exit_default = $(if ($exit) {{ $exit.GetValue('') }} else {{ $null }})
   }}
 }}"""

@@ -1,6 +1,7 @@
-# 08-node-services.ps1 - the NSSM services kubelet, kube-proxy and flanneld, and the startup task
+# 08-node-services.ps1 - the NSSM services kubelet, flanneld and kube-proxy, and the startup task
 # k4w-node-start, exactly as docs/internals.md ("Windows box <-> cluster-up") describes:
-# - start order docker -> kubelet -> kube-proxy -> flanneld as service dependencies;
+# - start order docker -> kubelet -> flanneld -> kube-proxy as service dependencies (why not the
+#   2018 order of seed 000: see step 4 of node/start-node.ps1);
 # - restarted on failure; stdout/stderr in C:\k\logs, rotated;
 # - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config\<svc>.args
 #   and .env at cluster-up, runs kube-cleanup.ps1 and starts them in order. Until a node has
@@ -15,6 +16,7 @@ $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
 $nssm = Join-Path $nodeDir 'nssm.exe'
 $logDir = Join-Path $nodeDir 'logs'
 $startNode = Join-Path $nodeDir 'start-node.ps1'
+$startNodeLog = Join-Path $logDir 'start-node.log'
 $taskName = 'k4w-node-start'
 
 foreach ($required in $nssm, $startNode, (Join-Path $nodeDir 'kube-cleanup.ps1')) {
@@ -24,11 +26,13 @@ foreach ($required in $nssm, $startNode, (Join-Path $nodeDir 'kube-cleanup.ps1')
 }
 New-Item -ItemType Directory -Path $logDir -Force | Out-Null
 
-# Each service depends on the previous one, so the SCM starts (and stops) them in this order.
+# Each service depends on the previous one, so the SCM starts (and stops) them in this order:
+# flanneld needs the kubelet's Node object, and userspace kube-proxy needs the vEthernet
+# (<network>_ep) adapter flanneld creates.
 $services = @(
     [pscustomobject]@{ Name = 'kubelet'; Program = 'kubelet.exe'; DependsOn = 'docker'; Description = 'Kubernetes node agent' },
-    [pscustomobject]@{ Name = 'kube-proxy'; Program = 'kube-proxy.exe'; DependsOn = 'kubelet'; Description = 'Kubernetes service proxy' },
-    [pscustomobject]@{ Name = 'flanneld'; Program = 'flanneld.exe'; DependsOn = 'kube-proxy'; Description = 'Flannel pod network' }
+    [pscustomobject]@{ Name = 'flanneld'; Program = 'flanneld.exe'; DependsOn = 'kubelet'; Description = 'Flannel pod network' },
+    [pscustomobject]@{ Name = 'kube-proxy'; Program = 'kube-proxy.exe'; DependsOn = 'flanneld'; Description = 'Kubernetes service proxy' }
 )
 
 function Set-NssmValue([string]$Service, [string]$Name, [string[]]$Value) {
@@ -51,8 +55,12 @@ foreach ($svc in $services) {
     Set-NssmValue $svc.Name 'ObjectName' 'LocalSystem'
     Set-NssmValue $svc.Name 'Start' 'SERVICE_DEMAND_START'
     Set-NssmValue $svc.Name 'DependOnService' $svc.DependsOn
-    # Restart the program whenever it exits, after 10 s (flanneld's first start on 1803 can fail
-    # with "New-NetRoute ... 1168" until kube-proxy has created its endpoints).
+    # NSSM 2.24 services can stay Paused on Windows 10 1703 (Creators Update) and later builds
+    # such as Server 1803; nssm.cc/download's workaround (notice of 2017-04-26) is AppNoConsole=1:
+    # no console window for the program. The node programs are console programs that need none.
+    Set-NssmValue $svc.Name 'AppNoConsole' '1'
+    # Restart the program whenever it exits, after 10 s (e.g. flanneld's first start on 1803 can
+    # fail adding routes with "New-NetRoute ... 1168").
     Set-NssmValue $svc.Name 'AppExit' @('Default', 'Restart')
     Set-NssmValue $svc.Name 'AppRestartDelay' '10000'
     Set-NssmValue $svc.Name 'AppStdout' $log
@@ -88,8 +96,16 @@ foreach ($svc in $services) {
 
 # The startup task: brings a joined node back after every reboot (stale HNS state is cleaned by
 # start-node.ps1 before the services start). Does nothing on a box that has not joined yet.
+# A task's output goes nowhere, so the action appends every output stream of start-node.ps1 to
+# C:\k\logs\start-node.log as UTF-8 (Windows PowerShell 5.1's *>> would write UTF-16; -Width
+# keeps Out-File from cutting lines at a console width) and hands the script's exit code on to
+# the task's "Last Run Result". Done in the action rather than by Start-Transcript in the script:
+# cluster-up runs the same script over WinRM and reads its output directly, so the script itself
+# stays a plain writer to standard output.
 $powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
-$arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$startNode`""
+$quotedStartNode = "'" + $startNode.Replace("'", "''") + "'"
+$quotedLog = "'" + $startNodeLog.Replace("'", "''") + "'"
+$arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command `"& $quotedStartNode *>&1 | Out-File -FilePath $quotedLog -Append -Encoding utf8 -Width 4096; exit `$LASTEXITCODE`""
 $existing = Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue
 $current = $existing -and
     @($existing.Actions).Count -eq 1 -and $existing.Actions[0].Execute -eq $powershell -and
@@ -104,7 +120,7 @@ if ($current) {
         -Trigger (New-ScheduledTaskTrigger -AtStartup) `
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
         -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew) `
-        -Description 'k4w: apply C:\k\config and start docker, kubelet, kube-proxy, flanneld in order'
+        -Description 'k4w: apply C:\k\config and start docker, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)'
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
     Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM)"
 }

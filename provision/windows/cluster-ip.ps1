@@ -5,8 +5,9 @@
 .DESCRIPTION
   The cluster NIC sits on the Internal switch, which has no DHCP: until this runs it holds an
   APIPA 169.254/16 address. The NIC is the up, physical adapter that does not carry the default
-  route (the management NIC does). Once Flannel's l2bridge network exists the address lives on
-  its vEthernet adapter instead, so an address that is already present anywhere counts as done.
+  route (the management NIC does). Once start-node.ps1 has created the HNS network 'External' on
+  that NIC (the vSwitch Flannel's l2bridge network then shares), the address lives on the
+  vSwitch's vEthernet adapter instead, so an address that is already present anywhere counts as done.
   Waits until the address is Preferred: Tentative (duplicate detection running) or Duplicate
   addresses cannot be used by kubelet, flanneld or WinRM.
 #>

@@ -17,11 +17,13 @@ pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("windows")]
 
 K_DIR = "C:\\k"  # docs/internals.md: the box installs provision/windows/node/ into C:\k (K4W_NODE_DIR)
 RELEASE_FILE = K_DIR + "\\box-release.json"
-NODE_SERVICES = ("kubelet", "kube-proxy", "flanneld")
-# Start order docker -> kubelet -> kube-proxy -> flanneld (seed 000 "Service start order
-# matters"; docs/internals.md): each service depends on the one before it.
-DEPENDS_ON = {"kubelet": "docker", "kube-proxy": "kubelet", "flanneld": "kube-proxy"}
+NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
+# Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not seed 000's 2018
+# order: userspace kube-proxy needs the vEthernet (<network>_ep) adapter flanneld creates, see
+# start-node.ps1 step 4): each service depends on the one before it.
+DEPENDS_ON = {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
 NODE_START_TASK = "k4w-node-start"
+NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
 NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
 # Inbound ports (REFERENCE.md "Flannel and Windows networking facts"): kubelet API (kubelet
 # --port default 10250), Flannel vxlan (UDP 4789), NodePort range for TCP and UDP services
@@ -132,6 +134,14 @@ def test_node_service_is_nssm_and_restarts_on_failure(host, services, nssm, name
 
 @pytest.mark.k4w_check("node_services")
 @pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_gets_no_console(nssm, name):
+    # NSSM 2.24 services can stay Paused on Windows 10 1703+ / Server 1803 unless AppNoConsole=1
+    # (nssm.cc/download, "Windows 10 Creators Update").
+    assert nssm[name]["no_console"] == 1, f"{name}: NSSM AppNoConsole is {nssm[name]['no_console']!r}, not 1 (service may hang Paused)"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
 def test_node_service_logs_rotate_into_k_logs(nssm, name):
     params = nssm[name]
     for stream in ("stdout", "stderr"):
@@ -171,6 +181,8 @@ def test_node_start_task_runs_start_node_at_boot(host):
     assert task["exists"], f"scheduled task {NODE_START_TASK} is missing"
     assert "MSFT_TaskBootTrigger" in task["triggers"], f"{NODE_START_TASK} has no at-startup trigger: {task['triggers']}"
     assert any("start-node.ps1" in action.lower() for action in task["actions"]), f"{NODE_START_TASK} does not run start-node.ps1: {task['actions']}"
+    assert any(NODE_START_LOG.lower() in action.lower() for action in task["actions"]), \
+        f"{NODE_START_TASK} does not keep start-node.ps1's output in {NODE_START_LOG}: {task['actions']}"
     assert task["user"] == "SYSTEM", f"{NODE_START_TASK} runs as {task['user']!r}, not SYSTEM (it configures services)"
 
 

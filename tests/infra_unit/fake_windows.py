@@ -25,8 +25,8 @@ K = "C:\\k"
 SERVICES = {
     "docker": ("Running", "Automatic", [], '"C:\\Program Files\\docker\\dockerd.exe" --run-service'),
     "kubelet": ("Stopped", "Manual", ["docker"], "C:\\k\\nssm.exe"),
-    "kube-proxy": ("Stopped", "Manual", ["kubelet"], "C:\\k\\nssm.exe"),
-    "flanneld": ("Stopped", "Manual", ["kube-proxy"], "C:\\k\\nssm.exe"),
+    "flanneld": ("Stopped", "Manual", ["kubelet"], "C:\\k\\nssm.exe"),
+    "kube-proxy": ("Stopped", "Manual", ["flanneld"], "C:\\k\\nssm.exe"),
 }
 FIREWALL = [
     ("k4w-kubelet", "TCP", "10250"),
@@ -64,7 +64,8 @@ def _box_state(defect: str | None) -> dict:
     state = {
         "services": {n: dict(zip(("status", "start_type", "depends_on", "image_path"), v)) for n, v in SERVICES.items()},
         "nssm": {n: {"application": f"{K}\\{n}.exe", "parameters": None, "stdout": f"{K}\\logs\\{n}.log",
-                     "stderr": f"{K}\\logs\\{n}.log", "rotate_files": 1, "rotate_bytes": 10485760, "exit_default": "Restart"}
+                     "stderr": f"{K}\\logs\\{n}.log", "rotate_files": 1, "rotate_bytes": 10485760, "exit_default": "Restart",
+                     "no_console": 1}
                  for n in ("kubelet", "kube-proxy", "flanneld")},
         "natives": natives,
         "firewall": [{"name": n, "enabled": "True", "direction": "Inbound", "action": "Allow", "profile": "Any",
@@ -74,6 +75,10 @@ def _box_state(defect: str | None) -> dict:
                      "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
+        # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
+        "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
+                         f"-ExecutionPolicy Bypass -Command \"& '{K}\\start-node.ps1' *>&1 | Out-File -FilePath "
+                         f"'{K}\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\""],
     }
     built_with = os.environ.get("FAKE_WINDOWS_BUILT_WITH")
     proxy = derive_proxy(config.load(built_with)) if built_with else None
@@ -92,6 +97,14 @@ def _box_state(defect: str | None) -> dict:
             state["profiles"][2]["enabled"] = "False"
         elif name == "kubelet_automatic":
             state["services"]["kubelet"]["start_type"] = "Automatic"
+        elif name == "nssm_console":  # a service registered without AppNoConsole
+            state["nssm"]["flanneld"]["no_console"] = None
+        elif name == "seed_000_order":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
+            state["services"]["kube-proxy"]["depends_on"] = ["kubelet"]
+            state["services"]["flanneld"]["depends_on"] = ["kube-proxy"]
+        elif name == "task_without_log":  # the boot task as before: -File, output lost
+            state["task_actions"] = [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile "
+                                     f"-NonInteractive -ExecutionPolicy Bypass -File \"{K}\\start-node.ps1\""]
         elif name == "stale_release":
             state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
         else:
@@ -133,8 +146,7 @@ class FakeWindowsBackend(base.BaseBackend):
             return s["proxy"]
         if "Get-ScheduledTask" in body:
             return {"exists": True, "state": "Ready", "triggers": ["MSFT_TaskBootTrigger"], "user": "SYSTEM",
-                    "actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
-                                f"-ExecutionPolicy Bypass -File \"{K}\\start-node.ps1\""]}
+                    "actions": s["task_actions"]}
         if "AppExit" in body:
             names = _strings(body.split("foreach ($name in ", 1)[1].split("\n", 1)[0])
             return [{"name": n, "exists": True, **s["nssm"][n]} for n in names]

@@ -45,6 +45,16 @@ def test_planted_defects_fail_their_checks_only(run_windows_spec):
     assert "test_node_service_starts_manually[fakewin://worker-win-kubelet]" in run.result["failed_tests"][1]
 
 
+def test_node_runtime_defects_fail_their_checks_only(run_windows_spec):
+    run = run_windows_spec("nssm_console,seed_000_order,task_without_log")
+    assert run.proc.returncode == 1
+    assert sorted(set(_failed(run))) == ["test_node_service_gets_no_console", "test_node_service_installed_after_its_dependency",
+                                         "test_node_start_task_runs_start_node_at_boot"]
+    failed = run.result["failed_tests"]
+    assert sum("test_node_service_gets_no_console" in t for t in failed) == 1  # flanneld only
+    assert {t.split("worker-win-", 1)[1].rstrip("]") for t in failed if "installed_after_its_dependency" in t} == {"flanneld", "kube-proxy"}
+
+
 @pytest.fixture
 def proxy_yml(tmp_path, cluster_yml):
     data = yaml.safe_load(cluster_yml.read_text())

@@ -74,7 +74,8 @@ def test_box_release_records_exactly_the_profile_components(render_windows):
 def test_services_are_registered_as_the_cluster_start_expects():
     script = (PROVISION / "08-node-services.ps1").read_text()
     chain = re.findall(r"Name = '([a-z-]+)'; Program = '[a-z-]+\.exe'; DependsOn = '([a-z-]+)'", script)
-    assert chain == [("kubelet", "docker"), ("kube-proxy", "kubelet"), ("flanneld", "kube-proxy")]
+    # docker -> kubelet -> flanneld -> kube-proxy: userspace kube-proxy needs flanneld's vEthernet (<network>_ep).
+    assert chain == [("kubelet", "docker"), ("flanneld", "kubelet"), ("kube-proxy", "flanneld")]
     assert "'Start' 'SERVICE_DEMAND_START'" in script  # Manual
     assert "'AppExit' @('Default', 'Restart')" in script
     assert re.search(r"'reset', \$svc.Name, \$value", script) and "'AppParameters'" in script
@@ -156,3 +157,83 @@ def test_vagrantfile_uses_only_settings_this_vagrant_knows():
         assert names <= accessors[scope], f"unknown {scope} settings: {names - accessors[scope]}"
     assert 'config.winrm.username = "vagrant"' in text and 'config.winrm.password = "vagrant"' in text
     assert "config.winrm.transport = :negotiate" in text
+
+
+# ------------------------------------------------------------------ node runtime (08-node-services.ps1, node/)
+
+def _service_loop(script: str) -> str:
+    """The body of 08-node-services.ps1's per-service loop (every value set there applies to each service)."""
+    start = script.index("foreach ($svc in $services) {")
+    return script[start:script.index("\n}\n", start)]
+
+
+def test_every_service_gets_app_no_console_like_its_other_values():
+    # NSSM 2.24 services can stay Paused on Windows 10 1703+ (nssm.cc/download); AppNoConsole=1 avoids it.
+    loop = _service_loop((PROVISION / "08-node-services.ps1").read_text())
+    assert "Set-NssmValue $svc.Name 'AppNoConsole' '1'" in loop
+    # Set through the same idempotent helper as the rest, before the service is checked.
+    assert loop.index("'AppNoConsole'") < loop.index("$service = Get-Service -Name $svc.Name")
+
+
+def _task_arguments(script: str, node_dir: str = "C:\\k") -> str:
+    """The boot task's Arguments as 08-node-services.ps1 builds them, expanded the way PowerShell does."""
+    line = re.search(r'^\$arguments = "(.*)"$', script, re.M).group(1)
+    values = {
+        "$quotedStartNode": "'" + (node_dir + "\\start-node.ps1").replace("'", "''") + "'",
+        "$quotedLog": "'" + (node_dir + "\\logs\\start-node.log").replace("'", "''") + "'",
+    }
+    for name, value in values.items():
+        line = line.replace(name, value)
+    assert not re.search(r"(?<!`)\$[a-zA-Z]", line), f"unexpanded variable in {line}"
+    return line.replace('`"', '"').replace("`$", "$")
+
+
+def test_boot_task_appends_start_node_output_to_its_log_and_keeps_the_exit_code():
+    script = (PROVISION / "08-node-services.ps1").read_text()
+    assert '$startNodeLog = Join-Path $logDir \'start-node.log\'' in script
+    arguments = _task_arguments(script)
+    assert arguments == ("-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command \"& 'C:\\k\\start-node.ps1' *>&1 | "
+                         "Out-File -FilePath 'C:\\k\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\"")
+    # An apostrophe in the node folder stays inside the PowerShell literal.
+    assert "'C:\\it''s\\start-node.ps1'" in _task_arguments(script, "C:\\it's")
+    # The idempotency check compares exactly these arguments, so an old -File task is replaced.
+    assert "$existing.Actions[0].Arguments -eq $arguments" in script
+    # The simulated box the Windows spec runs against registers the same action.
+    from tests.infra_unit.fake_windows import _box_state
+
+    assert _box_state(None)["task_actions"] == [
+        "C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe " + arguments]
+
+
+def test_start_node_comment_names_the_real_log_capture():
+    start_node = (PROVISION / "node" / "start-node.ps1").read_text()
+    assert "C:\\k\\logs\\start-node.log" in start_node
+    assert "task's log capture standard output only" not in start_node
+
+
+def test_kube_cleanup_never_deletes_the_external_placeholder_network():
+    script = (PROVISION / "node" / "kube-cleanup.ps1").read_text()
+    hns = (PROVISION / "node" / "hns.ps1").read_text()
+    assert "$HnsExternalNetworkName = 'External'" in hns
+    # The only network deletion walks $networks, which holds exactly the networks named -NetworkName ...
+    assert re.findall(r"Invoke-Hns DELETE \"/networks/[^\"]+\"", script) == ['Invoke-Hns DELETE "/networks/$($network.ID)"']
+    assert "foreach ($network in $networks)" in script
+    assert "$networks = @(Invoke-Hns GET '/networks' | Where-Object { (Get-Field $_ 'Name') -eq $NetworkName })" in script
+    # ... and -NetworkName External is refused before any HNS call.
+    guard = script.index("if ($NetworkName -eq $HnsExternalNetworkName) {")
+    assert script.index(". (Join-Path $PSScriptRoot 'hns.ps1')") < guard < script.index("Invoke-Hns GET")
+    assert "throw" in script[guard:guard + 250]
+
+
+def test_external_network_matches_microsofts_l2bridge_placeholder_and_is_idempotent():
+    hns = (PROVISION / "node" / "hns.ps1").read_text()
+    body = hns[hns.index("function Add-HnsExternalNetwork"):]
+    assert "[ValidateSet('GET', 'POST', 'DELETE')]" in hns and "[K4w.Hns]::HNSCall($Method, $Path, $Request, [ref]$response)" in hns
+    # Exists already: return before the adapter is even looked at.
+    exists = body.index("if (Test-HnsNetwork $HnsExternalNetworkName) { return $false }")
+    assert exists < body.index("if (-not $AdapterName)") < body.index("Invoke-Hns POST '/networks' $request")
+    for field in ("Type               = 'L2Bridge'", "NetworkAdapterName = $AdapterName",
+                  "AddressPrefix = '192.168.255.0/30'; GatewayAddress = '192.168.255.1'"):
+        assert field in body
+    assert "192.168.255.0/30" in body[:body.index("param(")]  # the comment names where the values come from
+    assert "CreateExternalNetwork" in body and "hostgw_windows.go" in body

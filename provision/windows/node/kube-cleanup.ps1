@@ -6,6 +6,8 @@
 # host-gw, vxlan0 for vxlan - network.windows_network_name), its endpoints and the policy lists
 # that reference them, and a NetNat only when its name is given. Never "every NetNat": that would
 # also remove the host's own NAT (the defect of the original kube-cleanup).
+# Never the placeholder network 'External' (hns.ps1 Add-HnsExternalNetwork): it keeps the HNS
+# vSwitch on the cluster NIC, and deleting it would make the next Flannel start rebuild the vSwitch.
 #
 #   C:\k\kube-cleanup.ps1 -NetworkName cbr0 [-NatName <name>]
 param(
@@ -24,6 +26,10 @@ trap { Write-Host "kube-cleanup ERROR: $_"; Write-Host $_.InvocationInfo.Positio
 
 # Invoke-Hns and Get-Field: HNS v1 through vmcompute.dll (1803 has no HNS PowerShell module).
 . (Join-Path $PSScriptRoot 'hns.ps1')
+
+if ($NetworkName -eq $HnsExternalNetworkName) {
+    throw "-NetworkName '$NetworkName' is the placeholder network that pins the vSwitch to the cluster NIC; kube-cleanup never removes it"
+}
 
 $networks = @(Invoke-Hns GET '/networks' | Where-Object { (Get-Field $_ 'Name') -eq $NetworkName })
 $networkIds = @($networks | ForEach-Object { "$($_.ID)".ToLowerInvariant() })
