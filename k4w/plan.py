@@ -60,7 +60,7 @@ def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
         f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, Windows kube-proxy RBAC; wait for {cfg.master.name} Ready",
         f"join Linux workers: {', '.join(workers_linux) or 'none'}",
-        f"join Windows workers: {', '.join(workers_win) or 'none'} (docker -> kubelet -> kube-proxy -> flanneld)",
+        f"join Windows workers: {', '.join(workers_win) or 'none'} (docker -> kubelet -> flanneld -> kube-proxy)",
         f"wait for every node Ready (timeout {cfg.cluster.ready_timeout} s), deploy the demo, write {out / 'kubeconfig'}",
     ]
     for i, text in enumerate(steps, 1):
