@@ -276,8 +276,9 @@ k4w_enable() {
 # k4w_package_version PACKAGE - the installed version, empty when not installed.
 k4w_package_version() {
     # dpkg-query fails for a package it has never seen: that is "not installed", not an error.
+    # "hi" is installed and held (apt-mark hold, as step 03 does for docker): still installed.
     { dpkg-query --show --showformat='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null || true; } |
-        awk '$1 == "ii" { print $2 }'
+        awk '$1 == "ii" || $1 == "hi" { print $2 }'
 }
 
 # k4w_apt_install PACKAGE[=VERSION]... - install only what is missing or at another version,
