@@ -184,3 +184,17 @@ def cluster_test(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=Fals
     from k4w.infra import flows
 
     flows.cluster_test(cli.load(config), Path(out), dry_run=dry_run)
+
+
+@task(help={"out": "e2e folder: base-image cache, rendered files, box, logs (default: build/e2e)",
+            "keep": "keep the work folder (squid logs, guest overlay, serial console, ssh config) for debugging",
+            "dry_run": DRY_HELP})
+@cli.user_errors
+def e2e(c, out="build/e2e", keep=False, dry_run=False):
+    """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
+    from k4w.e2e import run_e2e
+
+    result = run_e2e(Path(out), keep=keep, dry_run=dry_run)
+    if not dry_run:
+        for line in result.summary():
+            ui.say(line)

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   packer vagrant shellcheck debconf-utils ruby
   qemu-system-x86 qemu-utils debootstrap squid
-  python3-venv git ca-certificates openssh-client
+  python3-venv git ca-certificates openssh-client e2fsprogs tar
 )
 
 as_root() {

@@ -1,0 +1,232 @@
+"""A real squid on 127.0.0.1 as the user's corporate proxy, and the reading of its access log.
+
+The QEMU guests reach it at http://10.0.2.2:<port> (QEMU user-mode networking maps the
+host's loopback to 10.0.2.2), which is what the e2e cluster.yml puts in proxy.http/https.
+Everything squid writes (cache, logs, pid) lives in its own folder; nothing of the host's
+squid (a service on 3128, /etc/squid, /var/log/squid) is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .phases import E2EError, Log, Phase, run
+
+# The user Debian's squid package drops privileges to when started as root (its default
+# cache_effective_user); our folder must be writable by it.
+SQUID_USER = "proxy"
+# Seconds squid waits for open connections on shutdown (default 30): nothing to wait for here.
+SHUTDOWN_LIFETIME = 1
+# Fields of our access-log format (see LOGFORMAT): epoch.millis client status bytes method URL "user agent".
+LOGFORMAT = 'k4w %ts.%03tu %>a %Ss/%03>Hs %<st %rm %ru "%{User-Agent}>h"'
+_LINE = re.compile(r'^(?P<time>\d+\.\d+) (?P<client>\S+) (?P<code>\S+)/(?P<status>\d{3}) (?P<bytes>\d+) '
+                   r'(?P<method>\S+) (?P<url>\S+) "(?P<agent>[^"]*)"$')
+# apt's User-Agent ("Debian APT-HTTP/1.3 (2.6.1)"): how a guest's apt requests are told apart.
+APT_AGENT = "APT-HTTP"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def config_text(port: int, folder: Path, user: str | None) -> str:
+    """squid.conf for a private instance: loopback only, own cache and logs, access log in LOGFORMAT."""
+    folder = Path(folder)
+    lines = [
+        "# k4w e2e: a private squid standing in for a corporate proxy",
+        f"http_port 127.0.0.1:{port}",
+        f"pid_filename {folder / 'squid.pid'}",
+        f"cache_log {folder / 'cache.log'}",
+        f"logformat {LOGFORMAT}",
+        f"access_log stdio:{folder / 'access.log'} k4w",
+        "cache_store_log none",
+        f"cache_dir ufs {folder / 'cache'} 512 16 256",
+        f"coredump_dir {folder / 'cache'}",
+        # .debs (docker.io is ~25 MB) are worth keeping for a re-run against the same squid.
+        "maximum_object_size 256 MB",
+        f"shutdown_lifetime {SHUTDOWN_LIFETIME} seconds",
+        "visible_hostname k4w-e2e-proxy",
+        # pinger is a setuid ICMP helper for cache-peer selection; there are no peers here.
+        "pinger_enable off",
+        # The guests connect through QEMU's user-mode network, i.e. from the host's loopback.
+        "acl Safe_ports port 80 443",
+        "acl SSL_ports port 443",
+        "http_access deny !Safe_ports",
+        "http_access deny CONNECT !SSL_ports",
+        "http_access allow localhost",
+        "http_access deny all",
+    ]
+    if user:
+        lines.append(f"cache_effective_user {user}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class AccessLine:
+    time: float
+    client: str
+    code: str  # squid's result code, e.g. TCP_MISS
+    status: int  # HTTP status sent to the client
+    bytes: int
+    method: str
+    url: str
+    agent: str
+
+    @property
+    def host(self) -> str:
+        match = re.match(r"^[a-z]+://([^/:]+)", self.url)
+        return match.group(1) if match else self.url.split(":")[0]
+
+
+def parse_access_log(text: str) -> tuple[list[AccessLine], list[str]]:
+    """(parsed lines, lines that did not parse). Lines not in our format are reported, not dropped."""
+    parsed, bad = [], []
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        match = _LINE.match(raw.strip())
+        if not match:
+            bad.append(raw)
+            continue
+        parsed.append(AccessLine(float(match["time"]), match["client"], match["code"], int(match["status"]),
+                                 int(match["bytes"]), match["method"], match["url"], match["agent"]))
+    return parsed, bad
+
+
+def is_package(line: AccessLine) -> bool:
+    return line.url.endswith(".deb")
+
+
+def is_index(line: AccessLine) -> bool:
+    # Release files, Packages and Translation indexes, also fetched by hash: all under dists/.
+    return "/dists/" in line.url
+
+
+def apt_requests(lines: list[AccessLine]) -> list[AccessLine]:
+    """Requests a guest's apt made: apt's user agent, an archive URL (index or package)."""
+    return [l for l in lines if APT_AGENT in l.agent and (is_package(l) or is_index(l))]
+
+
+def summary(lines: list[AccessLine]) -> dict:
+    apt = apt_requests(lines)
+    return {
+        "lines": len(lines),
+        "apt_requests": len(apt),
+        "debs": sum(1 for l in apt if is_package(l)),
+        "indexes": sum(1 for l in apt if is_index(l)),
+        "hosts": sorted({l.host for l in apt}),
+        "clients": sorted({l.client for l in apt}),
+        "failed": [f"{l.status} {l.url}" for l in apt if l.status >= 400],
+        "bytes": sum(l.bytes for l in apt),
+    }
+
+
+class Squid:
+    """A running private squid: .url_for_guests, .access_log, .offset() and .lines_since()."""
+
+    def __init__(self, folder: Path, port: int, proc: subprocess.Popen):
+        self.folder = folder
+        self.port = port
+        self.proc = proc
+
+    @property
+    def access_log(self) -> Path:
+        return self.folder / "access.log"
+
+    @property
+    def url_for_guests(self) -> str:
+        # 10.0.2.2: the host's loopback as a QEMU user-mode guest sees it (QEMU docs, -netdev user).
+        return f"http://10.0.2.2:{self.port}"
+
+    def offset(self) -> int:
+        return self.access_log.stat().st_size if self.access_log.exists() else 0
+
+    def text_since(self, offset: int) -> str:
+        if not self.access_log.exists():
+            return ""
+        with open(self.access_log, "rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode("utf-8", "replace")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, phase: Phase, cache_log: Path) -> None:
+    while True:
+        if proc.poll() is not None:
+            log_tail = cache_log.read_text(encoding="utf-8", errors="replace")[-2000:] if cache_log.exists() else ""
+            raise E2EError(f"squid exited with {proc.returncode} before listening on 127.0.0.1:{port}:\n{log_tail}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        phase.remaining(f"squid listens on 127.0.0.1:{port}")
+        time.sleep(0.2)  # poll interval of the readiness check above, not a readiness sleep
+
+
+@contextlib.contextmanager
+def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
+    """Start squid in the foreground (-N) in folder; stop it (and check it stopped) on exit."""
+    exe = shutil.which("squid") or shutil.which("squid", path="/usr/sbin:/sbin")
+    if not exe:
+        raise E2EError("'squid' is not installed. Install it with: apt-get install -y squid")
+    folder = Path(folder)
+    (folder / "cache").mkdir(parents=True, exist_ok=True)  # coredump_dir must exist before -z
+    user = None
+    if os.geteuid() == 0:
+        try:
+            pw = pwd.getpwnam(SQUID_USER)
+        except KeyError:
+            raise E2EError(f"squid runs as user '{SQUID_USER}' when started by root, and it does not exist "
+                           f"(the Debian squid package creates it: apt-get install -y squid)") from None
+        user = SQUID_USER
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        # The folder's parents must let that user through (mkdtemp makes 0700 folders).
+        for parent in folder.parents:
+            if parent == Path("/"):
+                break
+            if not os.stat(parent).st_mode & 0o001:
+                raise E2EError(f"{parent} is not searchable by user {SQUID_USER}; put the e2e work folder elsewhere")
+    port = free_port()
+    conf = folder / "squid.conf"
+    conf.write_text(config_text(port, folder, user), encoding="utf-8")
+    if user:
+        os.chown(conf, pw.pw_uid, pw.pw_gid)
+    # -z creates the cache_dir's swap folders, then exits; -N keeps it in the foreground.
+    run([exe, "-N", "-z", "-f", str(conf)], phase, log, "squid -z (create the cache folders)")
+    log.write(f"$ {exe} -N -f {conf}\n")
+    proc = subprocess.Popen([exe, "-N", "-f", str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    squid = Squid(folder, port, proc)
+    try:
+        _wait_listening(port, proc, phase, folder / "cache.log")
+        log.event(f"squid {proc.pid} listening on 127.0.0.1:{port}; guests use {squid.url_for_guests}; access log {squid.access_log}")
+        yield squid
+    finally:
+        stop(proc, log)
+
+
+def stop(proc: subprocess.Popen, log: Log) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(SHUTDOWN_LIFETIME + 20)
+        except subprocess.TimeoutExpired:
+            log.event(f"squid {proc.pid} did not stop after SIGTERM; killing it")
+            proc.kill()
+            proc.wait()
+    # Helpers squid started (unlinkd for the ufs cache) share its process group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.event(f"squid {proc.pid} stopped (exit {proc.returncode})")

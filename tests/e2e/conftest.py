@@ -1,0 +1,35 @@
+"""The end-to-end bake (test_e2e_bake.py) and its cheap parts' unit tests.
+
+The bake prints its phase-timing table and findings in a terminal-summary section of its
+own, so they are in the CI output whether it passed or failed (pytest shows a passing
+test's captured output nowhere).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_REPORTS: list[tuple[str, list[str]]] = []
+
+
+@pytest.fixture
+def e2e_report():
+    """e2e_report(title, lines): print these lines in the 'k4w e2e' summary section."""
+
+    def add(title: str, lines: list[str]) -> None:
+        _REPORTS.append((title, list(lines)))
+
+    return add
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The bake takes about a quarter of an hour: run it after everything else, so the fast
+    # suite reports first. Order among the others is unchanged.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for title, lines in _REPORTS:
+        terminalreporter.section(f"k4w e2e: {title}")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,418 @@
+"""The cheap parts of the e2e run, checked without booting anything: the base-image cache key,
+the squid configuration (parsed by squid itself), the access-log reading, the idempotence
+snapshot diff, the re-run of the rendered provisioners, and the e2e box profile."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import config, render
+from k4w.e2e import base_image, cluster_file, idempotence, phases, procs, rerun, squid
+
+ROOT = Path(__file__).resolve().parents[2]
+E2E_PROFILE = yaml.safe_load((ROOT / "packer" / "debian-12-e2e.yml").read_text())
+UBUNTU_PROFILE = yaml.safe_load((ROOT / "packer" / "ubuntu-1604.yml").read_text())
+UBUNTU_SPEC = ROOT / "tests" / "infra" / "test_ubuntu_box.py"
+
+
+def need(tool: str, install: str) -> str:
+    path = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
+    if not path:
+        pytest.fail(f"'{tool}' is not installed. Install it with: {install}", pytrace=False)
+    return path
+
+
+# ------------------------------------------------------------------ base image cache key
+
+
+def test_cache_key_is_stable_for_the_same_recipe():
+    assert base_image.cache_key() == base_image.cache_key()
+    assert re.fullmatch(r"[0-9a-f]{16}", base_image.cache_key())
+
+
+def test_cache_key_changes_with_the_package_list(monkeypatch):
+    before = base_image.cache_key()
+    monkeypatch.setattr(base_image, "PACKAGES", base_image.PACKAGES + ("htop",))
+    assert base_image.cache_key() != before
+
+
+def test_cache_key_changes_with_the_build_script():
+    source = (Path(base_image.__file__)).read_bytes()
+    assert base_image.cache_key(source) == base_image.cache_key()
+    assert base_image.cache_key(source + b"\n# edited\n") != base_image.cache_key()
+
+
+def test_debootstrap_installs_every_listed_package_and_nothing_implicit():
+    cmd = base_image.debootstrap_command(Path("/x/rootfs"))
+    assert cmd[:2] == ["debootstrap", "--variant=minbase"]
+    included = cmd[2].removeprefix("--include=").split(",")
+    assert set(included) == set(base_image.PACKAGES)
+    # What the box steps and the spec rely on being in the "installed system".
+    assert {"openssh-server", "sudo", "linux-image-amd64", "procps", "kmod", "dbus"} <= set(included)
+    assert cmd[-3:] == ["bookworm", "/x/rootfs", "http://deb.debian.org/debian"]
+
+
+def test_reused_image_is_recognised_only_when_complete(tmp_path):
+    folder = tmp_path / "k"
+    folder.mkdir()
+    for name in (base_image.DISK, base_image.KERNEL):
+        (folder / name).write_text("x")
+    (folder / base_image.MANIFEST).write_text('{"disk_sha256": "0"}')
+    assert base_image._complete(folder) is None  # no initrd: an interrupted build
+    (folder / base_image.INITRD).write_text("x")
+    assert base_image._complete(folder) == {"disk_sha256": "0"}
+
+
+def test_the_base_image_gives_the_box_user_what_the_preseed_gives_it():
+    files = {path: (mode, text) for path, mode, text in base_image.FILES}
+    mode, sudoers = files["etc/sudoers.d/vagrant"]
+    assert sudoers == "vagrant ALL=(ALL) NOPASSWD: ALL\n" and mode == 0o440
+    assert "/dev/vda\t/\text4" in files["etc/fstab"][1]
+    assert files["etc/machine-id"][1] == ""  # each guest makes its own at first boot
+
+
+# ------------------------------------------------------------------ squid
+
+
+def test_squid_config_is_private_and_logs_in_our_format(tmp_path):
+    text = squid.config_text(40123, tmp_path, "proxy")
+    assert "http_port 127.0.0.1:40123\n" in text
+    for path_line in ("pid_filename", "cache_log", "access_log stdio:", "cache_dir ufs", "coredump_dir"):
+        line = next(l for l in text.splitlines() if l.startswith(path_line))
+        assert str(tmp_path) in line, line
+    assert f"logformat {squid.LOGFORMAT}" in text and text.splitlines()[-2] == "http_access deny all"
+    assert "cache_effective_user proxy" in text
+    assert "cache_effective_user" not in squid.config_text(40123, tmp_path, None)
+
+
+@pytest.mark.tools
+def test_squid_itself_accepts_the_config(tmp_path):
+    exe = need("squid", "apt-get install -y squid")
+    conf = tmp_path / "squid.conf"
+    conf.write_text(squid.config_text(40123, tmp_path, None))
+    res = subprocess.run([exe, "-k", "parse", "-f", str(conf)], capture_output=True, text=True, timeout=60)
+    output = res.stdout + res.stderr
+    assert res.returncode == 0, output
+    assert not re.search(r"FATAL|ERROR|Bungled", output), output
+
+
+ACCESS_LOG = """\
+1795291070.161 127.0.0.1 NONE_NONE/000 0 - error:transaction-end-before-headers "-"
+1795291070.210 127.0.0.1 TCP_MISS/200 151322 GET http://deb.debian.org/debian/dists/bookworm/InRelease "Debian APT-HTTP/1.3 (2.6.1)"
+1795291071.002 127.0.0.1 TCP_MISS/200 6107000 GET http://deb.debian.org/debian/dists/bookworm/main/i18n/by-hash/SHA256/1f0c5b6a30c4c8c2d3b4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a "Debian APT-HTTP/1.3 (2.6.1)"
+1795291071.500 127.0.0.1 TCP_MISS/200 8790012 GET http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/Packages.xz "Debian APT-HTTP/1.3 (2.6.1)"
+1795291080.900 127.0.0.1 TCP_MISS/200 25000000 GET http://deb.debian.org/debian/pool/main/d/docker.io/docker.io_20.10.24%2bdfsg1-1%2bdeb12u1%2bb6_amd64.deb "Debian APT-HTTP/1.3 (2.6.1)"
+1795291081.000 127.0.0.1 TCP_MISS/404 300 GET http://deb.debian.org/debian/pool/main/x/gone_1_amd64.deb "Debian APT-HTTP/1.3 (2.6.1)"
+1795291082.000 127.0.0.1 TCP_MISS/200 1000 GET http://deb.debian.org/debian/pool/main/c/curl/curl_1_amd64.deb "curl/7.88.1"
+not a squid line
+"""
+
+
+def test_access_log_parser_reads_every_field_and_reports_foreign_lines():
+    lines, bad = squid.parse_access_log(ACCESS_LOG)
+    assert bad == ["not a squid line"]
+    assert len(lines) == 7
+    first_apt = lines[1]
+    assert (first_apt.client, first_apt.code, first_apt.status, first_apt.bytes, first_apt.method) == (
+        "127.0.0.1", "TCP_MISS", 200, 151322, "GET")
+    assert first_apt.host == "deb.debian.org" and first_apt.agent.startswith("Debian APT-HTTP")
+
+
+def test_apt_requests_are_apt_fetching_indexes_and_packages():
+    lines, _ = squid.parse_access_log(ACCESS_LOG)
+    apt = squid.apt_requests(lines)
+    # Indexes (also by hash) and packages; not the readiness probe, not curl's .deb.
+    assert [l.url.rsplit("/", 1)[1][:12] for l in apt] == [
+        "InRelease", "1f0c5b6a30c4", "Packages.xz", "docker.io_20", "gone_1_amd64"]
+    found = squid.summary(lines)
+    assert (found["apt_requests"], found["debs"], found["indexes"]) == (5, 2, 3)
+    assert found["hosts"] == ["deb.debian.org"] and found["clients"] == ["127.0.0.1"]
+    assert found["failed"] == ["404 http://deb.debian.org/debian/pool/main/x/gone_1_amd64.deb"]
+
+
+def test_proxy_proof_fails_when_nothing_used_the_proxy():
+    from k4w.e2e.run import _proxy_proof
+
+    with pytest.raises(phases.E2EError, match="not used"):
+        _proxy_proof("")
+    with pytest.raises(phases.E2EError, match="errors for packages"):
+        _proxy_proof(ACCESS_LOG.replace("not a squid line\n", ""))
+    good = "".join(l + "\n" for l in ACCESS_LOG.splitlines()[:5])
+    assert _proxy_proof(good)["debs"] == 1
+
+
+# ------------------------------------------------------------------ idempotence diff
+
+
+def snapshot_text(machine_id_size="33", docker_invocation="aaa", status_mtime="100.0", extra_file=""):
+    return f"""\
+### files
+d\t755\troot:root\t50.0\t4096\t/etc\t
+f\t444\troot:root\t60.0\t{machine_id_size}\t/etc/machine-id\t
+f\t644\troot:root\t70.0\t120\t/etc/docker/daemon.json\t
+l\t777\troot:root\t70.0\t19\t/etc/mtab\t../proc/self/mounts
+{extra_file}f\t644\troot:root\t{status_mtime}\t999\t/var/lib/dpkg/status\t
+absent\t/opt/cni/bin
+### sha256
+{'e3b0' if machine_id_size == '0' else '1111'}  /etc/machine-id
+2222  /etc/docker/daemon.json
+3333  /var/lib/dpkg/status
+### services
+Id=docker.service
+LoadState=loaded
+ActiveState=active
+InvocationID={docker_invocation}
+ActiveEnterTimestampMonotonic=123
+NRestarts=0
+MainPID=321
+
+Id=kubelet.service
+LoadState=not-found
+ActiveState=inactive
+InvocationID=
+ActiveEnterTimestampMonotonic=0
+NRestarts=0
+MainPID=0
+### packages
+docker.io\t20.10.24+dfsg1-1+deb12u1+b6\tii 
+"""
+
+
+def test_snapshot_parser_reads_files_checksums_services_and_packages():
+    snap = idempotence.parse(snapshot_text())
+    assert snap.files["/etc/machine-id"]["sha256"] == "1111"
+    assert snap.files["/etc/mtab"]["link"] == "../proc/self/mounts"
+    assert snap.absent == {"/opt/cni/bin"}
+    assert snap.services["docker.service"]["InvocationID"] == "aaa"
+    assert snap.services["kubelet.service"]["LoadState"] == "not-found"
+    assert snap.packages == {"docker.io": "20.10.24+dfsg1-1+deb12u1+b6 ii "}
+    assert snap.counts() == {"paths": 5, "checksums": 3, "services": 2, "packages": 1}
+
+
+def test_identical_snapshots_have_no_difference():
+    before, after = idempotence.parse(snapshot_text()), idempotence.parse(snapshot_text())
+    assert idempotence.diff(before, after) == []
+
+
+def test_a_restart_a_rewrite_and_a_new_file_are_all_found():
+    before = idempotence.parse(snapshot_text())
+    after = idempotence.parse(snapshot_text(docker_invocation="bbb", status_mtime="200.0",
+                                            extra_file="f\t644\troot:root\t1.0\t1\t/etc/new\t\n"))
+    changes = {(c.kind, c.name): c.what for c in idempotence.diff(before, after)}
+    assert changes == {
+        ("service", "docker.service"): "InvocationID",
+        ("file", "/var/lib/dpkg/status"): "mtime",
+        ("file", "/etc/new"): "added",
+    }
+    expected, unexpected = idempotence.classify(idempotence.diff(before, after), before, after)
+    assert expected == [] and len(unexpected) == 3
+
+
+def test_only_an_emptied_machine_id_is_expected():
+    before = idempotence.parse(snapshot_text())
+    emptied = idempotence.parse(snapshot_text(machine_id_size="0"))
+    changes = idempotence.diff(before, emptied)
+    expected, unexpected = idempotence.classify(changes, before, emptied)
+    assert [c.name for c, _ in expected] == ["/etc/machine-id"] and unexpected == []
+    assert "07-cleanup" in expected[0][1]
+    # Another id instead of an empty file is a real change.
+    rewritten = idempotence.parse(snapshot_text().replace("1111  /etc/machine-id", "9999  /etc/machine-id"))
+    _, unexpected = idempotence.classify(idempotence.diff(before, rewritten), before, rewritten)
+    assert [c.name for c in unexpected] == ["/etc/machine-id"]
+
+
+def test_report_says_what_was_compared():
+    before = idempotence.parse(snapshot_text())
+    after = idempotence.parse(snapshot_text(machine_id_size="0"))
+    lines = idempotence.report(before, after, idempotence.diff(before, after))
+    assert lines[0].startswith("compared 5 paths under /etc, /usr/local/bin, /var/lib/dpkg, /var/lib/apt/lists")
+    assert "sha256 of 3 files" in lines[0] and "absent before and after: /opt/cni/bin" in lines[0]
+    assert "differences: 1 (1 expected, 0 unexpected)" in lines
+    assert not idempotence.parse(snapshot_text()).absent ^ {"/opt/cni/bin"}
+
+
+def test_snapshot_without_sections_is_refused():
+    with pytest.raises(ValueError, match="not a snapshot"):
+        idempotence.parse("bash: sudo: command not found\n")
+
+
+@pytest.mark.tools
+def test_snapshot_script_is_clean_bash():
+    shellcheck = need("shellcheck", "apt-get install -y shellcheck")
+    res = subprocess.run([shellcheck, "--shell=bash", "-"], input=idempotence.SNAPSHOT_SCRIPT, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stdout
+
+
+# ------------------------------------------------------------------ the e2e profile and its render
+
+
+def e2e_cluster() -> config.Config:
+    return config.parse(cluster_file.text("http://10.0.2.2:40123"))
+
+
+def test_e2e_cluster_file_is_a_valid_config_with_both_proxies():
+    cfg = e2e_cluster()
+    assert cfg.proxy.http == cfg.proxy.https == "http://10.0.2.2:40123"
+    assert cfg.boxes() == ["debian-12-e2e"] and cfg.master.box == "debian-12-e2e"
+
+
+def test_e2e_profile_runs_the_ubuntu_box_steps_through_the_ubuntu_template():
+    assert E2E_PROFILE["os_family"] == UBUNTU_PROFILE["os_family"] == "ubuntu"
+    assert E2E_PROFILE["provision"] == UBUNTU_PROFILE["provision"]
+    assert E2E_PROFILE["build"]["builder"] == "qemu" and E2E_PROFILE["build"]["qemu"]["accelerator"] == "tcg"
+    assert f"{E2E_PROFILE['build']['disk_gb']}G" == base_image.DISK_SIZE
+
+
+def test_e2e_profile_has_the_cluster_era_of_the_ubuntu_box():
+    ours = dict(E2E_PROFILE["kubernetes"])
+    theirs = dict(UBUNTU_PROFILE["kubernetes"])
+    assert ours.pop("prepull_images") is False  # no Kubernetes in this box
+    theirs.pop("prepull_images", None)
+    assert ours == theirs
+
+
+def test_e2e_profile_turns_kubernetes_off_openly_and_deselects_only_its_checks():
+    assert E2E_PROFILE["provision_env"] == {"K4W_SKIP_KUBERNETES": "1"}
+    spec_checks = set(re.findall(r'k4w_check\("([a-z_]+)"', UBUNTU_SPEC.read_text()))
+    skipped = E2E_PROFILE["skip_checks"]
+    assert "kubernetes_binaries" in skipped and set(skipped) <= spec_checks
+    assert all("K4W_SKIP_KUBERNETES=1" in reason and "dl.k8s.io" in reason for reason in skipped.values())
+    # Everything else the spec checks runs: proxy, docker, swap, kernel, user, key, release file.
+    assert not set(skipped) & {"proxy", "docker", "swap", "kernel_modules", "sysctl", "vagrant_user",
+                               "vagrant_insecure_key", "release_file"}
+
+
+def test_base_image_paths_in_the_profile_are_the_cache_layout():
+    q = E2E_PROFILE["build"]["qemu"]
+    current = f"base-image/{base_image.CURRENT}"
+    assert (q["image"], q["kernel"], q["initrd"]) == (
+        f"{current}/{base_image.DISK}", f"{current}/{base_image.KERNEL}", f"{current}/{base_image.INITRD}")
+
+
+def rendered_template(tmp_path) -> dict:
+    import json
+
+    return json.loads(render.render_files(e2e_cluster(), tmp_path / "out")["packer/debian-12-e2e.json"])
+
+
+def test_rerun_repeats_the_rendered_provisioners_in_order(tmp_path):
+    template = rendered_template(tmp_path)
+    found = rerun.steps(template)
+    assert found[0].kind == "file" and found[0].destination == "/tmp/k4w-lib.sh"
+    assert [s.source.name for s in found[1:]] == E2E_PROFILE["provision"]
+    step = found[1]
+    assert step.command.startswith("echo 'vagrant' | sudo -S -H env PACKER_BUILD_NAME=qemu PACKER_BUILDER_TYPE=qemu ")
+    assert step.command.endswith(f"bash '{rerun.REMOTE_DIR}/02-01-proxy.sh'")
+    # Every variable Packer passes, with the same value, quoted as one word.
+    words = shlex.split(step.command.split("|", 1)[1])
+    assert words[:4] == ["sudo", "-S", "-H", "env"] and words[-2:] == ["bash", f"{rerun.REMOTE_DIR}/02-01-proxy.sh"]
+    variables = template.get("variables") or {}
+    assert words[6:-2] == [rerun.interpolate(item, variables) for item in template["provisioners"][1]["environment_vars"]]
+    assert not any("{{" in word for word in words)
+    assert "K4W_SKIP_KUBERNETES=1" in words and "K4W_HTTPS_PROXY=http://10.0.2.2:40123" in words
+    assert "'K4W_RELEASE_JSON={\"box\": \"debian-12-e2e\", " in step.command  # quoted: it has blanks
+
+
+def test_rerun_resolves_packer_user_variables_and_refuses_other_functions():
+    variables = {"http_proxy": "http://10.0.2.2:40123"}
+    assert rerun.interpolate("K4W_HTTP_PROXY={{user `http_proxy`}}", variables) == "K4W_HTTP_PROXY=http://10.0.2.2:40123"
+    with pytest.raises(phases.E2EError, match="names no variable"):
+        rerun.interpolate("X={{user `nope`}}", variables)
+    with pytest.raises(phases.E2EError, match="cannot resolve"):
+        rerun.interpolate("X={{env `HOME`}}", variables)
+
+
+def test_rerun_refuses_what_it_cannot_repeat():
+    with pytest.raises(phases.E2EError, match="'shell-local'; the re-run knows file and shell"):
+        rerun.steps({"provisioners": [{"type": "shell-local", "inline": ["x"]}]})
+    with pytest.raises(phases.E2EError, match="without 'script'"):
+        rerun.steps({"provisioners": [{"type": "shell", "inline": ["x"]}]})
+
+
+@pytest.mark.tools
+def test_packer_validates_the_rendered_e2e_template(tmp_path):
+    packer = need("packer", "apt-get install -y packer")
+    out = tmp_path / "out"
+    render.render(e2e_cluster(), out)
+    res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.json")], cwd=out,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ------------------------------------------------------------------ phases and processes
+
+
+def test_an_expired_budget_stops_the_command_and_names_the_phase(tmp_path):
+    log = phases.Log(tmp_path / "e2e.log", lambda text: None)
+    phase = phases.Phase("slow", 0.5)
+    started = time.monotonic()
+    with pytest.raises(phases.PhaseTimeout, match="phase 'slow' exceeded its 0 s budget while sleeping"):
+        phases.run(["sh", "-c", "sleep 30 & sleep 30"], phase, log, "sleeping")
+    assert time.monotonic() - started < 5
+
+
+def test_a_failing_command_is_quoted_with_its_log(tmp_path):
+    log = phases.Log(tmp_path / "e2e.log", lambda text: None)
+    with pytest.raises(phases.E2EError, match=r"(?s)listing failed \(exit 2\):.*no-such-file.*full log: "):
+        phases.run(["ls", "/no-such-file"], phases.Phase("p", 30), log, "listing")
+    assert "no-such-file" in (tmp_path / "e2e.log").read_text()
+
+
+def test_the_run_total_caps_each_phase():
+    table = phases.Phases(lambda text: None, total_budget_s=0.0)
+    with pytest.raises(phases.PhaseTimeout, match="total budget"):
+        with table.phase("late", 60):
+            pass
+    with table.phase("cleanup", 60, capped=False) as phase:
+        assert phase.budget_s == 60
+    assert [r.status for r in table.records] == ["ok"]
+
+
+def test_leftover_processes_are_found_by_pid_and_by_folder(tmp_path):
+    marker = str(tmp_path / "work")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        # Until the child has exec'd, its command line is still ours: wait for that, bounded.
+        deadline = time.monotonic() + 10
+        while marker not in procs._cmdline(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(line.startswith(f"{proc.pid} ") for line in procs.leftovers([], [marker]))
+        assert any(line.startswith(f"{proc.pid} ") for line in procs.leftovers([proc.pid], []))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert procs.leftovers([proc.pid], [marker]) == []
+
+
+def test_watchdog_stops_a_phase_whose_child_overruns(tmp_path):
+    log = phases.Log(tmp_path / "e2e.log", lambda text: None)
+    phase = phases.Phase("spec", 0.5)
+    started = time.monotonic()
+    with pytest.raises(phases.PhaseTimeout, match="phase 'spec' exceeded its 0 s budget"):
+        with procs.watchdog(phase, log, protect=set()):
+            subprocess.run(["sleep", "30"], check=True)  # stopped by SIGTERM -> CalledProcessError
+    assert time.monotonic() - started < 10
+    assert "stopping sleep" in (tmp_path / "e2e.log").read_text()
+
+
+def test_dry_run_says_every_command_and_writes_nothing(tmp_path):
+    from k4w.e2e import run_e2e
+
+    said: list[str] = []
+    result = run_e2e(tmp_path / "out", dry_run=True, say=said.append)
+    text = "\n".join(said)
+    assert result.dry_run and not (tmp_path / "out").exists()
+    for expected in ("debootstrap --variant=minbase", "squid -N -f", "proxy:\n  http: http://10.0.2.2:<port>",
+                     "packer build -machine-readable -force -on-error=cleanup", "qemu-system-x86_64 -machine pc,accel=tcg",
+                     "test_ssh_target(debian-12-e2e", "re-run every provisioner"):
+        assert expected in text, expected
