@@ -56,7 +56,7 @@ def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
     steps = [
         f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
-        f"static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
+        "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
         f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, Windows kube-proxy RBAC; wait for {cfg.master.name} Ready",
         f"join Linux workers: {', '.join(workers_linux) or 'none'}",

@@ -57,6 +57,7 @@ class BoxPlan:
     reason: str  # why it is built or skipped
     existing_box: Path | None = None
     iso_override: Path | None = None
+    iso_sha256: str | None = None
     iso: iso_mod.IsoCheck | None = None
     problem: str | None = None  # stops this box before Packer (e.g. the ISO)
 
@@ -78,15 +79,20 @@ class BoxResult:
 # ------------------------------------------------------------------ entry points
 
 
-def build_box(cfg: Config, box: str, out: Path, *, iso: Path | None = None, force: bool = False,
-              dry_run: bool = False, console: Console | None = None) -> BoxResult:
-    """Build one box (invoke build-windows / build-ubuntu). Raises BuildFailed on failure."""
+def build_box(cfg: Config, box: str, out: Path, *, iso: Path | None = None, iso_sha256: str | None = None,
+              force: bool = False, dry_run: bool = False, console: Console | None = None) -> BoxResult:
+    """Build one box (invoke build-windows / build-ubuntu). Raises BuildFailed on failure.
+
+    iso_sha256: the expected checksum of --iso when the caller made that image itself.
+    """
     isos = {box: Path(iso)} if iso else None
-    return build_boxes(cfg, [box], out, force, dry_run, isos=isos, console=console)[0]
+    sums = {box: iso_sha256} if iso_sha256 else None
+    return build_boxes(cfg, [box], out, force, dry_run, isos=isos, iso_sha256s=sums, console=console)[0]
 
 
 def build_boxes(cfg: Config, boxes: list[str], out: Path, force: bool = False, dry_run: bool = False, *,
-                isos: dict[str, Path] | None = None, console: Console | None = None) -> list[BoxResult]:
+                isos: dict[str, Path] | None = None, iso_sha256s: dict[str, str] | None = None,
+                console: Console | None = None) -> list[BoxResult]:
     """Build several boxes in parallel (invoke build). Raises BuildFailed if any failed."""
     out = Path(out).resolve()
     console = console or Console()
@@ -102,7 +108,7 @@ def build_boxes(cfg: Config, boxes: list[str], out: Path, force: bool = False, d
         render.render(cfg, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
     rendered = render.render_files(cfg, out, secrets_for=None)
-    plans = [_plan(box, out, rendered, force, (isos or {}).get(box)) for box in boxes]
+    plans = [_plan(box, out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box)) for box in boxes]
     if dry_run:
         return _dry_run(plans, out, console)
     return _Builder(cfg, out, console).run(plans)
@@ -121,7 +127,8 @@ def _register_proxy_secrets(cfg: Config) -> None:
                 register_secret(form.replace(",", COMMA))  # as Packer's machine-readable output writes it
 
 
-def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None) -> BoxPlan:
+def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
+          iso_sha256: str | None = None) -> BoxPlan:
     profile = profiles.load(box)
     key = f"packer/{box}.json"
     try:
@@ -129,7 +136,8 @@ def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_overri
     except json.JSONDecodeError as exc:
         raise K4wError(f"rendered {key} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
     stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
-    plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override)
+    plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
+                   iso_sha256=iso_sha256)
     record = catalogue.read_record(out, box)
     existing = out / "boxes" / record["box_file"] if record and record.get("box_file") else None
     plan.existing_box = existing
@@ -169,7 +177,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResul
             continue
         _say(console, f"  would build: {plan.reason}")
         try:
-            check = iso_mod.check_iso(plan.profile, out, plan.iso_override, hash_it=False)
+            check = iso_mod.check_iso(plan.profile, out, plan.iso_override, hash_it=False, expected_sha256=plan.iso_sha256)
             if check.mode == "remote":
                 _say(console, f"  iso: {check.describe()}")
             else:
@@ -245,7 +253,8 @@ class _Builder:
         progress = hash_progress(self.console, f"{plan.box}: {path.name}", path.stat().st_size) if needs_hash else contextlib.nullcontext(None)
         try:
             with progress as callback:
-                plan.iso = iso_mod.check_iso(plan.profile, self.out, plan.iso_override, progress=callback)
+                plan.iso = iso_mod.check_iso(plan.profile, self.out, plan.iso_override, progress=callback,
+                                             expected_sha256=plan.iso_sha256)
             _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
         except iso_mod.IsoError as exc:
             plan.problem = str(exc)

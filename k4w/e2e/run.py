@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
-from .. import config, iso, profiles, render, ui
+from .. import config, profiles, render, ui
 from ..build import build_box, catalogue, packer_cli
 from ..errors import K4wError
 from ..infra import flows
@@ -221,8 +219,9 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("packer build", BUDGETS["packer build"]) as ph:
         offset = proxy.offset()
-        with _image_checksum(profile, image, workdir), procs.watchdog(ph, log, protect=set(started)):
-            built = build_box(cfg, BOX, out, iso=image.disk, force=True)
+        with procs.watchdog(ph, log, protect=set(started)):
+            # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
+            built = build_box(cfg, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
         result.box_file, result.catalogue = _check_box(out, built.box_files)
         build_log = proxy.text_since(offset)
         ph.note = f"{built.status}: {result.box_file.name}"
@@ -270,22 +269,6 @@ def _require_tools() -> None:
         if folder not in path.split(":"):
             path += ":" + folder
     os.environ["PATH"] = path
-
-
-@contextlib.contextmanager
-def _image_checksum(profile: profiles.Profile, image: base_image.BaseImage, workdir: Path):
-    """Let the build runner verify the base disk like an ISO, against the sha256 recorded when
-    it was made. WORKAROUND: k4w.build checks `iso:` for every box and knows no disk-image
-    builder yet; the runner should check build.qemu.image instead (see the e2e report)."""
-    listing = workdir / "e2e-image-catalogue.yml"
-    listing.write_text(yaml.safe_dump({profile.data.iso.name: {
-        "sha256": image.sha256, "box": BOX, "source": f"k4w.e2e base image {image.key}"}}), encoding="utf-8")
-    saved = iso.CATALOGUE
-    iso.CATALOGUE = listing
-    try:
-        yield
-    finally:
-        iso.CATALOGUE = saved
 
 
 def _check_box(out: Path, box_files: list[Path]) -> tuple[Path, Path]:
@@ -409,7 +392,7 @@ def _dry_run(out: Path, say: Callable[[str], None]) -> E2EResult:
                                          + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>"))
-    say(f"packer build (k4w.build.build_box, forced): " + "; ".join(
+    say("packer build (k4w.build.build_box, forced): " + "; ".join(
         packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{BOX}.json"), out, {})))
     say("boot guest: box.img from " + str(out / "boxes" / f"{BOX}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
         guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,

@@ -65,6 +65,16 @@ def test_mismatch_shows_both_values(repo):
     assert f"expected sha256 {expected}" in message and f"actual   sha256 {_sha(path)}" in message
 
 
+def test_a_caller_given_checksum_verifies_an_image_the_catalogue_does_not_know(repo):
+    """The CI end-to-end run makes its base disk itself and hands the runner its sha256."""
+    (repo.root / "iso" / "catalogue.yml").write_text("{}\n")
+    path = repo.isos["windows-1803"]
+    check = iso.check_iso(profiles.load("windows-1803"), repo.out, path, expected_sha256=_sha(path))
+    assert check.actual == check.expected == _sha(path)
+    with pytest.raises(iso.IsoError, match="given by the caller"):
+        iso.check_iso(profiles.load("windows-1803"), repo.out, path, expected_sha256="0" * 64)
+
+
 def test_placeholder_checksum_in_a_profile_is_refused_by_name(repo):
     repo.edit_profile("ubuntu-1604", lambda d: d["iso"].update(sha256="TODO"))
     with pytest.raises(iso.IsoError, match=r"iso.sha256\) is 'TODO', not a sha256"):
