@@ -199,6 +199,8 @@ BROKEN = {
     "cni service route": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["policies"].pop(1)), "service CIDR"),
     "cni node route": ("nodes/worker-win/cni.conf", lambda p: _edit_json(p, lambda d: d["delegate"]["policies"].pop(2)), "/32"),
     "node.json": ("nodes/worker-win/node.json", lambda p: _edit_json(p, lambda d: d.update(network_name="nat")), "node.json"),
+    "node.json dns_ip": ("nodes/worker-win/node.json", lambda p: _edit_json(p, lambda d: d.update(dns_ip="10.96.0.11")), "dns_ip is '10.96.0.11'"),
+    "node.json pod_cidr": ("nodes/worker-win/node.json", lambda p: _edit_json(p, lambda d: d.update(pod_cidr="10.1.0.0/16")), "pod_cidr is '10.1.0.0/16'"),
     "missing node file": ("nodes/worker-win/flanneld.env", lambda p: p.unlink(), "missing flanneld.env"),
 }
 
