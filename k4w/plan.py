@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import iso, profiles, ui
+from .build import packer_cli
 from .config import Config
 from .network import derive_network, derive_proxy
 
@@ -47,7 +48,7 @@ def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
         known = iso.iso_sha256(prof)
         state = "present" if iso_file.is_file() else "missing"
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
-        ui.command(["packer", "build", "-machine-readable", "-force", "-on-error=cleanup", str(out / "packer" / f"{box}.json")])
+        ui.command(packer_cli.build_command(out / "packer" / f"{box}.json", packer="packer"))
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
 
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")

@@ -16,9 +16,9 @@ INSTALL = {
     "qemu-system-x86_64": "apt-get install -y qemu-system-x86 qemu-utils",
     "debootstrap": "apt-get install -y debootstrap",
     "squid": "apt-get install -y squid",
-    "kubectl": "see https://kubernetes.io/docs/tasks/tools/ (any kubectl within one minor of the API server works best)",
+    "kubectl": "choco install kubernetes-cli (Windows host) or see https://kubernetes.io/docs/tasks/tools/",
     "kubernetes-validate": "python3 -m pip install kubernetes-validate",
-    "tree-sitter-powershell": "python3 -m pip install tree-sitter tree-sitter-powershell",
+    "tree-sitter-powershell": "python3 -m pip install 'tree-sitter>=0.23,<0.27' 'tree-sitter-powershell>=0.25,<0.27'",
 }
 
 

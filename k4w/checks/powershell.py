@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ToolMissing
+from ..tools import INSTALL
 
-INSTALL = "pip install 'tree-sitter>=0.23,<0.27' 'tree-sitter-powershell>=0.25,<0.27'"
 
 
 @lru_cache(maxsize=1)
@@ -22,7 +22,7 @@ def _parser():
         import tree_sitter
         import tree_sitter_powershell
     except ImportError as exc:  # a missing validator is a failure, never a silent pass
-        raise ToolMissing("tree-sitter-powershell", INSTALL) from exc
+        raise ToolMissing("tree-sitter-powershell", INSTALL["tree-sitter-powershell"]) from exc
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_powershell.language()))
 
 

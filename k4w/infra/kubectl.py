@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import K4wError, ToolMissing
+from ..tools import INSTALL
 from ..redact import redact
 
-KUBECTL_INSTALL = "choco install kubernetes-cli (Windows host) or see https://kubernetes.io/docs/tasks/tools/"
 POLL_SECONDS = 3  # between two looks at a condition; the deadline is what bounds the wait
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ class Kubectl:
     def __post_init__(self):
         found = shutil.which(self.binary)
         if not found:
-            raise ToolMissing(self.binary, KUBECTL_INSTALL)
+            raise ToolMissing(self.binary, INSTALL["kubectl"])
         self.binary = found
         if not Path(self.kubeconfig).is_file():
             raise K4wError(f"no kubeconfig at {self.kubeconfig}: run `invoke cluster-up` first")
