@@ -88,7 +88,7 @@ def all_(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=False):
         ui.say(f"\nnot building: {blocking[0].detail}. The plan above is what a Hyper-V host runs.", style="yellow")
         return
     ui.say("\nHyper-V host detected: building the boxes", style="bold")
-    from k4w.build import commands
+    from k4w.bake import commands
 
     commands.build(cfg, out_path, dry_run=dry_run, console=ui.console)
 
@@ -134,7 +134,7 @@ def cluster_reset(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=Fal
 @cli.user_errors
 def build_windows(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, iso=None, force=False, dry_run=False):
     """Build the Windows Server box with Packer (skipped when up to date); log in OUT/logs/<box>.log."""
-    from k4w.build import commands
+    from k4w.bake import commands
 
     commands.build(cli.load(config), Path(out), node_os="windows", iso=iso, force=force, dry_run=dry_run, console=ui.console)
 
@@ -143,7 +143,7 @@ def build_windows(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, iso=None, f
 @cli.user_errors
 def build_ubuntu(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, iso=None, force=False, dry_run=False):
     """Build the Ubuntu box with Packer (skipped when up to date); log in OUT/logs/<box>.log."""
-    from k4w.build import commands
+    from k4w.bake import commands
 
     commands.build(cli.load(config), Path(out), node_os="linux", iso=iso, force=force, dry_run=dry_run, console=ui.console)
 
@@ -152,7 +152,7 @@ def build_ubuntu(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, iso=None, fo
 @cli.user_errors
 def build(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, force=False, dry_run=False):
     """Build every box the config uses, in parallel; a summary table names each log."""
-    from k4w.build import commands
+    from k4w.bake import commands
 
     commands.build(cli.load(config), Path(out), force=force, dry_run=dry_run, console=ui.console)
 
@@ -162,7 +162,7 @@ def build(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, force=False, dry_ru
 @cli.user_errors
 def iso_add(c, path, box=None):
     """Record an ISO's sha256 in iso/catalogue.yml and hard-link it into iso/ (no silent copy across drives)."""
-    from k4w.build import commands
+    from k4w.bake import commands
 
     commands.add_iso(path, box, console=ui.console)
 
@@ -172,7 +172,7 @@ def iso_add(c, path, box=None):
 @cli.user_errors
 def test_box(c, box, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=False):
     """Boot a throwaway VM from OUT/boxes/<box>.json, run its testinfra spec, destroy it, record the result."""
-    from k4w.infra import flows
+    from k4w.verify import flows
 
     flows.test_box(cli.load(config), box, Path(out), dry_run=dry_run)
 
@@ -181,7 +181,7 @@ def test_box(c, box, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=Fal
 @cli.user_errors
 def cluster_test(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=False):
     """Node specs on every node, then nodes, system pods and the connectivity matrix; reports in OUT/reports/."""
-    from k4w.infra import flows
+    from k4w.verify import flows
 
     flows.cluster_test(cli.load(config), Path(out), dry_run=dry_run)
 
@@ -192,7 +192,7 @@ def cluster_test(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=Fals
 @cli.user_errors
 def e2e(c, out="build/e2e", keep=False, dry_run=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
-    from k4w.e2e import run_e2e
+    from tests.e2e.harness import run_e2e
 
     result = run_e2e(Path(out), keep=keep, dry_run=dry_run)
     if not dry_run:

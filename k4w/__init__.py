@@ -1,5 +1,1 @@
 """k4w: Hyper-V Vagrant boxes and a hybrid Kubernetes cluster, driven from one cluster.yml."""
-
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent

@@ -77,7 +77,7 @@ def host_checks() -> list[Check]:
 
 
 def tool_checks(out: Path) -> list[Check]:
-    from .build import packer_cli
+    from .bake import packer_cli
 
     checks = []
     # The build runner's own preflight: packer present and new enough, plugins on Packer 1.10+,

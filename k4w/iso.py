@@ -19,13 +19,18 @@ from typing import Callable
 
 import yaml
 
-from . import ROOT, profiles
+from . import profiles, sources
 from .errors import K4wError
 from .profiles import Profile
 
-# Module globals are read at call time, so tests can point them at a scratch folder.
-ISO_DIR = ROOT / "iso"
-CATALOGUE = ISO_DIR / "catalogue.yml"
+
+def iso_dir() -> Path:
+    return sources.REPO.iso
+
+
+def catalogue_path() -> Path:
+    return sources.REPO.iso / "catalogue.yml"
+
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # 8 MiB reads keep a multi-GB hash fast without holding much memory.
@@ -41,14 +46,14 @@ class IsoError(K4wError):
 
 def catalogue(path: Path | None = None) -> dict:
     """{iso file name: {sha256, box, source, size}}; empty when the file does not exist yet."""
-    path = path or CATALOGUE
+    path = path or catalogue_path()
     if not path.is_file():
         return {}
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def iso_path(profile: Profile) -> Path:
-    return ISO_DIR / profile.data.iso.name
+    return iso_dir() / profile.data.iso.name
 
 
 def iso_sha256(profile: Profile) -> str | None:
@@ -64,7 +69,7 @@ def expected_source(profile: Profile) -> str:
     """Where the expected checksum comes from, for messages."""
     if profile.data.iso.get("sha256"):
         return f"pinned in {_rel(profile.path)} iso.sha256"
-    return f"recorded in {_rel(CATALOGUE)}"
+    return f"recorded in {_rel(catalogue_path())}"
 
 
 # ------------------------------------------------------------------ hashing and its cache
@@ -222,7 +227,7 @@ def check_iso(
     if expected is None:
         raise IsoError(
             f"box {box}: no known sha256 for {name}: neither {_rel(profile.path)} (iso.sha256) nor "
-            f"{_rel(CATALOGUE)} lists it. Record the ISO you have with: {ISO_ADD_HINT.replace('PATH', str(path))}"
+            f"{_rel(catalogue_path())} lists it. Record the ISO you have with: {ISO_ADD_HINT.replace('PATH', str(path))}"
         )
 
     cache = HashCache(out)
@@ -289,7 +294,7 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     previous = catalogue().get(name)
     _write_catalogue_entry(name, entry)
 
-    target = ISO_DIR / name
+    target = iso_dir() / name
     placed, note = _place(path, target, sha)
     if previous and previous.get("sha256") != sha:
         note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
@@ -331,22 +336,23 @@ def _place(path: Path, target: Path, sha: str) -> tuple[str, str]:
 def _write_catalogue_entry(name: str, entry: dict) -> None:
     """Update one entry and keep the comment header at the top of the file."""
     header = []
-    if CATALOGUE.is_file():
-        for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
+    path = catalogue_path()
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
             if not line.startswith("#"):
                 break
             header.append(line)
     data = catalogue()
     data[name] = entry
     body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
-    CATALOGUE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = CATALOGUE.with_suffix(".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(header + [body.rstrip("\n")]) + "\n", encoding="utf-8")
-    os.replace(tmp, CATALOGUE)
+    os.replace(tmp, path)
 
 
 def _rel(path: Path) -> str:
     try:
-        return str(Path(path).relative_to(ROOT))
+        return str(Path(path).relative_to(sources.REPO.root))
     except ValueError:
         return str(path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import iso, profiles, ui
-from .build import packer_cli
+from .bake import packer_cli
 from .config import Config
-from .network import derive_network, derive_proxy
+from .derive import derive_network, derive_proxy
 
 
 def show(cfg: Config, out: Path, files: dict[str, str]) -> None:

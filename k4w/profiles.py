@@ -1,4 +1,4 @@
-"""Box profiles: one YAML file per box in packer/, pinning every version and source.
+"""Box profiles: one YAML file per box in boxes/, pinning every version and source.
 
 A profile is data. Templates and guest scripts read it; no version is typed anywhere else.
 """
@@ -12,10 +12,8 @@ from typing import Any
 
 import yaml
 
-from . import ROOT
+from . import sources
 from .errors import K4wError
-
-PROFILE_DIR = ROOT / "packer"
 
 # Keys every profile must carry, because config validation and rendering depend on them.
 REQUIRED = ("name", "os_family", "node_os", "min_memory_mb", "supports_vxlan", "kubernetes")
@@ -56,20 +54,20 @@ class Profile:
 
 
 def available() -> list[str]:
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
+    """Box names a user can pick: boxes/ only, never a test-only profile folder."""
+    return sorted(p.stem for p in sources.REPO.boxes.glob("*.yml"))
 
 
 def load(name: str) -> Profile:
-    # Read PROFILE_DIR at call time so tests can point it at a variant (e.g. a Gen1 profile).
-    return _load(name, PROFILE_DIR)
+    return _load(name, sources.REPO.box_dirs)
 
 
 @lru_cache(maxsize=None)
-def _load(name: str, profile_dir: Path) -> Profile:
-    path = profile_dir / f"{name}.yml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in profile_dir.glob("*.yml"))) or "none"
-        raise K4wError(f"unknown box '{name}': no profile {path} (known boxes: {known})")
+def _load(name: str, box_dirs: tuple[Path, ...]) -> Profile:
+    path = next((d / f"{name}.yml" for d in box_dirs if (d / f"{name}.yml").is_file()), None)
+    if path is None:
+        known = ", ".join(sorted({p.stem for d in box_dirs for p in d.glob("*.yml")})) or "none"
+        raise K4wError(f"unknown box '{name}': no profile {box_dirs[0] / (name + '.yml')} (known boxes: {known})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from k4w import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,3 +54,25 @@ def tree_digest(folder: Path) -> dict[str, str]:
         if path.is_file():
             out[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest() + oct(path.stat().st_mode)
     return out
+
+
+def use_sources(monkeypatch, **changes) -> sources.Sources:
+    """Point the whole package at another source tree for one test: a fixture repository
+    (root=...) or other box profile folders (box_folders=(...)). Undone after the test."""
+    new = dataclasses.replace(sources.REPO, **changes)
+    monkeypatch.setattr(sources, "REPO", new)
+    return new
+
+
+def venv_tool(name: str) -> str:
+    """A console script installed into this interpreter's environment by scripts/setup.sh.
+
+    Looked up beside sys.executable, never on PATH: the suite runs as `.venv/bin/python -m pytest`
+    without the venv's bin/ on PATH, and a copy elsewhere on PATH must not stand in for it.
+    """
+    path = Path(sys.executable).parent / name
+    if not os.access(path, os.X_OK):
+        import pytest
+
+        pytest.fail(f"{name} is not installed in {path.parent}: run bash scripts/setup.sh")
+    return str(path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import ROOT
+from .. import sources
 from ..errors import K4wError
 from ..redact import redact
 
@@ -87,14 +87,14 @@ class VagrantDriver(Protocol):
 class PythonVagrant:
     """Vagrant through python-vagrant, in vagrant/ with the cluster's environment."""
 
-    def __init__(self, out: Path, env: dict | None = None, root: Path = ROOT / "vagrant"):
+    def __init__(self, out: Path, env: dict | None = None, root: Path | None = None):
         import vagrant
 
-        self.root = root
+        self.root = root or sources.REPO.vagrant
         self.all_names = [m.name for m in load_cluster(out).machines]
         self.env = env or vagrant_env(out)
         # Output goes to the terminal: `vagrant up` of a Windows box takes minutes and shows progress.
-        self.v = vagrant.Vagrant(root=str(root), env=self.env, quiet_stdout=False, quiet_stderr=False)
+        self.v = vagrant.Vagrant(root=str(self.root), env=self.env, quiet_stdout=False, quiet_stderr=False)
 
     def _guard(self, what: str, fn, *args, **kwargs):
         try:

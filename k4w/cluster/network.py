@@ -13,10 +13,11 @@ from __future__ import annotations
 import platform
 import subprocess
 
-from .. import escape, ui
+from .. import ui
+from ..render import escape
 from ..config import Config
 from ..errors import K4wError
-from ..network import derive_network
+from ..derive import derive_network
 
 POWERSHELL = ["powershell.exe", "-NoProfile", "-ExecutionPolicy", "Bypass", "-Command", "-"]
 

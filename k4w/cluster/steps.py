@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import ROOT, escape, profiles, ui
+from .. import profiles, sources, ui
+from ..render import escape
 from ..config import Config
 from ..errors import K4wError
 from ..redact import register_secret
@@ -31,7 +32,7 @@ WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> clust
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
 DEMO_DEPLOYMENT = "win-webserver"
-DEMO_NODE_PORT = 30080              # provision/manifests/demo-win-webserver.yaml.j2
+DEMO_NODE_PORT = 30080              # templates/manifests/demo-win-webserver.yaml.j2
 SWITCH_MISSING = 3                  # exit code of network.switch_check_script when the switch is absent
 
 _JOIN = re.compile(
@@ -189,10 +190,10 @@ def step_cluster_ip(ctx: Context) -> None:
     for m in ctx.cluster.machines:
         prepare_dirs(ctx, m)
         if m.is_windows:
-            script = upload_windows(ctx, m, ROOT / "provision" / "windows" / "cluster-ip.ps1")
+            script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
             ctx.remote.run(m, f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}")
         else:
-            script = upload_linux(ctx, m, ROOT / "provision" / "ubuntu" / "cluster-ip.sh")
+            script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
             env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)
             ctx.remote.run(m, f"sudo {env} bash {script}")
 
@@ -202,7 +203,7 @@ def step_master_init(ctx: Context) -> None:
     ctx.state.set_node(master.name, started=ctx.clock.now())
     prepare_dirs(ctx, master)
     config = upload_linux(ctx, master, ctx.out / "kubeadm" / "kubeadm-config.yaml")
-    script = upload_linux(ctx, master, ROOT / "provision" / "ubuntu" / "cluster-init.sh")
+    script = upload_linux(ctx, master, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-init.sh")
     ctx.remote.run(master, f"sudo {sh_env(K4W_KUBEADM_CONFIG=config)} bash {script}")
     admin = ctx.remote.run(master, "sudo cat /etc/kubernetes/admin.conf")
     if not ctx.dry_run:
@@ -230,7 +231,7 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
     prepare_dirs(ctx, m)
-    script = upload_linux(ctx, m, ROOT / "provision" / "ubuntu" / "cluster-join.sh")
+    script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-join.sh")
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
     # kubeadm 1.11 does not pass imageRepository to the kubelet (kubernetes/kubeadm#1003), so
     # name the pause image the box pre-pulled, or the kubelet pulls k8s.gcr.io/pause itself.
@@ -250,7 +251,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
-    script = upload_windows(ctx, m, ROOT / "provision" / "windows" / "cluster-join.ps1")
+    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-join.ps1")
     ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -Token {escape.ps(join['token'])} "
                       f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")
 

@@ -12,7 +12,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from .. import ui
+from .. import sources, ui
 from ..config import Config
 from ..errors import K4wError
 from . import steps as S
@@ -93,7 +93,7 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
         state = State.load(out, digest)
         env = vagrant_env(out)
         vagrant = vagrant or PythonVagrant(out, env)
-        remote = remote or VagrantRemote(_vagrant_exe(), S.ROOT / "vagrant", env)
+        remote = remote or VagrantRemote(_vagrant_exe(), sources.REPO.vagrant, env)
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
@@ -113,7 +113,7 @@ def cluster_up(cfg: Config, out: Path, dry_run: bool = False, validate: bool = T
     """Bring the cluster up, resuming after the last finished step. Returns the context used."""
     out = Path(out).resolve()
     if validate:
-        from ..checks.manifests import check_manifests
+        from ..validate.manifest_rules import check_manifests
 
         problems = check_manifests(out, cfg)
         if problems:
@@ -190,12 +190,12 @@ def cluster_reset(cfg: Config, out: Path, dry_run: bool = False, **deps) -> None
     for m in workers + [master]:
         S.prepare_dirs(ctx, m)
         if m.is_windows:
-            from .. import escape
+            from ..render import escape
 
-            script = S.upload_windows(ctx, m, S.ROOT / "provision" / "windows" / "cluster-reset.ps1")
+            script = S.upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-reset.ps1")
             ctx.remote.run(m, f"& {escape.ps(script)}")
         else:
-            script = S.upload_linux(ctx, m, S.ROOT / "provision" / "ubuntu" / "cluster-reset.sh")
+            script = S.upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-reset.sh")
             ctx.remote.run(m, f"sudo bash {script}")
     ctx.state.clear_after(KEPT_BY_RESET)
     if not dry_run:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import profiles, render
-from k4w.checks import manifests as checks
+from k4w import profiles, render, sources
+from k4w.validate import manifest_rules as checks
 from k4w.errors import K4wError
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
-from tests.helpers import config_dict
+from tests.helpers import config_dict, use_sources
 
 
 def test_default_host_gw_render_passes_every_check(default_render):
@@ -35,11 +35,11 @@ def test_linux_only_vxlan_render_passes_every_check(tmp_path):
 def vxlan_windows_profile(tmp_path, monkeypatch):
     """A Server 2019-like Windows profile (vxlan capable) beside the real ones."""
     pdir = tmp_path / "profiles"
-    shutil.copytree(profiles.PROFILE_DIR, pdir, ignore=shutil.ignore_patterns("*.j2", "*.json"))
+    shutil.copytree(sources.REPO.boxes, pdir)
     data = yaml.safe_load((pdir / "windows-1803.yml").read_text())
     data.update(name="windows-2019t", supports_vxlan=True)
     (pdir / "windows-2019t.yml").write_text(yaml.safe_dump(data))
-    monkeypatch.setattr(profiles, "PROFILE_DIR", pdir)
+    use_sources(monkeypatch, box_folders=(pdir,))
     return "windows-2019t"
 
 

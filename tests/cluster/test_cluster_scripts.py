@@ -14,12 +14,12 @@ from tests.cluster.pwsh_parse import parse_errors
 from tests.helpers import ROOT
 
 POWERSHELL = [
-    ROOT / "provision" / "windows" / "node" / "start-node.ps1",
-    ROOT / "provision" / "windows" / "cluster-ip.ps1",
-    ROOT / "provision" / "windows" / "cluster-join.ps1",
-    ROOT / "provision" / "windows" / "cluster-reset.ps1",
+    ROOT / "guest" / "windows" / "node" / "start-node.ps1",
+    ROOT / "guest" / "windows" / "cluster" / "cluster-ip.ps1",
+    ROOT / "guest" / "windows" / "cluster" / "cluster-join.ps1",
+    ROOT / "guest" / "windows" / "cluster" / "cluster-reset.ps1",
 ]
-BASH = sorted((ROOT / "provision" / "ubuntu").glob("cluster-*.sh"))
+BASH = sorted((ROOT / "guest" / "ubuntu" / "cluster").glob("cluster-*.sh"))
 START_NODE = POWERSHELL[0].read_text()
 
 
@@ -34,7 +34,7 @@ def need(tool: str, install: str) -> str:
 def test_powershell_parses_and_has_the_standard_header(script):
     text = script.read_text()
     assert parse_errors(text) == []
-    from k4w.checks import powershell  # the project's extra Windows PowerShell rules
+    from k4w.validate import powershell_rules as powershell  # the project's extra Windows PowerShell rules
 
     assert powershell.lint_errors(script) == []
     assert "$ErrorActionPreference = 'Stop'" in text and "Set-StrictMode -Version Latest" in text
@@ -173,7 +173,7 @@ def test_every_node_json_field_start_node_reads_is_rendered(default_render):
 
 def test_node_json_agrees_with_the_rest_of_the_node_config(default_render):
     cfg, out = default_render
-    from k4w.network import derive_network
+    from k4w.derive import derive_network
 
     net = derive_network(cfg)
     node_dir = out / "nodes" / "worker-win"

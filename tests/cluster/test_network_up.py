@@ -22,7 +22,7 @@ def cfg_with(**overrides):
 def test_script_parses_and_carries_the_config_values(tmp_path):
     script = network.network_up_script(cfg_with())
     assert parse_errors(script) == []
-    from k4w.checks import powershell
+    from k4w.validate import powershell_rules as powershell
 
     generated = tmp_path / "network-up.ps1"
     generated.write_text(script)

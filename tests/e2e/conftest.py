@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from k4w import sources
+from tests.e2e.harness.run import E2E_BOXES
+from tests.helpers import use_sources
+
 _REPORTS: list[tuple[str, list[str]]] = []
 
 
@@ -20,6 +24,13 @@ def e2e_report():
         _REPORTS.append((title, list(lines)))
 
     return add
+
+
+@pytest.fixture(autouse=True)
+def e2e_box_profile(monkeypatch):
+    """The CI-only profile lives under tests/, not boxes/: resolve it here and in child processes."""
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(E2E_BOXES))
+    use_sources(monkeypatch, box_folders=(E2E_BOXES,))
 
 
 def pytest_collection_modifyitems(session, config, items):

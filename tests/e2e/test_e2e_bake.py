@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from k4w.e2e import base_image, run_e2e
-from k4w.e2e.phases import Log, Phase
-from k4w.e2e.run import E2EFailed
+from tests.e2e.harness import base_image, run_e2e
+from tests.e2e.harness.phases import Log, Phase
+from tests.e2e.harness.run import E2EFailed
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "e2e"

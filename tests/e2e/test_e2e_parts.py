@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from k4w import config, render
-from k4w.e2e import base_image, cluster_file, idempotence, phases, procs, rerun, squid
+from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, rerun, squid
 
 ROOT = Path(__file__).resolve().parents[2]
-E2E_PROFILE = yaml.safe_load((ROOT / "packer" / "debian-12-e2e.yml").read_text())
-UBUNTU_PROFILE = yaml.safe_load((ROOT / "packer" / "ubuntu-1604.yml").read_text())
-UBUNTU_SPEC = ROOT / "tests" / "infra" / "test_ubuntu_box.py"
+E2E_PROFILE = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
+UBUNTU_PROFILE = yaml.safe_load((ROOT / "boxes" / "ubuntu-1604.yml").read_text())
+UBUNTU_SPEC = ROOT / "k4w" / "verify" / "specs" / "test_ubuntu_box.py"
 
 
 def need(tool: str, install: str) -> str:
@@ -140,7 +140,7 @@ def test_apt_requests_are_apt_fetching_indexes_and_packages():
 
 
 def test_proxy_proof_fails_when_nothing_used_the_proxy():
-    from k4w.e2e.run import _proxy_proof
+    from tests.e2e.harness.run import _proxy_proof
 
     with pytest.raises(phases.E2EError, match="not used"):
         _proxy_proof("")
@@ -406,7 +406,7 @@ def test_watchdog_stops_a_phase_whose_child_overruns(tmp_path):
 
 
 def test_dry_run_says_every_command_and_writes_nothing(tmp_path):
-    from k4w.e2e import run_e2e
+    from tests.e2e.harness import run_e2e
 
     said: list[str] = []
     result = run_e2e(tmp_path / "out", dry_run=True, say=said.append)

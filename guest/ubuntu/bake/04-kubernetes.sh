@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Step 4: kubeadm, kubelet and kubectl from dl.k8s.io (apt.kubernetes.io is gone), the CNI
+# plugins kubeadm's kubelet expects in /opt/cni/bin, a kubelet systemd unit with kubeadm's
+# drop-in (Kubernetes' "install without a package manager" layout), and, when the profile
+# asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
+#
+# Every download is checked against a sha256 before use: the profile pins it
+# (K4W_<NAME>_SHA256) or names the checksum file published beside it (K4W_<NAME>_SHA256_URL).
+#
+# Env: K4W_SKIP_KUBERNETES=1 skips the whole step (CI cannot reach dl.k8s.io); otherwise
+# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES and,
+# for NAME in KUBEADM KUBELET KUBECTL CNI: K4W_<NAME>_VERSION, K4W_<NAME>_URL and the sha256.
+K4W_STEP="04-kubernetes"
+set -Eeuo pipefail
+trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (Packer uploads guest/ubuntu/lib.sh there)" >&2; exit 1; }
+# shellcheck source=../lib.sh
+source "$K4W_LIB"
+
+if k4w_flag K4W_SKIP_KUBERNETES; then
+    k4w_log "SKIPPED: K4W_SKIP_KUBERNETES=1 (set by the build profile, e.g. in CI where dl.k8s.io is unreachable); no Kubernetes binaries, CNI plugins or images are installed"
+    exit 0
+fi
+
+BIN_DIR=/usr/local/bin
+CNI_BIN_DIR=/opt/cni/bin
+KUBELET_UNIT=/etc/systemd/system/kubelet.service
+KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
+# kubeadm's preflight checks want these on the node (socat/ebtables/ethtool/conntrack are
+# errors or warnings in 1.11; the kubelet uses them for port-forward and service traffic).
+PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
+BINARIES=(kubeadm kubelet kubectl)
+
+k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_CNI_VERSION K4W_CNI_URL
+k4w_require_defined K4W_KUBE_PREPULL_IMAGES
+for name in "${BINARIES[@]}"; do
+    prefix="${name^^}"
+    k4w_require "K4W_${prefix}_VERSION" "K4W_${prefix}_URL"
+    k4w_require_one_of "K4W_${prefix}_SHA256" "K4W_${prefix}_SHA256_URL"
+    version_var="K4W_${prefix}_VERSION"
+    if [[ ${!version_var} != "$K4W_KUBE_VERSION" ]]; then
+        k4w_die "${version_var}=${!version_var} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
+    fi
+done
+k4w_require_one_of K4W_CNI_SHA256 K4W_CNI_SHA256_URL
+k4w_distro >/dev/null
+
+k4w_apt_install "${PREREQUISITES[@]}"
+
+# --- kubeadm, kubelet, kubectl ------------------------------------------------------------
+units_changed=0
+kubelet_binary_changed=0
+for name in "${BINARIES[@]}"; do
+    prefix="${name^^}"
+    url_var="K4W_${prefix}_URL"
+    # Assigned first: a failed checksum lookup must stop the step here (errexit).
+    expected="$(k4w_expected_sha256 "$prefix")"
+    k4w_download_verified "${!url_var}" "${BIN_DIR}/${name}" "$expected"
+    [[ $(stat -c '%a' "$(k4w_path "${BIN_DIR}/${name}")") == 755 ]] || chmod 0755 "$(k4w_path "${BIN_DIR}/${name}")"
+    if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
+done
+
+# --- CNI plugins ---------------------------------------------------------------------------
+# A record of what was installed lets a second run verify /opt/cni/bin without downloading.
+cni_record="$(k4w_path "${K4W_STATE}/cni-plugins.sha256sums")"
+cni_source="$(k4w_path "${K4W_STATE}/cni-plugins.source")"
+cni_expected="$(k4w_expected_sha256 CNI)"
+if [[ -f $cni_record && -f $cni_source && $(cat "$cni_source") == "${cni_expected} ${K4W_CNI_URL}" ]] &&
+    sha256sum --check --quiet --status "$cni_record"; then
+    k4w_log "CNI plugins v${K4W_CNI_VERSION} already installed in ${CNI_BIN_DIR}"
+else
+    tarball="${K4W_CACHE}/${K4W_CNI_URL##*/}"
+    k4w_download_verified "$K4W_CNI_URL" "$tarball" "$cni_expected"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$(k4w_path "$tarball")" -C "$unpacked"
+    record=""
+    while IFS= read -r -d '' file; do
+        relative="${file#"$unpacked"/}"
+        k4w_install_file "$file" "${CNI_BIN_DIR}/${relative}" 0755
+        record+="$(k4w_sha256_of "$file")  $(k4w_path "${CNI_BIN_DIR}/${relative}")"$'\n'
+    done < <(find "$unpacked" -type f -print0 | sort -z)
+    rm -rf "$unpacked"
+    [[ -n $record ]] || k4w_die "${K4W_CNI_URL} contained no files"
+    k4w_write_file "${K4W_STATE}/cni-plugins.sha256sums" 0644 "${record%$'\n'}"
+    k4w_write_file "${K4W_STATE}/cni-plugins.source" 0644 "${cni_expected} ${K4W_CNI_URL}"
+fi
+
+# --- kubelet service -----------------------------------------------------------------------
+# The unit and drop-in Kubernetes' own .deb installs for kubeadm 1.11+ (build/debs), with the
+# binary in /usr/local/bin. kubeadm init/join write kubeadm-flags.env and start the kubelet;
+# /etc/default/kubelet is where cluster-up puts KUBELET_EXTRA_ARGS (e.g. --node-ip).
+k4w_write_file "$KUBELET_UNIT" 0644 "# k4w: kubelet for kubeadm (layout of Kubernetes' kubelet.service)
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/home/
+
+[Service]
+ExecStart=${BIN_DIR}/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target"
+((K4W_CHANGED)) && units_changed=1
+k4w_write_file "$KUBEADM_DROP_IN" 0644 "# k4w: kubeadm's kubelet drop-in (kubeadm and kubelet v1.11+)
+[Service]
+Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"
+Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=${BIN_DIR}/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"
+((K4W_CHANGED)) && units_changed=1
+((units_changed)) && k4w_systemctl daemon-reload
+# Enabled, not started: until kubeadm init/join writes its config the kubelet cannot run.
+k4w_enable kubelet
+# Only a node that already joined runs the kubelet; it must pick up a new binary or unit.
+if ((units_changed || kubelet_binary_changed)) && k4w_unit_active kubelet; then
+    systemctl restart kubelet
+fi
+
+if ! k4w_live; then
+    k4w_log "sandbox: binaries and units in place; version checks and image pre-pull skipped"
+    exit 0
+fi
+
+# --- the binaries are the version the profile pins ----------------------------------------
+want="v${K4W_KUBE_VERSION}"
+[[ $("${BIN_DIR}/kubeadm" version -o short) == "$want" ]] || k4w_die "kubeadm is not ${want}"
+[[ $("${BIN_DIR}/kubelet" --version) == "Kubernetes ${want}" ]] || k4w_die "kubelet is not ${want}"
+[[ $("${BIN_DIR}/kubectl" version --client --short) == "Client Version: ${want}" ]] || k4w_die "kubectl is not ${want}"
+
+# --- control-plane images -------------------------------------------------------------------
+if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
+    case "$K4W_KUBEADM_API" in
+        # kubeadm's config kind for the image settings, by API era (v1alpha1/2: 1.10-1.11).
+        kubeadm.k8s.io/v1alpha1 | kubeadm.k8s.io/v1alpha2) kind=MasterConfiguration ;;
+        *) kind=ClusterConfiguration ;;
+    esac
+    images_config="$(mktemp --suffix=.yaml)"
+    printf 'apiVersion: %s\nkind: %s\nkubernetesVersion: %s\nimageRepository: %s\n' \
+        "$K4W_KUBEADM_API" "$kind" "$want" "$K4W_KUBE_IMAGE_REPOSITORY" >"$images_config"
+    mapfile -t images < <("${BIN_DIR}/kubeadm" config images list --config "$images_config")
+    ((${#images[@]} > 0)) || k4w_die "kubeadm listed no control-plane images"
+    missing=()
+    for image in "${images[@]}"; do
+        docker image inspect "$image" >/dev/null 2>&1 || missing+=("$image")
+    done
+    if ((${#missing[@]} > 0)); then
+        k4w_log "pulling ${#missing[@]} control-plane image(s) from ${K4W_KUBE_IMAGE_REPOSITORY}"
+        "${BIN_DIR}/kubeadm" config images pull --config "$images_config"
+    fi
+    rm -f "$images_config"
+    for image in "${images[@]}"; do
+        docker image inspect "$image" >/dev/null 2>&1 || k4w_die "image ${image} is still missing after the pull"
+    done
+    k4w_log "control-plane images present: ${images[*]}"
+fi
+k4w_log "Kubernetes ${want} binaries, CNI plugins v${K4W_CNI_VERSION} and the kubelet unit installed"

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Step 7: leave a small, anonymous box.
+# - apt's package cache and k4w's download cache go (everything from them is installed).
+# - Logs are emptied and rotated logs removed, so a node's logs start at its first boot.
+# - /etc/machine-id is emptied: systemd makes a new one at first boot, so every VM made from
+#   the box has its own (journald, DHCP client ids); D-Bus reads the same file.
+# - DHCP leases of the build VM are dropped.
+# - Free space is trimmed (TRIM reaches the VHDX, which Packer then compacts) or, where the
+#   disk does not support discard, zero-filled so the image still compresses.
+#
+# Env: K4W_FREE_SPACE = trim-or-zero (default in the profile) | zero | skip.
+K4W_STEP="07-cleanup"
+set -Eeuo pipefail
+trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (Packer uploads guest/ubuntu/lib.sh there)" >&2; exit 1; }
+# shellcheck source=../lib.sh
+source "$K4W_LIB"
+
+# Where templates/packer/ubuntu.json.j2 uploads the library; removed with the rest of the build's traces.
+UPLOADED_LIB=/tmp/k4w-lib.sh
+ZERO_FILE=/var/tmp/k4w-zero
+# MiB left free while zero-filling, so services writing meanwhile do not hit a full disk.
+ZERO_RESERVE_MIB=64
+
+k4w_require K4W_FREE_SPACE
+case "$K4W_FREE_SPACE" in
+    trim-or-zero | zero | skip) ;;
+    *) k4w_die "K4W_FREE_SPACE must be trim-or-zero, zero or skip, not '${K4W_FREE_SPACE}'" ;;
+esac
+k4w_distro >/dev/null
+
+# --- caches -------------------------------------------------------------------------------
+if k4w_live; then
+    apt-get clean
+fi
+cache="$(k4w_path "$K4W_CACHE")"
+if [[ -d $cache ]]; then
+    rm -rf "$cache"
+    k4w_log "removed ${K4W_CACHE}"
+fi
+shopt -s nullglob
+for lease in "$(k4w_path /var/lib/dhcp)"/*.leases; do
+    rm -f "$lease"
+done
+
+# --- logs ---------------------------------------------------------------------------------
+logs="$(k4w_path /var/log)"
+if [[ -d $logs ]]; then
+    # Rotated copies go; current logs are emptied in place (daemons keep their open files).
+    # The binary journal is left to journalctl below: truncating it would corrupt it.
+    find "$logs" -path "${logs}/journal" -prune -o -type f \
+        \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -print0 | xargs -0 -r rm -f
+    find "$logs" -path "${logs}/journal" -prune -o -type f -size +0 -print0 | xargs -0 -r truncate -s 0
+fi
+if k4w_live && command -v journalctl >/dev/null; then
+    journalctl --rotate
+    journalctl --vacuum-time=1s
+fi
+
+# --- machine identity ---------------------------------------------------------------------
+machine_id="$(k4w_path /etc/machine-id)"
+if [[ -s $machine_id ]]; then
+    truncate -s 0 "$machine_id"
+    k4w_log "emptied /etc/machine-id (regenerated at first boot)"
+fi
+dbus_id="$(k4w_path /var/lib/dbus/machine-id)"
+if [[ -e $dbus_id && ! -L $dbus_id ]] || [[ -L $dbus_id && $(readlink "$dbus_id") != /etc/machine-id ]]; then
+    rm -f "$dbus_id"
+fi
+if [[ -d $(dirname "$dbus_id") && ! -e $dbus_id && ! -L $dbus_id ]]; then
+    ln -s /etc/machine-id "$dbus_id"
+fi
+
+k4w_remove_file "$UPLOADED_LIB"
+
+# --- free space -----------------------------------------------------------------------------
+zero_fill() {
+    local avail count
+    avail="$(df --output=avail -B1M / | tail -n 1 | tr -d ' ')"
+    count=$((avail - ZERO_RESERVE_MIB))
+    if ((count <= 0)); then
+        k4w_log "less than ${ZERO_RESERVE_MIB} MiB free; nothing to zero-fill"
+        return 0
+    fi
+    k4w_log "zero-filling ${count} MiB of free space"
+    dd if=/dev/zero of="$ZERO_FILE" bs=1M count="$count" conv=fsync status=none
+    rm -f "$ZERO_FILE"
+}
+
+if ! k4w_live; then
+    k4w_log "sandbox: free space left as is"
+elif [[ $K4W_FREE_SPACE == skip ]]; then
+    k4w_log "free space left as is (K4W_FREE_SPACE=skip)"
+elif [[ $K4W_FREE_SPACE == trim-or-zero ]] && fstrim --verbose /; then
+    k4w_log "free space trimmed"
+else
+    [[ $K4W_FREE_SPACE == trim-or-zero ]] && k4w_log "the disk does not take TRIM; zero-filling instead"
+    zero_fill
+fi
+sync
+k4w_log "caches, logs, machine id and free space cleaned"

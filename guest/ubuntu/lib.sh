@@ -1,0 +1,323 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # K4W_* globals are read by the steps that source this library.
+# k4w guest library for the Linux box steps (provision/ubuntu/NN-*.sh). Sourced, never run.
+#
+# Packer's file provisioner uploads it to $K4W_LIB (/tmp/k4w-lib.sh) before the steps run;
+# run locally, each step finds it beside itself.
+#
+# Conventions every step relies on:
+# - Values come only from K4W_* environment variables (docs/internals.md); k4w_require
+#   fails with the variable's name and where it comes from.
+# - Files are written only when their content or mode differs (k4w_write_file), so a second
+#   run rewrites nothing; K4W_CHANGED tells the caller whether the last write changed it.
+# - K4W_ROOT (default empty) is an offline sandbox: every path is taken under it and nothing
+#   touches the running system (no apt, systemctl, sysctl, modprobe). Tests use it.
+
+# Where the values come from, for error messages.
+K4W_ENV_SOURCE="the Packer provisioner's environment_vars (rendered from boxes/<box>.yml)"
+# Downloads and generated keyrings are kept here between steps; 07-cleanup removes it.
+K4W_CACHE="/var/cache/k4w"
+# State that lets a second run prove an install is complete without downloading again.
+K4W_STATE="/var/lib/k4w"
+
+K4W_CHANGED=0
+K4W_APT_UPDATED=0
+
+k4w_log() {
+    printf 'k4w %s: %s\n' "${K4W_STEP:-${0##*/}}" "$*"
+}
+
+k4w_die() {
+    printf 'k4w %s: ERROR: %s\n' "${K4W_STEP:-${0##*/}}" "$*" >&2
+    exit 1
+}
+
+# k4w_require VAR... - each must be set and non-empty.
+k4w_require() {
+    local name
+    for name in "$@"; do
+        if [[ -z ${!name:-} ]]; then
+            k4w_die "missing ${name}: it must be set (non-empty) by ${K4W_ENV_SOURCE}"
+        fi
+    done
+}
+
+# k4w_require_defined VAR... - each must be set; empty is a valid value (e.g. "no proxy").
+k4w_require_defined() {
+    local name
+    for name in "$@"; do
+        if [[ -z ${!name+set} ]]; then
+            k4w_die "missing ${name}: it must be set (empty means 'none') by ${K4W_ENV_SOURCE}"
+        fi
+    done
+}
+
+# k4w_require_one_of VAR_A VAR_B - at least one of two alternatives (e.g. sha256 or sha256_url).
+k4w_require_one_of() {
+    if [[ -z ${!1:-} && -z ${!2:-} ]]; then
+        k4w_die "missing ${1} or ${2}: one of them must be set by ${K4W_ENV_SOURCE}"
+    fi
+}
+
+k4w_flag() {
+    # k4w_flag VAR - true when VAR is 1/true/yes (how the template renders YAML booleans).
+    case "${!1:-0}" in
+        1 | true | True | yes) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+k4w_live() {
+    # True on a real guest; false in the K4W_ROOT sandbox.
+    [[ -z ${K4W_ROOT:-} ]]
+}
+
+k4w_path() {
+    printf '%s%s' "${K4W_ROOT:-}" "$1"
+}
+
+# Prints "ubuntu-16.04" or "debian-12". Production boxes are Ubuntu 16.04; CI can only boot
+# Debian 12 in QEMU, and runs these same steps there.
+k4w_distro() {
+    local os_release id version
+    os_release="$(k4w_path /etc/os-release)"
+    [[ -r $os_release ]] || k4w_die "cannot read ${os_release}: unknown distribution"
+    # shellcheck source=/dev/null  # os-release is data in shell syntax, read in a subshell.
+    id="$(. "$os_release" && printf '%s' "${ID:-}")"
+    # shellcheck source=/dev/null
+    version="$(. "$os_release" && printf '%s' "${VERSION_ID:-}")"
+    case "${id}-${version}" in
+        ubuntu-16.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
+        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 (boxes) and Debian 12 (CI)" ;;
+    esac
+}
+
+# k4w_write_file PATH MODE CONTENT [OWNER] - write CONTENT plus a final newline, atomically,
+# only when content, mode or owner differ. Sets K4W_CHANGED=1 when it wrote.
+k4w_write_file() {
+    local target mode content owner tmp
+    target="$(k4w_path "$1")"
+    mode="$2"
+    content="$3"
+    owner="${4:-root:root}"
+    K4W_CHANGED=0
+    if [[ -f $target ]] && printf '%s\n' "$content" | cmp -s - "$target"; then
+        if [[ $(stat -c '%a' "$target") != "${mode#0}" ]]; then
+            chmod "$mode" "$target"
+            K4W_CHANGED=1
+        fi
+        if k4w_live && [[ $(stat -c '%U:%G' "$target") != "$owner" ]]; then
+            chown "$owner" "$target"
+            K4W_CHANGED=1
+        fi
+        return 0
+    fi
+    mkdir -p "$(dirname "$target")"
+    tmp="$(mktemp "${target}.k4w-XXXXXX")"
+    printf '%s\n' "$content" >"$tmp"
+    chmod "$mode" "$tmp"
+    if k4w_live; then chown "$owner" "$tmp"; fi
+    mv -f "$tmp" "$target"
+    K4W_CHANGED=1
+    k4w_log "wrote $1"
+}
+
+# k4w_install_file SOURCE PATH MODE - copy a (binary) file into place when it differs.
+k4w_install_file() {
+    local source target mode tmp
+    source="$1"
+    target="$(k4w_path "$2")"
+    mode="$3"
+    K4W_CHANGED=0
+    if [[ -f $target ]] && cmp -s "$source" "$target"; then
+        if [[ $(stat -c '%a' "$target") != "${mode#0}" ]]; then
+            chmod "$mode" "$target"
+            K4W_CHANGED=1
+        fi
+        return 0
+    fi
+    mkdir -p "$(dirname "$target")"
+    tmp="$(mktemp "${target}.k4w-XXXXXX")"
+    cp "$source" "$tmp"
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$target"
+    K4W_CHANGED=1
+    k4w_log "installed $2"
+}
+
+# k4w_remove_file PATH - delete a file k4w wrote earlier; K4W_CHANGED=1 if it existed.
+k4w_remove_file() {
+    local target
+    target="$(k4w_path "$1")"
+    K4W_CHANGED=0
+    if [[ -e $target || -L $target ]]; then
+        rm -f "$target"
+        K4W_CHANGED=1
+        k4w_log "removed $1"
+    fi
+}
+
+k4w_sha256_of() {
+    sha256sum "$1" | cut -d' ' -f1
+}
+
+k4w_is_sha256() {
+    [[ $1 =~ ^[0-9a-f]{64}$ ]]
+}
+
+# k4w_fetch URL DEST - plain download through the proxy from the environment. Only used by
+# k4w_download_verified and for files verified by other means (a pinned GPG fingerprint).
+k4w_fetch() {
+    # --retry: curl re-tries transient network errors itself (bounded, with back-off).
+    curl --fail --silent --show-error --location --retry 3 --output "$2" "$1" ||
+        k4w_die "download failed: $1 (check the proxy settings in cluster.yml)"
+}
+
+# k4w_published_sha256 URL - the sha256 from a checksum file published beside a download
+# (e.g. dl.k8s.io's <binary>.sha256: the hex digest, optionally followed by a file name).
+k4w_published_sha256() {
+    local tmp digest
+    tmp="$(mktemp)"
+    k4w_fetch "$1" "$tmp"
+    digest="$(tr -d '\r' <"$tmp" | awk 'NR == 1 { print tolower($1) }')"
+    rm -f "$tmp"
+    k4w_is_sha256 "$digest" || k4w_die "no sha256 digest in $1"
+    printf '%s\n' "$digest"
+}
+
+# k4w_expected_sha256 PREFIX - the pinned K4W_<PREFIX>_SHA256, else the digest published at
+# K4W_<PREFIX>_SHA256_URL. The profile gives one or the other for every download.
+k4w_expected_sha256() {
+    local pinned="K4W_${1}_SHA256" published="K4W_${1}_SHA256_URL"
+    k4w_require_one_of "$pinned" "$published"
+    if [[ -n ${!pinned:-} ]]; then
+        k4w_is_sha256 "${!pinned}" || k4w_die "${pinned} is not a sha256 hex digest: '${!pinned}'"
+        printf '%s\n' "${!pinned}"
+    else
+        k4w_published_sha256 "${!published}"
+    fi
+}
+
+# k4w_download_verified URL PATH SHA256 - PATH holds URL's content, verified. An existing
+# PATH with the right digest is kept as is (no download on a second run); a mismatch deletes
+# the download and stops the build.
+k4w_download_verified() {
+    local url target expected part actual
+    url="$1"
+    target="$(k4w_path "$2")"
+    expected="$3"
+    k4w_is_sha256 "$expected" || k4w_die "refusing to download ${url}: expected sha256 '${expected}' is not a sha256 digest"
+    K4W_CHANGED=0
+    if [[ -f $target && $(k4w_sha256_of "$target") == "$expected" ]]; then
+        return 0
+    fi
+    mkdir -p "$(dirname "$target")"
+    part="${target}.part"
+    k4w_log "downloading ${url}"
+    k4w_fetch "$url" "$part"
+    actual="$(k4w_sha256_of "$part")"
+    if [[ $actual != "$expected" ]]; then
+        rm -f "$part"
+        k4w_die "sha256 mismatch for ${url}: expected ${expected}, got ${actual}"
+    fi
+    mv -f "$part" "$target"
+    K4W_CHANGED=1
+}
+
+# k4w_wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND... - poll COMMAND once a second until it
+# succeeds; fail with DESCRIPTION when the timeout expires. For readiness, never a fixed sleep.
+k4w_wait_for() {
+    local what="$1" timeout="$2" start
+    shift 2
+    start=$SECONDS
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS - start >= timeout)); then
+            k4w_die "timed out after ${timeout}s waiting for ${what}"
+        fi
+        sleep 1
+    done
+}
+
+# k4w_validate_proxy_url NAME VALUE - a proxy URL every consumer can take verbatim: apt.conf
+# and systemd quote it in "...", /etc/environment and the kernel command line split on blanks.
+k4w_validate_proxy_url() {
+    local name="$1" value="$2"
+    [[ -z $value ]] && return 0
+    if [[ ! $value =~ ^https?://[^[:space:]\"\'\\]+$ ]]; then
+        k4w_die "${name} must look like http://[user:password@]host:port with URL-encoded credentials (no blanks, quotes or backslashes)"
+    fi
+}
+
+# k4w_systemd_quote VALUE - VALUE inside Environment="..." of a unit file: systemd expands
+# %-specifiers there, so a literal % (URL-encoded credentials) must be doubled.
+k4w_systemd_quote() {
+    printf '%s' "${1//%/%%}"
+}
+
+k4w_systemctl() {
+    if k4w_live; then
+        systemctl "$@"
+    else
+        k4w_log "sandbox: skipped 'systemctl $*'"
+    fi
+}
+
+k4w_unit_active() {
+    k4w_live && systemctl is-active --quiet "$1"
+}
+
+# k4w_enable UNIT - enable once; a second run finds it enabled and does nothing.
+k4w_enable() {
+    if k4w_live && ! systemctl is-enabled --quiet "$1"; then
+        systemctl enable "$1"
+    fi
+}
+
+# k4w_package_version PACKAGE - the installed version, empty when not installed.
+k4w_package_version() {
+    # dpkg-query fails for a package it has never seen: that is "not installed", not an error.
+    # "hi" is installed and held (apt-mark hold, as step 03 does for docker): still installed.
+    { dpkg-query --show --showformat='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null || true; } |
+        awk '$1 == "ii" || $1 == "hi" { print $2 }'
+}
+
+# k4w_apt_install PACKAGE[=VERSION]... - install only what is missing or at another version,
+# so a second run calls neither apt-get update nor install.
+k4w_apt_install() {
+    local spec name version missing=()
+    for spec in "$@"; do
+        name="${spec%%=*}"
+        version=""
+        [[ $spec == *=* ]] && version="${spec#*=}"
+        local installed
+        installed="$(k4w_package_version "$name")"
+        if [[ -z $installed || (-n $version && $installed != "$version") ]]; then
+            missing+=("$spec")
+        fi
+    done
+    ((${#missing[@]} == 0)) && return 0
+    if ! k4w_live; then
+        k4w_log "sandbox: skipped 'apt-get install ${missing[*]}'"
+        return 0
+    fi
+    k4w_apt_update
+    k4w_log "installing ${missing[*]}"
+    # --force-confold: keep configuration files k4w already wrote (e.g. /etc/docker/daemon.json).
+    DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends \
+        --allow-downgrades -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+}
+
+k4w_apt_update() {
+    if ((K4W_APT_UPDATED == 0)); then
+        apt-get update
+        K4W_APT_UPDATED=1
+    fi
+}
+
+# k4w_hold PACKAGE - keep apt from upgrading a pinned package.
+k4w_hold() {
+    k4w_live || return 0
+    if ! apt-mark showhold | grep -qx "$1"; then
+        apt-mark hold "$1"
+    fi
+}

@@ -1,0 +1,44 @@
+# 00-preflight.ps1 - refuse to build before anything is installed when the box profile is
+# incomplete (a missing K4W_* value or a component without any checksum) or when the ISO
+# installed another Windows build than the profile expects.
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
+if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs inside the Packer build (templates/packer/windows.json.j2)' }
+. $env:K4W_COMMON
+
+$problems = New-Object System.Collections.Generic.List[string]
+$profilePath = Get-K4wEnv -Name 'K4W_PROFILE'
+
+foreach ($name in 'K4W_BOX', 'K4W_NODE_DIR', 'K4W_BUILD_GENERATION', 'K4W_OS_BUILD', 'K4W_IMAGE_SERVERCORE',
+               'K4W_IMAGE_NANOSERVER', 'K4W_PAUSE_IMAGE', 'K4W_COMPONENTS', 'K4W_PROXY_ENABLED') {
+    try { [void](Get-K4wEnv -Name $name) } catch { $problems.Add($_.Exception.Message) }
+}
+
+# Every component the box installs needs a URL and at least one checksum pinned in the profile.
+$components = @((Get-K4wEnv -Name 'K4W_COMPONENTS') -split ',' | Where-Object { $_ })
+foreach ($component in 'kubernetes', 'docker', 'cni', 'flannel', 'nssm') {
+    if ($components -notcontains $component) { $problems.Add("components.$component is missing from $profilePath") }
+}
+foreach ($component in $components) {
+    $prefix = "K4W_$($component.ToUpperInvariant())_"
+    foreach ($key in 'VERSION', 'URL') {
+        try { [void](Get-K4wEnv -Name "$prefix$key") } catch { $problems.Add("components.$component.$($key.ToLowerInvariant()) is empty in $profilePath") }
+    }
+    try { [void](Get-K4wComponentChecks -Component $component) } catch { $problems.Add($_.Exception.Message) }
+}
+
+try { [void](Get-K4wProxySettings) } catch { $problems.Add($_.Exception.Message) }
+
+# Container images must match the host build exactly (process isolation), so an ISO of another
+# Windows release would give a box whose images cannot run.
+$expectedBuild = [int](Get-K4wEnv -Name 'K4W_OS_BUILD')
+$actualBuild = [Environment]::OSVersion.Version.Build
+if ($actualBuild -ne $expectedBuild) {
+    $problems.Add("the ISO installed Windows build $actualBuild, but $profilePath expects $expectedBuild (guest.os_build); use the matching ISO")
+}
+
+if ($problems.Count -gt 0) {
+    throw "the Windows box cannot be built:`n  - $($problems -join "`n  - ")"
+}
+Write-K4wStep "preflight passed: $($components.Count) components, each with a pinned checksum; Windows build $actualBuild"

@@ -1,0 +1,41 @@
+# 06-cni-flannel.ps1 - the Windows CNI plugins (win-bridge for host-gw/l2bridge, win-overlay for
+# vxlan, flannel, host-local) into C:\k\cni, and flanneld.exe into C:\k. Both checksum-verified.
+# The CNI and Flannel configuration is per cluster: cluster-up writes it into C:\k\config.
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
+if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs inside the Packer build (templates/packer/windows.json.j2)' }
+. $env:K4W_COMMON
+
+$nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
+$cniVersion = Get-K4wEnv -Name 'K4W_CNI_VERSION'
+$flannelVersion = Get-K4wEnv -Name 'K4W_FLANNEL_VERSION'
+$cniDir = Join-Path $nodeDir 'cni'
+$plugins = 'win-bridge.exe', 'win-overlay.exe', 'flannel.exe', 'host-local.exe'
+# Records which release is unpacked, so a second run (or a version bump) is detected.
+$cniStamp = Join-Path $cniDir 'k4w-cni-version.txt'
+
+New-Item -ItemType Directory -Path $cniDir, (Join-Path $cniDir 'config') -Force | Out-Null
+
+$installed = (Test-Path -LiteralPath $cniStamp) -and ((Get-Content -LiteralPath $cniStamp -Raw).Trim() -eq $cniVersion)
+foreach ($plugin in $plugins) {
+    if (-not (Test-Path -LiteralPath (Join-Path $cniDir $plugin))) { $installed = $false }
+}
+if ($installed) {
+    Write-K4wStep "CNI plugins $cniVersion already installed in $cniDir"
+} else {
+    $archive = Get-K4wVerifiedFile -Component 'cni'
+    Invoke-K4wExe -FilePath "$env:SystemRoot\System32\tar.exe" -ArgumentList @('-xzf', $archive, '-C', $cniDir)
+    foreach ($plugin in $plugins) {
+        if (-not (Test-Path -LiteralPath (Join-Path $cniDir $plugin))) { throw "$plugin is missing from $archive" }
+    }
+    [void](Set-K4wFileContent -Path $cniStamp -Content "$cniVersion`n")
+    Write-K4wStep "CNI plugins $cniVersion installed in $cniDir"
+}
+
+$flanneld = Get-K4wVerifiedFile -Component 'flannel'
+if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $nodeDir 'flanneld.exe')) {
+    Write-K4wStep "flanneld $flannelVersion installed in $nodeDir"
+} else {
+    Write-K4wStep "flanneld $flannelVersion already installed in $nodeDir"
+}

@@ -1,0 +1,126 @@
+# 08-node-services.ps1 - the NSSM services kubelet, flanneld and kube-proxy, and the startup task
+# k4w-node-start, exactly as docs/internals.md ("Windows box <-> cluster-up") describes:
+# - start order docker -> kubelet -> flanneld -> kube-proxy as service dependencies (why not the
+#   2018 order of seed 000: see step 4 of node/start-node.ps1);
+# - restarted on failure; stdout/stderr in C:\k\logs, rotated;
+# - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config\<svc>.args
+#   and .env at cluster-up, runs kube-cleanup.ps1 and starts them in order. Until a node has
+#   joined, nothing of Kubernetes runs.
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
+if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs inside the Packer build (templates/packer/windows.json.j2)' }
+. $env:K4W_COMMON
+
+$nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
+$nssm = Join-Path $nodeDir 'nssm.exe'
+$logDir = Join-Path $nodeDir 'logs'
+$startNode = Join-Path $nodeDir 'start-node.ps1'
+$startNodeLog = Join-Path $logDir 'start-node.log'
+$taskName = 'k4w-node-start'
+
+foreach ($required in $nssm, $startNode, (Join-Path $nodeDir 'kube-cleanup.ps1')) {
+    if (-not (Test-Path -LiteralPath $required)) {
+        throw "$required is missing: 07-nssm.ps1 installs nssm.exe and the file provisioner copies guest/windows/node/ into $nodeDir"
+    }
+}
+New-Item -ItemType Directory -Path $logDir -Force | Out-Null
+
+# Each service depends on the previous one, so the SCM starts (and stops) them in this order:
+# flanneld needs the kubelet's Node object, and userspace kube-proxy needs the vEthernet
+# (<network>_ep) adapter flanneld creates.
+$services = @(
+    [pscustomobject]@{ Name = 'kubelet'; Program = 'kubelet.exe'; DependsOn = 'docker'; Description = 'Kubernetes node agent' },
+    [pscustomobject]@{ Name = 'flanneld'; Program = 'flanneld.exe'; DependsOn = 'kubelet'; Description = 'Flannel pod network' },
+    [pscustomobject]@{ Name = 'kube-proxy'; Program = 'kube-proxy.exe'; DependsOn = 'flanneld'; Description = 'Kubernetes service proxy' }
+)
+
+function Set-NssmValue([string]$Service, [string]$Name, [string[]]$Value) {
+    Invoke-K4wExe -FilePath $nssm -ArgumentList (@('set', $Service, $Name) + $Value) | Out-Null
+}
+
+foreach ($svc in $services) {
+    $program = Join-Path $nodeDir $svc.Program
+    if (-not (Test-Path -LiteralPath $program)) { throw "$program is missing (05/06 install it)" }
+    if (-not (Get-Service -Name $svc.Name -ErrorAction SilentlyContinue)) {
+        Invoke-K4wExe -FilePath $nssm -ArgumentList @('install', $svc.Name, $program) | Out-Null
+        Write-K4wStep "service $($svc.Name) created"
+    }
+    $log = Join-Path $logDir "$($svc.Name).log"
+    # Setting a value to what it already is changes nothing, so this block is idempotent.
+    Set-NssmValue $svc.Name 'Application' $program
+    Set-NssmValue $svc.Name 'AppDirectory' $nodeDir
+    Set-NssmValue $svc.Name 'DisplayName' "k4w $($svc.Name)"
+    Set-NssmValue $svc.Name 'Description' "$($svc.Description) (k4w; configured by C:\k\start-node.ps1)"
+    Set-NssmValue $svc.Name 'ObjectName' 'LocalSystem'
+    Set-NssmValue $svc.Name 'Start' 'SERVICE_DEMAND_START'
+    Set-NssmValue $svc.Name 'DependOnService' $svc.DependsOn
+    # NSSM 2.24 services can stay Paused on Windows 10 1703 (Creators Update) and later builds
+    # such as Server 1803; nssm.cc/download's workaround (notice of 2017-04-26) is AppNoConsole=1:
+    # no console window for the program. The node programs are console programs that need none.
+    Set-NssmValue $svc.Name 'AppNoConsole' '1'
+    # Restart the program whenever it exits, after 10 s (e.g. flanneld's first start on 1803 can
+    # fail adding routes with "New-NetRoute ... 1168").
+    Set-NssmValue $svc.Name 'AppExit' @('Default', 'Restart')
+    Set-NssmValue $svc.Name 'AppRestartDelay' '10000'
+    Set-NssmValue $svc.Name 'AppStdout' $log
+    Set-NssmValue $svc.Name 'AppStderr' $log
+    # 4 = OPEN_ALWAYS: append across restarts instead of truncating the evidence.
+    Set-NssmValue $svc.Name 'AppStdoutCreationDisposition' '4'
+    Set-NssmValue $svc.Name 'AppStderrCreationDisposition' '4'
+    # Rotate at start-up and, while running, every day or at 10 MiB.
+    Set-NssmValue $svc.Name 'AppRotateFiles' '1'
+    Set-NssmValue $svc.Name 'AppRotateOnline' '1'
+    Set-NssmValue $svc.Name 'AppRotateSeconds' '86400'
+    Set-NssmValue $svc.Name 'AppRotateBytes' '10485760'
+
+    # No arguments and no extra environment in the box: they are per cluster (C:\k\config).
+    $parameters = Get-ItemProperty -LiteralPath "HKLM:\SYSTEM\CurrentControlSet\Services\$($svc.Name)\Parameters"
+    foreach ($value in 'AppParameters', 'AppEnvironmentExtra') {
+        if ($parameters.PSObject.Properties[$value]) {
+            Invoke-K4wExe -FilePath $nssm -ArgumentList @('reset', $svc.Name, $value) | Out-Null
+        }
+    }
+
+    # If nssm.exe itself dies, the service control manager restarts it too.
+    Invoke-K4wExe -FilePath "$env:SystemRoot\System32\sc.exe" -ArgumentList @('failure', $svc.Name, 'reset=', '86400', 'actions=', 'restart/10000/restart/10000/restart/10000') | Out-Null
+
+    $service = Get-Service -Name $svc.Name
+    if ($service.StartType -ne 'Manual') { throw "$($svc.Name): start type is $($service.StartType), expected Manual" }
+    $dependsOn = @($service.ServicesDependedOn | ForEach-Object { $_.Name })
+    if ($dependsOn.Count -ne 1 -or $dependsOn[0] -ne $svc.DependsOn) {
+        throw "$($svc.Name): depends on '$($dependsOn -join ',')', expected '$($svc.DependsOn)'"
+    }
+    Write-K4wStep "service $($svc.Name): Manual, after $($svc.DependsOn), log $log"
+}
+
+# The startup task: brings a joined node back after every reboot (stale HNS state is cleaned by
+# start-node.ps1 before the services start). Does nothing on a box that has not joined yet.
+# A task's output goes nowhere, so the action appends every output stream of start-node.ps1 to
+# C:\k\logs\start-node.log as UTF-8 (Windows PowerShell 5.1's *>> would write UTF-16; -Width
+# keeps Out-File from cutting lines at a console width) and hands the script's exit code on to
+# the task's "Last Run Result". Done in the action rather than by Start-Transcript in the script:
+# cluster-up runs the same script over WinRM and reads its output directly, so the script itself
+# stays a plain writer to standard output.
+$powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
+$quotedStartNode = "'" + $startNode.Replace("'", "''") + "'"
+$quotedLog = "'" + $startNodeLog.Replace("'", "''") + "'"
+$arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command `"& $quotedStartNode *>&1 | Out-File -FilePath $quotedLog -Append -Encoding utf8 -Width 4096; exit `$LASTEXITCODE`""
+$existing = Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue
+$current = $existing -and
+    @($existing.Actions).Count -eq 1 -and $existing.Actions[0].Execute -eq $powershell -and
+    $existing.Actions[0].Arguments -eq $arguments -and
+    @($existing.Triggers).Count -eq 1 -and $existing.Triggers[0].CimClass.CimClassName -eq 'MSFT_TaskBootTrigger' -and
+    $existing.Principal.UserId -eq 'SYSTEM'
+if ($current) {
+    Write-K4wStep "scheduled task $taskName already registered"
+} else {
+    $task = New-ScheduledTask `
+        -Action (New-ScheduledTaskAction -Execute $powershell -Argument $arguments) `
+        -Trigger (New-ScheduledTaskTrigger -AtStartup) `
+        -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
+        -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew) `
+        -Description 'k4w: apply C:\k\config and start docker, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)'
+    Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
+    Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM)"
+}

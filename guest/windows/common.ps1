@@ -1,0 +1,431 @@
+# common.ps1 - helpers shared by every k4w Windows guest script. Dot-sourced, never run alone:
+#   . $env:K4W_COMMON                     (provisioners; templates/packer/windows.json.j2 uploads this file)
+#   . (Join-Path $PSScriptRoot 'common.ps1')   (k4w-bootstrap.ps1, from the Setup media)
+# Only functions and process-wide settings here; the caller's header sets ErrorActionPreference,
+# StrictMode and the trap.
+
+# Windows PowerShell 5.1 on 1803 offers only SSL3/TLS 1.0 by default; dl.k8s.io, GitHub and
+# download.docker.com require TLS 1.2.
+[Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
+# The progress bar of Invoke-WebRequest slows large downloads down by an order of magnitude.
+$ProgressPreference = 'SilentlyContinue'
+
+# Where verified downloads are kept during the build; 12-cleanup.ps1 removes it.
+$script:K4wDownloadDir = 'C:\Windows\Temp\k4w-downloads'
+
+function Write-K4wStep {
+    param([Parameter(Mandatory = $true)][string]$Message)
+    Write-Host "==> k4w: $Message"
+}
+
+function Get-K4wEnv {
+    # A K4W_* value from the Packer provisioner. Missing means the script was not started by
+    # templates/packer/windows.json.j2, which is a bug, not something to default around.
+    # -Optional: for values the profile may leave null (checksums). Windows cannot hold an empty
+    # environment variable (setting "" deletes it), so "empty" and "unset" both give ''.
+    param(
+        [Parameter(Mandatory = $true)][string]$Name,
+        [switch]$Optional
+    )
+    $value = [Environment]::GetEnvironmentVariable($Name, 'Process')
+    if ($Optional) {
+        if ($null -eq $value) { return '' }
+        return $value
+    }
+    if (-not $value) {
+        throw "$Name is not set. Windows guest scripts take every value from the environment_vars of templates/packer/windows.json.j2; run them through 'invoke build-windows'."
+    }
+    return $value
+}
+
+function Invoke-K4wExe {
+    # Run a native program and fail on an unexpected exit code (PowerShell does not).
+    param(
+        [Parameter(Mandatory = $true)][string]$FilePath,
+        [string[]]$ArgumentList = @(),
+        [int[]]$AllowedExitCodes = @(0)
+    )
+    & $FilePath @ArgumentList
+    if ($AllowedExitCodes -notcontains $LASTEXITCODE) {
+        throw "'$FilePath $($ArgumentList -join ' ')' failed with exit code $LASTEXITCODE"
+    }
+}
+
+function Wait-K4wCondition {
+    # Poll a condition until it is true or the timeout expires. Exceptions inside the condition
+    # count as "not yet"; the last one is reported on timeout.
+    param(
+        [Parameter(Mandatory = $true)][string]$Description,
+        [Parameter(Mandatory = $true)][scriptblock]$Condition,
+        [int]$TimeoutSeconds = 300,
+        [int]$IntervalSeconds = 2
+    )
+    $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
+    $lastError = $null
+    while ($true) {
+        try {
+            if (& $Condition) { return }
+        } catch {
+            $lastError = $_
+        }
+        if ((Get-Date) -ge $deadline) {
+            $detail = if ($lastError) { " (last error: $lastError)" } else { '' }
+            throw "Timed out after $TimeoutSeconds s waiting for $Description$detail"
+        }
+        Start-Sleep -Seconds $IntervalSeconds
+    }
+}
+
+function Set-K4wRegistryValue {
+    # Idempotent: writes only when the value differs. Returns $true when it changed something.
+    param(
+        [Parameter(Mandatory = $true)][string]$Path,
+        [Parameter(Mandatory = $true)][string]$Name,
+        [Parameter(Mandatory = $true)]$Value,
+        [ValidateSet('String', 'DWord', 'MultiString')][string]$Type = 'String'
+    )
+    if (-not (Test-Path -LiteralPath $Path)) {
+        New-Item -Path $Path -Force | Out-Null
+    }
+    $item = Get-ItemProperty -LiteralPath $Path
+    $current = $null
+    if ($item.PSObject.Properties[$Name]) { $current = $item.$Name }
+    if ($null -ne $current -and ((@($current) -join "`n") -ceq (@($Value) -join "`n"))) {
+        return $false
+    }
+    New-ItemProperty -LiteralPath $Path -Name $Name -Value $Value -PropertyType $Type -Force | Out-Null
+    return $true
+}
+
+function Remove-K4wRegistryValue {
+    # Returns $true when the value existed.
+    param(
+        [Parameter(Mandatory = $true)][string]$Path,
+        [Parameter(Mandatory = $true)][string]$Name
+    )
+    if (-not (Test-Path -LiteralPath $Path)) { return $false }
+    $item = Get-ItemProperty -LiteralPath $Path
+    if (-not $item.PSObject.Properties[$Name]) { return $false }
+    Remove-ItemProperty -LiteralPath $Path -Name $Name
+    return $true
+}
+
+function Set-K4wMachineEnv {
+    # Machine-scope environment variable; an empty value removes it. Also updates this process.
+    param(
+        [Parameter(Mandatory = $true)][string]$Name,
+        [AllowEmptyString()][string]$Value
+    )
+    $current = [Environment]::GetEnvironmentVariable($Name, 'Machine')
+    if ($Value) {
+        if ($current -cne $Value) {
+            [Environment]::SetEnvironmentVariable($Name, $Value, 'Machine')
+            Write-K4wStep "machine environment: $Name set"
+        }
+    } elseif ($null -ne $current) {
+        [Environment]::SetEnvironmentVariable($Name, $null, 'Machine')
+        Write-K4wStep "machine environment: $Name removed"
+    }
+    [Environment]::SetEnvironmentVariable($Name, $Value, 'Process')
+}
+
+function Add-K4wMachinePath {
+    param([Parameter(Mandatory = $true)][string]$Directory)
+    $entries = @([Environment]::GetEnvironmentVariable('Path', 'Machine') -split ';' | Where-Object { $_ })
+    if ($entries -notcontains $Directory) {
+        [Environment]::SetEnvironmentVariable('Path', (($entries + $Directory) -join ';'), 'Machine')
+        Write-K4wStep "machine PATH: added $Directory"
+    }
+    if (@($env:Path -split ';') -notcontains $Directory) { $env:Path = "$env:Path;$Directory" }
+}
+
+# ------------------------------------------------------------------------------------ proxy
+
+function Get-K4wProxySettings {
+    # The proxy of this build as Packer passed it: full URLs (credentials included) and the
+    # NO_PROXY list. Https is never derived from http.
+    $enabled = (Get-K4wEnv -Name 'K4W_PROXY_ENABLED') -eq '1'
+    $http = Get-K4wEnv -Name 'K4W_HTTP_PROXY' -Optional
+    $https = Get-K4wEnv -Name 'K4W_HTTPS_PROXY' -Optional
+    $noProxy = Get-K4wEnv -Name 'K4W_NO_PROXY' -Optional
+    if ($enabled -and -not $http -and -not $https) {
+        throw 'K4W_PROXY_ENABLED=1 but neither K4W_HTTP_PROXY nor K4W_HTTPS_PROXY is set (templates/packer/windows.json.j2)'
+    }
+    [pscustomobject]@{
+        Enabled = $enabled
+        Http    = if ($enabled) { $http } else { '' }
+        Https   = if ($enabled) { $https } else { '' }
+        NoProxy = if ($enabled -and $noProxy) { @($noProxy -split ',' | ForEach-Object { $_.Trim() } | Where-Object { $_ }) } else { @() }
+    }
+}
+
+function ConvertTo-K4wProxyHostPort {
+    # 'http://user:pass@proxy:3128' -> 'proxy:3128' (WinHTTP/WinINet syntax, no credentials).
+    param([AllowEmptyString()][string]$Url)
+    if (-not $Url) { return '' }
+    $uri = [Uri]$Url
+    return '{0}:{1}' -f $uri.Host, $uri.Port
+}
+
+function ConvertTo-K4wWinHttpBypass {
+    # NO_PROXY (comma list, CIDRs allowed) -> WinHTTP/WinINet bypass list: ';'-separated, host
+    # wildcards instead of CIDRs (neither understands CIDR), '*.domain' for '.domain', and
+    # '<local>' for plain host names.
+    param([string[]]$NoProxy = @())
+    $out = New-Object System.Collections.Generic.List[string]
+    foreach ($entry in $NoProxy) {
+        if ($entry -match '^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})/(\d{1,2})$') {
+            $octets = @([int]$Matches[1], [int]$Matches[2], [int]$Matches[3], [int]$Matches[4])
+            $prefix = [int]$Matches[5]
+            if ($prefix -ge 32) { $out.Add(($octets -join '.')); continue }
+            # Widen to the enclosing octet boundary and list every value of the partial octet.
+            $whole = [math]::Floor($prefix / 8)
+            $bits = $prefix - 8 * $whole
+            if ($whole -eq 0 -and $bits -eq 0) { $out.Add('*'); continue }
+            if ($bits -eq 0) {
+                $out.Add((($octets[0..($whole - 1)] + '*') -join '.'))
+                continue
+            }
+            $span = [int][math]::Pow(2, 8 - $bits)
+            $first = $octets[$whole] - ($octets[$whole] % $span)
+            # @(...) around the if: an if that yields an empty array would otherwise give $null.
+            $head = @(if ($whole -gt 0) { $octets[0..($whole - 1)] })
+            for ($i = 0; $i -lt $span; $i++) {
+                $out.Add((($head + ($first + $i) + '*') -join '.'))
+            }
+        } elseif ($entry.StartsWith('.')) {
+            $out.Add("*$entry")
+        } else {
+            $out.Add($entry)
+        }
+    }
+    $out.Add('<local>')
+    return (@($out | Select-Object -Unique) -join ';')
+}
+
+function Set-K4wSystemProxy {
+    # The machine proxy that Windows itself and .NET use: WinHTTP (services, Windows Update, CRL
+    # fetches) and the machine-wide WinINet settings, which are what .NET's default proxy
+    # (System.Net.WebRequest.DefaultWebProxy) reads for every script. Idempotent; no arguments
+    # restores direct access.
+    param(
+        [AllowEmptyString()][string]$HttpProxy = '',
+        [AllowEmptyString()][string]$HttpsProxy = '',
+        [string[]]$NoProxy = @()
+    )
+    # Policy value: proxy settings per machine instead of per user, so services and every
+    # account see the same proxy (Internet Explorer policy "Make proxy settings per-machine").
+    $policy = 'HKLM:\SOFTWARE\Policies\Microsoft\Windows\CurrentVersion\Internet Settings'
+    $machine = 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Internet Settings'
+    if (-not $HttpProxy -and -not $HttpsProxy) {
+        Invoke-K4wExe -FilePath 'netsh.exe' -ArgumentList @('winhttp', 'reset', 'proxy')
+        [void](Set-K4wRegistryValue -Path $machine -Name 'ProxyEnable' -Value 0 -Type DWord)
+        Write-K4wStep 'system proxy: direct access'
+        return
+    }
+    $servers = @()
+    if ($HttpProxy) { $servers += "http=$HttpProxy" }
+    if ($HttpsProxy) { $servers += "https=$HttpsProxy" }
+    $server = $servers -join ';'
+    $bypass = ConvertTo-K4wWinHttpBypass -NoProxy $NoProxy
+    Invoke-K4wExe -FilePath 'netsh.exe' -ArgumentList @('winhttp', 'set', 'proxy', "proxy-server=$server", "bypass-list=$bypass")
+    [void](Set-K4wRegistryValue -Path $policy -Name 'ProxySettingsPerUser' -Value 0 -Type DWord)
+    [void](Set-K4wRegistryValue -Path $machine -Name 'ProxyEnable' -Value 1 -Type DWord)
+    [void](Set-K4wRegistryValue -Path $machine -Name 'ProxyServer' -Value $server -Type String)
+    [void](Set-K4wRegistryValue -Path $machine -Name 'ProxyOverride' -Value $bypass -Type String)
+    Write-K4wStep "system proxy: $server (bypass: $bypass)"
+}
+
+function ConvertTo-K4wIPv4Number {
+    param([Parameter(Mandatory = $true)][Net.IPAddress]$Address)
+    $b = $Address.GetAddressBytes()
+    return [double]$b[0] * 16777216 + [double]$b[1] * 65536 + [double]$b[2] * 256 + [double]$b[3]
+}
+
+function Test-K4wProxyBypass {
+    # Does NO_PROXY exempt this host? Same rules as Go/curl: exact name, domain suffix
+    # (with or without a leading dot) and IPv4 CIDR.
+    param([Parameter(Mandatory = $true)][string]$HostName, [string[]]$NoProxy = @())
+    foreach ($entry in $NoProxy) {
+        if ($entry -eq '*' -or $HostName -eq $entry) { return $true }
+        $suffix = $entry.TrimStart('*').TrimStart('.')
+        if ($suffix -and $HostName.EndsWith(".$suffix", [StringComparison]::OrdinalIgnoreCase)) { return $true }
+        if ($entry -match '^(\d{1,3}(\.\d{1,3}){3})/(\d{1,2})$') {
+            $ip = $null
+            if ([Net.IPAddress]::TryParse($HostName, [ref]$ip)) {
+                # Compare the network parts as numbers: no bit operators, no sign overflow.
+                $block = [math]::Pow(2, 32 - [int]$Matches[3])
+                $hostNet = [math]::Floor((ConvertTo-K4wIPv4Number -Address $ip) / $block)
+                $entryNet = [math]::Floor((ConvertTo-K4wIPv4Number -Address ([Net.IPAddress]::Parse($Matches[1]))) / $block)
+                if ($hostNet -eq $entryNet) { return $true }
+            }
+        }
+    }
+    return $false
+}
+
+function Get-K4wWebRequestProxyArgs {
+    # Invoke-WebRequest parameters for the proxy of this URL's scheme, credentials included
+    # (WinINet cannot hold them, so the scripts pass them explicitly). Empty = go direct.
+    param([Parameter(Mandatory = $true)][Uri]$Uri)
+    $proxy = Get-K4wProxySettings
+    if (-not $proxy.Enabled -or (Test-K4wProxyBypass -HostName $Uri.Host -NoProxy $proxy.NoProxy)) {
+        return @{}
+    }
+    $url = if ($Uri.Scheme -eq 'https') { $proxy.Https } else { $proxy.Http }
+    if (-not $url) {
+        # Only the other scheme goes through a proxy: go direct rather than reuse it.
+        return @{}
+    }
+    $proxyUri = [Uri]$url
+    # .NET Framework talks plain HTTP (CONNECT) to a proxy, whatever scheme its URL has.
+    $result = @{ Proxy = [Uri]('http://{0}:{1}' -f $proxyUri.Host, $proxyUri.Port) }
+    if ($proxyUri.UserInfo) {
+        $user, $pass = $proxyUri.UserInfo.Split(':', 2)
+        if ($null -eq $pass) { $pass = '' }
+        $secure = ConvertTo-SecureString -String ([Uri]::UnescapeDataString($pass)) -AsPlainText -Force
+        $result.ProxyCredential = New-Object System.Management.Automation.PSCredential ([Uri]::UnescapeDataString($user), $secure)
+    }
+    return $result
+}
+
+function Invoke-K4wWebRequest {
+    # The one place that talks HTTP. Retries transient failures with a growing pause (a retry
+    # back-off, not a readiness wait). Returns the response; callers never use it on files
+    # without checking a hash first (see Get-K4wVerifiedFile).
+    param(
+        [Parameter(Mandatory = $true)][string]$Url,
+        [string]$OutFile,
+        [int]$Attempts = 4
+    )
+    $params = Get-K4wWebRequestProxyArgs -Uri $Url
+    if (-not $params.ContainsKey('Proxy')) {
+        # Direct: Windows PowerShell 5.1 has no -NoProxy, and without this it would use the
+        # system proxy, whose bypass list may differ from NO_PROXY. An empty WebProxy is direct.
+        [Net.WebRequest]::DefaultWebProxy = New-Object System.Net.WebProxy
+    }
+    $params.Uri = $Url
+    $params.UseBasicParsing = $true
+    if ($OutFile) { $params.OutFile = $OutFile }
+    for ($attempt = 1; ; $attempt++) {
+        try {
+            return Invoke-WebRequest @params
+        } catch {
+            if ($attempt -ge $Attempts) { throw "download of $Url failed after $Attempts attempts: $_" }
+            Write-K4wStep "download of $Url failed ($_); retry $attempt of $($Attempts - 1)"
+            Start-Sleep -Seconds (5 * $attempt)
+        }
+    }
+}
+
+# ------------------------------------------------------------------------- verified downloads
+
+function Get-K4wPublishedChecksum {
+    # The checksum file published beside a download (e.g. dl.k8s.io's .sha256). It is the
+    # reference value, never executed, so it is the one fetch that is not itself hash-checked.
+    param([Parameter(Mandatory = $true)][string]$Url, [int]$Length = 64)
+    $content = (Invoke-K4wWebRequest -Url $Url).Content
+    if ($content -is [byte[]]) { $content = [Text.Encoding]::ASCII.GetString($content) }
+    $value = ([string]$content).Trim() -split '\s+' | Select-Object -First 1
+    if ($value -notmatch "^[0-9a-fA-F]{$Length}$") {
+        throw "$Url does not contain a checksum (got '$value')"
+    }
+    return $value.ToLowerInvariant()
+}
+
+function Assert-K4wFileHash {
+    # Stop the build when a file does not match its published checksum; the file is deleted so
+    # no later step can pick it up.
+    param(
+        [Parameter(Mandatory = $true)][string]$Path,
+        [Parameter(Mandatory = $true)][ValidateSet('SHA256', 'SHA512')][string]$Algorithm,
+        [Parameter(Mandatory = $true)][string]$Expected,
+        [Parameter(Mandatory = $true)][string]$What
+    )
+    $actual = (Get-FileHash -LiteralPath $Path -Algorithm $Algorithm).Hash.ToLowerInvariant()
+    if ($actual -ne $Expected.ToLowerInvariant()) {
+        Remove-Item -LiteralPath $Path -Force
+        throw "$Algorithm mismatch for $What ($Path): expected $($Expected.ToLowerInvariant()), got $actual. The download is corrupt or not the pinned file; the build stops."
+    }
+}
+
+function Get-K4wComponentChecks {
+    # The checksums of a component as pinned in the profile: [pscustomobject]{Algorithm, Expected, Source}.
+    param([Parameter(Mandatory = $true)][string]$Component)
+    $prefix = "K4W_$($Component.ToUpperInvariant())_"
+    $checks = @()
+    $sha256 = Get-K4wEnv -Name "${prefix}SHA256" -Optional
+    $sha256Url = Get-K4wEnv -Name "${prefix}SHA256_URL" -Optional
+    $sha512 = Get-K4wEnv -Name "${prefix}SHA512" -Optional
+    if ($sha256) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $sha256; Source = "components.$Component.sha256" } }
+    if ($sha256Url) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $null; Source = $sha256Url } }
+    if ($sha512) { $checks += [pscustomobject]@{ Algorithm = 'SHA512'; Expected = $sha512; Source = "components.$Component.sha512" } }
+    if (-not $checks) {
+        $profilePath = Get-K4wEnv -Name 'K4W_PROFILE'
+        throw "components.$Component has no checksum in $profilePath (sha256, sha256_url or sha512 is required): k4w never installs an unverified download"
+    }
+    return $checks
+}
+
+function Get-K4wVerifiedFile {
+    # Download a profile component (K4W_<NAME>_URL) and check every checksum the profile pins
+    # for it before returning its path. A verified copy from an earlier run is reused.
+    param([Parameter(Mandatory = $true)][string]$Component)
+    $prefix = "K4W_$($Component.ToUpperInvariant())_"
+    $url = Get-K4wEnv -Name "${prefix}URL"
+    $checks = @(Get-K4wComponentChecks -Component $Component)
+    $pinned = @($checks | Where-Object { $_.Expected })
+    foreach ($check in @($checks | Where-Object { -not $_.Expected })) {
+        try {
+            $check.Expected = Get-K4wPublishedChecksum -Url $check.Source
+        } catch {
+            # A pinned checksum is already the stronger check; a published file that moved
+            # must not stop the build then. Without one, nothing would be verified: stop.
+            if (-not $pinned) { throw }
+            Write-K4wStep "WARNING: $($check.Source) is unavailable ($_); relying on the pinned $(($pinned | ForEach-Object { $_.Algorithm }) -join ' and ')"
+        }
+    }
+    $checks = @($checks | Where-Object { $_.Expected })
+    New-Item -ItemType Directory -Path $script:K4wDownloadDir -Force | Out-Null
+    $name = [IO.Path]::GetFileName(([Uri]$url).AbsolutePath)
+    $target = Join-Path $script:K4wDownloadDir "$Component-$name"
+    if (Test-Path -LiteralPath $target) {
+        try {
+            foreach ($check in $checks) {
+                Assert-K4wFileHash -Path $target -Algorithm $check.Algorithm -Expected $check.Expected -What "$Component (cached)"
+            }
+            Write-K4wStep "${Component} ${name}: verified copy already present"
+            return $target
+        } catch {
+            Write-K4wStep "${Component} ${name}: cached copy rejected, downloading again"
+        }
+    }
+    $partial = "$target.partial"
+    Write-K4wStep "downloading $Component from $url"
+    Invoke-K4wWebRequest -Url $url -OutFile $partial | Out-Null
+    foreach ($check in $checks) {
+        Assert-K4wFileHash -Path $partial -Algorithm $check.Algorithm -Expected $check.Expected -What $Component
+    }
+    Move-Item -LiteralPath $partial -Destination $target -Force
+    Write-K4wStep "${Component} ${name}: $(($checks | ForEach-Object { $_.Algorithm }) -join ' and ') verified"
+    return $target
+}
+
+function Copy-K4wFileIfChanged {
+    # Copy only when the content differs (idempotent installs; running binaries stay untouched).
+    param([Parameter(Mandatory = $true)][string]$Source, [Parameter(Mandatory = $true)][string]$Destination)
+    if (Test-Path -LiteralPath $Destination) {
+        if ((Get-FileHash -LiteralPath $Source).Hash -eq (Get-FileHash -LiteralPath $Destination).Hash) { return $false }
+    }
+    Copy-Item -LiteralPath $Source -Destination $Destination -Force
+    return $true
+}
+
+function Set-K4wFileContent {
+    # Write UTF-8 without BOM (Docker and Python reject a BOM in JSON) only when it differs.
+    param([Parameter(Mandatory = $true)][string]$Path, [Parameter(Mandatory = $true)][string]$Content)
+    if ((Test-Path -LiteralPath $Path) -and ([IO.File]::ReadAllText($Path) -ceq $Content)) { return $false }
+    New-Item -ItemType Directory -Path (Split-Path -Parent $Path) -Force | Out-Null
+    [IO.File]::WriteAllText($Path, $Content, (New-Object System.Text.UTF8Encoding $false))
+    return $true
+}

@@ -1,0 +1,431 @@
+"""Build boxes with Packer: render, check the ISO, skip what is up to date, run, collect.
+
+One box or several in parallel, each with its own log (OUT/logs/<box>.log, credentials
+redacted) and its own progress line. A box lands in OUT/boxes/ only after Packer succeeded;
+a failure removes what the build left and names the log, the failing step and the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from rich.console import Console
+
+from .. import iso as iso_mod
+from .. import profiles, render, sources
+from ..config import Config
+from ..errors import K4wError, ToolMissing
+from ..profiles import Profile
+from ..redact import redact, register_secret
+from . import catalogue, packer_cli, stamp as stamp_mod
+from .progress import PlainView, RichView, elapsed, hash_progress, make_view
+from .transcript import COMMA, BuildState
+
+# The variable the Windows template reads the per-build Administrator password from
+# (docs/internals.md, "Packer templates").
+ADMIN_PASSWORD_ENV = "K4W_ADMIN_PASSWORD"
+
+
+class BuildFailed(K4wError):
+    """One or more boxes did not build. The message names each log and failing step."""
+
+    def __init__(self, message: str, results: list["BoxResult"]):
+        self.results = results
+        super().__init__(message)
+
+
+@dataclass
+class BoxPlan:
+    box: str
+    profile: Profile
+    template_path: Path
+    template: dict
+    stamp: stamp_mod.Stamp
+    up_to_date: bool
+    reason: str  # why it is built or skipped
+    existing_box: Path | None = None
+    iso_override: Path | None = None
+    iso_sha256: str | None = None
+    iso: iso_mod.IsoCheck | None = None
+    problem: str | None = None  # stops this box before Packer (e.g. the ISO)
+
+
+@dataclass
+class BoxResult:
+    box: str
+    status: str  # built | up to date | failed | interrupted | would build | would skip
+    seconds: float = 0.0
+    log: Path | None = None
+    message: str = ""
+    box_files: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("built", "up to date", "would build", "would skip")
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def build_box(cfg: Config, box: str, out: Path, *, iso: Path | None = None, iso_sha256: str | None = None,
+              force: bool = False, dry_run: bool = False, console: Console | None = None) -> BoxResult:
+    """Build one box (invoke build-windows / build-ubuntu). Raises BuildFailed on failure.
+
+    iso_sha256: the expected checksum of --iso when the caller made that image itself.
+    """
+    isos = {box: Path(iso)} if iso else None
+    sums = {box: iso_sha256} if iso_sha256 else None
+    return build_boxes(cfg, [box], out, force, dry_run, isos=isos, iso_sha256s=sums, console=console)[0]
+
+
+def build_boxes(cfg: Config, boxes: list[str], out: Path, force: bool = False, dry_run: bool = False, *,
+                isos: dict[str, Path] | None = None, iso_sha256s: dict[str, str] | None = None,
+                console: Console | None = None) -> list[BoxResult]:
+    """Build several boxes in parallel (invoke build). Raises BuildFailed if any failed."""
+    out = Path(out).resolve()
+    console = console or Console()
+    boxes = list(dict.fromkeys(boxes))
+    unused = [b for b in boxes if b not in cfg.boxes()]
+    if unused:
+        raise K4wError(
+            f"box {', '.join(unused)} is not used by any node in the config, so it is not rendered "
+            f"(boxes in use: {', '.join(cfg.boxes())})"
+        )
+    _register_proxy_secrets(cfg)
+    if not dry_run:
+        render.render(cfg, out)
+    # Placeholder secrets: the stamp must not change when the Administrator password rotates.
+    rendered = render.render_files(cfg, out, secrets_for=None)
+    plans = [_plan(box, out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box)) for box in boxes]
+    if dry_run:
+        return _dry_run(plans, out, console)
+    return _Builder(cfg, out, console).run(plans)
+
+
+# ------------------------------------------------------------------ deciding what to do
+
+
+def _register_proxy_secrets(cfg: Config) -> None:
+    """Proxy passwords are redacted even where they appear outside a URL (a guest may echo one)."""
+    for url in (cfg.proxy.http, cfg.proxy.https):
+        password = urlsplit(url).password if url else None
+        if password:
+            for form in {password, unquote(password)}:
+                register_secret(form)
+                register_secret(form.replace(",", COMMA))  # as Packer's machine-readable output writes it
+
+
+def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
+          iso_sha256: str | None = None) -> BoxPlan:
+    profile = profiles.load(box)
+    key = f"packer/{box}.json"
+    try:
+        template = json.loads(rendered[key])
+    except json.JSONDecodeError as exc:
+        raise K4wError(f"rendered {key} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+    stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
+    plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
+                   iso_sha256=iso_sha256)
+    record = catalogue.read_record(out, box)
+    existing = out / "boxes" / record["box_file"] if record and record.get("box_file") else None
+    plan.existing_box = existing
+    if force:
+        plan.reason = "forced (--force)"
+    elif record is None:
+        plan.reason = "no previous build"
+    elif not existing or not existing.is_file():
+        plan.reason = f"box file {existing} is missing"
+    elif (record.get("stamp") or {}).get("sha256") != stamp.sha256:
+        changed = stamp.changed_since(record.get("stamp"))
+        shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+        plan.reason = f"inputs changed: {shown}"
+    else:
+        plan.up_to_date = True
+        plan.reason = f"up to date: {existing} (stamp {stamp.sha256[:12]})"
+    return plan
+
+
+def _say(console: Console, text: str) -> None:
+    console.print(redact(text), markup=False, highlight=False, soft_wrap=True)
+
+
+def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResult]:
+    """Print what a build would do; run nothing and write nothing."""
+    results: list[BoxResult] = []
+    problems: list[str] = []
+    packer = packer_cli.packer_path()
+    _say(console, f"packer: {packer or 'NOT FOUND - ' + packer_cli.INSTALL_PACKER} (version and plugins are checked by a real build and by `invoke doctor`)")
+    for plan in plans:
+        box = plan.box
+        _say(console, f"== {box}")
+        _say(console, f"  render: {plan.template_path} and {out / 'http' / box}/ (not written in a dry run)")
+        if plan.up_to_date:
+            _say(console, f"  would skip, {plan.reason}")
+            results.append(BoxResult(box, "would skip", message=plan.reason))
+            continue
+        _say(console, f"  would build: {plan.reason}")
+        try:
+            check = iso_mod.check_iso(plan.profile, out, plan.iso_override, hash_it=False, expected_sha256=plan.iso_sha256)
+            if check.mode == "remote":
+                _say(console, f"  iso: {check.describe()}")
+            else:
+                how = "hash cached and matching" if check.cached else "sha256 computed before Packer starts"
+                _say(console, f"  iso: would verify {check.path} against {check.expected} ({check.source}; {how})")
+        except iso_mod.IsoError as exc:
+            _say(console, f"  iso: WOULD FAIL: {exc}")
+            problems.append(f"{box}: {exc}")
+        secret_sources = {}
+        if plan.profile.is_windows:
+            secrets_file = out / "secrets" / f"{box}.json"
+            _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
+            secret_sources[ADMIN_PASSWORD_ENV] = str(secrets_file)
+        _say(console, "  run:")
+        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources):
+            _say(console, f"    {line}")
+        _say(console, f"  log: {out / 'logs' / f'{box}.log'}")
+        _say(console, f"  then: move {out / 'boxes' / '.partial'}/{box}-<provider>.box to {out / 'boxes'}/, "
+                      f"write {catalogue.catalogue_path(out, box)} and {catalogue.record_path(out, box)}")
+        results.append(BoxResult(box, "would build", message=plan.reason))
+    if problems:
+        raise BuildFailed("dry run: these boxes would fail before Packer starts:\n" + "\n".join(problems), results)
+    return results
+
+
+# ------------------------------------------------------------------ running
+
+
+class _Builder:
+    def __init__(self, cfg: Config, out: Path, console: Console):
+        self.cfg = cfg
+        self.out = out
+        self.console = console
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self.interrupted = False
+        self.packer_version: str | None = None
+
+    def run(self, plans: list[BoxPlan]) -> list[BoxResult]:
+        results: dict[str, BoxResult] = {}
+        for plan in plans:
+            if plan.up_to_date:
+                _say(self.console, f"{plan.box}: {plan.reason}")
+                results[plan.box] = BoxResult(plan.box, "up to date", message=plan.reason, box_files=[plan.existing_box])
+                continue
+            _say(self.console, f"{plan.box}: building, {plan.reason}")
+            self._check_iso(plan)
+            unpinned = profiles.unpinned_components(plan.profile)
+            if unpinned and not plan.problem:
+                plan.problem = f"{plan.box}: refusing to build with unverifiable downloads:\n" + "\n".join(f"  - {u}" for u in unpinned)
+            if plan.problem:
+                results[plan.box] = BoxResult(plan.box, "failed", message=plan.problem)
+        to_build = [p for p in plans if p.box not in results]
+        if to_build:
+            self._preflight(to_build)
+            for plan in to_build:
+                if plan.profile.is_windows:
+                    render.rotate_secrets(self.out, plan.box)
+            # Render again so Autounattend.xml carries the new passwords.
+            render.render(self.cfg, self.out)
+            self.packer_version = packer_cli.version_str(packer_cli.packer_version())
+            results.update(self._run_parallel(to_build))
+        ordered = [results[p.box] for p in plans]
+        self._summary(ordered)
+        failed = [r for r in ordered if not r.ok]
+        if failed:
+            raise BuildFailed("\n".join(r.message for r in failed), ordered)
+        return ordered
+
+    def _check_iso(self, plan: BoxPlan) -> None:
+        path = plan.iso_override or iso_mod.iso_path(plan.profile)
+        needs_hash = path.is_file() and iso_mod.HashCache(self.out).lookup(path) is None
+        progress = hash_progress(self.console, f"{plan.box}: {path.name}", path.stat().st_size) if needs_hash else contextlib.nullcontext(None)
+        try:
+            with progress as callback:
+                plan.iso = iso_mod.check_iso(plan.profile, self.out, plan.iso_override, progress=callback,
+                                             expected_sha256=plan.iso_sha256)
+            _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
+        except iso_mod.IsoError as exc:
+            plan.problem = str(exc)
+
+    def _preflight(self, plans: list[BoxPlan]) -> None:
+        if not packer_cli.packer_path():
+            raise ToolMissing("packer", packer_cli.INSTALL_PACKER)
+        problems = packer_cli.packer_preflight([p.template for p in plans])
+        if problems:
+            raise K4wError("this host cannot build the boxes yet:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
+        view = make_view(self.console)
+        results: dict[str, BoxResult] = {}
+        with view, ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="packer") as pool:
+            futures = {pool.submit(self._run_box, plan, view): plan for plan in plans}
+            pending = set(futures)
+            while pending:
+                try:
+                    _, pending = wait(pending, timeout=0.5)
+                except KeyboardInterrupt:
+                    self._interrupt()
+            for future, plan in futures.items():
+                results[plan.box] = future.result()
+        return results
+
+    def _interrupt(self) -> None:
+        """First Ctrl-C: ask each Packer to cancel (it deletes its VM). Second: kill them."""
+        with self.lock:
+            procs = [p for p in self.procs.values() if p.poll() is None]
+            second = self.interrupted
+            self.interrupted = True
+        if second:
+            _say(self.console, "interrupted again: killing Packer; a VM may be left in Hyper-V Manager (k4w-*)")
+        else:
+            _say(self.console, "interrupted: asking Packer to cancel and clean up (Ctrl-C again to kill)")
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                if second:
+                    proc.kill()
+                elif os.name == "nt":
+                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # Go maps Ctrl-Break to os.Interrupt
+                else:
+                    proc.send_signal(signal.SIGINT)
+
+    def _run_box(self, plan: BoxPlan, view: PlainView | RichView) -> BoxResult:
+        box, out = plan.box, self.out
+        log_path = out / "logs" / f"{box}.log"
+        partial = out / "boxes" / ".partial"
+        started = dt.datetime.now(dt.timezone.utc)
+        clock = time.monotonic()
+        state = BuildState.for_template(plan.template)
+        view.add(box, state)
+        _remove_partial(partial, box)
+        try:
+            secrets = {}
+            if plan.profile.is_windows:
+                secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
+            cmd = packer_cli.build_command(plan.template_path, packer_cli.packer_path() or packer_cli.PACKER)
+            env = packer_cli.build_env(out, secrets)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "w", encoding="utf-8") as log:
+                log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")
+                secret_files = {k: str(out / "secrets" / f"{box}.json") for k in secrets}
+                for line in packer_cli.describe_command(cmd, out, secret_files):
+                    log.write(f"# {line}\n")
+                rc = self._stream(box, cmd, env, log, state, view)
+            seconds = time.monotonic() - clock
+            if rc == 0:
+                result = self._collect(plan, state, started, log_path, seconds)
+            else:
+                result = self._failed(plan, state, log_path, seconds, f"Packer exited with code {rc}")
+        except Exception as exc:  # noqa: BLE001 - any failure of one box must not stop the others
+            result = self._failed(plan, state, log_path, time.monotonic() - clock, f"{type(exc).__name__}: {exc}")
+        if log_path.is_file():
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write("# result: " + redact(result.message).replace("\n", "\n# ") + "\n")
+        view.finish(box, f"{result.status} in {elapsed(result.seconds)}")
+        return result
+
+    def _stream(self, box, cmd, env, log, state, view) -> int:
+        # Own process group: a terminal Ctrl-C reaches only us, and we forward exactly one
+        # interrupt, so Packer cancels once and cleans up its VM.
+        group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
+        proc = subprocess.Popen(cmd, cwd=self.out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, encoding="utf-8", errors="replace", bufsize=1, **group)
+        with self.lock:
+            self.procs[box] = proc
+            if self.interrupted:
+                proc.send_signal(signal.SIGINT if os.name != "nt" else signal.CTRL_BREAK_EVENT)
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = redact(raw.rstrip("\r\n"))
+            log.write(line + "\n")
+            log.flush()
+            for event in state.feed(line):
+                view.event(box, event)
+        return proc.wait()
+
+    def _collect(self, plan: BoxPlan, state: BuildState, started: dt.datetime, log_path: Path, seconds: float) -> BoxResult:
+        box, out = plan.box, self.out
+        partial = out / "boxes" / ".partial"
+        found = _partial_boxes(partial, box)
+        if not found:
+            return self._failed(plan, state, log_path, seconds,
+                                f"Packer succeeded but wrote no box to {partial}/{box}-<provider>.box; the template's "
+                                f"vagrant post-processor must write there (docs/internals.md)")
+        version = catalogue.box_version(started)
+        providers = []
+        finals = []
+        for partial_box in found:
+            provider = partial_box.name[len(box) + 1:-len(".box")]
+            state.phase = f"sha256 of {partial_box.name}"  # minutes for a 10 GB box: say so
+            sha = iso_mod.sha256_file(partial_box)
+            final = out / "boxes" / f"{box}-{provider}.box"
+            os.replace(partial_box, final)
+            finals.append(final)
+            providers.append(catalogue.box_catalogue(box, plan.profile, version, provider, final, sha)["versions"][0]["providers"][0])
+        meta = catalogue.box_catalogue(box, plan.profile, version, providers[0]["name"], finals[0], providers[0]["checksum"])
+        meta["versions"][0]["providers"] = providers
+        finished = dt.datetime.now(dt.timezone.utc)
+        iso = plan.iso
+        record = catalogue.build_record(
+            box=box, profile=plan.profile, version=version, provider=providers[0]["name"], box_file=finals[0],
+            box_sha256=providers[0]["checksum"], started=started, finished=finished, packer_version=self.packer_version,
+            iso={"name": plan.profile.data.iso.name, "sha256": iso.expected if iso else None,
+                 "source": (f"downloaded by Packer from {iso.url}" if iso and iso.mode == "remote" else str(iso.path) if iso else None)},
+            stamp=plan.stamp.as_record(), git=catalogue.git_revision(sources.REPO.root),
+        )
+        catalogue.write_json(catalogue.catalogue_path(out, box), meta)
+        catalogue.write_json(catalogue.record_path(out, box), record)
+        _remove_partial(partial, box)
+        shutil.rmtree(out / "packer-vm" / box, ignore_errors=True)
+        return BoxResult(box, "built", seconds, log_path, f"{box}: built {', '.join(str(f) for f in finals)}", finals)
+
+    def _failed(self, plan: BoxPlan, state: BuildState, log_path: Path, seconds: float, fallback: str) -> BoxResult:
+        box, out = plan.box, self.out
+        _remove_partial(out / "boxes" / ".partial", box)
+        shutil.rmtree(out / "packer-vm" / box, ignore_errors=True)
+        status = "interrupted" if (state.interrupted or self.interrupted) else "failed"
+        error = state.last_error or fallback
+        message = (
+            f"{box}: build {status} at {state.where} after {elapsed(seconds)}\n"
+            f"  error: {redact(error)}\n"
+            f"  full log: {log_path}"
+        )
+        return BoxResult(box, status, seconds, log_path, message)
+
+    def _summary(self, results: list[BoxResult]) -> None:
+        rows = [("box", "result", "duration", "log")]
+        for r in results:
+            rows.append((r.box, r.status if r.ok else r.status.upper(), elapsed(r.seconds) if r.seconds else "-", str(r.log or "-")))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        _say(self.console, "")
+        for row in rows:
+            _say(self.console, "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)))
+        for r in results:
+            if not r.ok:
+                _say(self.console, r.message)
+
+
+def _partial_boxes(partial: Path, box: str) -> list[Path]:
+    """<box>-<provider>.box files. Provider names have no '-', so box 'ubuntu-1604' never
+    claims 'ubuntu-1604-e2e-qemu.box' of a box named 'ubuntu-1604-e2e'."""
+    return sorted(p for p in partial.glob(f"{box}-*.box") if "-" not in p.name[len(box) + 1:-len(".box")])
+
+
+def _remove_partial(partial: Path, box: str) -> None:
+    """Delete this box's partial output only: another box may be writing beside it."""
+    for leftover in _partial_boxes(partial, box):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    with contextlib.suppress(OSError):
+        partial.rmdir()  # only when empty

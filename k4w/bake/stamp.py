@@ -1,0 +1,96 @@
+"""The up-to-date stamp of a box: one sha256 over every input that shapes it.
+
+Inputs: the rendered Packer template, the rendered installer answers in http/<box>/ (with
+placeholder secrets, so rotating the Administrator password does not force a rebuild),
+every file under guest/ or vagrant/box/ that the template references (folders
+recursively), the box profile, and the ISO's expected sha256. The record keeps each input's
+hash too, so a rebuild can say what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import sources
+from ..profiles import Profile
+
+# Folders of the repository whose files reach the box through the template.
+REFERENCED_DIRS = ("guest", "vagrant/box")
+
+
+def _root() -> Path:
+    return sources.REPO.root
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def referenced_files(template: dict, root: Path | None = None) -> list[Path]:
+    """Files under guest/ and vagrant/box/ named anywhere in the template (folders expanded)."""
+    root = (root or _root()).resolve()
+    prefixes = [re.escape(str(root / d).replace("\\", "/")) for d in REFERENCED_DIRS]
+    # A path inside a longer string (an inline command) ends at a quote, space, comma or ;.
+    found = re.compile(rf"(?:{'|'.join(prefixes)})(?:/[^\s\"',;]*)?")
+    relative = re.compile(rf"^(?:\./)?(?:{'|'.join(re.escape(d) for d in REFERENCED_DIRS)})(?:/.*)?$")
+    paths: set[Path] = set()
+    for text in _strings(template):
+        text = text.replace("\\", "/")
+        candidates = [m.group(0) for m in found.finditer(text)]
+        if relative.match(text):
+            candidates.append(str(root / text.removeprefix("./")))
+        for candidate in candidates:
+            path = Path(candidate.rstrip("/"))
+            if path.is_dir():
+                paths.update(p for p in path.rglob("*") if p.is_file())
+            elif path.is_file():
+                paths.add(path)
+    return sorted(paths)
+
+
+@dataclass(frozen=True)
+class Stamp:
+    sha256: str
+    inputs: dict[str, str]  # input name -> its sha256
+
+    def as_record(self) -> dict:
+        return {"sha256": self.sha256, "inputs": self.inputs}
+
+    def changed_since(self, recorded: dict | None) -> list[str]:
+        """Input names whose hash differs from a recorded stamp (added or removed count too)."""
+        old = (recorded or {}).get("inputs") or {}
+        names = sorted(set(old) | set(self.inputs))
+        return [n for n in names if old.get(n) != self.inputs.get(n)]
+
+
+def compute(box: str, profile: Profile, rendered: dict[str, str], iso_sha256: str | None) -> Stamp:
+    """rendered: render.render_files(cfg, out, secrets_for=None), i.e. placeholder secrets."""
+    root = _root()
+    template_key = f"packer/{box}.json"
+    template_text = rendered[template_key]
+    inputs: dict[str, str] = {template_key: _sha(template_text.encode())}
+    for rel, text in rendered.items():
+        if rel.startswith(f"http/{box}/"):
+            inputs[rel] = _sha(text.encode())
+    for path in referenced_files(json.loads(template_text), root):
+        inputs[path.resolve().relative_to(root.resolve()).as_posix()] = _sha(path.read_bytes())
+    inputs[f"profile:{profile.path.name}"] = _sha(profile.path.read_bytes())
+    inputs["iso:sha256"] = _sha((iso_sha256 or "unknown").encode())
+    digest = hashlib.sha256()
+    for name in sorted(inputs):
+        digest.update(f"{name}\0{inputs[name]}\n".encode())
+    return Stamp(digest.hexdigest(), dict(sorted(inputs.items())))

@@ -1,0 +1,358 @@
+"""Check the rendered cluster artifacts: manifests, kubeadm config and Windows node configs.
+
+Two kinds of rule:
+- schema: every manifest validates with kubernetes-validate against its OLDEST bundled schema
+  (it ships 1.25+ only) and uses only API groups that exist from Kubernetes 1.11 on;
+- agreement: the pod CIDR, service CIDR, DNS IP, backend and node IPs are the same in kubeadm's
+  config, Flannel's net-conf, the Windows CNI/net-conf and every kubelet/kube-proxy/flanneld
+  argument (the top complaint in this field is a pod CIDR that differs between them).
+
+check_manifests(out) returns one readable problem per broken rule; an empty list means all pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..derive import VXLAN_PORT, VXLAN_VNI
+from ..errors import ToolMissing
+from ..tools import INSTALL
+
+# apps/v1 (DaemonSet, Deployment) is GA since 1.9 and rbac/v1 since 1.8: all exist in 1.11 and today.
+ALLOWED_API_VERSIONS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1")
+# The Windows network name Flannel's Windows backends use by default, per backend.
+WINDOWS_NETWORK = {"host-gw": "cbr0", "vxlan": "vxlan0"}
+WINDOWS_CNI_PLUGIN = {"host-gw": "win-bridge", "vxlan": "win-overlay"}
+
+
+@dataclass
+class Expected:
+    """The values every artifact must agree on."""
+
+    pod_cidr: str
+    service_cidr: str
+    dns_ip: str
+    backend: str
+    domain: str
+    node_ips: dict[str, str] = field(default_factory=dict)
+    os_label: str | None = None
+    source: str = "cluster.yml"
+
+
+def check_manifests(out_dir, cfg=None) -> list[str]:
+    """Every problem found in OUT/manifests, OUT/kubeadm and OUT/nodes (empty = all good).
+
+    With cfg (a k4w.config.Config) the artifacts are compared with the config; without it, with
+    the kubeadm config and vagrant/cluster.json, so cross-artifact agreement is still checked.
+    """
+    out = Path(out_dir)
+    problems: list[str] = []
+    kubeadm_docs = _load_yaml_docs(out / "kubeadm" / "kubeadm-config.yaml", problems)
+    expected = _expected(out, cfg, kubeadm_docs, problems)
+    problems += _check_manifest_schemas(out)
+    if expected is None:
+        return problems
+    problems += check_kubeadm(kubeadm_docs, expected)
+    problems += check_flannel(out / "manifests" / "kube-flannel.yaml", expected)
+    problems += check_node_selectors(out, expected)
+    for node_dir in sorted((out / "nodes").glob("*")):
+        if (node_dir / "kubelet.args").is_file():
+            problems += check_windows_node(node_dir, expected)
+    return problems
+
+
+# ------------------------------------------------------------------ what to compare against
+
+def _expected(out: Path, cfg, kubeadm_docs: list[dict], problems: list[str]) -> Expected | None:
+    if cfg is not None:
+        from ..derive import derive_network
+        from ..render import _kube
+
+        net = derive_network(cfg)
+        return Expected(net.pod_cidr, net.service_cidr, net.dns_ip, net.backend, net.cluster_domain,
+                        {n.name: str(n.ip) for n in cfg.nodes}, _kube(cfg).os_label)
+    cluster = _load_json(out / "vagrant" / "cluster.json", problems) or {}
+    networking = _kubeadm_networking(kubeadm_docs)
+    netconf = _flannel_netconf(out / "manifests" / "kube-flannel.yaml", [])
+    if not networking.get("podSubnet") or not networking.get("serviceSubnet") or not netconf:
+        problems.append("cannot tell the expected pod/service CIDR and backend: kubeadm-config.yaml or kube-flannel.yaml is missing them")
+        return None
+    service = ipaddress.ip_network(networking["serviceSubnet"])
+    return Expected(
+        pod_cidr=networking["podSubnet"],
+        service_cidr=networking["serviceSubnet"],
+        dns_ip=str(service.network_address + 10),  # kubeadm's convention: the 10th address
+        backend=str(netconf.get("Backend", {}).get("Type")),
+        domain=networking.get("dnsDomain", "cluster.local"),
+        node_ips={m["name"]: m["ip"] for m in cluster.get("machines", [])},
+        source="kubeadm-config.yaml and vagrant/cluster.json",
+    )
+
+
+# ------------------------------------------------------------------ schemas and API groups
+
+def _check_manifest_schemas(out: Path) -> list[str]:
+    try:
+        import kubernetes_validate
+        from kubernetes_validate import utils as kv_utils
+    except ImportError as exc:  # a missing validator is a failure, never a silent pass
+        raise ToolMissing("kubernetes-validate", INSTALL["kubernetes-validate"]) from exc
+
+    oldest = kv_utils.all_versions()[0]
+    problems = []
+    files = sorted(p for p in (out / "manifests").glob("*.yaml"))
+    if not files:
+        return [f"{out / 'manifests'}: no manifests rendered"]
+    for path in files:
+        docs = _load_yaml_docs(path, problems)
+        if not docs:
+            problems.append(f"{path.name}: no Kubernetes objects")
+        for doc in docs:
+            name = f"{path.name}: {doc.get('kind', '?')}/{doc.get('metadata', {}).get('name', '?')}"
+            api = doc.get("apiVersion")
+            if api not in ALLOWED_API_VERSIONS:
+                problems.append(f"{name}: apiVersion {api!r} is not one of {', '.join(ALLOWED_API_VERSIONS)} "
+                                "(the API groups that exist from Kubernetes 1.11 on)")
+                continue
+            try:
+                kubernetes_validate.validate(doc, oldest, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+                problems.append(f"{name}: kubernetes-validate {oldest} (strict): {where}: {exc.message}")
+            except kubernetes_validate.SchemaNotFoundError as exc:
+                problems.append(f"{name}: kubernetes-validate {oldest}: {exc.message}")
+    return problems
+
+
+# ------------------------------------------------------------------ kubeadm
+
+def _kubeadm_networking(docs: list[dict]) -> dict:
+    for doc in docs:
+        if doc.get("kind") in ("MasterConfiguration", "ClusterConfiguration"):
+            return doc.get("networking") or {}
+    return {}
+
+
+def check_kubeadm(docs: list[dict], exp: Expected) -> list[str]:
+    where = "kubeadm-config.yaml"
+    if not docs:
+        return [f"{where}: missing or empty"]
+    by_kind = {doc.get("kind"): doc for doc in docs}
+    problems = []
+    networking = _kubeadm_networking(docs)
+    for key, want in (("podSubnet", exp.pod_cidr), ("serviceSubnet", exp.service_cidr), ("dnsDomain", exp.domain)):
+        if networking.get(key) != want:
+            problems.append(f"{where}: networking.{key} is {networking.get(key)!r}, {exp.source} says {want!r}")
+    if "MasterConfiguration" in by_kind:  # v1alpha2 embeds the component configs
+        master = by_kind["MasterConfiguration"]
+        proxy = ((master.get("kubeProxy") or {}).get("config") or {})
+        kubelet = ((master.get("kubeletConfiguration") or {}).get("baseConfig") or {})
+        proxy_key, kubelet_key = "kubeProxy.config", "kubeletConfiguration.baseConfig"
+    else:
+        proxy = by_kind.get("KubeProxyConfiguration") or {}
+        kubelet = by_kind.get("KubeletConfiguration") or {}
+        proxy_key, kubelet_key = "KubeProxyConfiguration", "KubeletConfiguration"
+    if proxy.get("clusterCIDR") != exp.pod_cidr:
+        problems.append(f"{where}: {proxy_key}.clusterCIDR is {proxy.get('clusterCIDR')!r}, the pod CIDR is {exp.pod_cidr!r}")
+    if kubelet.get("clusterDNS") != [exp.dns_ip]:
+        problems.append(f"{where}: {kubelet_key}.clusterDNS is {kubelet.get('clusterDNS')!r}, the cluster DNS IP is {exp.dns_ip!r}")
+    if not kubelet.get("cgroupDriver"):
+        problems.append(f"{where}: {kubelet_key}.cgroupDriver is missing: set components.docker.cgroup_driver in the "
+                        "master's box profile (boxes/<box>.yml) so the kubelet uses Docker's driver (kube.cgroup_driver)")
+    return problems
+
+
+# ------------------------------------------------------------------ Flannel (Linux)
+
+def _flannel_netconf(path: Path, problems: list[str]) -> dict | None:
+    for doc in _load_yaml_docs(path, problems):
+        if doc.get("kind") == "ConfigMap" and "net-conf.json" in (doc.get("data") or {}):
+            try:
+                return json.loads(doc["data"]["net-conf.json"])
+            except json.JSONDecodeError as exc:
+                problems.append(f"{path.name}: net-conf.json is not JSON: {exc}")
+                return None
+    problems.append(f"{path.name}: no ConfigMap with net-conf.json")
+    return None
+
+
+def check_netconf(netconf: dict, exp: Expected, where: str) -> list[str]:
+    problems = []
+    if netconf.get("Network") != exp.pod_cidr:
+        problems.append(f"{where}: Network is {netconf.get('Network')!r}, the pod CIDR is {exp.pod_cidr!r}")
+    backend = netconf.get("Backend") or {}
+    kind = backend.get("Type", backend.get("type"))
+    if kind != exp.backend:
+        problems.append(f"{where}: Backend.Type is {kind!r}, network.backend is {exp.backend!r}")
+    if exp.backend == "vxlan":
+        # Windows' vxlan only interoperates with VNI 4096 on UDP 4789 (Flannel's Windows docs).
+        if backend.get("VNI") != VXLAN_VNI or backend.get("Port") != VXLAN_PORT:
+            problems.append(f"{where}: vxlan needs VNI {VXLAN_VNI} and Port {VXLAN_PORT}, found VNI {backend.get('VNI')!r} Port {backend.get('Port')!r}")
+    elif "VNI" in backend or "Port" in backend:
+        problems.append(f"{where}: VNI/Port are vxlan settings but the backend is {exp.backend!r}")
+    return problems
+
+
+def check_flannel(path: Path, exp: Expected) -> list[str]:
+    problems: list[str] = []
+    netconf = _flannel_netconf(path, problems)
+    if netconf is not None:
+        problems += check_netconf(netconf, exp, f"{path.name} net-conf.json")
+    return problems
+
+
+def check_node_selectors(out: Path, exp: Expected) -> list[str]:
+    """Flannel and kube-proxy pods on Linux only; the demo on Windows only."""
+    problems: list[str] = []
+    label = exp.os_label
+    wanted = {"kube-flannel.yaml": ("DaemonSet", "linux"), "demo-win-webserver.yaml": ("Deployment", "windows")}
+    for name, (kind, os_name) in wanted.items():
+        for doc in _load_yaml_docs(out / "manifests" / name, problems):
+            if doc.get("kind") != kind:
+                continue
+            selector = (((doc.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+            if not _selects(selector, label, os_name):
+                problems.append(f"{name}: {kind} {doc['metadata']['name']} needs nodeSelector {label or '<os label>'}: {os_name}, has {selector}")
+    patch_path = out / "manifests" / "patches" / "linux-node-selector.yaml"
+    patch = _load_yaml_docs(patch_path, problems)
+    if len(patch) != 1 or set(patch[0]) != {"spec"}:
+        problems.append(f"patches/{patch_path.name}: must be one strategic-merge patch document with only 'spec'")
+    else:
+        selector = ((patch[0]["spec"].get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+        if not _selects(selector, label, "linux"):
+            problems.append(f"patches/{patch_path.name}: spec.template.spec.nodeSelector must be {label or '<os label>'}: linux, is {selector}")
+    return problems
+
+
+def _selects(selector: dict, label: str | None, os_name: str) -> bool:
+    if label is not None:
+        return selector.get(label) == os_name
+    return any(k.endswith("kubernetes.io/os") and v == os_name for k, v in selector.items())
+
+
+# ------------------------------------------------------------------ Windows node configs
+
+def read_args(path: Path) -> dict[str, str]:
+    """--flag=value lines as {flag: value} ('' for a bare --flag)."""
+    args = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        flag, _, value = line.partition("=")
+        args[flag] = value
+    return args
+
+
+def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
+    node = node_dir.name
+    where = f"nodes/{node}"
+    problems: list[str] = []
+    files = {name: node_dir / name for name in
+             ("kubelet.args", "kube-proxy.args", "kube-proxy.env", "flanneld.args", "flanneld.env", "net-conf.json", "cni.conf", "node.json")}
+    missing = [name for name, path in files.items() if not path.is_file()]
+    if missing:
+        return [f"{where}: missing {', '.join(missing)}"]
+    for name in ("kubelet.args", "kube-proxy.args", "flanneld.args"):
+        for number, line in enumerate(files[name].read_text(encoding="utf-8").splitlines(), 1):
+            # Each line becomes one argument of the service's command line: no spaces, no stray text.
+            if line.strip() and (not line.startswith("--") or any(c.isspace() for c in line)):
+                problems.append(f"{where}/{name} line {number}: {line!r} is not a single --flag[=value] argument")
+    node_ip = exp.node_ips.get(node)
+    kubelet = read_args(files["kubelet.args"])
+    wants = [
+        ("kubelet.args", kubelet, "--cluster-dns", exp.dns_ip, "the cluster DNS IP"),
+        ("kubelet.args", kubelet, "--cluster-domain", exp.domain, "the cluster domain"),
+        ("kubelet.args", kubelet, "--hostname-override", node, "the node name"),
+        ("kubelet.args", kubelet, "--node-ip", node_ip, "the node's cluster IP"),
+        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--cluster-cidr", exp.pod_cidr, "the pod CIDR"),
+        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--hostname-override", node, "the node name"),
+        ("flanneld.args", read_args(files["flanneld.args"]), "--iface", node_ip, "the node's cluster IP"),
+    ]
+    for name, args, flag, want, what in wants:
+        if args.get(flag) != want:
+            problems.append(f"{where}/{name}: {flag} is {args.get(flag)!r}, {what} is {want!r}")
+    if not kubelet.get("--pod-infra-container-image"):
+        problems.append(f"{where}/kubelet.args: --pod-infra-container-image is missing: set kubernetes.pause_image in the "
+                        "Windows box profile (Linux pause images do not run on Windows)")
+    network = WINDOWS_NETWORK.get(exp.backend)
+    env = dict(line.split("=", 1) for line in files["flanneld.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
+    if env.get("NODE_NAME") != node:
+        problems.append(f"{where}/flanneld.env: NODE_NAME is {env.get('NODE_NAME')!r}, the node is {node!r}")
+    proxy_env = dict(line.split("=", 1) for line in files["kube-proxy.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
+    if proxy_env.get("KUBE_NETWORK") != network:
+        problems.append(f"{where}/kube-proxy.env: KUBE_NETWORK is {proxy_env.get('KUBE_NETWORK')!r}, Flannel's network is {network!r}")
+
+    netconf = _load_json(files["net-conf.json"], problems)
+    if netconf is not None:
+        problems += check_netconf(netconf, exp, f"{where}/net-conf.json")
+        name = (netconf.get("Backend") or {}).get("name")
+        if name != network:
+            problems.append(f"{where}/net-conf.json: Backend.name is {name!r}, {exp.backend} needs {network!r}")
+    cni = _load_json(files["cni.conf"], problems)
+    if cni is not None:
+        problems += check_cni(cni, exp, node_ip, f"{where}/cni.conf")
+    info = _load_json(files["node.json"], problems)
+    if info is not None and (info.get("name") != node or info.get("network_name") != network or info.get("ip") != node_ip):
+        problems.append(f"{where}/node.json: {info} does not match node {node!r}, ip {node_ip!r}, network {network!r}")
+    # start-node.ps1 takes its firewall rule and kube-proxy readiness check from these.
+    for key, want in (("pod_cidr", exp.pod_cidr), ("dns_ip", exp.dns_ip), ("backend", exp.backend)):
+        if info is not None and key in info and info[key] != want:
+            problems.append(f"{where}/node.json: {key} is {info[key]!r}, expected {want!r} ({exp.source})")
+    return problems
+
+
+def check_cni(cni: dict, exp: Expected, node_ip: str | None, where: str) -> list[str]:
+    problems = []
+    network = WINDOWS_NETWORK.get(exp.backend)
+    if cni.get("type") != "flannel" or cni.get("name") != network:
+        problems.append(f"{where}: must be the flannel plugin named {network!r}, is type {cni.get('type')!r} name {cni.get('name')!r}")
+    delegate = cni.get("delegate") or {}
+    plugin = WINDOWS_CNI_PLUGIN.get(exp.backend)
+    if delegate.get("type") != plugin:
+        problems.append(f"{where}: delegate.type is {delegate.get('type')!r}, {exp.backend} needs {plugin!r}")
+    dns = delegate.get("dns") or {}
+    if dns.get("Nameservers") != [exp.dns_ip]:
+        problems.append(f"{where}: dns.Nameservers is {dns.get('Nameservers')!r}, the cluster DNS IP is {exp.dns_ip!r}")
+    if not any(s.endswith(exp.domain) for s in dns.get("Search") or []):
+        problems.append(f"{where}: dns.Search {dns.get('Search')!r} has no suffix of the cluster domain {exp.domain!r}")
+    values = [p.get("value") or p.get("Value") or {} for p in delegate.get("policies") or []]
+    nat = [v for v in values if v.get("Type") == "OutBoundNAT"]
+    exceptions = nat[0].get("ExceptionList", []) if nat else []
+    for cidr, what in ((exp.pod_cidr, "pod"), (exp.service_cidr, "service")):
+        if cidr not in exceptions:
+            problems.append(f"{where}: the OutBoundNAT ExceptionList {exceptions} lacks the {what} CIDR {cidr}")
+    routes = {v.get("DestinationPrefix") for v in values if v.get("Type") == "ROUTE"}
+    if exp.service_cidr not in routes:
+        problems.append(f"{where}: no ROUTE policy for the service CIDR {exp.service_cidr} (services would not be reachable from pods)")
+    if exp.backend == "host-gw" and node_ip and f"{node_ip}/32" not in routes:
+        problems.append(f"{where}: host-gw needs a ROUTE policy for the node's own IP {node_ip}/32")
+    return problems
+
+
+# ------------------------------------------------------------------ helpers
+
+def _load_yaml_docs(path: Path, problems: list[str]) -> list[dict]:
+    if not path.is_file():
+        problems.append(f"{path.name}: not rendered")
+        return []
+    try:
+        return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+    except yaml.YAMLError as exc:
+        problems.append(f"{path.name}: not valid YAML: {exc}")
+        return []
+
+
+def _load_json(path: Path, problems: list[str]):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        problems.append(f"{path}: not rendered")
+    except json.JSONDecodeError as exc:
+        problems.append(f"{path.parent.name}/{path.name}: not valid JSON: {exc}")
+    return None

@@ -1,0 +1,102 @@
+"""What a built box must look like, derived from its profile and cluster.yml - never retyped.
+
+Every version a spec compares comes from `boxes/<box>.yml`; every proxy value from
+cluster.yml through k4w.derive.derive_proxy, exactly as the provisioning got them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..bake import catalogue
+from ..errors import K4wError
+from ..profiles import Profile
+
+# The Vagrant "insecure" public key every public box ships so `vagrant up` can log in the
+# first time (github.com/hashicorp/vagrant keys/vagrant.pub, also in every Vagrant install
+# under gems/vagrant-*/keys/). Only the key type and body are compared, not the comment.
+VAGRANT_INSECURE_KEY = (
+    "ssh-rsa AAAAB3NzaC1yc2EAAAABIwAAAQEA6NF8iallvQVp22WDkTkyrtvp9eWW6A8YVr+kz4TjGYe7gHzIw+niNltGEFHzD8+v1I2YJ6oXev"
+    "ct1YeS0o9HZyN1Q9qgCgzUFtdOKLv6IedplqoPkcmF0aYet2PkEDo3MlTBckFXPITAMzF8dJSIFo9D8HfdOV0IAdx4O7PtixWKn5y2hMNG0zQPy"
+    "Uecp4pzC6kivAIhyfHilFR61RGL+GPXQ2MWZWFYbAGjyiYJnAmCP3NOTd0jMZEnDkbUvxhMmBYSdETk1rRgm+R4LOzFUGaHqHDLKLX+FIPKcF96"
+    "hrucXzcWyLbIbEgE98OHlnVYCzRdK8jlqm8tehUc9c9WhQ=="
+)
+
+# CNI plugins the Linux nodes need: Flannel's CNI config (kube-flannel.yml "cni-conf.json")
+# chains `flannel` (which delegates to `bridge` + `host-local`) and `portmap` (hostPort);
+# the kubelet itself always sets up `loopback` in every pod sandbox.
+LINUX_CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "flannel")
+
+_VERSION = re.compile(r"v?(\d+\.\d+\.\d+)")
+
+
+def components(profile: Profile) -> dict:
+    comps = profile.data.get("components")
+    if not comps:
+        raise K4wError(f"{profile.path}: no 'components:' mapping; the spec compares the box with it")
+    return comps
+
+
+def component(profile: Profile, name: str, key: str = "version") -> str:
+    """A component value from the profile, or an error naming the missing key."""
+    value = (components(profile).get(name) or {}).get(key)
+    if value in (None, ""):
+        raise K4wError(f"{profile.path}: components.{name}.{key} is not set")
+    return str(value)
+
+
+def kubernetes_version(profile: Profile) -> str:
+    """The one Kubernetes version of a box: `kubernetes.version` (what kubeadm/kubelet report)."""
+    return str(profile.data.kubernetes.version).lstrip("v")
+
+
+def release_document(profile: Profile) -> dict:
+    """The build record the box writes inside the guest (docs/internals.md, Profile conventions):
+    exactly the profile's components, as the build record outside the guest lists them."""
+    return {"box": profile.name, "components": catalogue.components(profile)}
+
+
+def reported_version(output: str) -> str | None:
+    """The first x.y.z in a tool's version output: `Kubernetes v1.11.10` -> `1.11.10`."""
+    match = _VERSION.search(output)
+    return match.group(1) if match else None
+
+
+def version_matches(actual: str, pinned: str) -> bool:
+    """True when a reported version is the pinned one, allowing a vendor suffix after it.
+
+    Docker reports its server version with the edition appended (`17.03.2-ce`, `17.06.2-ee-16`)
+    while a profile pins the release; `17.03.2` must not match `17.03.20`.
+    """
+    actual, pinned = actual.strip().lstrip("v"), pinned.strip().lstrip("v")
+    if actual == pinned:
+        return True
+    return actual.startswith(pinned) and not actual[len(pinned)].isalnum()
+
+
+def authorized_keys_have(text: str, public_key: str = VAGRANT_INSECURE_KEY) -> bool:
+    """Whether an authorized_keys text holds a key (type and body; options and comment ignored)."""
+    kind, body = public_key.split()[:2]
+    for line in text.splitlines():
+        words = line.split()
+        if kind in words and body in words:
+            return True
+    return False
+
+
+def parse_env_assignments(text: str) -> dict[str, str]:
+    """KEY=value lines as in /etc/environment or systemd Environment= (quotes removed)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+PROXY_KEYS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")

@@ -1,0 +1,112 @@
+"""Run a live spec with pytest in a child process and read back what happened.
+
+The spec writes its own result file (--k4w-result, see k4w/verify/specs/conftest.py) from
+pytest's terminal statistics, so the counts a record or report shows are the very ones
+pytest printed; JUnit XML is written beside it for CI tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import sources
+from ..errors import K4wError
+
+# The runtime specs ship inside the package: they run against live hosts, never in the unit suite.
+SPEC_DIR = Path(__file__).resolve().parent / "specs"
+SPECS = {
+    "ubuntu": [SPEC_DIR / "test_ubuntu_box.py"],
+    "windows": [SPEC_DIR / "test_windows_box.py"],
+    "cluster": [SPEC_DIR / "test_cluster_nodes.py", SPEC_DIR / "test_cluster_connectivity.py"],
+}
+
+# pytest's exit codes (pytest.ExitCode): 0 all passed, 1 some failed, 2 interrupted,
+# 3 internal error, 4 usage error, 5 nothing collected.
+EXIT_MEANING = {0: "all passed", 1: "some checks failed", 2: "interrupted", 3: "pytest internal error",
+                4: "usage error (missing target or option)", 5: "no check collected"}
+NOT_RUN = (2, 3, 4)
+
+
+@dataclass
+class SpecRequest:
+    """One pytest run of a spec against its target(s)."""
+
+    suite: str  # a short name for reports: "box ubuntu-1604", "nodes windows-1803", "cluster"
+    spec: str  # a key of SPECS
+    args: list[str]  # target options: --hosts, --ssh-config, --k4w-box, ...
+    junit: Path
+    result: Path
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            *[str(p) for p in SPECS[self.spec]],
+            # The specs are not under the default testpaths; run from the repo so its
+            # pyproject (markers, --strict-markers) applies, and keep no cache in the tree.
+            f"--rootdir={sources.REPO.root}",
+            "-p",
+            "no:cacheprovider",
+            # Hypothesis' plugin costs a second or more per start and no spec uses it.
+            "-p",
+            "no:hypothesispytest",
+            "-v",
+            f"--junitxml={self.junit}",
+            f"--k4w-result={self.result}",
+            *self.args,
+        ]
+
+
+def result_from_stats(stats: dict, deselected: list, exit_status: int) -> dict:
+    """Counts from pytest's terminal statistics (what its last line says)."""
+    def count(key: str) -> int:
+        return len(stats.get(key, []))
+
+    failed_ids = sorted({r.nodeid for key in ("failed", "error") for r in stats.get(key, [])})
+    return {
+        "passed": count("passed"),
+        "failed": count("failed"),
+        "errors": count("error"),
+        "skipped": count("skipped"),
+        "xfailed": count("xfailed"),
+        "xpassed": count("xpassed"),
+        "deselected": [{"test": nodeid, "check": check, "reason": reason} for nodeid, check, reason in deselected],
+        "failed_tests": failed_ids,
+        "expected_failures": [{"test": r.nodeid, "reason": getattr(r, "wasxfail", "")} for r in stats.get("xfailed", [])],
+        "exit_status": exit_status,
+    }
+
+
+def run(request: SpecRequest, runner) -> dict:
+    """Run the spec through a k4w.verify.procs.Runner; return its result document ({} in a dry run)."""
+    if runner.dry_run:
+        runner.show(request.command(), cwd=sources.REPO.root)
+        return {}
+    request.junit.parent.mkdir(parents=True, exist_ok=True)
+    request.result.unlink(missing_ok=True)
+    # Our package must import in the child even when k4w is not pip-installed.
+    pythonpath = os.pathsep.join(filter(None, [str(sources.REPO.root), os.environ.get("PYTHONPATH")]))
+    code, tail = runner.run(request.command(), cwd=sources.REPO.root, env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
+    result = json.loads(request.result.read_text(encoding="utf-8")) if request.result.is_file() else None
+    if result is None or result["exit_status"] in NOT_RUN:
+        # pytest stopped before running the checks (usage error, crash, interrupt): nothing ran.
+        last = [line for line in tail.strip().splitlines() if line.strip()][-3:]
+        raise K4wError(
+            f"{request.suite}: pytest exited {code} ({EXIT_MEANING.get(code, 'unknown')}) without running the spec"
+            + (": " + " / ".join(last) if last else "")
+        )
+    result["junit"] = str(request.junit)
+    result["exit_meaning"] = EXIT_MEANING.get(result["exit_status"], "unknown")
+    return result
+
+
+def outcome(result: dict) -> str:
+    """passed only when something ran and nothing failed."""
+    ran = result["passed"] + result["failed"] + result["errors"] + result["xfailed"] + result["xpassed"]
+    bad = result["failed"] + result["errors"] + result["skipped"]
+    return "passed" if ran and not bad and result["exit_status"] == 0 else "failed"

@@ -1,0 +1,272 @@
+"""Spec of an Ubuntu node box (testinfra, SSH backend), driven by its profile boxes/<box>.yml.
+
+Connect as the box user (vagrant); privileged reads go through passwordless sudo, which is
+itself one of the checks. On a freshly booted VM, runtime state (swap off, modules loaded,
+sysctls) also proves the settings survive a reboot.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from k4w.verify import expect, reachability
+from k4w.redact import redact
+
+pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("ubuntu")]
+
+KERNEL_MODULES = ("br_netfilter", "overlay")  # kubeadm preflight / Docker overlay2 storage driver
+SYSCTLS = {  # kubeadm preflight (FileContent--proc-sys-net-bridge-bridge-nf-call-iptables, ip_forward)
+    "net.bridge.bridge-nf-call-iptables": 1,
+    "net.ipv4.ip_forward": 1,
+}
+# systemd drop-in holding a service's proxy variables (Docker docs "Configure the daemon with
+# systemd"; guest/ubuntu/bake/01-proxy.sh writes one for each of these services).
+PROXY_DROPIN = "/etc/systemd/system/{service}.service.d/http-proxy.conf"
+PROXY_SERVICES = ("docker", "kubelet")
+RELEASE_FILE = "/etc/k4w-release.json"  # docs/internals.md, Profile conventions
+BOX_USER = "vagrant"  # Vagrant's box convention (vagrant/vagrant, insecure key)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reachable(host):
+    # Module scope + autouse: runs before every other fixture of this host, once per host.
+    reachability.require(host)
+
+
+def _fail(message: str):
+    pytest.fail(redact(message), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def as_root(host):
+    """Run a command as root: directly when connected as root, else through `sudo -n`."""
+    is_root = host.run("id -u").stdout.strip() == "0"
+
+    def run(command: str):
+        if is_root:
+            return host.run(command)
+        return host.run("sudo -n /bin/sh -c %s", command)
+
+    return run
+
+
+def _ok(result, what: str) -> str:
+    if result.rc != 0:
+        _fail(f"{what}: exit {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+# ------------------------------------------------------------------ swap (kubelet refuses to run with swap on)
+
+
+@pytest.mark.k4w_check("swap")
+def test_no_active_swap(host):
+    lines = host.file("/proc/swaps").content_string.strip().splitlines()
+    assert lines[1:] == [], f"swap is active: {lines[1:]}"
+
+
+@pytest.mark.k4w_check("swap")
+def test_no_swap_in_fstab(host):
+    entries = [line.split() for line in host.file("/etc/fstab").content_string.splitlines()]
+    swap = [" ".join(e) for e in entries if len(e) >= 3 and not e[0].startswith("#") and e[2] == "swap"]
+    assert swap == [], f"/etc/fstab still mounts swap: {swap}"
+
+
+@pytest.mark.k4w_check("swap")
+def test_no_swap_partition(host):
+    out = _ok(host.run("lsblk --raw --noheadings --output NAME,FSTYPE"), "lsblk")
+    swap = [line for line in out.splitlines() if line.split()[1:] == ["swap"]]
+    assert swap == [], f"a swap partition exists (the installer's recipe must not create one): {swap}"
+
+
+# ------------------------------------------------------------------ kernel modules and sysctls
+
+
+@pytest.mark.k4w_check("kernel_modules")
+@pytest.mark.parametrize("module", KERNEL_MODULES)
+def test_module_loaded(host, module):
+    # /sys/module/<name> exists for a loaded module and for one built into the kernel.
+    assert host.file(f"/sys/module/{module}").is_directory, f"kernel module {module} is not loaded"
+
+
+@pytest.mark.k4w_check("kernel_modules")
+@pytest.mark.parametrize("module", KERNEL_MODULES)
+def test_module_loaded_at_boot(host, module):
+    out = host.run("cat /etc/modules-load.d/*.conf").stdout
+    names = {line.strip() for line in out.splitlines() if line.strip() and not line.lstrip().startswith(("#", ";"))}
+    assert module in names, f"{module} is not listed in /etc/modules-load.d/*.conf (found {sorted(names)})"
+
+
+@pytest.mark.k4w_check("sysctl")
+@pytest.mark.parametrize("key", sorted(SYSCTLS))
+def test_sysctl(host, key):
+    assert host.sysctl(key) == SYSCTLS[key], f"sysctl {key} is {host.sysctl(key)!r}, expected {SYSCTLS[key]}"
+
+
+# ------------------------------------------------------------------ docker
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_running_and_enabled(host):
+    docker = host.service("docker")
+    assert docker.is_enabled, "docker.service is not enabled"
+    assert docker.is_running, "docker.service is not running"
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_version_is_the_profiles(as_root, profile):
+    pinned = expect.component(profile, "docker")
+    actual = _ok(as_root("docker version --format '{{.Server.Version}}'"), "docker version").strip()
+    assert expect.version_matches(actual, pinned), f"docker server is {actual}, profile pins {pinned}"
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_package_is_pinned_and_held(host, profile):
+    # 03-docker.sh pins the package at components.docker.package_version and holds it.
+    package = expect.component(profile, "docker", "package")
+    pinned = expect.component(profile, "docker", "package_version")
+    installed = _ok(host.run("dpkg-query -W -f '${Version}' %s", package), f"dpkg-query {package}").strip()
+    assert installed == pinned, f"{package} {installed} is installed, the profile pins {pinned}"
+    held = _ok(host.run("apt-mark showhold"), "apt-mark showhold").split()
+    assert package in held, f"{package} is not held: an apt upgrade would replace the pinned Docker"
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_cgroup_driver_is_the_profiles(as_root, profile):
+    wanted = expect.component(profile, "docker", "cgroup_driver")
+    actual = _ok(as_root("docker info --format '{{.CgroupDriver}}'"), "docker info").strip()
+    assert actual == wanted, f"docker uses cgroup driver {actual}, the kubelet is configured for {wanted}"
+
+
+# ------------------------------------------------------------------ kubernetes
+# Check "kubernetes_binaries" is everything guest/ubuntu/bake/04-kubernetes.sh installs (the
+# binaries, the CNI plugins, the kubelet unit), so a profile that skips that step (CI, where
+# dl.k8s.io is unreachable) deselects all of it with one skip_checks entry.
+
+
+@pytest.mark.k4w_check("kubernetes_binaries")
+def test_kubelet_enabled(host):
+    assert host.service("kubelet").is_enabled, "kubelet.service is not enabled (it must start on boot once joined)"
+
+
+@pytest.mark.k4w_check("kubelet", stage="node")
+def test_kubelet_running(host):
+    assert host.service("kubelet").is_running, "kubelet is not running on a joined node"
+
+
+KUBE_VERSION_COMMANDS = {
+    "kubeadm": "kubeadm version -o short",
+    "kubelet": "kubelet --version",
+    "kubectl": "kubectl version --client",  # --short is gone from newer kubectl; the first x.y.z is GitVersion
+}
+
+
+@pytest.mark.k4w_check("kubernetes_binaries")
+@pytest.mark.parametrize("binary", sorted(KUBE_VERSION_COMMANDS))
+def test_kubernetes_binary_version(host, profile, binary):
+    wanted = expect.kubernetes_version(profile)
+    out = _ok(host.run(KUBE_VERSION_COMMANDS[binary]), f"{binary} version")
+    assert expect.reported_version(out) == wanted, f"{binary} reports {out.strip()!r}, profile pins {wanted}"
+
+
+@pytest.mark.k4w_check("kubernetes_binaries")
+@pytest.mark.parametrize("plugin", expect.LINUX_CNI_PLUGINS)
+def test_cni_plugin_present(host, plugin):
+    binary = host.file(f"/opt/cni/bin/{plugin}")
+    assert binary.is_file and binary.mode & 0o111, f"CNI plugin /opt/cni/bin/{plugin} is missing or not executable"
+
+
+# ------------------------------------------------------------------ proxy: present with cluster.yml's values, or absent
+
+
+def _assert_proxy_env(found: dict[str, str], proxy, where: str):
+    """Present with cluster.yml's values (both cases, as every downloader reads), or absent."""
+    present = {k: v for k, v in found.items() if k in expect.PROXY_KEYS}
+    if proxy.enabled:
+        wrong = {k: found.get(k) for k, v in proxy.env.items() if found.get(k) != v}
+        if wrong:
+            _fail(f"{where}: proxy variables differ from cluster.yml: found {wrong}, expected {proxy.env}")
+    elif present:
+        _fail(f"{where}: no proxy is configured, but it sets {sorted(present)}")
+
+
+@pytest.mark.k4w_check("proxy")
+@pytest.mark.parametrize("service", PROXY_SERVICES)
+def test_service_proxy_dropin(host, proxy, service):
+    path = PROXY_DROPIN.format(service=service)
+    dropin = host.file(path)
+    if not proxy.enabled:
+        assert not dropin.exists, f"{path} exists although no proxy is configured"
+        return
+    assert dropin.exists, f"{path} is missing although a proxy is configured"
+    # Environment="KEY=value" lines; systemd reads %% as a literal %.
+    values = [line.partition("=")[2] for line in dropin.content_string.splitlines() if line.startswith("Environment=")]
+    assignments = [word.replace("%%", "%") for value in values for word in shlex.split(value)]
+    _assert_proxy_env(expect.parse_env_assignments("\n".join(assignments)), proxy, path)
+
+
+@pytest.mark.k4w_check("proxy")
+def test_docker_daemon_runs_with_the_proxy(host, proxy):
+    # What the running unit really got (drop-ins merged), not just what the file says.
+    out = _ok(host.run("systemctl show --property=Environment docker"), "systemctl show docker")
+    value = out.strip().partition("=")[2]
+    _assert_proxy_env(expect.parse_env_assignments("\n".join(shlex.split(value))), proxy, "docker.service Environment")
+
+
+@pytest.mark.k4w_check("proxy")
+def test_apt_proxy(host, proxy):
+    out = _ok(host.run("apt-config dump"), "apt-config dump")
+    found = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        if key.lower() in ("acquire::http::proxy", "acquire::https::proxy"):
+            found[key.lower()] = value.strip().rstrip(";").strip('"')
+    expected = {}
+    if proxy.http:
+        expected["acquire::http::proxy"] = proxy.http
+    if proxy.https:
+        expected["acquire::https::proxy"] = proxy.https
+    if found != expected:
+        _fail(f"apt proxy settings are {found or 'none'}, cluster.yml wants {expected or 'none'}")
+
+
+@pytest.mark.k4w_check("proxy")
+def test_etc_environment_proxy(host, proxy):
+    found = expect.parse_env_assignments(host.file("/etc/environment").content_string)
+    _assert_proxy_env(found, proxy, "/etc/environment")
+
+
+# ------------------------------------------------------------------ the box user
+
+
+@pytest.mark.k4w_check("vagrant_user")
+def test_box_user_exists(host):
+    assert host.user(BOX_USER).exists, f"user {BOX_USER} does not exist"
+
+
+@pytest.mark.k4w_check("vagrant_user")
+def test_box_user_has_passwordless_sudo(host):
+    # As the box user: the outer sudo is itself the check; as root: the inner one is.
+    res = host.run("sudo -n -u %s sudo -n true", BOX_USER)
+    assert res.rc == 0, f"{BOX_USER} cannot sudo without a password: {res.stderr.strip()}"
+
+
+@pytest.mark.k4w_check("vagrant_insecure_key", stage="box")
+def test_box_user_accepts_vagrant_insecure_key(as_root):
+    # Vagrant replaces this key on first `vagrant up` (config.ssh.insert_key), so it is only
+    # meaningful on a box booted with insert_key = false, as `invoke test-box` does.
+    text = _ok(as_root(f"cat ~{BOX_USER}/.ssh/authorized_keys"), "authorized_keys")
+    assert expect.authorized_keys_have(text), f"~{BOX_USER}/.ssh/authorized_keys lacks the Vagrant insecure public key"
+
+
+# ------------------------------------------------------------------ build record
+
+
+@pytest.mark.k4w_check("release_file")
+def test_release_file_matches_profile(host, profile):
+    record = host.file(RELEASE_FILE)
+    assert record.exists, f"{RELEASE_FILE} is missing"
+    assert json.loads(record.content_string) == expect.release_document(profile)

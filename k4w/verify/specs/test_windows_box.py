@@ -1,0 +1,313 @@
+"""Spec of a Windows node box (testinfra winrm backend over pywinrm), driven by boxes/<box>.yml.
+
+Every query is PowerShell returning JSON (k4w.verify.windows_queries); the assertions compare
+data with the profile, cluster.yml and the box <-> cluster-up contract of docs/internals.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k4w.verify import expect, reachability, winps, windows_queries as q
+from k4w.redact import redact
+
+pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("windows")]
+
+K_DIR = "C:\\k"  # docs/internals.md: the box installs guest/windows/node/ into C:\k (K4W_NODE_DIR)
+RELEASE_FILE = K_DIR + "\\box-release.json"
+NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
+# Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not seed 000's 2018
+# order: userspace kube-proxy needs the vEthernet (<network>_ep) adapter flanneld creates, see
+# start-node.ps1 step 4): each service depends on the one before it.
+DEPENDS_ON = {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
+NODE_START_TASK = "k4w-node-start"
+NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
+NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
+# Inbound ports (REFERENCE.md "Flannel and Windows networking facts"): kubelet API (kubelet
+# --port default 10250), Flannel vxlan (UDP 4789), NodePort range for TCP and UDP services
+# (kube-apiserver --service-node-port-range default 30000-32767).
+FIREWALL_PORTS = (("TCP", "10250"), ("UDP", "4789"), ("TCP", "30000-32767"), ("UDP", "30000-32767"))
+FIREWALL_PROFILES = ("Domain", "Private", "Public")
+# Defender exclusions (seed 000 "Additional notes about windows performance"): Docker's data
+# root, C:\k and the node processes, so real-time scanning does not stall image extraction.
+DEFENDER_PATHS = ("C:\\ProgramData\\docker", K_DIR)
+DEFENDER_PROCESSES = ("dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe")
+# Kubernetes node binaries in C:\k (kubernetes-node-windows-amd64.tar.gz) and how each reports
+# its version; all must be kubernetes.version.
+KUBE_BINARIES = {
+    "kubelet.exe": ["--version"],
+    "kube-proxy.exe": ["--version"],
+    "kubeadm.exe": ["version", "-o", "short"],
+    "kubectl.exe": ["version", "--client"],
+}
+# Windows CNI plugins Flannel host-gw/vxlan use (cni-plugins-windows-amd64), in C:\k\cni.
+CNI_PLUGINS = ("win-bridge.exe", "win-overlay.exe", "flannel.exe", "host-local.exe")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reachable(host):
+    # Module scope + autouse: runs before every other fixture of this host, once per host.
+    reachability.require(host)
+
+
+def _fail(message: str):
+    pytest.fail(redact(message), pytrace=False)
+
+
+def _query(host, body: str, what: str):
+    return winps.query(host, body, what)
+
+
+@pytest.fixture(scope="module")
+def services(host) -> dict:
+    rows = winps.as_list(_query(host, q.services(["docker", *NODE_SERVICES]), "services"))
+    return {row["name"]: row for row in rows}
+
+
+@pytest.fixture(scope="module")
+def nssm(host) -> dict:
+    rows = winps.as_list(_query(host, q.nssm_parameters(list(NODE_SERVICES)), "NSSM parameters"))
+    return {row["name"]: row for row in rows}
+
+
+# ------------------------------------------------------------------ containers and docker
+
+
+@pytest.mark.k4w_check("containers_feature")
+def test_containers_feature_installed(host):
+    state = _query(host, q.windows_feature("Containers"), "Containers feature")
+    assert state == "Installed", f"Windows feature Containers is {state}"
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_service_running_and_automatic(services):
+    docker = services["docker"]
+    assert docker["exists"], "service docker is not installed"
+    assert docker["start_type"] == "Automatic", f"docker starts {docker['start_type']}, not Automatic"
+    assert docker["status"] == "Running", f"docker is {docker['status']}"
+
+
+@pytest.mark.k4w_check("docker")
+def test_docker_version_is_the_profiles(host, profile):
+    pinned = expect.component(profile, "docker")
+    res = _query(host, q.native("docker.exe", ["version", "--format", "{{.Server.Version}}"]), "docker version")
+    assert res["rc"] == 0, f"docker version failed: {res['output']}"
+    assert expect.version_matches(res["output"].strip(), pinned), f"docker server is {res['output'].strip()}, profile pins {pinned}"
+
+
+@pytest.mark.k4w_check("base_images")
+def test_base_and_pause_images_present(host, profile):
+    wanted = sorted({*profile.data.images.values(), profile.data.kubernetes.pause_image})
+    res = _query(host, q.native("docker.exe", ["images", "--format", "{{.Repository}}:{{.Tag}}"]), "docker images")
+    assert res["rc"] == 0, f"docker images failed: {res['output']}"
+    present = set(res["output"].split())
+    missing = [image for image in wanted if image not in present]
+    assert not missing, f"images missing from the box: {missing} (present: {sorted(present)})"
+
+
+# ------------------------------------------------------------------ node services (NSSM) and start-up
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_installed_after_its_dependency(services, name):
+    svc = services[name]
+    assert svc["exists"], f"service {name} is not installed"
+    assert svc["depends_on"] == [DEPENDS_ON[name]], f"{name} depends on {svc['depends_on']}, expected [{DEPENDS_ON[name]}]"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_is_nssm_and_restarts_on_failure(host, services, nssm, name):
+    assert services[name]["exists"], f"service {name} is not installed"
+    assert services[name]["image_path"].lower().rstrip('"').endswith("nssm.exe"), f"{name} is not an NSSM service: {services[name]['image_path']}"
+    params = nssm[name]
+    # NSSM restarts the program when it exits (AppExit Default Restart; NSSM's own default when
+    # unset, nssm.cc/usage "Exit actions"); the SCM restarts NSSM itself if it dies.
+    action = params["exit_default"] or "Restart"
+    assert action == "Restart", f"{name}: NSSM exit action is {action}, not Restart"
+    scm = _query(host, q.native("sc.exe", ["qfailure", name]), f"sc.exe qfailure {name}")
+    assert scm["rc"] == 0 and "RESTART" in scm["output"], f"{name}: no SCM restart-on-failure action: {scm['output']}"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_gets_no_console(nssm, name):
+    # NSSM 2.24 services can stay Paused on Windows 10 1703+ / Server 1803 unless AppNoConsole=1
+    # (nssm.cc/download, "Windows 10 Creators Update").
+    assert nssm[name]["no_console"] == 1, f"{name}: NSSM AppNoConsole is {nssm[name]['no_console']!r}, not 1 (service may hang Paused)"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_logs_rotate_into_k_logs(nssm, name):
+    params = nssm[name]
+    for stream in ("stdout", "stderr"):
+        path = params[stream] or ""
+        assert path.lower().startswith(K_DIR.lower() + "\\logs\\"), f"{name} {stream} goes to {path!r}, not C:\\k\\logs"
+    assert params["rotate_files"] == 1, f"{name}: NSSM log rotation (AppRotateFiles) is off"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_starts_manually(services, name):
+    # start-node.ps1 (the k4w-node-start task) starts them in order, each after a real check;
+    # an Automatic start would race the HNS cleanup and the dependency order.
+    svc = services[name]
+    assert svc["exists"], f"service {name} is not installed"
+    assert svc["start_type"] == "Manual", f"{name} starts {svc['start_type']}, not Manual"
+
+
+@pytest.mark.k4w_check("node_services_unjoined", stage="box")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_idle_until_joined(services, nssm, name):
+    svc = services[name]
+    assert svc["exists"], f"service {name} is not installed"
+    assert svc["status"] == "Stopped", f"{name} is {svc['status']} on a box that is not joined"
+    assert not nssm[name]["parameters"], f"{name} has AppParameters {nssm[name]['parameters']!r}; start-node.ps1 sets them"
+
+
+@pytest.mark.k4w_check("node_services_joined", stage="node")
+@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_node_service_running_when_joined(services, name):
+    assert services[name]["status"] == "Running", f"{name} is {services[name]['status']} on a joined node"
+
+
+@pytest.mark.k4w_check("node_start_task")
+def test_node_start_task_runs_start_node_at_boot(host):
+    task = _query(host, q.scheduled_task(NODE_START_TASK), "scheduled task")
+    assert task["exists"], f"scheduled task {NODE_START_TASK} is missing"
+    assert "MSFT_TaskBootTrigger" in task["triggers"], f"{NODE_START_TASK} has no at-startup trigger: {task['triggers']}"
+    assert any("start-node.ps1" in action.lower() for action in task["actions"]), f"{NODE_START_TASK} does not run start-node.ps1: {task['actions']}"
+    assert any(NODE_START_LOG.lower() in action.lower() for action in task["actions"]), \
+        f"{NODE_START_TASK} does not keep start-node.ps1's output in {NODE_START_LOG}: {task['actions']}"
+    assert task["user"] == "SYSTEM", f"{NODE_START_TASK} runs as {task['user']!r}, not SYSTEM (it configures services)"
+
+
+@pytest.mark.k4w_check("node_start_task")
+def test_node_scripts_present(host):
+    found = _query(host, q.files_exist(list(NODE_SCRIPTS)), "node scripts")
+    missing = [path for path in NODE_SCRIPTS if not found.get(path)]
+    assert not missing, f"missing in C:\\k: {missing}"
+
+
+# ------------------------------------------------------------------ kubernetes and flannel binaries
+
+
+def _version_of(host, exe: str, arguments: list[str]) -> str:
+    res = _query(host, q.native(exe, arguments), f"{exe} {' '.join(arguments)}")
+    assert res["rc"] == 0, f"{exe} {' '.join(arguments)} failed (exit {res['rc']}): {res['output']}"
+    return res["output"]
+
+
+@pytest.mark.k4w_check("kubernetes_binaries")
+@pytest.mark.parametrize("binary", sorted(KUBE_BINARIES))
+def test_kubernetes_binary_version(host, profile, binary):
+    wanted = expect.kubernetes_version(profile)
+    output = _version_of(host, f"{K_DIR}\\{binary}", KUBE_BINARIES[binary])
+    assert expect.reported_version(output) == wanted, f"{binary} reports {output.strip()!r}, profile pins {wanted}"
+
+
+@pytest.mark.k4w_check("cni_flannel")
+def test_flanneld_version(host, profile):
+    wanted = expect.component(profile, "flannel").lstrip("v")
+    output = _version_of(host, f"{K_DIR}\\flanneld.exe", ["--version"])
+    assert expect.reported_version(output) == wanted, f"flanneld reports {output.strip()!r}, profile pins {wanted}"
+
+
+@pytest.mark.k4w_check("cni_flannel")
+def test_cni_plugins_present(host):
+    paths = [f"{K_DIR}\\cni\\{plugin}" for plugin in CNI_PLUGINS]
+    found = _query(host, q.files_exist(paths), "CNI plugins")
+    missing = [path for path in paths if not found.get(path)]
+    assert not missing, f"CNI plugins missing: {missing}"
+
+
+# ------------------------------------------------------------------ firewall and Defender
+
+
+@pytest.mark.k4w_check("firewall")
+@pytest.mark.parametrize("protocol,port", FIREWALL_PORTS, ids=[f"{p}-{n}" for p, n in FIREWALL_PORTS])
+def test_firewall_allows_port(host, protocol, port):
+    rules = winps.as_list(_query(host, q.firewall_port_rules([port]), f"firewall rules for {port}"))
+    usable = [
+        r for r in rules
+        if r["enabled"] == "True" and r["direction"] == "Inbound" and r["action"] == "Allow"
+        and r["protocol"].upper() == protocol and port in r["ports"]
+        # The cluster NIC sits on an Internal switch: an unidentified network, so Public.
+        and (r["profile"] == "Any" or "Public" in r["profile"])
+    ]
+    assert usable, f"no enabled inbound allow rule for {protocol} {port} on the Public profile (found: {rules})"
+
+
+@pytest.mark.k4w_check("firewall")
+def test_firewall_profiles_enabled(host):
+    profiles = {p["name"]: p["enabled"] for p in winps.as_list(_query(host, q.firewall_profiles(), "firewall profiles"))}
+    off = {name: profiles.get(name) for name in FIREWALL_PROFILES if profiles.get(name) != "True"}
+    assert not off, f"firewall profiles not enabled (open ports, do not disable the firewall): {off}"
+
+
+@pytest.mark.k4w_check("defender")
+def test_defender_exclusions(host):
+    found = _query(host, q.defender_exclusions(), "Defender preferences")
+    if not found["installed"]:
+        # 10-defender-exclusions.ps1: no Defender means no real-time scan to exclude from; that
+        # is the property this check is about, and it holds.
+        return
+    paths = {p.lower().rstrip("\\") for p in winps.as_list(found["paths"])}
+    processes = {p.lower() for p in winps.as_list(found["processes"])}
+    missing = [p for p in DEFENDER_PATHS if p.lower() not in paths] + [p for p in DEFENDER_PROCESSES if p.lower() not in processes]
+    assert not missing, f"Defender exclusions missing: {missing}"
+
+
+# ------------------------------------------------------------------ proxy
+
+
+@pytest.fixture(scope="module")
+def machine_proxy(host) -> dict:
+    return _query(host, q.machine_proxy(), "machine proxy settings")
+
+
+@pytest.mark.k4w_check("proxy")
+def test_winhttp_proxy(machine_proxy, proxy, network):
+    text = machine_proxy["winhttp"]
+    if not proxy.enabled:
+        if "Direct access" not in text:
+            _fail(f"WinHTTP uses a proxy although cluster.yml configures none: {text.strip()}")
+        return
+    for url in filter(None, (proxy.http, proxy.https)):
+        hostport = url.split("://", 1)[1].rsplit("@", 1)[-1].rstrip("/")
+        if hostport not in text:
+            _fail(f"WinHTTP proxy does not name {hostport}: {text.strip()}")
+    if network.api_ip not in text:
+        _fail(f"WinHTTP bypass list lacks the API server {network.api_ip}: {text.strip()}")
+
+
+@pytest.mark.k4w_check("proxy")
+@pytest.mark.parametrize("where", ["machine", "docker_service"])
+def test_proxy_environment(machine_proxy, proxy, where):
+    raw = machine_proxy[where]
+    found = raw if isinstance(raw, dict) else expect.parse_env_assignments("\n".join(winps.as_list(raw)))
+    present = {k: v for k, v in found.items() if k in expect.PROXY_KEYS}
+    if not proxy.enabled:
+        if present:
+            _fail(f"{where} environment sets {sorted(present)} although no proxy is configured")
+        return
+    expected = {k: v for k, v in proxy.env.items() if k.isupper()}
+    # Windows environment names are case-insensitive: compare by upper-case name.
+    upper = {k.upper(): v for k, v in present.items()}
+    wrong = {k: upper.get(k) for k, v in expected.items() if upper.get(k) != v}
+    if wrong:
+        _fail(f"{where} environment differs from cluster.yml: found {wrong}, expected {expected}")
+
+
+# ------------------------------------------------------------------ build record
+
+
+@pytest.mark.k4w_check("release_file")
+def test_release_file_matches_profile(host, profile):
+    text = _query(host, q.file_text(RELEASE_FILE), RELEASE_FILE)
+    assert text, f"{RELEASE_FILE} is missing or empty"
+    assert json.loads(text.lstrip("\ufeff")) == expect.release_document(profile)

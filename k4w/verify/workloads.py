@@ -1,0 +1,193 @@
+"""The pods and services the cluster spec needs, and where each matrix endpoint lives.
+
+The Windows server is the demo from build/manifests (the user's own smoke test); the spec
+adds client pods and Linux servers in its own namespace, plus one headless Service beside
+the demo, and deletes all of them afterwards.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import K4wError
+
+NAMESPACE = "k4w-test"
+# Rendered from templates/manifests/demo-win-webserver.yaml.j2 (docs/internals.md template table).
+DEMO_MANIFEST = "demo-win-webserver.yaml"
+
+# busybox 1.28: the image the Kubernetes "Debugging DNS Resolution" guide uses, because
+# nslookup in later busybox releases misreports cluster DNS answers.
+BUSYBOX_IMAGE = "busybox:1.28"
+# nginx of the Kubernetes 1.11 era; any build answers HTTP on port 80.
+NGINX_IMAGE = "nginx:1.15-alpine"
+HTTP_PORT = 80
+
+LINUX_CLIENT = "linux-client"
+LINUX_WEB = "linux-web"
+LINUX_WEB_SERVICE = "linux-web"  # ClusterIP: pod -> service
+LINUX_WEB_PODS = "linux-web-pods"  # headless: its DNS name resolves straight to the pod
+WIN_CLIENT = "win-client"
+WIN_PODS = "k4w-test-win-pods"  # headless Service beside the demo, same selector
+SPEC_LABEL = {"app.kubernetes.io/managed-by": "k4w-cluster-test"}
+
+# kubeadm 1.11 taints the master NoSchedule; tolerating it lets the Linux pods run on a
+# cluster whose only Linux node is the master.
+MASTER_TOLERATION = {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Demo:
+    """The demo's NodePort Service, as written in the rendered manifest."""
+
+    manifest: Path
+    name: str
+    namespace: str
+    selector: dict
+    port: int
+
+
+def read_demo(manifests: Path) -> Demo:
+    path = manifests / DEMO_MANIFEST
+    if not path.is_file():
+        raise K4wError(f"no demo manifest at {path}: run `invoke render`")
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if doc and doc.get("kind") == "Service" and doc.get("spec", {}).get("type") == "NodePort":
+            meta, spec = doc["metadata"], doc["spec"]
+            return Demo(path, meta["name"], meta.get("namespace", "default"), dict(spec["selector"]), int(spec["ports"][0]["port"]))
+    raise K4wError(f"{path}: no NodePort Service; the cluster spec reaches the demo through it")
+
+
+def _pod(name: str, os_label: str, os_name: str, container: dict, labels: dict | None = None, **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {**SPEC_LABEL, **(labels or {})}},
+        "spec": {
+            "nodeSelector": {os_label: os_name},
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": name, "imagePullPolicy": "IfNotPresent", **container}],
+            **spec,
+        },
+    }
+
+
+def _service(name: str, namespace: str, selector: dict, port: int, headless: bool = False) -> dict:
+    spec = {"selector": selector, "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]}
+    if headless:
+        spec["clusterIP"] = "None"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(SPEC_LABEL)},
+        "spec": spec,
+    }
+
+
+def objects(os_label: str, windows_image: str | None, demo: Demo | None) -> list[dict]:
+    """Everything the spec creates. Windows objects only when the cluster has a Windows node."""
+    web_labels = {"k4w-test": LINUX_WEB}
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": dict(SPEC_LABEL)}},
+        _pod(
+            LINUX_CLIENT,
+            os_label,
+            "linux",
+            {"image": BUSYBOX_IMAGE, "command": ["sleep", "86400"]},
+            tolerations=[MASTER_TOLERATION],
+        ),
+        _pod(
+            LINUX_WEB,
+            os_label,
+            "linux",
+            {
+                "image": NGINX_IMAGE,
+                "ports": [{"containerPort": HTTP_PORT}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": HTTP_PORT}},
+            },
+            labels=web_labels,
+            tolerations=[MASTER_TOLERATION],
+        ),
+        _service(LINUX_WEB_SERVICE, NAMESPACE, web_labels, HTTP_PORT),
+        _service(LINUX_WEB_PODS, NAMESPACE, web_labels, HTTP_PORT, headless=True),
+    ]
+    if windows_image:
+        objs.append(
+            _pod(
+                WIN_CLIENT,
+                os_label,
+                "windows",
+                # Kubernetes expands $(NAME) in commands; this loop has none. It only keeps the
+                # container alive for `kubectl exec`.
+                {"image": windows_image, "command": ["powershell.exe", "-NoProfile", "-Command", "while ($true) { Start-Sleep -Seconds 3600 }"]},
+            )
+        )
+    if demo:
+        objs.append(_service(WIN_PODS, demo.namespace, demo.selector, demo.port, headless=True))
+    return objs
+
+
+def outside_url(explicit: str | None, proxy_http: str | None, proxy_https: str | None, default: str) -> str:
+    """Where the outbound (NAT) rows go: the given URL, else the proxy itself, else the default.
+
+    Behind a corporate proxy, pods cannot reach the internet directly, but the proxy is an
+    address outside every cluster CIDR that must answer. Its credentials are never used.
+    """
+    if explicit:
+        return explicit
+    for proxy in (proxy_http, proxy_https):
+        if proxy:
+            parts = urllib.parse.urlsplit(proxy)
+            return f"http://{parts.hostname}:{parts.port}/"
+    return default
+
+
+@dataclass
+class Endpoints:
+    """Resolved addresses of every matrix endpoint in the running cluster."""
+
+    domain: str
+    demo: Demo | None
+    win_pod_ip: str | None = None
+    win_svc_ip: str | None = None
+    node_port: int | None = None
+    linux_pod_ip: str | None = None
+    linux_svc_ip: str | None = None
+    win_node: tuple[str, str] | None = None  # (name, cluster IP) of the node hosting the demo pod
+    linux_node: tuple[str, str] | None = None
+    external_url: str = ""
+    pods: dict = field(default_factory=dict)  # source -> (namespace, pod, os)
+
+    def _dns(self, name: str, namespace: str) -> str:
+        return f"{name}.{namespace}.svc.{self.domain}"
+
+    def target(self, target: str, way: str) -> tuple[str, str | None]:
+        """(URL, DNS name or None) for a matrix target reached a given way."""
+        def http(host: str, port: int) -> str:
+            return f"http://{host}:{port}/"
+
+        demo_port = self.demo.port if self.demo else HTTP_PORT
+        table = {
+            ("win-pod", "ip"): lambda: (http(self.win_pod_ip, demo_port), None),
+            ("win-pod", "dns"): lambda: self._by_name(WIN_PODS, self.demo.namespace, demo_port),
+            ("linux-pod", "ip"): lambda: (http(self.linux_pod_ip, HTTP_PORT), None),
+            ("linux-pod", "dns"): lambda: self._by_name(LINUX_WEB_PODS, NAMESPACE, HTTP_PORT),
+            ("win-svc", "ip"): lambda: (http(self.win_svc_ip, demo_port), None),
+            ("win-svc", "dns"): lambda: self._by_name(self.demo.name, self.demo.namespace, demo_port),
+            ("linux-svc", "ip"): lambda: (http(self.linux_svc_ip, HTTP_PORT), None),
+            ("linux-svc", "dns"): lambda: self._by_name(LINUX_WEB_SERVICE, NAMESPACE, HTTP_PORT),
+            ("win-node", "nodeport"): lambda: (http(self.win_node[1], self.node_port), None),
+            ("same-win-node", "nodeport"): lambda: (http(self.win_node[1], self.node_port), None),
+            ("linux-node", "nodeport"): lambda: (http(self.linux_node[1], self.node_port), None),
+            ("external", "nat"): lambda: (self.external_url, None),
+        }
+        if (target, way) not in table:
+            raise K4wError(f"the matrix has no way to reach {target} by {way}")
+        return table[(target, way)]()
+
+    def _by_name(self, name: str, namespace: str, port: int) -> tuple[str, str]:
+        fqdn = self._dns(name, namespace)
+        return f"http://{fqdn}:{port}/", fqdn

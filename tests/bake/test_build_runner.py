@@ -1,0 +1,257 @@
+"""build_box / build_boxes against a fake `packer` replaying recorded transcripts."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+from k4w import render
+from k4w.bake import BuildFailed, build_box, build_boxes
+
+from .conftest import PROXY, PROXY_PASSWORD
+
+
+def test_windows_build_lands_box_catalogue_and_record(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    result = build_box(repo.config(), "windows-1803", repo.out, console=console)
+
+    box = repo.out / "boxes" / "windows-1803-hyperv.box"
+    assert result.status == "built" and box.is_file()
+    assert not (repo.out / "boxes" / ".partial").exists()
+    with tarfile.open(box) as tar:
+        assert json.load(tar.extractfile("metadata.json")) == {"provider": "hyperv"}
+
+    meta = json.loads((repo.out / "boxes" / "windows-1803.json").read_text())
+    assert meta["name"] == "k4w/windows-1803"
+    version = meta["versions"][0]
+    assert re.fullmatch(r"\d{8}\.\d{6}", version["version"])
+    provider = version["providers"][0]
+    assert provider["name"] == "hyperv" and provider["checksum_type"] == "sha256"
+    assert provider["url"] == box.resolve().as_uri()
+    assert provider["checksum"] == subprocess.run(["sha256sum", box], capture_output=True, text=True).stdout.split()[0]
+
+    record = json.loads((repo.out / "boxes" / "windows-1803.record.json").read_text())
+    assert record["box"] == "windows-1803" and record["test"] is None
+    assert record["components"] == {"kubernetes": "1.11.10", "docker": "18.09.2"}
+    assert record["packer"] == "1.6.6"
+    assert record["iso"]["name"] == "windows-server-1803.iso"
+    assert record["iso"]["sha256"] == hashlib.sha256(repo.isos["windows-1803"].read_bytes()).hexdigest()
+    assert record["box_sha256"] == provider["checksum"]
+    assert record["build"]["duration_s"] >= 0 and record["build"]["started"] <= record["build"]["finished"]
+    assert len(record["stamp"]["sha256"]) == 64
+
+    # plain (non-terminal) progress: one line per phase and per provisioner step
+    assert "provisioner 2/4: restart" in console.text and "provisioner 4/4: docker.ps1" in console.text
+    assert "Waiting for WinRM to become available" in console.text
+    assert "windows-1803  built" in console.text
+
+
+def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, console):
+    cfg = repo.config()
+    render.render(cfg, repo.out)
+    before = render.load_secrets(repo.out, "windows-1803")["admin_password"]
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    build_box(cfg, "windows-1803", repo.out, console=console)
+
+    call = fake_packer.builds()[0]
+    assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.json")]
+    assert call["cwd"] == str(repo.out)
+    assert not call["packer_log_set"] and call["checkpoint_disable"] == "1"
+    password = call["admin_password"]
+    assert password and password != before  # rotated for this build
+    assert f"<AdministratorPassword>{password}</AdministratorPassword>" in (repo.out / "http" / "windows-1803" / "Autounattend.xml").read_text()
+    assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.json").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
+
+
+def test_log_has_full_transcript_with_credentials_redacted(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    build_box(repo.config(proxy=PROXY), "windows-1803", repo.out, console=console)
+    log = (repo.out / "logs" / "windows-1803.log").read_text()
+    password = fake_packer.builds()[0]["admin_password"]
+    assert "machine proxy set to http://***@proxy.corp.example:3128" in log
+    assert "Administrator password check: ***" in log
+    assert PROXY_PASSWORD not in log and password not in log
+    assert "Creating virtual machine..." in log and "artifact,0,file,0," in log  # the raw lines, all of them
+    assert PROXY_PASSWORD not in console.text and password not in console.text
+
+
+def test_up_to_date_box_is_skipped_without_running_packer(repo, fake_packer, console):
+    cfg = repo.config()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    calls = len(fake_packer.calls())
+    box_mtime = (repo.out / "boxes" / "ubuntu-1604-hyperv.box").stat().st_mtime_ns
+
+    result = build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    assert result.status == "up to date"
+    assert "up to date" in console.text
+    assert len(fake_packer.calls()) == calls  # packer not invoked at all, not even for its version
+    assert (repo.out / "boxes" / "ubuntu-1604-hyperv.box").stat().st_mtime_ns == box_mtime
+
+
+def test_force_rebuilds_an_up_to_date_box(repo, fake_packer, console):
+    cfg = repo.config()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    result = build_box(cfg, "ubuntu-1604", repo.out, force=True, console=console)
+    assert result.status == "built" and len(fake_packer.builds()) == 2
+
+
+def test_changed_provision_script_triggers_a_rebuild_and_says_why(repo, fake_packer, console):
+    cfg = repo.config()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    (repo.root / "guest" / "ubuntu" / "bake" / "kubernetes.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\necho changed\n")
+    result = build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    assert result.status == "built" and len(fake_packer.builds()) == 2
+    assert "inputs changed: guest/ubuntu/bake/kubernetes.sh" in console.text
+
+
+def test_failed_provisioner_cleans_up_and_names_log_and_step(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-provisioner-failure.txt", exit=1, write_box=True)
+    (repo.out / "packer-vm" / "windows-1803").mkdir(parents=True)
+    with pytest.raises(BuildFailed) as failure:
+        build_box(repo.config(), "windows-1803", repo.out, console=console)
+    message = str(failure.value)
+    log = repo.out / "logs" / "windows-1803.log"
+    assert str(log) in message
+    assert "provisioner 4/4 (docker.ps1)" in message
+    assert "Script exited with non-zero exit status: 1" in message
+    assert list((repo.out / "boxes").glob("*.box")) == []  # the half-written box never landed
+    assert not (repo.out / "boxes" / ".partial").exists()
+    assert not (repo.out / "packer-vm" / "windows-1803").exists()
+    assert not (repo.out / "boxes" / "windows-1803.json").exists()
+    assert "# result: windows-1803: build failed at provisioner 4/4" in log.read_text()
+
+
+def test_interrupted_build_is_reported_as_interrupted(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-interrupted.txt", exit=1, write_box=False)
+    with pytest.raises(BuildFailed) as failure:
+        build_box(repo.config(), "windows-1803", repo.out, console=console)
+    assert failure.value.results[0].status == "interrupted"
+    assert "build interrupted at 'Waiting for WinRM to become available...'" in str(failure.value)
+
+
+def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_packer, console):
+    # Slow enough that both Packers run at the same time.
+    fake_packer.scenario("windows-1803", "windows-success.txt", line_delay=0.01)
+    fake_packer.scenario("ubuntu-1604", "ubuntu-ssh-timeout.txt", exit=1, write_box=False, line_delay=0.01)
+    with pytest.raises(BuildFailed) as failure:
+        build_boxes(repo.config(), ["windows-1803", "ubuntu-1604"], repo.out, console=console)
+    results = {r.box: r for r in failure.value.results}
+    assert results["windows-1803"].status == "built" and results["ubuntu-1604"].status == "failed"
+    assert (repo.out / "boxes" / "windows-1803-hyperv.box").is_file()
+    assert not (repo.out / "boxes" / "ubuntu-1604-hyperv.box").exists()
+    for box in ("windows-1803", "ubuntu-1604"):
+        assert "Creating virtual machine" in (repo.out / "logs" / f"{box}.log").read_text()
+    assert "Timeout waiting for SSH." in str(failure.value)
+    assert "windows-1803" not in str(failure.value).split("\n")[0]
+    summary = console.text[console.text.rindex("box "):]
+    assert re.search(r"windows-1803\s+built\s+\d\dm\d\ds\s+\S+windows-1803\.log", summary)
+    assert re.search(r"ubuntu-1604\s+FAILED\s+\d\dm\d\ds\s+\S+ubuntu-1604\.log", summary)
+    assert len(fake_packer.builds()) == 2
+
+
+def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console):
+    build_box(repo.config(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
+    text = console.text
+    assert fake_packer.calls() == []
+    assert not repo.out.exists()
+    template = repo.out / "packer" / "windows-1803.json"
+    assert f"packer build -machine-readable -force -on-error=cleanup {template}" in text
+    assert "export K4W_ADMIN_PASSWORD=<secret from" in text
+    assert "unset PACKER_LOG" in text
+    assert "would build: no previous build" in text
+    assert f"iso: would verify {repo.isos['windows-1803']}" in text
+    assert PROXY_PASSWORD not in text
+
+
+def test_dry_run_says_it_would_skip_an_up_to_date_box(repo, fake_packer, console):
+    cfg = repo.config()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    calls = len(fake_packer.calls())
+    result = build_box(cfg, "ubuntu-1604", repo.out, dry_run=True, console=console)
+    assert result.status == "would skip" and "would skip, up to date" in console.text
+    assert len(fake_packer.calls()) == calls
+
+
+def test_iso_problem_fails_that_box_before_packer(repo, fake_packer, console):
+    repo.isos["windows-1803"].write_bytes(b"a different image")
+    with pytest.raises(BuildFailed) as failure:
+        build_box(repo.config(), "windows-1803", repo.out, console=console)
+    assert "checksum mismatch" in str(failure.value)
+    assert fake_packer.builds() == []
+
+
+def test_packer_too_old_is_refused_before_building(repo, fake_packer, console, monkeypatch):
+    monkeypatch.setenv("FAKE_PACKER_VERSION", "1.5.6")
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    with pytest.raises(Exception, match=r"packer 1\.5\.6 is too old"):
+        build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+    assert fake_packer.builds() == []
+
+
+def test_record_carries_git_revision_and_dirty_flag(repo, fake_packer, console, monkeypatch):
+    for name, value in {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}.items():
+        monkeypatch.setenv(name, value)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fixture"]):
+        subprocess.run(cmd, cwd=repo.root, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo.root, capture_output=True, text=True).stdout.strip()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+    record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
+    assert record["git"] == {"commit": head, "dirty": False}
+    (repo.root / "guest" / "ubuntu" / "bake" / "base.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\necho edited\n")
+    build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+    record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
+    assert record["git"] == {"commit": head, "dirty": True}
+
+
+def test_ctrl_c_is_forwarded_once_and_the_partial_box_removed(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-interrupted.txt", exit=1, write_box=True, wait_for_interrupt=True)
+
+    log = repo.out / "logs" / "windows-1803.log"
+
+    def press_ctrl_c():
+        # Only once Packer is streaming (the runner is then waiting on it); never a stray
+        # SIGINT that would stop the whole test session.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if log.is_file() and "Waiting for WinRM to become available" in log.read_text():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    with pytest.raises(BuildFailed) as failure:
+        build_box(repo.config(), "windows-1803", repo.out, console=console)
+    presser.join()
+    assert failure.value.results[0].status == "interrupted"
+    assert "interrupted: asking Packer to cancel" in console.text
+    text = log.read_text()
+    assert "Cancelling build after receiving interrupt" in text and "Cleanly cancelled builds" in text
+    assert list((repo.out / "boxes").glob("**/*.box")) == []
+
+
+def test_terminal_gets_a_live_status_table(repo, fake_packer):
+    terminal = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)
+    fake_packer.scenario("windows-1803", "windows-success.txt", line_delay=0.005)
+    build_box(repo.config(), "windows-1803", repo.out, console=terminal)
+    screen = terminal.file.getvalue()
+    assert "\x1b[" in screen  # cursor control: the table is redrawn in place
+    assert re.search(r"windows-1803\s+\d\dm\d\ds\s+4/4\s+built in", screen)
+    assert "WARNING: the feature Containers needs a restart" in screen  # stderr lines scroll above it

@@ -1,0 +1,168 @@
+"""Fixtures for the Ubuntu box artifacts: rendered templates and guest steps run in a sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import config, profiles, render
+from tests.helpers import use_sources
+
+from k4w.sources import REPO_ROOT as ROOT
+STEPS = ROOT / "guest" / "ubuntu" / "bake"
+PROFILE = ROOT / "boxes" / "ubuntu-1604.yml"
+BOX = "ubuntu-1604"
+
+# Proxy values that exercise escaping: URL-encoded credentials with '%' (systemd specifier),
+# '$' (GRUB and shell expansion) and ';' (GRUB command separator).
+HTTP_PROXY = "http://bob:p%40ss$w0rd;x@proxy.corp.example:3128"
+HTTPS_PROXY = "http://secure-proxy.corp.example:3129"
+
+# What the CI end-to-end profile will look like: an installed Debian 12 disk booted by QEMU.
+QEMU_PROFILE = {
+    "name": "debian-12-ci",
+    "os_family": "ubuntu",
+    "node_os": "linux",
+    "min_memory_mb": 512,
+    "supports_vxlan": True,
+    "iso": {"name": "debian-12-ci.raw"},
+    "kubernetes": {"version": "1.11.10", "kubeadm_api": "kubeadm.k8s.io/v1alpha2", "node_os_label": "beta.kubernetes.io/os",
+                   "flannel_image": "quay.io/coreos/flannel:v0.11.0-amd64"},
+    "build": {
+        "builder": "qemu",
+        "cpus": 2,
+        "memory_mb": 1024,
+        "disk_gb": 8,
+        "free_space": "skip",
+        "qemu": {
+            "image": "/srv/ci/debian-12.raw",
+            "format": "qcow2",
+            "accelerator": "tcg",
+            "kernel": "/srv/ci/vmlinuz",
+            "initrd": "/srv/ci/initrd.img",
+            "append": "root=/dev/vda rw console=ttyS0",
+        },
+    },
+    "provision_env": {"K4W_SKIP_KUBERNETES": "1"},
+    "provision": yaml.safe_load(PROFILE.read_text())["provision"],
+    "components": {
+        "docker": {"version": "20.10.24", "package": "docker.io", "package_version": "20.10.24+dfsg1-1+b3",
+                   "cgroup_driver": "systemd", "storage_driver": "overlay2"},
+    },
+}
+
+
+USER_VARIABLE = re.compile(r"\{\{\s*user `([^`]+)`\s*\}\}")
+
+
+def resolve_user_variables(template: dict) -> dict:
+    """The template as Packer sees it at build time: {{user `x`}} replaced by variables[x]."""
+    variables = template.get("variables", {})
+
+    def resolve(value):
+        if isinstance(value, str):
+            return USER_VARIABLE.sub(lambda m: variables[m.group(1)], value)
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        return value
+
+    return resolve(template)
+
+
+def need(tool: str, install: str) -> str:
+    """The path of a required tool; a missing tool fails the test and names its install command."""
+    path = shutil.which(tool)
+    if not path:
+        pytest.fail(f"'{tool}' is not installed. Install it with: {install}", pytrace=False)
+    return path
+
+
+def cluster(proxy_http=None, proxy_https=None, nodes=None) -> config.Config:
+    data = yaml.safe_load((ROOT / "cluster.yml").read_text())
+    data["proxy"]["http"] = proxy_http
+    data["proxy"]["https"] = proxy_https
+    if nodes is not None:
+        data["nodes"] = nodes
+    return config.parse(yaml.safe_dump(data))
+
+
+@pytest.fixture
+def render_box(tmp_path):
+    """render_box(cfg) -> {relative path: text} for one render, in memory (no secrets written)."""
+
+    def _render(cfg: config.Config) -> dict[str, str]:
+        return render.render_files(cfg, tmp_path / "out")
+
+    return _render
+
+
+@pytest.fixture
+def ubuntu(render_box):
+    """ubuntu(http=None, https=None) -> (packer template dict, preseed text) for ubuntu-1604."""
+
+    def _ubuntu(http=None, https=None):
+        files = render_box(cluster(http, https))
+        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"])), files[f"http/{BOX}/preseed.cfg"]
+
+    return _ubuntu
+
+
+@pytest.fixture
+def profile_dir(tmp_path, monkeypatch):
+    """A profile folder holding the real profiles plus the QEMU one; returns its path."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    for real in (ROOT / "boxes").glob("*.yml"):
+        shutil.copy(real, folder / real.name)
+    (folder / "debian-12-ci.yml").write_text(yaml.safe_dump(QEMU_PROFILE))
+    use_sources(monkeypatch, box_folders=(folder,))
+    return folder
+
+
+def qemu_cluster() -> config.Config:
+    return cluster(
+        HTTPS_PROXY,
+        HTTPS_PROXY,
+        nodes=[{"name": "master", "role": "master", "box": "debian-12-ci", "ip": "192.168.250.10", "memory": 1024}],
+    )
+
+
+# ------------------------------------------------------------------ guest steps in a sandbox
+
+
+def make_root(tmp_path: Path, distro: str = "ubuntu-16.04") -> Path:
+    """A fake guest root for K4W_ROOT: os-release and the files the steps edit."""
+    root = tmp_path / "root"
+    ident, version = distro.split("-")
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "os-release").write_text(f'ID={ident}\nVERSION_ID="{version}"\n')
+    (root / "etc" / "environment").write_text('PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n')
+    (root / "etc" / "fstab").write_text("UUID=1 / ext4 errors=remount-ro 0 1\nUUID=2 none swap sw 0 0\n")
+    return root
+
+
+def run_step(script: str, root: Path | None, **env: str) -> subprocess.CompletedProcess:
+    """Run provision/ubuntu/<script> with exactly the given K4W_* environment (nothing inherited)."""
+    full = {"PATH": os.environ["PATH"], "HOME": str(root or "/tmp"), **env}
+    if root is not None:
+        full["K4W_ROOT"] = str(root)
+    return subprocess.run(["bash", str(STEPS / script)], env=full, capture_output=True, text=True, check=False, timeout=60)
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every file under root with content, mode and mtime: equal snapshots mean nothing was rewritten."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() or path.is_symlink():
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (path.read_bytes() if path.is_file() else os.readlink(path), st.st_mode, st.st_mtime_ns)
+    return out

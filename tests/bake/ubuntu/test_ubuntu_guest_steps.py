@@ -1,0 +1,368 @@
+"""guest/ubuntu/**/*.sh run for real in a sandbox root (K4W_ROOT): files, refusals, idempotence.
+
+The sandbox writes every file under a temporary root and touches nothing on this machine
+(no apt, systemctl, sysctl, modprobe); downloads use file:// URLs. The live-system half
+(services, packages) runs in the CI QEMU guest and on Hyper-V.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, make_root, need, run_step, snapshot
+
+NO_PROXY = "localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc"
+
+# ------------------------------------------------------------------ every required variable is named when missing
+
+KUBE_ENV = {
+    "K4W_KUBE_VERSION": "1.11.10",
+    "K4W_KUBEADM_API": "kubeadm.k8s.io/v1alpha2",
+    "K4W_KUBE_IMAGE_REPOSITORY": "registry.k8s.io",
+    "K4W_KUBE_PREPULL_IMAGES": "1",
+    "K4W_CNI_VERSION": "0.6.0",
+    "K4W_CNI_URL": "file:///nonexistent/cni.tgz",
+    "K4W_CNI_SHA256": "0" * 64,
+    **{f"K4W_{b}_{k}": v for b in ("KUBEADM", "KUBELET", "KUBECTL")
+       for k, v in (("VERSION", "1.11.10"), ("URL", "file:///nonexistent"), ("SHA256_URL", "file:///nonexistent.sha256"))},
+}
+DOCKER_ENV = {
+    "K4W_DOCKER_VERSION": "17.03.2",
+    "K4W_DOCKER_PACKAGE": "docker-ce",
+    "K4W_DOCKER_PACKAGE_VERSION": "17.03.2~ce-0~ubuntu-xenial",
+    "K4W_DOCKER_CGROUP_DRIVER": "cgroupfs",
+    "K4W_DOCKER_STORAGE_DRIVER": "overlay2",
+    "K4W_DOCKER_APT_URL": "https://download.docker.com/linux/ubuntu",
+    "K4W_DOCKER_APT_SUITE": "xenial",
+    "K4W_DOCKER_APT_COMPONENT": "stable",
+    "K4W_DOCKER_GPG_URL": "file:///nonexistent.asc",
+    "K4W_DOCKER_GPG_FINGERPRINT": "9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
+}
+REQUIRED = {
+    "01-proxy.sh": ({"K4W_HTTP_PROXY": "", "K4W_HTTPS_PROXY": "", "K4W_NO_PROXY": ""}, None),
+    "03-docker.sh": (DOCKER_ENV, None),
+    "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBEADM_SHA256_URL": "K4W_KUBEADM_SHA256 or K4W_KUBEADM_SHA256_URL",
+                                    "K4W_KUBELET_SHA256_URL": "K4W_KUBELET_SHA256 or K4W_KUBELET_SHA256_URL",
+                                    "K4W_KUBECTL_SHA256_URL": "K4W_KUBECTL_SHA256 or K4W_KUBECTL_SHA256_URL",
+                                    "K4W_CNI_SHA256": "K4W_CNI_SHA256 or K4W_CNI_SHA256_URL"}),
+    "06-build-record.sh": ({"K4W_BOX_NAME": "b", "K4W_RELEASE_JSON": '{"box": "b", "components": {}}'}, None),
+    "07-cleanup.sh": ({"K4W_FREE_SPACE": "skip"}, None),
+}
+CASES = [(script, var) for script, (env, _) in REQUIRED.items() for var in env]
+
+
+@pytest.mark.parametrize("script,missing", CASES, ids=[f"{s}-{v}" for s, v in CASES])
+def test_a_missing_variable_fails_naming_it(tmp_path, script, missing):
+    env, alternatives = REQUIRED[script]
+    res = run_step(script, make_root(tmp_path), **{k: v for k, v in env.items() if k != missing})
+    assert res.returncode == 1
+    named = (alternatives or {}).get(missing, missing)
+    assert f"missing {named}" in res.stderr, res.stderr
+    assert "environment_vars" in res.stderr  # says where the value should have come from
+
+
+def test_missing_library_is_explained(tmp_path):
+    res = run_step("02-kernel.sh", make_root(tmp_path), K4W_LIB="/nonexistent/k4w-lib.sh")
+    assert res.returncode == 1 and "library /nonexistent/k4w-lib.sh not found" in res.stderr
+
+
+def test_unsupported_distribution_is_refused(tmp_path):
+    root = make_root(tmp_path)
+    (root / "etc" / "os-release").write_text("ID=centos\nVERSION_ID=7\n")
+    res = run_step("02-kernel.sh", root)
+    assert res.returncode == 1 and "unsupported distribution 'centos 7'" in res.stderr
+
+
+def test_kubernetes_step_can_be_switched_off_explicitly(tmp_path):
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), K4W_SKIP_KUBERNETES="1")
+    assert res.returncode == 0
+    assert "SKIPPED: K4W_SKIP_KUBERNETES=1" in res.stdout and "dl.k8s.io" in res.stdout
+
+
+def test_failures_report_step_line_and_command(tmp_path):
+    root = make_root(tmp_path)
+    (root / "etc" / "fstab").chmod(0o000)  # unreadable (run as non-root) or ...
+    (root / "etc" / "modules-load.d").write_text("")  # ... a file where a directory belongs: mkdir fails
+    res = run_step("02-kernel.sh", root)
+    assert res.returncode != 0
+    assert "k4w 02-kernel:" in res.stderr and " line " in res.stderr and "exited" in res.stderr
+
+
+# ------------------------------------------------------------------ 01 proxy
+
+
+def test_proxy_files_with_a_proxy_and_nothing_rewritten_on_a_second_run(tmp_path):
+    root = make_root(tmp_path)
+    (root / "etc" / "apt").mkdir()
+    (root / "etc" / "apt" / "apt.conf").write_text('Acquire::http::Proxy "http://installer:3128";\n')
+    env = {"K4W_HTTP_PROXY": HTTP_PROXY, "K4W_HTTPS_PROXY": HTTPS_PROXY, "K4W_NO_PROXY": NO_PROXY}
+    assert run_step("01-proxy.sh", root, **env).returncode == 0
+
+    environment = (root / "etc" / "environment").read_text()
+    assert environment.startswith('PATH="')  # other lines kept
+    assert f'HTTP_PROXY="{HTTP_PROXY}"' in environment and f'https_proxy="{HTTPS_PROXY}"' in environment
+    assert f'NO_PROXY="{NO_PROXY}"' in environment
+    apt = (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").read_text()
+    assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt
+    assert not (root / "etc" / "apt" / "apt.conf").exists()  # the installer's copy is gone
+    for service in ("docker", "kubelet"):
+        drop_in = (root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf").read_text()
+        # systemd expands %-specifiers inside Environment=: the URL-encoded '%40' must be doubled.
+        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in
+        assert f'Environment="HTTPS_PROXY={HTTPS_PROXY}"' in drop_in
+        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in
+
+    before = snapshot(root)
+    res = run_step("01-proxy.sh", root, **env)
+    assert res.returncode == 0 and "wrote" not in res.stdout
+    assert snapshot(root) == before
+    assert "bob" not in res.stdout + res.stderr  # credentials never logged
+
+
+def test_http_only_proxy_never_sets_https(tmp_path):
+    root = make_root(tmp_path)
+    run_step("01-proxy.sh", root, K4W_HTTP_PROXY=HTTP_PROXY, K4W_HTTPS_PROXY="", K4W_NO_PROXY=NO_PROXY)
+    written = "".join(p.read_text() for p in root.rglob("*") if p.is_file())
+    assert "https_proxy" not in written.lower() and "Acquire::https" not in written
+
+
+def test_without_a_proxy_every_k4w_proxy_file_is_removed(tmp_path):
+    root = make_root(tmp_path)
+    env = {"K4W_HTTP_PROXY": HTTP_PROXY, "K4W_HTTPS_PROXY": HTTPS_PROXY, "K4W_NO_PROXY": NO_PROXY}
+    run_step("01-proxy.sh", root, **env)
+    res = run_step("01-proxy.sh", root, K4W_HTTP_PROXY="", K4W_HTTPS_PROXY="", K4W_NO_PROXY="")
+    assert res.returncode == 0
+    assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
+    assert not list((root / "etc" / "systemd").rglob("http-proxy.conf"))
+    assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
+
+
+@pytest.mark.parametrize("bad", ["http://a b@proxy:3128", "http://x'y@proxy:3128", 'http://x"y@proxy:3128', "proxy:3128"])
+def test_proxy_urls_no_consumer_can_take_are_refused(tmp_path, bad):
+    res = run_step("01-proxy.sh", make_root(tmp_path), K4W_HTTP_PROXY=bad, K4W_HTTPS_PROXY="", K4W_NO_PROXY="")
+    assert res.returncode == 1 and "K4W_HTTP_PROXY must look like" in res.stderr
+
+
+# ------------------------------------------------------------------ 02 kernel
+
+
+def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
+    root = make_root(tmp_path)
+    assert run_step("02-kernel.sh", root).returncode == 0
+    fstab = (root / "etc" / "fstab").read_text().splitlines()
+    assert fstab[0] == "UUID=1 / ext4 errors=remount-ro 0 1"
+    assert fstab[1].startswith("#") and "swap" in fstab[1]
+    assert (root / "etc" / "modules-load.d" / "k4w-kubernetes.conf").read_text().split()[-2:] == ["br_netfilter", "overlay"]
+    sysctls = (root / "etc" / "sysctl.d" / "90-k4w-kubernetes.conf").read_text()
+    assert "net.bridge.bridge-nf-call-iptables = 1" in sysctls and "net.ipv4.ip_forward = 1" in sysctls
+    before = snapshot(root)
+    assert run_step("02-kernel.sh", root).returncode == 0
+    assert snapshot(root) == before
+
+
+# ------------------------------------------------------------------ 03 docker: the repository key is checked by fingerprint
+
+
+@pytest.fixture(scope="module")
+def signing_key(tmp_path_factory):
+    """A throwaway OpenPGP key standing in for Docker's: (armored key file, fingerprint)."""
+    gpg = need("gpg", "apt-get install -y gnupg")
+    home = tmp_path_factory.mktemp("gnupg")
+    os.chmod(home, 0o700)
+    run = lambda *a: subprocess.run([gpg, "--homedir", str(home), "--batch", *a], capture_output=True, text=True, check=True)  # noqa: E731
+    run("--passphrase", "", "--quick-gen-key", "k4w test <test@example.invalid>", "ed25519", "sign", "never")
+    fpr = next(line.split(":")[9] for line in run("--with-colons", "--fingerprint").stdout.splitlines() if line.startswith("fpr:"))
+    key = home / "key.asc"
+    key.write_text(run("--armor", "--export", fpr).stdout)
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False)
+    return key, fpr
+
+
+def docker_env(key, fingerprint):
+    return {**DOCKER_ENV, "K4W_DOCKER_GPG_URL": f"file://{key}", "K4W_DOCKER_GPG_FINGERPRINT": fingerprint}
+
+
+def test_docker_repository_trusted_only_with_the_pinned_key(tmp_path, signing_key):
+    key, fpr = signing_key
+    root = make_root(tmp_path)
+    res = run_step("03-docker.sh", root, **docker_env(key, fpr))
+    assert res.returncode == 0, res.stderr
+    keyring = root / "etc" / "apt" / "keyrings" / "k4w-docker.gpg"
+    assert keyring.is_file() and oct(keyring.stat().st_mode & 0o777) == "0o644"
+    sources = (root / "etc" / "apt" / "sources.list.d" / "k4w-docker.list").read_text()
+    assert "signed-by=/etc/apt/keyrings/k4w-docker.gpg] https://download.docker.com/linux/ubuntu xenial stable" in sources
+    daemon = json.loads((root / "etc" / "docker" / "daemon.json").read_text())
+    assert daemon["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
+    assert daemon["log-opts"]["max-file"] and daemon["log-opts"]["max-size"]
+    assert daemon["storage-driver"] == "overlay2"
+
+    before = snapshot(root)
+    (key.parent / "moved.asc").write_bytes(key.read_bytes())
+    # Second run: the keyring already holds the pinned key, so nothing is fetched or written.
+    res = run_step("03-docker.sh", root, **{**docker_env(key, fpr), "K4W_DOCKER_GPG_URL": "file:///nonexistent.asc"})
+    assert res.returncode == 0, res.stderr
+    assert snapshot(root) == before
+
+
+def test_a_key_with_another_fingerprint_is_refused(tmp_path, signing_key):
+    key, _ = signing_key
+    root = make_root(tmp_path)
+    res = run_step("03-docker.sh", root, **docker_env(key, "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"))
+    assert res.returncode == 1 and "refusing to trust it" in res.stderr
+    assert not (root / "etc" / "apt" / "keyrings" / "k4w-docker.gpg").exists()
+    assert not (root / "etc" / "apt" / "sources.list.d" / "k4w-docker.list").exists()
+
+
+def test_debian_uses_its_own_signed_docker_without_a_third_party_repository(tmp_path):
+    root = make_root(tmp_path, "debian-12")
+    env = {k: v for k, v in DOCKER_ENV.items() if "APT" not in k and "GPG" not in k}
+    res = run_step("03-docker.sh", root, **{**env, "K4W_DOCKER_PACKAGE": "docker.io",
+                                             "K4W_DOCKER_CGROUP_DRIVER": "systemd"})
+    assert res.returncode == 0, res.stderr
+    assert not (root / "etc" / "apt" / "sources.list.d").exists()
+    assert json.loads((root / "etc" / "docker" / "daemon.json").read_text())["exec-opts"] == ["native.cgroupdriver=systemd"]
+
+
+# ------------------------------------------------------------------ 04 kubernetes: every download verified
+
+
+@pytest.fixture
+def downloads(tmp_path):
+    """Local stand-ins for dl.k8s.io and the CNI release: binaries, .sha256 files and a tarball."""
+    site = tmp_path / "site"
+    site.mkdir()
+    env = dict(KUBE_ENV)
+    for name in ("kubeadm", "kubelet", "kubectl"):
+        binary = site / name
+        binary.write_bytes(f"#!/bin/sh\necho {name}\n".encode())
+        digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+        (site / f"{name}.sha256").write_text(digest)  # dl.k8s.io publishes the bare digest
+        env[f"K4W_{name.upper()}_URL"] = f"file://{binary}"
+        env[f"K4W_{name.upper()}_SHA256_URL"] = f"file://{binary}.sha256"
+    plugins = site / "plugins"
+    plugins.mkdir()
+    for plugin in ("bridge", "flannel", "host-local", "loopback", "portmap"):
+        (plugins / plugin).write_text(f"#!/bin/sh\necho {plugin}\n")
+    tarball = site / "cni-plugins-amd64-v0.6.0.tgz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(plugins, arcname=".")
+    env["K4W_CNI_URL"] = f"file://{tarball}"
+    env["K4W_CNI_SHA256"] = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    return env
+
+
+def test_kubernetes_binaries_cni_and_kubelet_units_then_idempotent(tmp_path, downloads):
+    root = make_root(tmp_path)
+    res = run_step("04-kubernetes.sh", root, **downloads)
+    assert res.returncode == 0, res.stderr
+    for name in ("kubeadm", "kubelet", "kubectl"):
+        installed = root / "usr" / "local" / "bin" / name
+        assert installed.read_text() == f"#!/bin/sh\necho {name}\n"
+        assert installed.stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in (root / "opt" / "cni" / "bin").iterdir()) == [
+        "bridge", "flannel", "host-local", "loopback", "portmap"]
+    unit = (root / "etc" / "systemd" / "system" / "kubelet.service").read_text()
+    assert "ExecStart=/usr/local/bin/kubelet" in unit
+    drop_in = (root / "etc" / "systemd" / "system" / "kubelet.service.d" / "10-kubeadm.conf").read_text()
+    assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in drop_in
+    assert "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS" in drop_in
+
+    before = snapshot(root)
+    res = run_step("04-kubernetes.sh", root, **downloads)
+    assert res.returncode == 0, res.stderr
+    assert "downloading" not in res.stdout
+    assert snapshot(root) == before
+
+
+def test_a_binary_that_does_not_match_its_published_sha256_is_not_installed(tmp_path, downloads):
+    site_binary = downloads["K4W_KUBELET_URL"].removeprefix("file://")
+    with open(site_binary, "a") as fh:
+        fh.write("# tampered\n")
+    root = make_root(tmp_path)
+    res = run_step("04-kubernetes.sh", root, **downloads)
+    assert res.returncode == 1 and "sha256 mismatch for file://" in res.stderr
+    assert not (root / "usr" / "local" / "bin" / "kubelet").exists()
+    assert not list((root / "usr" / "local" / "bin").glob("kubelet*"))  # no .part left behind
+
+
+def test_a_pinned_sha256_wins_over_the_published_file(tmp_path, downloads):
+    root = make_root(tmp_path)
+    res = run_step("04-kubernetes.sh", root, **{**downloads, "K4W_CNI_SHA256": "1" * 64})
+    assert res.returncode == 1 and "sha256 mismatch" in res.stderr
+    assert not (root / "opt" / "cni" / "bin").exists()
+
+
+def test_versions_must_match_the_cluster_version(tmp_path, downloads):
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), **{**downloads, "K4W_KUBELET_VERSION": "1.12.0"})
+    assert res.returncode == 1 and "K4W_KUBELET_VERSION=1.12.0 differs from K4W_KUBE_VERSION=1.11.10" in res.stderr
+
+
+# ------------------------------------------------------------------ 05 vagrant key, 06 record, 07 cleanup
+
+
+def test_vagrant_insecure_key_added_once_keeping_other_keys(tmp_path):
+    root = make_root(tmp_path)
+    ssh = root / "home" / "vagrant" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "authorized_keys").write_text("ssh-ed25519 AAAAC3Nza... someone\n")
+    assert run_step("05-vagrant-key.sh", root).returncode == 0
+    keys = (ssh / "authorized_keys").read_text().splitlines()
+    assert keys[0] == "ssh-ed25519 AAAAC3Nza... someone"
+    assert keys[1].endswith("vagrant insecure public key") and len(keys) == 2
+    assert (ssh / "authorized_keys").stat().st_mode & 0o777 == 0o600 and ssh.stat().st_mode & 0o777 == 0o700
+    before = snapshot(root)
+    assert run_step("05-vagrant-key.sh", root).returncode == 0
+    assert snapshot(root) == before
+
+
+def test_an_edited_vagrant_key_fails_its_fingerprint_check(tmp_path):
+    root = make_root(tmp_path)
+    script = tmp_path / "05-edited.sh"
+    original = (STEPS / "05-vagrant-key.sh").read_text()
+    script.write_text(original.replace("AAAAB3NzaC1yc2EAAAABIwAAAQEA6NF8", "AAAAB3NzaC1yc2EAAAABIwAAAQEA6NF9"))
+    env = {"PATH": os.environ["PATH"], "K4W_ROOT": str(root), "K4W_LIB": str(STEPS.parent / "lib.sh")}
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 1 and "not Vagrant's MD5:dd:3b:b8:2e" in res.stderr
+    assert not (root / "home").exists()
+
+
+def test_build_record_written_once_and_checked_against_the_box(tmp_path):
+    root = make_root(tmp_path)
+    record = '{"box": "ubuntu-1604", "components": {"docker": "17.03.2", "cni": "0.6.0"}}'
+    assert run_step("06-build-record.sh", root, K4W_BOX_NAME="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
+    assert json.loads((root / "etc" / "k4w-release.json").read_text()) == json.loads(record)
+    before = snapshot(root)
+    assert run_step("06-build-record.sh", root, K4W_BOX_NAME="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
+    assert snapshot(root) == before
+    res = run_step("06-build-record.sh", root, K4W_BOX_NAME="other", K4W_RELEASE_JSON=record)
+    assert res.returncode == 1 and "names box ubuntu-1604, not other" in res.stderr
+
+
+def test_cleanup_leaves_an_anonymous_box(tmp_path):
+    root = make_root(tmp_path)
+    (root / "etc" / "machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    for folder in ("var/lib/dbus", "var/lib/dhcp", "var/log/apt", "var/cache/k4w", "tmp"):
+        (root / folder).mkdir(parents=True)
+    (root / "var" / "lib" / "dbus" / "machine-id").write_text("0123456789abcdef0123456789abcdef\n")
+    (root / "var" / "lib" / "dhcp" / "dhclient.eth0.leases").write_text("lease {}\n")
+    (root / "var" / "log" / "syslog").write_text("boot messages\n")
+    (root / "var" / "log" / "syslog.1").write_text("older\n")
+    (root / "var" / "log" / "apt" / "history.log.2.gz").write_bytes(b"\x1f\x8b")
+    (root / "var" / "cache" / "k4w" / "cni.tgz").write_bytes(b"x")
+    (root / "tmp" / "k4w-lib.sh").write_text("# uploaded by packer\n")
+    assert run_step("07-cleanup.sh", root, K4W_FREE_SPACE="trim-or-zero").returncode == 0
+    assert (root / "etc" / "machine-id").read_text() == ""
+    assert os.readlink(root / "var" / "lib" / "dbus" / "machine-id") == "/etc/machine-id"
+    assert not (root / "var" / "lib" / "dhcp" / "dhclient.eth0.leases").exists()
+    assert (root / "var" / "log" / "syslog").read_text() == ""
+    assert not (root / "var" / "log" / "syslog.1").exists() and not (root / "var" / "log" / "apt" / "history.log.2.gz").exists()
+    assert not (root / "var" / "cache" / "k4w").exists() and not (root / "tmp" / "k4w-lib.sh").exists()
+    before = snapshot(root)
+    assert run_step("07-cleanup.sh", root, K4W_FREE_SPACE="trim-or-zero").returncode == 0
+    assert snapshot(root) == before

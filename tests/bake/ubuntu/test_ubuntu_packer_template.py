@@ -1,0 +1,246 @@
+"""templates/packer/ubuntu.json.j2 as a user's build sees it: the VM, the boot line, the provisioning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from k4w import render
+from k4w.errors import K4wError
+
+from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, cluster, qemu_cluster
+
+PROFILE_DATA = yaml.safe_load(PROFILE.read_text())
+
+
+def builder(template: dict) -> dict:
+    (only,) = template["builders"]
+    return only
+
+
+def boot_line(template: dict) -> str:
+    """The kernel line typed at the GRUB prompt."""
+    (line,) = [c for c in builder(template)["boot_command"] if c.startswith("linux ")]
+    return line
+
+
+def env_of(provisioner: dict) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in provisioner["environment_vars"])
+
+
+def shell_steps(template: dict) -> list[dict]:
+    return [p for p in template["provisioners"] if p["type"] == "shell"]
+
+
+# ------------------------------------------------------------------ the Hyper-V VM
+
+
+def test_hyperv_gen2_vm_from_the_profile(ubuntu, tmp_path):
+    template, _ = ubuntu()
+    vm = builder(template)
+    assert vm["type"] == "hyperv-iso"
+    assert vm["generation"] == 2
+    assert vm["enable_secure_boot"] is False
+    assert vm["enable_dynamic_memory"] is False
+    assert vm["switch_name"] == "Default Switch"
+    assert (vm["cpus"], vm["memory"], vm["disk_size"]) == (2, 2048, 40 * 1024)
+    out = tmp_path / "out"
+    assert vm["http_directory"] == str(out / "http" / BOX)
+    assert vm["output_directory"] == f"{out}/packer-vm/{BOX}"
+
+
+def test_iso_local_copy_first_then_the_published_url_with_its_checksum(ubuntu):
+    vm = builder(ubuntu()[0])
+    assert vm["iso_urls"] == [str(ROOT / "iso" / PROFILE_DATA["iso"]["name"]), PROFILE_DATA["iso"]["url"]]
+    assert vm["iso_checksum"] == "sha256:" + PROFILE_DATA["iso"]["sha256"]
+
+
+def test_boot_goes_through_the_grub_command_line(ubuntu):
+    commands = builder(ubuntu()[0])["boot_command"]
+    assert commands[0] == "c<wait>"
+    assert commands[1].startswith("linux /install/vmlinuz ") and commands[1].endswith("<enter>")
+    assert commands[2:] == ["initrd /install/initrd.gz<enter>", "boot<enter>"]
+
+
+def test_boot_line_without_proxy(ubuntu):
+    words = boot_line(ubuntu()[0]).removesuffix("<enter>").split()
+    for piece in (
+        "auto=true",
+        "priority=critical",
+        "preseed/url=http://{{",  # split() cuts the Go template; the full URL is checked below
+        f"hostname={BOX}",
+        "locale=en_US.UTF-8",
+        "keyboard-configuration/layoutcode=us",
+        "console-setup/ask_detect=false",
+    ):
+        assert piece in words
+    line = boot_line(ubuntu()[0])
+    assert "preseed/url=http://{{ .HTTPIP }}:{{ .HTTPPort }}/preseed.cfg " in line
+    assert "mirror/http/proxy" not in line
+    assert "no_proxy" not in line
+
+
+def test_boot_line_with_http_proxy_excepts_packers_http_server(ubuntu):
+    line = boot_line(ubuntu(http=HTTP_PROXY)[0])
+    assert f"mirror/http/proxy='{HTTP_PROXY}'" in line
+    assert "no_proxy={{ .HTTPIP }}" in line
+
+
+def test_https_proxy_alone_never_reaches_the_http_mirror(ubuntu):
+    line = boot_line(ubuntu(https=HTTPS_PROXY)[0])
+    assert "mirror/http/proxy" not in line and "no_proxy" not in line
+
+
+def test_boot_line_stays_short(ubuntu):
+    # GRUB takes long lines, but the kernel command line is capped (2048 on x86) and the
+    # installer parses every word: everything not needed before preseed.cfg lives there.
+    assert len(boot_line(ubuntu(http=HTTP_PROXY)[0])) < 512
+
+
+# ------------------------------------------------------------------ provisioning
+
+
+def test_provisioners_follow_the_profiles_order_after_the_library_upload(ubuntu):
+    template, _ = ubuntu()
+    first = template["provisioners"][0]
+    assert first == {
+        "type": "file",
+        "source": str(ROOT / "guest" / "ubuntu" / "lib.sh"),
+        "destination": env_of(shell_steps(template)[0])["K4W_LIB"],
+    }
+    scripts = [p["script"] for p in shell_steps(template)]
+    assert scripts == [str(ROOT / "guest" / "ubuntu" / "bake" / s) for s in PROFILE_DATA["provision"]]
+    assert len(template["provisioners"]) == len(PROFILE_DATA["provision"]) + 1
+
+
+def test_every_step_in_the_profile_exists():
+    for script in PROFILE_DATA["provision"]:
+        assert (ROOT / "guest" / "ubuntu" / "bake" / script).is_file(), script
+
+
+def test_steps_run_as_root_with_their_environment(ubuntu):
+    for step in shell_steps(ubuntu()[0]):
+        command = step["execute_command"]
+        assert "sudo" in command and "env {{ .Vars }}" in command and "{{ .Path }}" in command
+
+
+def test_every_component_value_reaches_the_guest(ubuntu):
+    env = env_of(shell_steps(ubuntu()[0])[0])
+    for name, component in PROFILE_DATA["components"].items():
+        for key, value in component.items():
+            assert env[f"K4W_{name.upper()}_{key.upper()}"] == str(value), (name, key)
+    assert env["K4W_KUBE_VERSION"] == PROFILE_DATA["kubernetes"]["version"]
+    assert env["K4W_KUBE_IMAGE_REPOSITORY"] == PROFILE_DATA["kubernetes"]["image_repository"]
+    assert env["K4W_KUBE_PREPULL_IMAGES"] == "1"
+
+
+def test_build_record_is_exactly_the_profiles_components(ubuntu):
+    env = env_of(shell_steps(ubuntu()[0])[0])
+    assert json.loads(env["K4W_RELEASE_JSON"]) == {
+        "box": BOX,
+        "components": {name: str(c["version"]) for name, c in PROFILE_DATA["components"].items()},
+    }
+
+
+def test_all_steps_share_one_environment(ubuntu):
+    envs = [step["environment_vars"] for step in shell_steps(ubuntu()[0])]
+    assert all(e == envs[0] for e in envs)
+
+
+def test_no_proxy_variables_without_a_proxy(ubuntu):
+    env = env_of(shell_steps(ubuntu()[0])[0])
+    assert env["K4W_HTTP_PROXY"] == env["K4W_HTTPS_PROXY"] == env["K4W_NO_PROXY"] == ""
+    assert not {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"} & env.keys()
+
+
+def test_http_proxy_only_is_never_copied_to_https(ubuntu):
+    env = env_of(shell_steps(ubuntu(http=HTTP_PROXY)[0])[0])
+    assert env["K4W_HTTP_PROXY"] == env["HTTP_PROXY"] == env["http_proxy"] == HTTP_PROXY
+    assert env["K4W_HTTPS_PROXY"] == ""
+    assert "HTTPS_PROXY" not in env and "https_proxy" not in env
+
+
+def test_proxy_exceptions_cover_the_cluster(ubuntu):
+    env = env_of(shell_steps(ubuntu(http=HTTP_PROXY, https=HTTPS_PROXY)[0])[0])
+    assert env["K4W_HTTPS_PROXY"] == env["HTTPS_PROXY"] == HTTPS_PROXY
+    exceptions = env["K4W_NO_PROXY"].split(",")
+    for entry in ("10.244.0.0/16", "10.96.0.0/12", "192.168.250.0/24", "192.168.250.10", "master", ".svc"):
+        assert entry in exceptions
+    assert env["NO_PROXY"] == env["no_proxy"] == env["K4W_NO_PROXY"]
+
+
+def test_box_goes_to_the_partial_folder_with_the_family_vagrantfile(ubuntu, tmp_path):
+    (post,) = ubuntu()[0]["post-processors"]
+    assert post["type"] == "vagrant"
+    assert post["output"] == f"{tmp_path / 'out' / 'boxes'}/.partial/{BOX}-{{{{.Provider}}}}.box"
+    assert post["vagrantfile_template"] == str(ROOT / "vagrant" / "box" / "ubuntu.Vagrantfile")
+
+
+# ------------------------------------------------------------------ the CI (qemu) branch
+
+
+def test_qemu_branch_boots_the_image_and_shares_the_provisioning(profile_dir, tmp_path):
+    files = render.render_files(qemu_cluster(), tmp_path / "out")
+    qemu = json.loads(files["packer/debian-12-ci.json"])
+    hyperv = json.loads(render.render_files(cluster(HTTPS_PROXY, HTTPS_PROXY), tmp_path / "out2")[f"packer/{BOX}.json"])
+    vm = builder(qemu)
+    assert vm["type"] == "qemu" and vm["disk_image"] is True and vm["accelerator"] == "tcg"
+    assert vm["iso_url"] == "/srv/ci/debian-12.raw" and "boot_command" not in vm
+    assert vm["qemuargs"] == [["-kernel", "/srv/ci/vmlinuz"], ["-initrd", "/srv/ci/initrd.img"],
+                              ["-append", "root=/dev/vda rw console=ttyS0"]]
+    assert [p.get("script") for p in qemu["provisioners"]] == [
+        p.get("script") for p in hyperv["provisioners"]
+    ]
+    assert qemu["post-processors"][0]["vagrantfile_template"] == hyperv["post-processors"][0]["vagrantfile_template"]
+    env = env_of(shell_steps(qemu)[0])
+    assert env["K4W_SKIP_KUBERNETES"] == "1"
+    assert json.loads(env["K4W_RELEASE_JSON"]) == {"box": "debian-12-ci", "components": {"docker": "20.10.24"}}
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def _render_with_profile(profile_dir, tmp_path, change):
+    data = yaml.safe_load((profile_dir / f"{BOX}.yml").read_text())
+    change(data)
+    (profile_dir / f"{BOX}.yml").write_text(yaml.safe_dump(data))
+    return render.render_files(cluster(), tmp_path / "out")
+
+
+def test_generation_1_is_refused_by_name(profile_dir, tmp_path):
+    with pytest.raises(K4wError, match="only Hyper-V generation 2 is supported"):
+        _render_with_profile(profile_dir, tmp_path, lambda d: d["build"].update(generation=1))
+
+
+def test_unknown_builder_is_refused_by_name(profile_dir, tmp_path):
+    with pytest.raises(K4wError, match="build.builder must be hyperv-iso or qemu"):
+        _render_with_profile(profile_dir, tmp_path, lambda d: d["build"].update(builder="virtualbox-iso"))
+
+
+def test_missing_iso_checksum_is_refused_by_name(profile_dir, tmp_path, monkeypatch):
+    from k4w import iso
+
+    monkeypatch.setattr(iso, "catalogue_path", lambda: tmp_path / "empty-catalogue.yml")
+    with pytest.raises(K4wError, match="the ISO sha256 is unknown"):
+        _render_with_profile(profile_dir, tmp_path, lambda d: d["iso"].pop("sha256"))
+
+
+def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(render_box):
+    """Packer masks sensitive variables in its output and logs; the raw URL is in one place only."""
+    from tests.bake.ubuntu.conftest import cluster
+
+    raw = render_box(cluster(HTTP_PROXY, None))[f"packer/{BOX}.json"]
+    template = json.loads(raw)
+    assert template["sensitive-variables"] == ["http_proxy", "https_proxy"]
+    assert template["variables"]["http_proxy"] == HTTP_PROXY
+    assert raw.count(json.dumps(HTTP_PROXY)[1:-1]) == 1
+    assert all(HTTP_PROXY not in item for step in shell_steps(template) for item in step["environment_vars"])
+
+
+def test_a_proxy_without_credentials_is_not_masked(render_box):
+    from tests.bake.ubuntu.conftest import cluster
+
+    template = json.loads(render_box(cluster("http://proxy.corp.example:3128", None))[f"packer/{BOX}.json"])
+    assert "sensitive-variables" not in template

@@ -1,0 +1,139 @@
+"""templates/http/ubuntu/preseed.cfg.j2: what debian-installer is told, checked by debconf itself."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from .conftest import HTTP_PROXY, HTTPS_PROXY, make_root, need, run_step, snapshot
+
+APT_PROXY_FILE = "/etc/apt/apt.conf.d/90k4w-proxy"
+
+
+def answers(preseed: str) -> dict[str, str]:
+    """{question: value} with backslash-continued lines joined, as debconf-set-selections reads them."""
+    joined = re.sub(r"\\\n", "", preseed)
+    out = {}
+    for line in joined.splitlines():
+        if line.strip() and not line.startswith("#"):
+            owner, question, kind, *value = line.split(None, 3)
+            out[question] = value[0].strip() if value else ""
+    return out
+
+
+def late_commands(preseed: str) -> list[str]:
+    return [c.strip() for c in answers(preseed)["preseed/late_command"].split(" && ")]
+
+
+@pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (None, HTTPS_PROXY), (HTTP_PROXY, HTTPS_PROXY)])
+def test_debconf_accepts_the_preseed(ubuntu, tmp_path, http, https):
+    tool = need("debconf-set-selections", "apt-get install -y debconf-utils")
+    seed = tmp_path / "preseed.cfg"
+    seed.write_text(ubuntu(http, https)[1])
+    res = subprocess.run([tool, "--checkonly", str(seed)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), res.stdout + res.stderr
+
+
+def test_partitions_are_efi_and_root_without_swap(ubuntu):
+    a = answers(ubuntu()[1])
+    recipe = a["partman-auto/expert_recipe"]
+    assert "swap" not in recipe
+    assert recipe.count(" . ") + recipe.endswith(".") == 2  # exactly two partitions
+    assert "method{ efi }" in recipe and "mountpoint{ / }" in recipe
+    assert a["partman-auto/choose_recipe"] == recipe.split()[0]
+    assert a["partman-basicfilesystems/no_swap"] == "false"
+    assert a["partman-partitioning/choose_label"] == "gpt"
+
+
+def test_hyperv_tools_and_ssh_are_installed_by_the_installer(ubuntu):
+    packages = answers(ubuntu()[1])["pkgsel/include"].split()
+    for package in ("openssh-server", "linux-virtual-lts-xenial", "linux-tools-virtual-lts-xenial",
+                    "linux-cloud-tools-virtual-lts-xenial"):
+        assert package in packages
+
+
+def test_locale_keyboard_timezone_and_mirror(ubuntu):
+    a = answers(ubuntu()[1])
+    assert a["debian-installer/locale"] == "en_US.UTF-8"
+    assert a["keyboard-configuration/layoutcode"] == "us"
+    assert a["time/zone"] == "UTC"
+    assert a["mirror/http/hostname"] == "archive.ubuntu.com"
+    assert a["mirror/http/directory"] == "/ubuntu"
+
+
+def test_vagrant_user_with_checked_passwordless_sudo(ubuntu):
+    seed = ubuntu()[1]
+    a = answers(seed)
+    assert (a["passwd/username"], a["passwd/user-password"], a["passwd/user-password-again"]) == ("vagrant",) * 3
+    commands = late_commands(seed)
+    new = next(c for c in commands if c.startswith("echo 'vagrant ALL=(ALL) NOPASSWD: ALL' >")).split("> ")[1]
+    assert "." in new.rsplit("/", 1)[1]  # sudo's includedir skips names with a dot until it is checked
+    order = [commands.index(c) for c in (f"chmod 0440 {new}", f"in-target visudo -cf {new.removeprefix('/target')}",
+                                         f"mv {new} /target/etc/sudoers.d/vagrant")]
+    assert order == sorted(order)
+
+
+def test_efi_fallback_loader_and_no_popularity_contest(ubuntu):
+    seed = ubuntu()[1]
+    commands = late_commands(seed)
+    assert "cp /target/boot/efi/EFI/ubuntu/* /target/boot/efi/EFI/BOOT/" in commands
+    assert "cp /target/boot/efi/EFI/ubuntu/shimx64.efi /target/boot/efi/EFI/BOOT/bootx64.efi" in commands
+    assert answers(seed)["popularity-contest/participate"] == "false"
+
+
+def test_no_proxy_anywhere_without_a_proxy(ubuntu):
+    seed = ubuntu()[1]
+    assert answers(seed)["mirror/http/proxy"] == ""
+    assert "Proxy" not in answers(seed)["preseed/late_command"]
+
+
+def test_http_proxy_for_the_mirror_and_apt(ubuntu):
+    seed = ubuntu(http=HTTP_PROXY)[1]
+    assert answers(seed)["mirror/http/proxy"] == HTTP_PROXY
+    late = answers(seed)["preseed/late_command"]
+    assert "Acquire::http::Proxy" in late and "Acquire::https::Proxy" not in late
+
+
+def test_https_proxy_is_never_taken_from_http(ubuntu):
+    seed = ubuntu(https=HTTPS_PROXY)[1]
+    assert answers(seed)["mirror/http/proxy"] == ""  # the mirror is http: only proxy.http applies
+    late = answers(seed)["preseed/late_command"]
+    assert f'Acquire::https::Proxy "{HTTPS_PROXY}";' in late and "Acquire::http::Proxy" not in late
+
+
+@pytest.mark.parametrize("http,https", [(HTTP_PROXY, None), (HTTP_PROXY, HTTPS_PROXY)])
+def test_installer_apt_proxy_file_is_what_step_01_writes(ubuntu, tmp_path, http, https):
+    """Run the late_command's apt lines in a sandbox: step 01 must then find nothing to change."""
+    seed = ubuntu(http, https)[1]
+    root = make_root(tmp_path)
+    (root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
+    apt_lines = [c for c in late_commands(seed) if APT_PROXY_FILE in c]
+    script = " && ".join(apt_lines).replace("/target/", f"{root}/")
+    subprocess.run(["sh", "-c", script], check=True)
+    before = snapshot(root)[APT_PROXY_FILE.lstrip("/")]
+    res = run_step("01-proxy.sh", root, K4W_HTTP_PROXY=http or "", K4W_HTTPS_PROXY=https or "", K4W_NO_PROXY="localhost")
+    assert res.returncode == 0, res.stderr
+    assert snapshot(root)[APT_PROXY_FILE.lstrip("/")] == before  # same content, mode and mtime
+
+
+def test_installer_apt_file_equals_step_01_output_byte_for_byte(ubuntu, tmp_path):
+    seed = ubuntu(HTTP_PROXY, HTTPS_PROXY)[1]
+    installer_root, step_root = make_root(tmp_path / "a"), make_root(tmp_path / "b")
+    (installer_root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
+    script = " && ".join(c for c in late_commands(seed) if APT_PROXY_FILE in c).replace("/target/", f"{installer_root}/")
+    subprocess.run(["sh", "-c", script], check=True)
+    res = run_step("01-proxy.sh", step_root, K4W_HTTP_PROXY=HTTP_PROXY, K4W_HTTPS_PROXY=HTTPS_PROXY, K4W_NO_PROXY="localhost")
+    assert res.returncode == 0, res.stderr
+    rel = APT_PROXY_FILE.lstrip("/")
+    assert (installer_root / rel).read_bytes() == (step_root / rel).read_bytes()
+
+
+def test_qemu_boxes_get_an_inert_preseed(profile_dir, tmp_path):
+    from k4w import render
+
+    from .conftest import qemu_cluster
+
+    seed = render.render_files(qemu_cluster(), tmp_path / "out")["http/debian-12-ci/preseed.cfg"]
+    assert answers(seed) == {}

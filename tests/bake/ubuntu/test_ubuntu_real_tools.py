@@ -1,0 +1,132 @@
+"""The Ubuntu artifacts checked by the programs that consume them, plus static rules on the steps."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from k4w import render
+
+from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, STEPS, cluster, need, qemu_cluster
+
+OWN_SCRIPTS = sorted([*STEPS.glob("*.sh"), STEPS.parent / "lib.sh"])
+STEP_SCRIPTS = [p for p in OWN_SCRIPTS if p.name != "lib.sh"]
+
+
+def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess:
+    packer = need("packer", "apt-get install -y packer (Packer 1.6.x)")
+    path = tmp_path / "template.json"
+    path.write_text(template_text)
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1"}
+    return subprocess.run([packer, "validate", str(path)], capture_output=True, text=True, env=env, check=False, cwd=tmp_path)
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (HTTP_PROXY, HTTPS_PROXY)])
+def test_packer_validates_the_hyperv_template(tmp_path, http, https):
+    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.json"]
+    res = packer_validate(text, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.tools
+def test_packer_validates_the_qemu_template(profile_dir, tmp_path):
+    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.json"]
+    res = packer_validate(text, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("script", OWN_SCRIPTS, ids=lambda p: p.name)
+def test_shellcheck_clean(script):
+    tool = need("shellcheck", "apt-get install -y shellcheck")
+    res = subprocess.run([tool, "-x", "--source-path=SCRIPTDIR", "--severity=style", str(script)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.tools
+def test_box_vagrantfile_is_valid_ruby():
+    ruby = need("ruby", "apt-get install -y ruby")
+    res = subprocess.run([ruby, "-c", str(ROOT / "vagrant" / "box" / "ubuntu.Vagrantfile")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and "Syntax OK" in res.stdout, res.stderr
+
+
+# ------------------------------------------------------------------ static rules on the steps
+
+
+@pytest.mark.parametrize("script", STEP_SCRIPTS, ids=lambda p: p.name)
+def test_every_step_has_the_common_header(script):
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    body = text.split('source "$K4W_LIB"', 1)[0] + 'source "$K4W_LIB"'  # everything up to the library
+    assert "set -Eeuo pipefail" in body
+    assert re.search(r"^trap '.*\$\{LINENO\}.*\$\{BASH_COMMAND\}.*' ERR$", body, re.M)
+    assert 'source "$K4W_LIB"' in body
+
+
+def _in_order(text: str, *pieces: str) -> bool:
+    """Whether the pieces occur in this order (each searched after the previous one)."""
+    position = 0
+    for piece in pieces:
+        position = text.find(piece, position)
+        if position < 0:
+            return False
+        position += len(piece)
+    return True
+
+
+def _function(text: str, name: str) -> str:
+    match = re.search(rf"^{name}\(\) \{{\n(.*?)^\}}", text, re.M | re.S)
+    assert match, f"function {name} not found"
+    return match.group(1)
+
+
+def test_only_the_library_talks_to_the_network():
+    for script in OWN_SCRIPTS:
+        for number, line in enumerate(script.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            # A command in command position (line start, after a pipe, ; && || or $( ).
+            if re.search(r"(^|[|;&]|\$\()\s*(curl|wget)\s", code) and not (script.name == "lib.sh" and "curl --fail" in code):
+                pytest.fail(f"{script.name}:{number} downloads outside k4w_fetch: {line.strip()}")
+
+
+def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
+    """k4w_fetch is only used where the result is verified before anything uses it."""
+    lib = (STEPS.parent / "lib.sh").read_text()
+    verified = _function(lib, "k4w_download_verified")
+    assert _in_order(verified, "k4w_fetch", "k4w_sha256_of", '!= "$expected"', "k4w_die", 'mv -f "$part"'), \
+        "download -> sha256 -> compare -> fail -> move into place"
+    published = _function(lib, "k4w_published_sha256")
+    assert "k4w_fetch" in published and "k4w_is_sha256" in published  # a digest file, checked for shape
+    callers = {}
+    for script in OWN_SCRIPTS:
+        for line in script.read_text().splitlines():
+            if re.search(r"\bk4w_fetch\b", line.split("#", 1)[0]) and "k4w_fetch()" not in line:
+                callers.setdefault(script.name, []).append(line.strip())
+    assert set(callers) == {"lib.sh", "03-docker.sh"}, callers
+    keyring = _function((STEPS / "03-docker.sh").read_text(), "docker_keyring")
+    assert _in_order(keyring, "k4w_fetch", "--import", 'if [[ $actual != "$expected" ]]', "k4w_die", "k4w_install_file"), \
+        "fetch key -> import -> compare fingerprint -> fail -> install keyring"
+
+
+def test_every_verified_download_names_a_checksum():
+    for script in STEP_SCRIPTS:
+        for line in script.read_text().splitlines():
+            if line.strip().startswith("k4w_download_verified "):
+                assert len(re.findall(r'"[^"]*"', line)) == 3, f"{script.name}: {line.strip()}"
+
+
+def test_every_download_in_the_profile_has_a_checksum():
+    for name, component in yaml.safe_load(PROFILE.read_text())["components"].items():
+        if "url" in component:
+            assert component.get("sha256") or component.get("sha256_url"), name
+            if component.get("sha256"):
+                assert re.fullmatch(r"[0-9a-f]{64}", component["sha256"]), name
+        else:  # apt packages: the repository must be pinned to a signing key
+            assert name == "docker" and re.fullmatch(r"[0-9A-F]{40}", component["gpg_fingerprint"])

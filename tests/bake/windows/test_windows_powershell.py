@@ -1,0 +1,126 @@
+"""The Windows guest scripts: every .ps1 parses, follows the common header, and never uses a
+download before checking its hash (static analysis over the real scripts, and proof that the
+analysis catches the mistakes it is meant to catch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w.sources import REPO_ROOT as ROOT
+from k4w.validate.powershell_rules import lint_errors, parse_errors, parse_text_errors
+
+from windows_ps_static import download_problems, verified_downloads
+
+GUEST = ROOT / "guest" / "windows"
+# What the Packer build runs or uploads: Setup bootstrap, bake steps, the shared library.
+BOX_BUILD_SCRIPTS = sorted([*(GUEST / "setup").glob("*.ps1"), *(GUEST / "bake").glob("*.ps1"), GUEST / "common.ps1"])
+ALL_SCRIPTS = sorted(GUEST.rglob("*.ps1"))
+# Written by the cluster-up work, not the box build; parsed here too, but their header and
+# download rules are that work's business.
+NOT_BOX_SCRIPTS = {"start-node.ps1"}
+BOX_SCRIPTS = [p for p in ALL_SCRIPTS if p.name not in NOT_BOX_SCRIPTS and not p.name.startswith("cluster-")]
+HEADER = ("$ErrorActionPreference = 'Stop'", "Set-StrictMode -Version Latest", "trap {")
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(GUEST))
+
+
+def test_the_scripts_are_found():
+    names = {p.name for p in BOX_SCRIPTS}
+    assert {"common.ps1", "k4w-bootstrap.ps1", "kube-cleanup.ps1", "00-preflight.ps1", "12-cleanup.ps1"} <= names
+
+
+@pytest.mark.parametrize("script", ALL_SCRIPTS, ids=_id)
+def test_every_script_parses(script):
+    assert parse_errors(script) == []
+    assert lint_errors(script) == []
+
+
+def test_the_parser_reports_broken_powershell(tmp_path):
+    broken = "function Get-X {\n  if ($a) { 'x'\n}\n"
+    problems = parse_text_errors(broken)
+    assert problems and problems[0].split(":")[0].isdigit() and "missing" in problems[0]
+    path = tmp_path / "broken.ps1"
+    path.write_text(broken)
+    assert parse_errors(path) == problems
+    assert parse_text_errors("Write-Host 'fine'\n") == []
+
+
+def test_the_lint_reports_an_invalid_variable_reference(tmp_path):
+    bad = tmp_path / "bad.ps1"
+    bad.write_text('Write-Host "$name: done and ${ok}: and $env:Path"\n')
+    [problem] = lint_errors(bad)
+    assert '"$name:"' in problem
+
+
+# Dot-sourced libraries run inside their caller, whose header and trap apply.
+@pytest.mark.parametrize("script", [p for p in BOX_SCRIPTS if p.name not in ("common.ps1", "hns.ps1")], ids=_id)
+def test_every_script_starts_with_the_common_header(script):
+    # Header = the first lines of code after the comment block and param().
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    code = lines[next(i for i, line in enumerate(lines) if line.startswith("$ErrorActionPreference")):]
+    assert code[0] == HEADER[0] and code[1] == HEADER[1], script.name
+    assert any(line.startswith(HEADER[2]) for line in code[2:5]), f"{script.name}: no trap right after the header"
+
+
+@pytest.mark.parametrize("script", BOX_SCRIPTS, ids=_id)
+def test_no_download_is_used_before_its_hash_is_checked(script):
+    assert download_problems(script.read_bytes(), script.name) == []
+
+
+def test_every_profile_component_is_downloaded_verified_exactly_once():
+    profile = yaml.safe_load((ROOT / "boxes" / "windows-1803.yml").read_text())
+    downloaded = [c for p in BOX_SCRIPTS for c in verified_downloads(p.read_bytes())]
+    assert sorted(downloaded) == sorted(profile["components"])
+
+
+BAD_SCRIPTS = {
+    "raw Invoke-WebRequest in a provisioning script": (
+        "03-docker.ps1",
+        b"Invoke-WebRequest -Uri $u -OutFile C:\\docker.zip -UseBasicParsing\nExpand-Archive C:\\docker.zip\n",
+        "raw download 'invoke-webrequest'",
+    ),
+    "WebClient.DownloadFile": (
+        "05-kubernetes-node.ps1",
+        b"(New-Object Net.WebClient).DownloadFile($u, $p)\n",
+        "raw download 'downloadfile'",
+    ),
+    "curl.exe": ("07-nssm.ps1", b"curl.exe -L -o nssm.zip $u\n", "raw download 'curl.exe'"),
+    "wrapper used outside common.ps1": (
+        "06-cni-flannel.ps1",
+        b"Invoke-K4wWebRequest -Url $u -OutFile $p\nAssert-K4wFileHash -Path $p -Algorithm SHA256 -Expected $h -What x\n",
+        "used directly",
+    ),
+    "file used before its hash is checked": (
+        "common.ps1",
+        b"function Get-K4wVerifiedFile {\n  Invoke-K4wWebRequest -Url $url -OutFile $partial\n"
+        b"  Move-Item $partial $target\n  Assert-K4wFileHash -Path $target -Algorithm SHA256 -Expected $h -What x\n}\n",
+        "$partial is downloaded but not passed to Assert-K4wFileHash",
+    ),
+    "file never hash-checked": (
+        "common.ps1",
+        b"function Get-K4wVerifiedFile {\n  Invoke-K4wWebRequest -Url $url -OutFile $partial\n}\n",
+        "not passed to Assert-K4wFileHash",
+    ),
+    "raw primitive in another common.ps1 function": (
+        "common.ps1",
+        b"function Get-Thing {\n  Invoke-WebRequest -Uri $u -OutFile $p\n}\n",
+        "outside Invoke-K4wWebRequest",
+    ),
+    "in-memory download that is not a checksum": (
+        "common.ps1",
+        b"function Get-Script {\n  $code = (Invoke-K4wWebRequest -Url $u).Content\n  Invoke-Expression $code\n}\n",
+        "in-memory download outside Get-K4wPublishedChecksum",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SCRIPTS))
+def test_the_download_analysis_catches(case):
+    name, source, expected = BAD_SCRIPTS[case]
+    problems = download_problems(source, name)
+    assert any(expected in p for p in problems), problems

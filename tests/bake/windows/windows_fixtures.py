@@ -1,0 +1,63 @@
+"""Shared values and helpers of the Windows box tests (imported by name: every test folder has
+its own conftest.py, so this module has a unique name)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from k4w import config, derive, profiles
+from k4w.sources import REPO_ROOT as ROOT
+
+BOX = "windows-1803"
+SECRET = "Zx9-k4w-test-secret-Qw7"
+PROXY_USER = "builder"
+PROXY_PASSWORD = "Pr0xy-S3cret"
+HTTP_PROXY = f"http://{PROXY_USER}:{PROXY_PASSWORD}@proxy.corp.example:3128"
+HTTPS_PROXY = "http://secure-proxy.corp.example:8443"
+
+
+@dataclass
+class Rendered:
+    cfg: config.Config
+    files: dict[str, str]
+    out: Path
+    generation: int
+
+    @property
+    def packer_text(self) -> str:
+        return self.files[f"packer/{BOX}.json"]
+
+    @property
+    def packer(self) -> dict:
+        return json.loads(self.packer_text)
+
+    @property
+    def unattend(self) -> str:
+        return self.files[f"http/{BOX}/Autounattend.xml"]
+
+    @property
+    def proxy(self) -> derive.Proxy:
+        return derive.derive_proxy(self.cfg)
+
+    @property
+    def profile(self):
+        return profiles.load(BOX).data
+
+    def env(self, script: str) -> dict[str, str]:
+        """environment_vars of the powershell provisioner running this script, as a dict."""
+        for prov in self.packer["provisioners"]:
+            if prov["type"] == "powershell" and Path(prov["script"]).name == script:
+                return dict(item.split("=", 1) for item in prov["environment_vars"])
+        raise AssertionError(f"no powershell provisioner runs {script}")
+
+
+def cluster_config(http: str | None = None, https: str | None = None, no_proxy: list[str] | None = None) -> config.Config:
+    data = yaml.safe_load((ROOT / "cluster.yml").read_text())
+    data["proxy"] = {"http": http, "https": https, "no_proxy": no_proxy or []}
+    return config.parse(yaml.safe_dump(data), "variant-cluster.yml")
+
+

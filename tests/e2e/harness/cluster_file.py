@@ -1,0 +1,29 @@
+"""The cluster.yml the e2e run writes, exactly as a user behind a proxy would write one."""
+
+from __future__ import annotations
+
+BOX = "debian-12-e2e"
+# A node inside cluster.yml's default node_cidr (192.168.250.0/24; .1 is the host gateway).
+NODE_IP = "192.168.250.10"
+NODE_MEMORY_MB = 2048
+
+
+def text(proxy_url: str) -> str:
+    """One master on the e2e box; proxy.http and proxy.https both set (https is never copied
+    from http, so a user behind one proxy writes it twice)."""
+    return f"""\
+# k4w end-to-end run (tests.e2e.harness): one node on the CI box, behind the run's private squid.
+cluster:
+  name: k4w-e2e
+proxy:
+  http: {proxy_url}
+  https: {proxy_url}
+  no_proxy: []
+nodes:
+  - name: master
+    role: master
+    box: {BOX}
+    ip: {NODE_IP}
+    cpus: 2
+    memory: {NODE_MEMORY_MB}
+"""

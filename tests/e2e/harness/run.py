@@ -1,0 +1,415 @@
+"""`invoke e2e`: the Linux half of the pipeline, for real, in QEMU, behind a real proxy.
+
+Phases (each with a budget; the timings end up in a table):
+  tools         every program the run needs, or a failure naming its install command
+  base image    debootstrapped Debian 12 disk + kernel (cached by recipe: "reused" or "built")
+  proxy         a private squid on 127.0.0.1:<free port>
+  render        a cluster.yml with proxy.http/https -> k4w.config.load -> k4w.render.render
+  packer build  k4w.bake.build_box: the real `packer build` of packer/debian-12-e2e.json
+  proxy proof   the squid access log holds the build guest's apt requests
+  boot guest    a fresh guest from the produced .box (its box.img, same kernel/initrd)
+  box spec      the Ubuntu box spec over SSH (k4w.verify.flows.test_ssh_target)
+  idempotence   the same provisioning again on that guest; nothing may change
+  cleanup       guest and squid stopped, temp files removed, no process left behind
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from k4w import config, profiles, render, sources, ui
+from k4w.bake import build_box, catalogue, packer_cli
+from k4w.errors import K4wError
+from k4w.verify import flows
+from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, rerun, squid
+from .phases import E2EError, Log, PhaseRecord, Phases
+
+BOX = cluster_file.BOX
+# The whole run must leave CI time for the rest of the suite (CI total < 40 min).
+TOTAL_BUDGET_S = 28 * 60
+# Per phase, in seconds. Measured on 2 cores with TCG: base image ~150-200 s when built,
+# packer build ~8 min (docker.io alone ~5 min), boot ~35 s, spec ~1 min, re-run ~1 min.
+BUDGETS = {
+    "tools": 30,
+    "base image": 900,
+    "proxy": 60,
+    "render": 60,
+    "packer build": 1200,
+    "proxy proof": 30,
+    "boot guest": 420,
+    "box spec": 600,
+    "idempotence": 600,
+    "cleanup": 120,
+}
+# Programs the run calls, with the command that installs each (Debian/Ubuntu).
+TOOLS = {
+    "debootstrap": "apt-get install -y debootstrap",
+    "mkfs.ext4": "apt-get install -y e2fsprogs",
+    "chroot": "apt-get install -y coreutils",
+    "squid": "apt-get install -y squid",
+    "packer": packer_cli.INSTALL_PACKER,
+    "qemu-system-x86_64": "apt-get install -y qemu-system-x86",
+    "qemu-img": "apt-get install -y qemu-utils",
+    "ssh": "apt-get install -y openssh-client",
+    "tar": "apt-get install -y tar",
+    "vagrant": "apt-get install -y vagrant   (its insecure key logs in to the box)",
+}
+SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
+class E2EFailed(E2EError):
+    """The run failed; .result holds what was measured up to the failure (timings included)."""
+
+    def __init__(self, message: str, result: "E2EResult"):
+        self.result = result
+        super().__init__(message)
+
+
+@dataclass
+class E2EResult:
+    out: Path
+    log: Path
+    phases: list[PhaseRecord] = field(default_factory=list)
+    table: str = ""
+    base_image: Path | None = None
+    base_reused: bool | None = None
+    box_file: Path | None = None
+    catalogue: Path | None = None
+    spec: dict | None = None
+    proxy_build: dict | None = None
+    proxy_rerun: dict | None = None
+    rerun_steps: list[str] = field(default_factory=list)
+    idempotence: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    error: str | None = None
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.leftovers
+
+    def summary(self) -> list[str]:
+        """Everything a reader of the CI output needs, in order."""
+        lines = ["phase timings:", *("  " + row for row in self.table.splitlines())]
+        if self.base_image:
+            lines.append(f"base image: {self.base_image} ({'reused' if self.base_reused else 'built'})")
+        if self.box_file:
+            lines.append(f"box: {self.box_file}; catalogue: {self.catalogue}")
+        if self.proxy_build:
+            p = self.proxy_build
+            lines.append(f"proxy: {p['lines']} access-log lines during the build, {p['apt_requests']} apt requests from the guest "
+                         f"({p['indexes']} indexes, {p['debs']} .debs, {p['bytes']} bytes) via {', '.join(p['clients'])} to {', '.join(p['hosts'])}")
+            lines += [f"  e.g. {sample}" for sample in p.get("samples", [])]
+        if self.spec:
+            s = self.spec
+            lines.append(f"box spec: {flows.specrun.outcome(s)}: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
+                         f"{len(s['deselected'])} deselected")
+            reasons: dict[tuple[str, str], int] = {}
+            for d in s["deselected"]:
+                reasons[(d["check"], d["reason"])] = reasons.get((d["check"], d["reason"]), 0) + 1
+            lines += [f"  deselected {check} ({n}): {reason}" for (check, reason), n in sorted(reasons.items())]
+        if self.rerun_steps:
+            lines += ["second provisioning run:", *(f"  {step}" for step in self.rerun_steps)]
+        if self.idempotence:
+            lines += ["idempotence:", *(f"  {line}" for line in self.idempotence)]
+        if self.leftovers:
+            lines += ["processes left behind:", *(f"  {p}" for p in self.leftovers)]
+        lines.append(f"log: {self.log}")
+        if self.error:
+            lines.append(f"FAILED: {self.error}")
+        return lines
+
+
+# ------------------------------------------------------------------ the run
+
+
+# The CI-only box profile lives beside this harness, never among the boxes a user may pick.
+E2E_BOXES = Path(__file__).resolve().parent.parent / "boxes"
+
+
+def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None) -> E2EResult:
+    """Run the end-to-end bake into out (e.g. build/e2e). Raises E2EFailed (with .result) on failure.
+
+    keep: leave the work folder (squid logs, guest overlay and serial log, ssh config) for
+    debugging; processes are stopped regardless.
+    """
+    with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
+        return _run_e2e(out, keep, dry_run, say)
+
+
+def _run_e2e(out: Path, keep: bool, dry_run: bool, say: Callable[[str], None] | None) -> E2EResult:
+    out = Path(out).resolve()
+    say = say or ui.say
+    if dry_run:
+        return _dry_run(out, say)
+    log = Log(out / "logs" / "e2e.log", say)
+    phases = Phases(log.event, TOTAL_BUDGET_S)
+    result = E2EResult(out=out, log=log.path)
+    workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
+    # squid drops to its own user, which must be able to reach its folder inside.
+    os.chmod(workdir, 0o711)
+    stack = contextlib.ExitStack()
+    started: list[int] = []
+    restore = _sigterm_raises()
+    saved_path = os.environ.get("PATH", "")
+    interrupted: BaseException | None = None
+    try:
+        _phases(phases, log, result, workdir, stack, started, keep)
+    except Exception as exc:  # noqa: BLE001 - recorded, then raised as E2EFailed below
+        result.error = str(exc) if isinstance(exc, K4wError) else f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # Ctrl-C, SIGTERM: clean up, then let it stop the caller too
+        result.error = f"interrupted ({type(exc).__name__}: {exc})"
+        interrupted = exc
+    finally:
+        try:
+            with phases.phase("cleanup", BUDGETS["cleanup"], capped=False) as ph:
+                stack.close()  # stops the guest, then squid (reverse order of start)
+                markers = [str(workdir), str(out / "packer-vm")]
+                result.leftovers = procs.leftovers(started, markers)
+                _keep_proxy_logs(workdir, out)
+                if not keep:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                ph.note = "kept " + str(workdir) if keep else "no process left" if not result.leftovers else "LEFTOVERS"
+        except BaseException as exc:  # noqa: BLE001
+            result.error = result.error or f"cleanup: {exc}"
+        restore()
+        os.environ["PATH"] = saved_path
+        result.phases = phases.records
+        result.table = phases.table()
+        for line in result.summary():
+            log.write(line + "\n")
+        log.close()
+    if interrupted is not None:
+        raise interrupted
+    if not result.ok:
+        # The whole summary: a failed CI job must show the timings and what was found so far.
+        raise E2EFailed("e2e failed\n" + "\n".join(result.summary()), result)
+    return result
+
+
+def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: contextlib.ExitStack,
+            started: list[int], keep: bool) -> None:
+    out = result.out
+    profile = profiles.load(BOX)
+    build_cfg = profile.data.build
+
+    with phases.phase("tools", BUDGETS["tools"]):
+        _require_tools()
+
+    with phases.phase("base image", BUDGETS["base image"]) as ph:
+        image = base_image.ensure(out / "base-image", ph, log)
+        result.base_image, result.base_reused = image.folder, image.reused
+        ph.note = f"{'reused' if image.reused else 'built'} {image.key}"
+
+    with phases.phase("proxy", BUDGETS["proxy"]) as ph:
+        proxy = stack.enter_context(squid.running(workdir / "squid", ph, log))
+        started.append(proxy.proc.pid)
+        ph.note = f"squid on 127.0.0.1:{proxy.port}"
+
+    with phases.phase("render", BUDGETS["render"]) as ph:
+        cluster_yml = workdir / "cluster.yml"
+        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests), encoding="utf-8")
+        log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
+        cfg = config.load(cluster_yml)
+        files = render.render(cfg, out)
+        template = json.loads(files[f"packer/{BOX}.json"])
+        ph.note = f"{len(files)} artifacts"
+
+    with phases.phase("packer build", BUDGETS["packer build"]) as ph:
+        offset = proxy.offset()
+        with procs.watchdog(ph, log, protect=set(started)):
+            # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
+            built = build_box(cfg, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
+        result.box_file, result.catalogue = _check_box(out, built.box_files)
+        build_log = proxy.text_since(offset)
+        ph.note = f"{built.status}: {result.box_file.name}"
+
+    with phases.phase("proxy proof", BUDGETS["proxy proof"]) as ph:
+        result.proxy_build = _proxy_proof(build_log)
+        ph.note = f"{result.proxy_build['apt_requests']} apt requests"
+
+    with phases.phase("boot guest", BUDGETS["boot guest"]) as ph:
+        disk = guest_mod.extract_box_image(result.box_file, workdir / "box", ph, log)
+        guest = stack.enter_context(guest_mod.booted(
+            disk, image.kernel, image.initrd, build_cfg.qemu.append, workdir / "guest", ph, log,
+            memory_mb=int(build_cfg.memory_mb), cpus=int(build_cfg.cpus), keep=keep))
+        started.append(guest.proc.pid)
+
+    with phases.phase("box spec", BUDGETS["box spec"]) as ph:
+        # No stale result from an earlier run may stand in for this one.
+        (out / "reports" / f"test-box-{BOX}.json").unlink(missing_ok=True)
+        with procs.watchdog(ph, log, protect=set(started)):
+            try:
+                result.spec = flows.test_ssh_target(cfg, BOX, guest.ssh.host, guest.ssh.port, guest.ssh.user,
+                                                    guest.ssh.key, out, stage="box")
+            finally:
+                result.spec = result.spec or _spec_result(out)
+        ph.note = f"{result.spec['passed']} passed, {len(result.spec['deselected'])} deselected"
+
+    with phases.phase("idempotence", BUDGETS["idempotence"]) as ph:
+        ph.note = _idempotence(template, guest, proxy, ph, result)
+
+
+# ------------------------------------------------------------------ phase details
+
+
+def _require_tools() -> None:
+    missing = []
+    for tool, install in TOOLS.items():
+        if not (shutil.which(tool) or shutil.which(tool, path=SBIN)):
+            missing.append(f"'{tool}' is not installed. Install it with: {install}")
+    if missing:
+        raise E2EError("\n".join(missing))
+    # debootstrap, chroot and mkfs live in sbin folders that a non-login root PATH may lack
+    # (run_e2e restores PATH when it returns).
+    path = os.environ.get("PATH", "")
+    for folder in SBIN.split(":"):
+        if folder not in path.split(":"):
+            path += ":" + folder
+    os.environ["PATH"] = path
+
+
+def _check_box(out: Path, box_files: list[Path]) -> tuple[Path, Path]:
+    """The libvirt .box the post-processor made, and its catalogue entry pointing at it."""
+    boxes = [Path(b) for b in box_files if Path(b).name == f"{BOX}-libvirt.box"]
+    if not boxes or not boxes[0].is_file():
+        raise E2EError(f"the build produced no libvirt box (got: {', '.join(map(str, box_files)) or 'nothing'})")
+    box = boxes[0]
+    path = catalogue.catalogue_path(out, BOX)
+    if not path.is_file():
+        raise E2EError(f"no box catalogue {path} after the build")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    providers = [p for v in data.get("versions", []) for p in v.get("providers", [])]
+    libvirt = [p for p in providers if p.get("name") == "libvirt"]
+    if data.get("name") != catalogue.BOX_PREFIX + BOX or not libvirt:
+        raise E2EError(f"{path} does not list {catalogue.BOX_PREFIX}{BOX} with a libvirt provider: {data}")
+    entry = libvirt[-1]
+    if entry.get("url") != box.resolve().as_uri():
+        raise E2EError(f"{path} points at {entry.get('url')}, not at {box}")
+    digest = hashlib.sha256()
+    with open(box, "rb") as fh:
+        while chunk := fh.read(8 * 1024 * 1024):
+            digest.update(chunk)
+    if entry.get("checksum") != digest.hexdigest():
+        raise E2EError(f"{path} records sha256 {entry.get('checksum')} for {box}, the file has {digest.hexdigest()}")
+    return box, path
+
+
+def _proxy_proof(text: str) -> dict:
+    """The build guest's apt went through the proxy: indexes and packages, fetched with 200."""
+    lines, unparsed = squid.parse_access_log(text)
+    found = squid.summary(lines)
+    apt = squid.apt_requests(lines)
+    index_ok = [l for l in apt if l.url.endswith("InRelease") and l.status == 200]
+    debs_ok = [l for l in apt if l.url.endswith(".deb") and l.status == 200]
+    problems = []
+    if unparsed:
+        problems.append(f"{len(unparsed)} access-log lines are not in the expected format, e.g. {unparsed[0]!r}")
+    if not index_ok:
+        problems.append("no apt index (InRelease) was fetched through the proxy")
+    if not debs_ok:
+        problems.append("no package (.deb) was fetched through the proxy")
+    failed_debs = [f for f in found["failed"] if f.endswith(".deb")]
+    if failed_debs:
+        problems.append(f"the proxy answered errors for packages: {', '.join(failed_debs[:5])}")
+    if problems:
+        raise E2EError("the proxy configured in cluster.yml was not used as it must be by the build guest: "
+                       + "; ".join(problems) + f" ({found['lines']} access-log lines in all)")
+    found["samples"] = [f"{l.client} {l.code}/{l.status} {l.method} {l.url} \"{l.agent}\"" for l in (index_ok[:1] + debs_ok[:2])]
+    return found
+
+
+def _spec_result(out: Path) -> dict | None:
+    """The spec's own result file, when test_ssh_target raised after the spec ran."""
+    path = out / "reports" / f"test-box-{BOX}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _idempotence(template: dict, guest: guest_mod.Guest, proxy: squid.Squid, ph, result: E2EResult) -> str:
+    ssh = guest.ssh
+
+    def snapshot(when: str) -> idempotence.Snapshot:
+        res = ssh.run("sudo -n bash -s", ph, f"snapshot {when} the re-run", input=idempotence.SNAPSHOT_SCRIPT)
+        return idempotence.parse(res.stdout)
+
+    before = snapshot("before")
+    offset = proxy.offset()
+    result.rerun_steps = rerun.run_all(template, ssh, ph)
+    after = snapshot("after")
+    changes = idempotence.diff(before, after)
+    _, unexpected = idempotence.classify(changes, before, after)
+    lines, _ = squid.parse_access_log(proxy.text_since(offset))
+    apt = squid.apt_requests(lines)
+    result.proxy_rerun = squid.summary(lines)
+    result.idempotence = idempotence.report(before, after, changes) + [
+        f"squid access log during the re-run: {len(lines)} requests, {len(apt)} by apt"
+        + "".join(f"\n    {l.method} {l.url}" for l in apt[:10])
+    ]
+    if unexpected or apt:
+        raise E2EError("the second provisioning run changed the guest:\n  " + "\n  ".join(result.idempotence))
+    return f"{len(changes)} change(s), all expected; {len(lines)} proxy requests"
+
+
+# ------------------------------------------------------------------ plumbing
+
+
+def _keep_proxy_logs(workdir: Path, out: Path) -> None:
+    """squid's logs are the proxy evidence: keep them in OUT/logs beside e2e.log."""
+    for name in ("access.log", "cache.log"):
+        source = workdir / "squid" / name
+        if source.is_file():
+            target = out / "logs" / f"e2e-squid-{name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """SIGTERM (CI cancelling the job) unwinds like Ctrl-C, so the guest and squid are stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _dry_run(out: Path, say: Callable[[str], None]) -> E2EResult:
+    """Say exactly what a run would do; run and write nothing."""
+    profile = profiles.load(BOX)
+    q = profile.data.build.qemu
+    cache = out / "base-image"
+    key = base_image.cache_key()
+    cached = (cache / key / base_image.MANIFEST).is_file()
+    say(f"e2e dry run into {out} (total budget {TOTAL_BUDGET_S} s; phases: {', '.join(BUDGETS)})")
+    say(f"base image {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs'))
+                                         + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
+    say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
+    say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>"))
+    say("packer build (k4w.bake.build_box, forced): " + "; ".join(
+        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{BOX}.json"), out, {})))
+    say("boot guest: box.img from " + str(out / "boxes" / f"{BOX}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
+        guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
+                               cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
+                               cpus=int(profile.data.build.cpus), ssh_port=0, serial_log=Path("<tmp>/guest/serial.log"),
+                               pidfile=Path("<tmp>/guest/qemu.pid"))).replace("127.0.0.1:0-", "127.0.0.1:<free port>-"))
+    say(f"box spec: k4w.verify.flows.test_ssh_target({BOX}, vagrant@127.0.0.1:<port>, Vagrant's insecure key, stage box)")
+    say("idempotence: snapshot (" + ", ".join(idempotence.ROOTS) + "; units " + ", ".join(idempotence.SERVICES)
+        + "; dpkg), re-run every provisioner of the rendered template, snapshot again, diff")
+    return E2EResult(out=out, log=out / "logs" / "e2e.log", dry_run=True)

@@ -1,0 +1,129 @@
+"""Property: for any valid cluster.yml, every artifact agrees on the shared network values.
+
+The top complaint in this field is a pod CIDR that differs between the master and the
+Windows node. Here hypothesis generates configs and we read each value back out of each
+rendered artifact, the way its consumer would parse it.
+"""
+
+import ipaddress
+import json
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from k4w import config, render
+from k4w.derive import derive_network
+
+OUT = Path("/tmp/k4w-property-out")  # never written: render_files renders in memory
+
+
+def _subnet(first_octets: st.SearchStrategy, prefix: st.SearchStrategy) -> st.SearchStrategy:
+    return st.builds(
+        lambda base, plen: ipaddress.IPv4Network(f"{base}/{plen}", strict=False),
+        first_octets, prefix,
+    )
+
+
+octet = st.integers(0, 255)
+private_base = st.one_of(
+    st.builds(lambda b, c: f"10.{b}.{c}.0", octet, octet),
+    st.builds(lambda b, c: f"172.{b}.{c}.0", st.integers(16, 31), octet),
+    st.builds(lambda c: f"192.168.{c}.0", octet),
+)
+
+
+@st.composite
+def configs(draw):
+    node_net = draw(_subnet(private_base, st.integers(22, 28)))
+    pod_net = draw(_subnet(private_base, st.integers(14, 20)))
+    svc_net = draw(_subnet(private_base, st.integers(12, 24)))
+    nets = [node_net, pod_net, svc_net]
+    assume(all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:]))
+    hosts = list(node_net.hosts())[1:]  # the first host is the host's gateway
+    n_linux = draw(st.integers(0, 2))
+    n_windows = draw(st.integers(0, 2))
+    ips = draw(st.lists(st.sampled_from(hosts), min_size=1 + n_linux + n_windows,
+                        max_size=1 + n_linux + n_windows, unique=True))
+    nodes = [{"name": "master", "role": "master", "box": "ubuntu-1604", "ip": str(ips[0]), "memory": 2048}]
+    nodes += [{"name": f"lin{i}", "role": "worker", "box": "ubuntu-1604", "ip": str(ips[1 + i]), "memory": 2048}
+              for i in range(n_linux)]
+    nodes += [{"name": f"win{i}", "role": "worker", "box": "windows-1803", "ip": str(ips[1 + n_linux + i]), "memory": 4096}
+              for i in range(n_windows)]
+    backend = "host-gw" if n_windows else draw(st.sampled_from(["host-gw", "vxlan"]))
+    proxy_host = draw(st.sampled_from(["proxy.corp.example", "10.1.2.3"]))
+    proxy = draw(st.sampled_from([
+        {}, {"http": f"http://{proxy_host}:3128"}, {"http": f"http://{proxy_host}:3128", "https": f"http://{proxy_host}:3129"},
+    ]))
+    data = {
+        "proxy": proxy,
+        "network": {"node_cidr": str(node_net), "pod_cidr": str(pod_net), "service_cidr": str(svc_net), "backend": backend},
+        "nodes": nodes,
+    }
+    return config.parse(yaml.safe_dump(data, sort_keys=False))
+
+
+def _args(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def _env(template: dict) -> dict[str, str]:
+    """The environment every provisioner of a rendered Packer template passes to the guest."""
+    env: dict[str, str] = {}
+    for prov in template["provisioners"]:
+        for item in prov.get("environment_vars", []):
+            key, _, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(configs())
+def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
+    net = derive_network(cfg)
+    files = render.render_files(cfg, OUT)
+    pod, svc, dns = str(cfg.network.pod_cidr), str(cfg.network.service_cidr), net.dns_ip
+
+    # kubeadm on the master
+    kubeadm = yaml.safe_load(files["kubeadm/kubeadm-config.yaml"])
+    assert kubeadm["networking"]["podSubnet"] == pod
+    assert kubeadm["networking"]["serviceSubnet"] == svc
+    assert kubeadm["kubeProxy"]["config"]["clusterCIDR"] == pod
+    assert kubeadm["kubeletConfiguration"]["baseConfig"]["clusterDNS"] == [dns]
+    assert kubeadm["api"]["advertiseAddress"] == str(cfg.master.ip)
+    assert kubeadm["nodeRegistration"]["kubeletExtraArgs"]["node-ip"] == str(cfg.master.ip)
+
+    # Flannel on the Linux nodes
+    flannel_cm = next(d for d in yaml.safe_load_all(files["manifests/kube-flannel.yaml"]) if d and d["kind"] == "ConfigMap")
+    assert json.loads(flannel_cm["data"]["net-conf.json"]) == net.flannel_netconf
+
+    # The Windows nodes: Flannel, CNI, kubelet, kube-proxy
+    for node in cfg.nodes:
+        if node.box != "windows-1803":
+            continue
+        base = f"nodes/{node.name}/"
+        assert json.loads(files[base + "net-conf.json"])["Network"] == pod
+        cni = json.loads(files[base + "cni.conf"])["delegate"]
+        assert cni["dns"]["Nameservers"] == [dns]
+        policies = [p["value"] for p in cni["policies"]]
+        assert any(p["Type"] == "OutBoundNAT" and pod in p["ExceptionList"] and svc in p["ExceptionList"] for p in policies)
+        assert any(p["Type"] == "ROUTE" and p["DestinationPrefix"] == svc for p in policies)
+        kubelet = _args(files[base + "kubelet.args"])
+        assert kubelet["--cluster-dns"] == dns and kubelet["--node-ip"] == str(node.ip)
+        assert _args(files[base + "kube-proxy.args"])["--cluster-cidr"] == pod
+        assert _args(files[base + "flanneld.args"])["--iface"] == str(node.ip)
+
+    # The cluster Vagrantfile's data
+    machines = json.loads(files["vagrant/cluster.json"])["machines"]
+    assert {m["name"]: m["ip"] for m in machines} == {n.name: str(n.ip) for n in cfg.nodes}
+
+    # NO_PROXY in every box build carries the pod, service and node CIDRs
+    for box in cfg.boxes():
+        env = _env(json.loads(files[f"packer/{box}.json"]))
+        no_proxy = env.get("K4W_NO_PROXY", "").split(",")
+        if cfg.proxy.http or cfg.proxy.https:
+            for cidr in (pod, svc, str(cfg.network.node_cidr)):
+                assert cidr in no_proxy, f"{box}: {cidr} missing from NO_PROXY"
+            assert all(str(n.ip) in no_proxy for n in cfg.nodes)
+        else:
+            assert no_proxy == [""]

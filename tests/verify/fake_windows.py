@@ -1,0 +1,168 @@
+"""A simulated Windows 1803 node behind testinfra's backend interface (`--hosts=fakewin://node`).
+
+Load with `-p tests.verify.fake_windows`. It answers the PowerShell queries of
+k4w.verify.windows_queries with the JSON a healthy box built from boxes/windows-1803.yml
+gives (shapes as ConvertTo-Json prints them), so the real Windows spec and conftest run end to
+end here. $FAKE_WINDOWS_DEFECT names defects to plant (comma-separated), to show the matching checks fail;
+$FAKE_WINDOWS_BUILT_WITH names the cluster.yml the box was "built" with (its proxy settings).
+Nothing here can tell whether the PowerShell is right on Windows: that only a Hyper-V host shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+
+from testinfra import backend as backends
+from testinfra.backend import base
+
+from k4w import config, profiles
+from k4w.derive import derive_proxy
+
+K = "C:\\k"
+SERVICES = {
+    "docker": ("Running", "Automatic", [], '"C:\\Program Files\\docker\\dockerd.exe" --run-service'),
+    "kubelet": ("Stopped", "Manual", ["docker"], "C:\\k\\nssm.exe"),
+    "flanneld": ("Stopped", "Manual", ["kubelet"], "C:\\k\\nssm.exe"),
+    "kube-proxy": ("Stopped", "Manual", ["flanneld"], "C:\\k\\nssm.exe"),
+}
+FIREWALL = [
+    ("k4w-kubelet", "TCP", "10250"),
+    ("k4w-flannel-vxlan", "UDP", "4789"),
+    ("k4w-nodeport-tcp", "TCP", "30000-32767"),
+    ("k4w-nodeport-udp", "UDP", "30000-32767"),
+]
+QFAILURE = """[SC] QueryServiceConfig2 SUCCESS
+
+SERVICE_NAME: {name}
+        RESET_PERIOD (in seconds)    : 86400
+        REBOOT_MESSAGE               :
+        COMMAND_LINE                 :
+        FAILURE_ACTIONS              : RESTART -- Delay = 10000 milliseconds.
+                                       RESTART -- Delay = 10000 milliseconds.
+                                       RESTART -- Delay = 10000 milliseconds."""
+WINHTTP_DIRECT = "\nCurrent WinHTTP proxy settings:\n\n    Direct access (no proxy server).\n"
+
+
+def _box_state(defect: str | None) -> dict:
+    prof = profiles.load("windows-1803").data
+    kube = f"v{prof.kubernetes.version}"
+    natives = {
+        "docker.exe version": prof.components.docker.version,
+        "docker.exe images": "\n".join([*prof.images.values(), prof.kubernetes.pause_image]),
+        f"{K}\\kubelet.exe --version": f"Kubernetes {kube}",
+        f"{K}\\kube-proxy.exe --version": f"Kubernetes {kube}",
+        f"{K}\\kubeadm.exe version": kube,
+        f"{K}\\kubectl.exe version": f'Client Version: version.Info{{Major:"1", Minor:"11", GitVersion:"{kube}"}}',
+        f"{K}\\flanneld.exe --version": f"v{prof.components.flannel.version}",
+    }
+    for name in ("kubelet", "kube-proxy", "flanneld"):
+        natives[f"sc.exe qfailure {name}"] = QFAILURE.format(name=name)
+    release = {"box": "windows-1803", "components": {n: str(c["version"]) for n, c in prof.components.items()}}
+    state = {
+        "services": {n: dict(zip(("status", "start_type", "depends_on", "image_path"), v)) for n, v in SERVICES.items()},
+        "nssm": {n: {"application": f"{K}\\{n}.exe", "parameters": None, "stdout": f"{K}\\logs\\{n}.log",
+                     "stderr": f"{K}\\logs\\{n}.log", "rotate_files": 1, "rotate_bytes": 10485760, "exit_default": "Restart",
+                     "no_console": 1}
+                 for n in ("kubelet", "kube-proxy", "flanneld")},
+        "natives": natives,
+        "firewall": [{"name": n, "enabled": "True", "direction": "Inbound", "action": "Allow", "profile": "Any",
+                      "protocol": p, "ports": [port]} for n, p, port in FIREWALL],
+        "profiles": [{"name": n, "enabled": "True"} for n in ("Domain", "Private", "Public")],
+        "defender": {"installed": True, "paths": ["C:\\ProgramData\\docker", K],
+                     "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
+        "release": "\ufeff" + json.dumps(release, indent=4),
+        "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
+        # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
+        "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
+                         f"-ExecutionPolicy Bypass -Command \"& '{K}\\start-node.ps1' *>&1 | Out-File -FilePath "
+                         f"'{K}\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\""],
+    }
+    built_with = os.environ.get("FAKE_WINDOWS_BUILT_WITH")
+    proxy = derive_proxy(config.load(built_with)) if built_with else None
+    if proxy and proxy.enabled:
+        # What 01-proxy.ps1 / 03-docker.ps1 leave: WinHTTP (host:port, ';' bypass list), the
+        # machine environment and the docker service's Environment value, upper case only.
+        hostport = proxy.http.split("://", 1)[1].rsplit("@", 1)[-1]
+        state["proxy"] = {
+            "winhttp": f"\nCurrent WinHTTP proxy settings:\n\n    Proxy Server(s) :  http={hostport}\n"
+                       f"    Bypass List     :  {';'.join(proxy.no_proxy)}\n",
+            "machine": {k: v for k, v in proxy.env.items() if k.isupper()},
+            "docker_service": [f"{k}={v}" for k, v in proxy.env.items() if k.isupper()],
+        }
+    for name in filter(None, (defect or "").split(",")):
+        if name == "public_firewall_off":
+            state["profiles"][2]["enabled"] = "False"
+        elif name == "kubelet_automatic":
+            state["services"]["kubelet"]["start_type"] = "Automatic"
+        elif name == "nssm_console":  # a service registered without AppNoConsole
+            state["nssm"]["flanneld"]["no_console"] = None
+        elif name == "seed_000_order":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
+            state["services"]["kube-proxy"]["depends_on"] = ["kubelet"]
+            state["services"]["flanneld"]["depends_on"] = ["kube-proxy"]
+        elif name == "task_without_log":  # the boot task as before: -File, output lost
+            state["task_actions"] = [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile "
+                                     f"-NonInteractive -ExecutionPolicy Bypass -File \"{K}\\start-node.ps1\""]
+        elif name == "stale_release":
+            state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
+        else:
+            raise ValueError(f"unknown defect {name}")
+    return state
+
+
+def _strings(text: str) -> list[str]:
+    return [s.replace("''", "'") for s in re.findall(r"'((?:[^']|'')*)'", text)]
+
+
+class FakeWindowsBackend(base.BaseBackend):
+    NAME = "fakewin"
+
+    def __init__(self, hostspec: str, *args, **kwargs):
+        self.state = _box_state(os.environ.get("FAKE_WINDOWS_DEFECT"))
+        super().__init__(hostspec, *args, **kwargs)
+
+    def run(self, command: str, *args: str, **kwargs):
+        command = self.get_command(command, *args)
+        if command.startswith("echo "):
+            return self.result(0, command.encode(), command[5:].encode(), b"")
+        script = base64.b64decode(command.rsplit(" ", 1)[1]).decode("utf-16-le")
+        body = script.split("$k4wResult = & {", 1)[1].rsplit("}\nConvertTo-Json", 1)[0]
+        return self.result(0, command.encode(), json.dumps(self._answer(body)).encode(), b"")
+
+    def _answer(self, body: str):
+        s = self.state
+        if "Get-WindowsFeature" in body:
+            return "Installed"
+        if "Get-NetFirewallPortFilter" in body:
+            wanted = _strings(body.split("$wanted = ", 1)[1].split("\n", 1)[0])
+            return [r for r in s["firewall"] if set(r["ports"]) & set(wanted)]
+        if "Get-NetFirewallProfile" in body:
+            return s["profiles"]
+        if "Get-MpPreference" in body:
+            return s["defender"]
+        if "winhttp" in body:
+            return s["proxy"]
+        if "Get-ScheduledTask" in body:
+            return {"exists": True, "state": "Ready", "triggers": ["MSFT_TaskBootTrigger"], "user": "SYSTEM",
+                    "actions": s["task_actions"]}
+        if "AppExit" in body:
+            names = _strings(body.split("foreach ($name in ", 1)[1].split("\n", 1)[0])
+            return [{"name": n, "exists": True, **s["nssm"][n]} for n in names]
+        if "Get-Service -Name $name" in body:
+            names = _strings(body.split("foreach ($name in ", 1)[1].split("\n", 1)[0])
+            return [{"name": n, "exists": True, **s["services"][n]} for n in names]
+        if "Test-Path -LiteralPath $path" in body:
+            return {p: True for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])}
+        if "Get-Content -LiteralPath" in body:
+            return s["release"]
+        if "Invoke-Native " in body:
+            exe, *arguments = _strings(body.rsplit("Invoke-Native ", 1)[1])
+            for key in (" ".join([exe, *arguments[:2]]), f"{exe} {arguments[0]}"):
+                if key in s["natives"]:
+                    return {"rc": 0, "output": s["natives"][key]}
+        raise AssertionError(f"fake Windows node: no answer for query:\n{body}")
+
+
+backends.BACKENDS[FakeWindowsBackend.NAME] = f"{__name__}.FakeWindowsBackend"

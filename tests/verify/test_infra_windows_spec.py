@@ -1,0 +1,75 @@
+"""The Windows box spec, run for real against a simulated healthy 1803 node (fake_windows):
+it passes a good box and fails exactly the check a planted defect breaks."""
+
+from __future__ import annotations
+
+
+import pytest
+import yaml
+
+HOST = "--hosts=fakewin://worker-win"
+PLUGIN = ["-p", "tests.verify.fake_windows"]
+
+
+@pytest.fixture
+def run_windows_spec(run_spec, cluster_yml, monkeypatch):
+    def run(defect: str | None = None, config=cluster_yml, built_with=cluster_yml, stage="box"):
+        monkeypatch.setenv("FAKE_WINDOWS_BUILT_WITH", str(built_with))
+        if defect:
+            monkeypatch.setenv("FAKE_WINDOWS_DEFECT", defect)
+        else:
+            monkeypatch.delenv("FAKE_WINDOWS_DEFECT", raising=False)
+        return run_spec(["test_windows_box.py"], HOST, *PLUGIN, "--k4w-box=windows-1803", f"--k4w-config={config}",
+                        f"--k4w-stage={stage}")
+
+    return run
+
+
+def _failed(run) -> list[str]:
+    return [t.split("::", 1)[1].split("[", 1)[0] for t in run.result["failed_tests"]]
+
+
+def test_a_healthy_box_passes_every_check(run_windows_spec):
+    run = run_windows_spec()
+    assert run.proc.returncode == 0, run.output
+    assert run.result["failed"] == run.result["errors"] == run.result["skipped"] == 0
+    assert run.result["passed"] >= 35
+    assert {d["check"] for d in run.result["deselected"]} == {"node_services_joined"}
+
+
+def test_planted_defects_fail_their_checks_only(run_windows_spec):
+    run = run_windows_spec("public_firewall_off,kubelet_automatic,stale_release")
+    assert run.proc.returncode == 1
+    assert sorted(_failed(run)) == ["test_firewall_profiles_enabled", "test_node_service_starts_manually",
+                                    "test_release_file_matches_profile"]
+    assert "test_node_service_starts_manually[fakewin://worker-win-kubelet]" in run.result["failed_tests"][1]
+
+
+def test_node_runtime_defects_fail_their_checks_only(run_windows_spec):
+    run = run_windows_spec("nssm_console,seed_000_order,task_without_log")
+    assert run.proc.returncode == 1
+    assert sorted(set(_failed(run))) == ["test_node_service_gets_no_console", "test_node_service_installed_after_its_dependency",
+                                         "test_node_start_task_runs_start_node_at_boot"]
+    failed = run.result["failed_tests"]
+    assert sum("test_node_service_gets_no_console" in t for t in failed) == 1  # flanneld only
+    assert {t.split("worker-win-", 1)[1].rstrip("]") for t in failed if "installed_after_its_dependency" in t} == {"flanneld", "kube-proxy"}
+
+
+@pytest.fixture
+def proxy_yml(tmp_path, cluster_yml):
+    data = yaml.safe_load(cluster_yml.read_text())
+    data["proxy"] = {"http": "http://bob:s3cret@proxy.corp.example:3128", "https": None, "no_proxy": ["corp.example"]}
+    path = tmp_path / "proxy.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_proxy_settings_present_when_configured(run_windows_spec, proxy_yml):
+    run = run_windows_spec(config=proxy_yml, built_with=proxy_yml)
+    assert run.proc.returncode == 0, run.output
+
+
+def test_box_built_without_the_configured_proxy_fails_the_proxy_checks_without_leaking_it(run_windows_spec, proxy_yml):
+    run = run_windows_spec(config=proxy_yml)
+    assert sorted(set(_failed(run))) == ["test_proxy_environment", "test_winhttp_proxy"]
+    assert "s3cret" not in run.output
