@@ -1,0 +1,162 @@
+"""User pins: checksums a user measured on their own host for downloads nobody publishes one for.
+
+Flannel publishes no checksum for `flanneld.exe`, and no public source pins one for v0.11.0.
+Rather than build with an unverified download, the user runs `invoke pin BOX COMPONENT`: k4w
+downloads the file on the host, through the proxy in cluster.yml, prints its URL, size and
+sha256, and records them in `k4w-pins.yml` next to cluster.yml. A build uses the profile's
+checksum, else the user's pin, and never neither.
+
+The pins file is the user's: k4w adds entries but never changes a recorded checksum unless
+asked to with --replace, and then says what it replaced.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from ..errors import K4wError
+from ..profiles import Profile
+from .download import Expected, download
+
+PINS_FILE = "k4w-pins.yml"
+HEADER = """\
+# k4w-pins.yml: checksums you measured yourself with `invoke pin BOX COMPONENT`, for downloads
+# whose publisher prints no checksum. k4w adds entries here and never changes one silently
+# (`invoke pin ... --replace` does, and says so). Check a value against a second source you
+# trust before you build with it. Keep this file next to the cluster.yml it belongs to.
+"""
+# Checksum keys a profile may carry for a component, strongest first. sha256_url is a
+# checksum file published beside the download (only where a source shows it exists).
+PROFILE_KEYS = ("sha256", "sha512", "sha256_url")
+
+
+def pins_path(config_file: str | Path) -> Path:
+    return Path(config_file).resolve().parent / PINS_FILE
+
+
+def load(config_file: str | Path) -> dict:
+    """{box: {component: {url, sha256, size, pinned}}}; empty when there is no pins file."""
+    path = pins_path(config_file)
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise K4wError(f"{path}: not valid YAML ({exc}); fix or delete it, then run invoke pin again") from None
+    if not isinstance(data, dict):
+        raise K4wError(f"{path}: expected a mapping of box -> component -> pin")
+    return data
+
+
+@dataclass(frozen=True)
+class Checksum:
+    key: str  # sha256 | sha512 | sha256_url
+    value: str
+    source: str  # where it comes from, for messages and plans
+
+
+def checksum_for(profile: Profile, component: str, pins: dict) -> Checksum | None:
+    """The profile's checksum of a component, else the user's pin, else None."""
+    spec = (profile.data.get("components") or {}).get(component) or {}
+    for key in PROFILE_KEYS:
+        if spec.get(key):
+            return Checksum(key, str(spec[key]), f"{profile.path.name} components.{component}.{key}")
+    pin = (pins.get(profile.name) or {}).get(component)
+    if pin and pin.get("sha256"):
+        if pin.get("url") != spec.get("url"):
+            # A pin is for one file: a profile that moved to another URL needs a new pin.
+            return None
+        return Checksum("sha256", str(pin["sha256"]), f"{PINS_FILE} {profile.name}.{component} (pinned {pin.get('pinned', '?')})")
+    return None
+
+
+def pin_command(box: str, component: str, config_file: str | Path = "cluster.yml") -> str:
+    cfg_arg = "" if Path(config_file).name == "cluster.yml" and Path(config_file).parent == Path(".") else f" --config {config_file}"
+    return f"invoke pin {box} {component}{cfg_arg}"
+
+
+def unpinned(profile: Profile, pins: dict) -> list[str]:
+    """Components the box downloads with neither a profile checksum nor a user pin."""
+    return [
+        name
+        for name, spec in (profile.data.get("components") or {}).items()
+        if spec.get("url") and checksum_for(profile, name, pins) is None
+    ]
+
+
+def unpinned_messages(profile: Profile, pins: dict, config_file: str | Path = "cluster.yml") -> list[str]:
+    """One line per unpinned component, naming the exact command that fixes it."""
+    components = profile.data.get("components") or {}
+    return [
+        f"components.{name} ({components[name].get('version', '?')}) of {profile.name} has no checksum in "
+        f"{profile.path.name} and no user pin; run: {pin_command(profile.name, name, config_file)}"
+        for name in unpinned(profile, pins)
+    ]
+
+
+@dataclass(frozen=True)
+class PinResult:
+    box: str
+    component: str
+    url: str
+    size: int
+    sha256: str
+    recorded: bool
+    note: str
+
+
+def pin(profile: Profile, component: str, config_file: str | Path, proxy, replace: bool = False,
+        progress: Callable[[int, int | None], None] | None = None) -> PinResult:
+    """Download the component on this host and record its sha256 as the user's pin."""
+    components = profile.data.get("components") or {}
+    spec = components.get(component)
+    if not spec or not spec.get("url"):
+        known = ", ".join(n for n, s in components.items() if s.get("url")) or "none"
+        raise K4wError(f"box {profile.name} has no downloaded component '{component}' (components with a URL: {known})")
+    url = str(spec["url"])
+    pins = load(config_file)
+    published = next((k for k in PROFILE_KEYS if spec.get(k)), None)
+    expected = None
+    if published in ("sha256", "sha512"):
+        expected = Expected(published, str(spec[published]))
+    with tempfile.TemporaryDirectory(prefix="k4w-pin-") as tmp:
+        got = download(url, Path(tmp) / Path(url).name, expected, proxy, progress)
+    if published:
+        how = "verified against it" if expected else "it is checked against that file at build time"
+        return PinResult(profile.name, component, url, got.size, got.sha256, False,
+                         f"{profile.path.name} already gives components.{component}.{published}; {how}; nothing recorded")
+    old = (pins.get(profile.name) or {}).get(component)
+    if old and old.get("sha256") == got.sha256 and old.get("url") == url:
+        return PinResult(profile.name, component, url, got.size, got.sha256, False, "already pinned with this sha256; unchanged")
+    if old and not replace:
+        raise K4wError(
+            f"{pins_path(config_file)} pins {profile.name}.{component} as {old.get('sha256')} ({old.get('url')}), "
+            f"but the download now has sha256 {got.sha256} ({url}). The file changed upstream or in transit: find out why. "
+            f"To record the new value anyway: {pin_command(profile.name, component, config_file)} --replace"
+        )
+    entry = {"url": url, "sha256": got.sha256, "size": got.size,
+             "pinned": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    pins.setdefault(profile.name, {})[component] = entry
+    _write(pins_path(config_file), pins)
+    note = f"replaced the earlier pin {old.get('sha256')}" if old else "recorded"
+    return PinResult(profile.name, component, url, got.size, got.sha256, True, f"{note} in {pins_path(config_file)}")
+
+
+def _write(path: Path, pins: dict) -> None:
+    """Atomically: a full disk or a crash leaves the old file, never a half-written one."""
+    body = yaml.safe_dump(pins, sort_keys=True, default_flow_style=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(HEADER + body)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
