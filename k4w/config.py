@@ -16,18 +16,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import profiles
 from .errors import ConfigError, K4wError
 
-# http(s)://[user[:password]@]host:port[/] - tools in the guests (apt, WinHTTP, Docker)
-# accept nothing else, and a missing port silently means 80 in some and 8080 in others.
-# Credentials exclude quotes, backslash, <>{} and whitespace: they would break GRUB's
-# command line, apt.conf, systemd unit files or Packer's own templating. Percent-encode them.
-_CRED = r"[^/@\s'\"\\<>{}:]+"
+# http(s)://[userinfo@]host:port[/], matched whole (re.fullmatch: a trailing newline never slips
+# through). Tools in the guests (apt, WinHTTP, Docker) accept nothing else, and a missing port
+# silently means 80 in some and 8080 in others. userinfo is exactly RFC 3986 section 3.2.1:
+# unreserved / pct-encoded / sub-delims / ":". Anything else ('#', '?', '@', '[', a space,
+# non-ASCII...) makes Go's net/url (Docker, kubelet, kube-proxy, flanneld) pick a garbage host or
+# ignore the proxy, and curl refuse the URL; so it must be percent-encoded, and a '%' must start a
+# valid %XX escape, or Go drops HTTP_PROXY without a word.
+_USERINFO = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*"
 PROXY_URL = re.compile(
-    rf"^(?P<scheme>https?)://(?:{_CRED}(?::[^/@\s'\"\\<>{{}}]*)?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{{1,5}})/?$"
+    rf"(?P<scheme>https?)://(?:(?P<userinfo>{_USERINFO})@)?"
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?"
+)
+PERCENT_ENCODE_HINT = (
+    "percent-encode any other character in the user or password: '@' as %40, '#' as %23, '?' as %3F, "
+    "'/' as %2F, '%' as %25, a space as %20, '[' ']' as %5B %5D (e.g. python3 -c "
+    "\"import urllib.parse; print(urllib.parse.quote('p@ss#1', safe=''))\")"
 )
 # An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.
-TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
-NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9.*_:/\[\]-]+$")
-NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")  # NetBIOS limit: 15 chars
+TIMEZONE = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
+NO_PROXY_ENTRY = re.compile(r"[A-Za-z0-9.*_:/\[\]-]+")
+# RFC 1123 host name labels, lower case: the cluster domain ends up in kubelet flags, CoreDNS,
+# NO_PROXY and guest shell scripts, where a quote or space would break or inject arguments.
+DNS_NAME = re.compile(r"(?=.{1,253}\Z)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*")
+NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")  # NetBIOS limit: 15 chars
 
 
 class Strict(BaseModel):
@@ -43,14 +55,21 @@ class Cluster(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME.match(v):
+        if not NAME.fullmatch(v):
             raise ValueError("must be 1-15 lowercase letters, digits or '-', not starting or ending with '-'")
+        return v
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        if not DNS_NAME.fullmatch(v):
+            raise ValueError("must be a lower-case DNS name (RFC 1123) such as cluster.local: letters, digits, '-' and dots")
         return v
 
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, v: str) -> str:
-        if not TIMEZONE.match(v):
+        if not TIMEZONE.fullmatch(v):
             raise ValueError("must be a tz database name such as UTC or Europe/Warsaw")
         return v
 
@@ -65,7 +84,7 @@ class Proxy(Strict):
     def _no_proxy(cls, v: list[str]) -> list[str]:
         # Hosts, domains, IPs and CIDRs only: a quote or space would break the Windows
         # first-logon command line and the systemd drop-ins that carry this list.
-        bad = [entry for entry in v if not NO_PROXY_ENTRY.match(entry)]
+        bad = [entry for entry in v if not NO_PROXY_ENTRY.fullmatch(entry)]
         if bad:
             raise ValueError(f"entries must be host names, .domains, IPs or CIDRs; not {', '.join(map(repr, bad))}")
         return v
@@ -75,9 +94,13 @@ class Proxy(Strict):
     def _url(cls, v: str | None) -> str | None:
         if v in (None, ""):
             return None
-        m = PROXY_URL.match(v)
-        if not m or not 0 < int(m["port"]) < 65536:
-            raise ValueError("must look like http://host:port or https://host:port (credentials allowed as user:pass@, percent-encode quotes, backslash, <>{} and spaces)")
+        m = PROXY_URL.fullmatch(v)
+        if not m:
+            if re.fullmatch(r"https?://[^@]*@.*", v, flags=re.S):
+                raise ValueError(f"the user:password part has a character a proxy URL cannot carry as is; {PERCENT_ENCODE_HINT}")
+            raise ValueError("must look like http://host:port or https://host:port, optionally with user:password@ before the host")
+        if not 0 < int(m["port"]) < 65536:
+            raise ValueError(f"port {m['port']} is not between 1 and 65535")
         return v.rstrip("/")
 
 
@@ -110,6 +133,15 @@ class Network(Strict):
             raise ValueError("Flannel gives each node a /24 from it: use /23 or larger")
         return v
 
+    @field_validator("service_cidr")
+    @classmethod
+    def _service_size(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        # kubeadm gives the cluster DNS the 10th address of this range; it must exist and not be
+        # the broadcast address.
+        if v.num_addresses < 16:
+            raise ValueError(f"{v} has {v.num_addresses} addresses; the cluster DNS takes the 10th: use /28 or larger")
+        return v
+
     @model_validator(mode="after")
     def _no_overlap(self) -> "Network":
         named = [("node_cidr", self.node_cidr), ("pod_cidr", self.pod_cidr), ("service_cidr", self.service_cidr)]
@@ -136,7 +168,7 @@ class Node(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME.match(v):
+        if not NAME.fullmatch(v):
             raise ValueError("must be 1-15 lowercase letters, digits or '-' (a Windows computer name is at most 15)")
         return v
 
@@ -155,6 +187,13 @@ class Config(Strict):
         if len(masters) != 1:
             problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
         gateway = next(self.network.node_cidr.hosts())
+        # Flannel leases each node a /24 (its SubnetLen default) out of pod_cidr.
+        subnets = 2 ** (24 - self.network.pod_cidr.prefixlen)
+        if subnets < len(self.nodes):
+            problems.append(
+                f"network.pod_cidr: {self.network.pod_cidr} holds {subnets} /24 node subnets, fewer than the "
+                f"{len(self.nodes)} nodes; use a larger range"
+            )
         seen_names: dict[str, int] = {}
         seen_ips: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
@@ -244,7 +283,36 @@ def _format_loc(loc: tuple) -> str:
 _NODE_FIELD = re.compile(r"(nodes\[(\d+)\](?:\.(\w+))?|network\.(\w+))")
 
 
+# Bounds that no real cluster.yml comes near; past them a file is refused before it is built
+# into objects, in bounded time and memory (a 700-byte "billion laughs" alias file otherwise
+# expands to gigabytes).
+MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 16
+
+
+def _refuse_aliases_and_depth(text: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1
+            raise ConfigError.single(f"line {line}: YAML anchors and aliases (&name, *name) are not allowed in this file; write the values out")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError.single(f"line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; cluster.yml is at most a few levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def parse(text: str, source: str = "cluster.yml") -> Config:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise ConfigError(source, [f"the file is larger than {MAX_BYTES // 1024} KiB; this is not a cluster.yml"])
+    try:
+        _refuse_aliases_and_depth(text)
+    except ConfigError as exc:
+        raise ConfigError(source, exc.problems) from None
+    except yaml.YAMLError:
+        pass  # reported with its line by the full parse below
     try:
         document = yaml.compose(text, Loader=_LineLoader)
         marks: dict = {}
@@ -298,7 +366,18 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
 def load(path: str | Path) -> Config:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(str(path), ["file not found (copy cluster.yml from the repository root)"]) from None
+        hint = ("run invoke from the repository root, where cluster.yml is, or pass --config FILE"
+                if path == Path("cluster.yml") else "check the path given to --config")
+        raise ConfigError(str(path), [f"file not found in {Path.cwd()} ({hint})"]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["is a directory; --config takes a YAML file such as cluster.yml"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot be read: {exc.strerror}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(path), [f"line {line}: not UTF-8 text (byte {exc.start}); save the file as UTF-8"]) from None
     return parse(text, str(path))

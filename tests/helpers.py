@@ -39,12 +39,20 @@ def write_config(path: Path, data: dict | str) -> Path:
     return path
 
 
-def invoke(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI, exactly as a user types it."""
+def invoke(*args: str, cwd: Path = ROOT, env: dict | None = None, memory_mb: int | None = None,
+           timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the real CLI, exactly as a user types it; memory_mb caps its address space."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True, env=full_env, check=False
-    )
+    # -m invoke finds tasks.py from the working directory; from elsewhere, name the collection.
+    argv = [sys.executable, "-m", "invoke"] + (["--search-root", str(ROOT)] if Path(cwd) != ROOT else []) + list(args)
+
+    def cap():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=full_env, check=False, timeout=timeout,
+                          preexec_fn=cap if memory_mb else None)
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

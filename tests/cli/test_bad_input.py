@@ -36,6 +36,23 @@ CASES = {
     "vxlan on 1803": (edit("backend: host-gw ", "backend: vxlan "), "network.backend: vxlan is not supported by box windows-1803", "backend: vxlan"),
     "proxy without port": (edit("http: null ", "http: http://proxy.corp "), "proxy.http: must look like http://host:port", "http: http://proxy.corp"),
     "proxy without scheme": (edit("https: null ", "https: proxy.corp:3128 "), "proxy.https: must look like http://host:port", "https: proxy.corp"),
+    "proxy password with a bad percent escape": (edit("http: null ", "http: http://bob:50%off@proxy.corp:3128 "), "proxy.http: the user:password part has a character", "http: http://bob"),
+    "proxy password with #": (edit("https: null ", "https: http://bob:a#b@proxy.corp:3128 "), "percent-encode any other character", "https: http://bob"),
+    "proxy password with ?": (edit("http: null ", "http: http://bob:a?b@proxy.corp:3128 "), "'?' as %3F", "http: http://bob"),
+    "proxy password with a backtick": (edit("http: null ", "http: http://bob:a`b@proxy.corp:3128 "), "proxy.http: the user:password part", "http: http://bob"),
+    "proxy password with [": (edit("http: null ", "http: http://bob:a[b@proxy.corp:3128 "), "proxy.http: the user:password part", "http: http://bob"),
+    "proxy password with non-ASCII": (edit("http: null ", "http: http://bob:päss@proxy.corp:3128 "), "proxy.http: the user:password part", "http: http://bob"),
+    "proxy port out of range": (edit("http: null ", "http: http://proxy.corp:70000 "), "port 70000 is not between 1 and 65535", "http: http://proxy"),
+    "proxy with a trailing newline": (edit("  http: null ", '  http: "http://proxy.corp:3128\\n" '), "proxy.http: must look like", "http: \"http"),
+    "no_proxy with a trailing newline": (edit("no_proxy: []", 'no_proxy: ["corp.example\\n"]'), "proxy.no_proxy: entries must be", "no_proxy:"),
+    "cluster name with a trailing newline": (edit("  name: k4w ", '  name: "k4w\\n" '), "cluster.name: must be 1-15", "name: \"k4w"),
+    "empty domain": (edit("domain: cluster.local", 'domain: ""'), "cluster.domain: must be a lower-case DNS name", "domain:"),
+    "upper-case domain": (edit("domain: cluster.local", "domain: Cluster.Local"), "cluster.domain: must be a lower-case DNS name", "domain:"),
+    "domain with a quote": (edit("domain: cluster.local", "domain: it's.local"), "cluster.domain: must be a lower-case DNS name", "domain:"),
+    "domain with a space": (edit("domain: cluster.local", 'domain: "cluster.local --v=9"'), "cluster.domain: must be a lower-case DNS name", "domain:"),
+    "service_cidr too small for the DNS IP": (edit("service_cidr: 10.96.0.0/12", "service_cidr: 10.96.0.0/29"), "the cluster DNS takes the 10th: use /28 or larger", "service_cidr:"),
+    "pod_cidr with fewer /24s than nodes": (edit("pod_cidr: 10.244.0.0/16", "pod_cidr: 10.244.0.0/23"), "holds 2 /24 node subnets, fewer than the 3 nodes", "pod_cidr:"),
+    "YAML alias": (edit("  management_switch: Default Switch", "  management_switch: &sw Default Switch\n  cluster_switch_copy: *sw"), "YAML anchors and aliases", "management_switch: &sw"),
     "memory too small": (edit("memory: 4096", "memory: 1024"), "nodes[2].memory: 1024 MiB is too small for windows-1803; it needs at least 2048 MiB", "memory: 1024"),
 }
 
@@ -63,3 +80,33 @@ def test_bad_input_is_refused_with_field_and_line_and_out_untouched(case, render
         needle, occurrence = line_needle if isinstance(line_needle, tuple) else (line_needle, 1)
         assert re.search(rf"line {line_of(text, needle, occurrence)}\b", output), output
     assert tree_digest(rendered) == before
+
+
+BILLION_LAUGHS = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefghij", "bcdefghijk")
+) + "nodes: *k\n"
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("alias bomb", BILLION_LAUGHS.encode(), "line 1: YAML anchors and aliases (&name, *name) are not allowed"),
+    ("deep nesting", ("a: " + "[" * 5000 + "]" * 5000 + "\n").encode(), "nested more than 16 levels deep"),
+    ("not UTF-8", b"nodes:\n  - name: m\xe4ster\n", "line 2: not UTF-8 text"),
+    ("directory", None, "is a directory; --config takes a YAML file"),
+])
+def test_hostile_or_odd_files_are_refused_in_bounded_time_and_memory(name, content, message, rendered, tmp_path):
+    bad = tmp_path / "cluster.yml"
+    if content is None:
+        bad.mkdir()
+    else:
+        bad.write_bytes(content)
+    before = tree_digest(rendered)
+    result = invoke("render", "--config", str(bad), "--out", str(rendered), memory_mb=512, timeout=30)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and message in output and "Traceback" not in output, output
+    assert tree_digest(rendered) == before
+
+
+def test_a_missing_default_config_says_to_run_from_the_repository_root(tmp_path):
+    result = invoke("render", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "run invoke from the repository root" in result.stderr and "copy" not in result.stderr
