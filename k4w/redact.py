@@ -5,6 +5,10 @@ import re
 # user:password@ inside any URL, e.g. http://bob:s3cret@proxy:3128
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
 
+# An HTTP credential header, as Packer, curl -v or a proxy log prints it, e.g.
+# "Proxy-Authorization: Basic Ym9iOnMzY3JldA==" (base64 is an encoding, not a secret-keeper).
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(basic|bearer|digest|ntlm|negotiate)\s+[^\s\"',]+")
+
 _secrets: set[str] = set()
 
 
@@ -16,6 +20,7 @@ def register_secret(value: str | None) -> None:
 
 def redact(text: str) -> str:
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+    text = _AUTH_HEADER.sub(r"\1\2 ***", text)
     for secret in sorted(_secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

@@ -22,6 +22,16 @@ def error(text: str) -> None:
 
 
 def table(title: str, columns: list[str], rows: list[list[object]]) -> None:
+    """A table on a terminal; aligned plain text when piped or redirected (CI logs, `| tee`),
+    where Rich would cut every row at 80 columns and lose IPs, NO_PROXY and paths."""
+    if not console.is_terminal:
+        cells = [[redact(str(c)) for c in columns]] + [[redact(str(c)) for c in row] for row in rows]
+        widths = [max(len(line.split("\n")[0]) for line in col) for col in zip(*cells)]
+        console.print(title, markup=False, highlight=False, soft_wrap=True)
+        for row in cells:
+            text = "  ".join(c.replace("\n", " ").ljust(w) for c, w in zip(row, widths)).rstrip()
+            console.print(f"  {text}", markup=False, highlight=False, soft_wrap=True)
+        return
     tbl = Table(title=title, title_justify="left", show_lines=False)
     for col in columns:
         tbl.add_column(col)

@@ -19,6 +19,18 @@ def test_redact_hides_url_credentials_and_registered_secrets():
     assert "http://***@proxy.corp.example:3128" in out
 
 
+@pytest.mark.parametrize("line", [
+    "Proxy-Authorization: Basic YWxpY2U6UzNjcjN0UGE1NQ==",
+    "    hyperv-iso: > proxy-authorization: basic YWxpY2U6UzNjcjN0UGE1NQ==",
+    "Authorization: Bearer eyJhbGciOi.payload.sig",
+    'header "Proxy-Authorization: NTLM TlRMTVNTUAADAAAAGAAYAHA="',
+])
+def test_redact_hides_http_credential_headers(line):
+    out = redact(line)
+    assert "YWxpY2U6UzNjcjN0UGE1NQ==" not in out and "eyJhbGciOi" not in out and "TlRMTVNT" not in out
+    assert "***" in out and "uthorization" in out
+
+
 @pytest.fixture()
 def proxy_config(tmp_path):
     return write_config(tmp_path / "cluster.yml", config_dict(**{"proxy.http": PROXY, "proxy.https": PROXY}))
