@@ -278,8 +278,14 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise IsoError(f"iso-add: {path} is not a file")
-    profile = _profile_for(path, box)
+    profile = profile_for(path, box)
     name = profile.data.iso.name
+    target = iso_dir() / name
+    # A different size is a different image: say so before minutes of hashing. (A pinned profile
+    # hashes first, so its more telling mismatch message wins.)
+    if (not profile.data.iso.get("sha256") and target.exists() and not os.path.samefile(target, path)
+            and target.stat().st_size != path.stat().st_size):
+        raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (nothing was changed)")
     sha = sha256_file(path, progress)
     pinned = profile.data.iso.get("sha256")
     if pinned and str(pinned).lower() != sha:
@@ -292,16 +298,52 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     origin = "" if path.name == name else f" from {path.name}"
     entry = {"sha256": sha, "box": profile.name, "source": f"added by iso-add on {date}{origin}", "size": size}
     previous = catalogue().get(name)
-    _write_catalogue_entry(name, entry)
-
-    target = iso_dir() / name
+    # All or nothing: place the file first (it refuses a different image already there), then
+    # record it; if recording fails, take back the link this call made.
     placed, note = _place(path, target, sha)
+    try:
+        _write_catalogue_entry(name, entry)
+    except BaseException:
+        if placed == "hard-linked":
+            target.unlink(missing_ok=True)
+        raise
     if previous and previous.get("sha256") != sha:
         note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
+    warning = label_warning(path, profile)
+    if warning:
+        note += f"\n  warning: {warning}"
     return IsoAdded(name, profile.name, sha, size, target, placed, note)
 
 
-def _profile_for(path: Path, box: str | None) -> Profile:
+# ISO 9660 primary volume descriptor: sector 16 (2048-byte sectors), type 1, "CD001"; the volume
+# identifier is 32 bytes at offset 40 (ECMA-119 section 8.4). UDF-only media still carry it.
+PVD_OFFSET = 16 * 2048
+# What each family's install media call themselves: Microsoft's images are labelled like
+# CCSA_X64FRE_EN-US_DV5 (X64FRE = x64 free build); Canonical's like "Ubuntu-Server 16.04.7 LTS amd64".
+LABEL_HINTS = {"windows": re.compile(r"X64FRE", re.I), "ubuntu": re.compile(r"ubuntu", re.I)}
+
+
+def volume_label(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        fh.seek(PVD_OFFSET)
+        pvd = fh.read(72)
+    if len(pvd) < 72 or pvd[0] != 1 or pvd[1:6] != b"CD001":
+        return None
+    return pvd[40:72].decode("ascii", "replace").strip()
+
+
+def label_warning(path: Path, profile: Profile) -> str | None:
+    """A hint, not a verdict: the checksum decides. It catches the wrong file early."""
+    label = volume_label(path)
+    hint = LABEL_HINTS.get(profile.os_family)
+    if label is None:
+        return f"{path.name} has no ISO 9660 volume descriptor; is it an ISO image?"
+    if hint and not hint.search(label):
+        return f"its volume label is '{label}', which does not look like {profile.os_family} install media for {profile.name}"
+    return None
+
+
+def profile_for(path: Path, box: str | None) -> Profile:
     if box:
         return profiles.load(box)
     matches = [p for p in (profiles.load(n) for n in profiles.available()) if p.data.get("iso", {}).get("name") == path.name]
@@ -320,7 +362,7 @@ def _place(path: Path, target: Path, sha: str) -> tuple[str, str]:
             return "already present", f"{target} is already this file"
         if sha256_file(target) == sha:
             return "already present", f"{target} already holds the same image"
-        raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (checksum recorded for {path})")
+        raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (nothing was changed)")
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(path, target)

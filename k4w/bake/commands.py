@@ -46,6 +46,8 @@ def add_iso(path: str, box: str | None = None, console: Console | None = None) -
     file = Path(path).expanduser()
     if not file.is_file():
         raise K4wError(f"iso-add: {file} is not a file")
+    # Refuse a wrong --box or an unknown file name before minutes of hashing.
+    iso_mod.profile_for(file.resolve(), box)
     with hash_progress(console, file.name, file.stat().st_size) as progress:
         added = iso_mod.iso_add(file, box, progress=progress)
     lines = [

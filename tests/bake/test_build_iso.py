@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import os
 
 import pytest
 import yaml
 
 from k4w import iso, profiles
+from k4w.bake import commands
+from k4w.errors import K4wError
+from rich.console import Console
 
 
 def _sha(path) -> str:
@@ -163,3 +167,59 @@ def test_iso_add_across_filesystems_says_how_to_copy(repo, tmp_path, monkeypatch
     assert f'--iso "{source}"' in added.note and str(added.target) in added.note
     assert not added.target.exists()
     assert yaml.safe_load((repo.root / "iso" / "catalogue.yml").read_text())["windows-server-1803.iso"]["sha256"] == _sha(source)
+
+
+def _iso_image(label: str, body: bytes = b"") -> bytes:
+    """A minimal ISO 9660 image: 16 system sectors, then a primary volume descriptor with the label."""
+    pvd = bytearray(2048)
+    pvd[0:7] = b"\x01CD001\x01"
+    pvd[40:72] = label.encode().ljust(32)
+    return bytes(16 * 2048) + bytes(pvd) + body
+
+
+def test_iso_add_changes_nothing_when_another_image_is_in_the_way(repo, tmp_path):
+    catalogue_before = (repo.root / "iso" / "catalogue.yml").read_bytes()
+    source = tmp_path / "windows-server-1803.iso"
+    source.write_bytes(_iso_image("CCSA_X64FRE_EN-US_DV5", b"a newer image"))
+    with pytest.raises(iso.IsoError, match="different image; move it away first \\(nothing was changed\\)"):
+        iso.iso_add(source, box="windows-1803")
+    assert (repo.root / "iso" / "catalogue.yml").read_bytes() == catalogue_before
+
+
+def test_iso_add_takes_back_its_link_when_the_catalogue_cannot_be_written(repo, tmp_path, monkeypatch):
+    repo.isos["windows-1803"].unlink()
+    source = tmp_path / "windows-server-1803.iso"
+    source.write_bytes(_iso_image("CCSA_X64FRE_EN-US_DV5"))
+
+    def full_disk(name, entry):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(iso, "_write_catalogue_entry", full_disk)
+    with pytest.raises(OSError):
+        iso.iso_add(source, box="windows-1803")
+    assert not (repo.root / "iso" / "windows-server-1803.iso").exists()
+
+
+@pytest.mark.parametrize("label,box,warned", [
+    ("CCSA_X64FRE_EN-US_DV5", "windows-1803", False),
+    ("Ubuntu-Server 16.04.7 LTS amd64", "windows-1803", True),
+    ("Ubuntu-Server 16.04.7 LTS amd64", "ubuntu-1604", False),
+    ("CCSA_X64FRE_EN-US_DV5", "ubuntu-1604", True),
+])
+def test_iso_add_warns_when_the_volume_label_is_not_the_profiles_os(repo, tmp_path, label, box, warned):
+    source = tmp_path / "some.iso"
+    source.write_bytes(_iso_image(label))
+    profile = profiles.load(box)
+    warning = iso.label_warning(source, profile)
+    assert bool(warning) == warned, warning
+    if warned:
+        assert label in warning and box in warning
+
+
+def test_iso_add_refuses_a_wrong_box_before_hashing(repo, tmp_path):
+    source = tmp_path / "mystery.iso"
+    source.write_bytes(b"?")
+    console = Console(file=io.StringIO(), width=200)
+    with pytest.raises(K4wError, match="--box"):
+        commands.add_iso(str(source), console=console)
+    assert "computing sha256" not in console.file.getvalue()
