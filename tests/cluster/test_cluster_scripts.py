@@ -259,7 +259,7 @@ def test_vagrant_trigger_powershell_parses_and_is_idempotent(tmp_path, default_r
     probe.write_text(
         "module Vagrant; def self.configure(*); end; end\n"
         f"load {json.dumps(str(ROOT / 'vagrant' / 'Vagrantfile'))}\n"
-        "print attach_cluster_nic_script(\"k4w-worker-win\", \"it's $(x)\", true)\n"
+        "print cluster_nic_script(\"k4w-worker-win\", \"it's $(x)\", true)\n"
     )
     env = {"PATH": "/usr/bin:/bin", "K4W_CLUSTER_JSON": str(out / "vagrant" / "cluster.json")}
     proc = subprocess.run([ruby, str(probe)], capture_output=True, text=True, env=env)
@@ -267,6 +267,14 @@ def test_vagrant_trigger_powershell_parses_and_is_idempotent(tmp_path, default_r
     script = proc.stdout
     assert parse_errors(script) == []
     assert "-SwitchName 'it''s $(x)'" in script
-    # attach only when absent, spoofing set only when different
-    assert script.index("if ($null -eq $nic)") < script.index("Add-VMNetworkAdapter")
+    # Found by adapter name: after a cold start Vagrant has moved every adapter to the management
+    # switch, so a lookup by switch would miss the NIC and add another one on every boot.
+    assert "$nics = @(Hyper-V\\Get-VMNetworkAdapter -VM $vm | Where-Object { $_.Name -eq 'k4w-cluster' })" in script
+    # Added only when there is none; otherwise reconnected to the cluster switch, same adapter and MAC.
+    add = script.index("Add-VMNetworkAdapter")
+    assert script.count("Add-VMNetworkAdapter") == 1 and script.rindex("if ($nics.Count -eq 0)", 0, add) < add
+    assert re.search(r"elseif \(\$nics\[0\]\.SwitchName -ne 'it''s \$\(x\)'\) \{\s*Hyper-V\\Connect-VMNetworkAdapter "
+                     r"-VMNetworkAdapter \$nics\[0\] -SwitchName 'it''s \$\(x\)'", script), script
+    # NICs a former trigger piled up are removed, keeping the first.
+    assert re.search(r"if \(\$nics\.Count -gt 1\) \{[^}]*Select-Object -Skip 1 \| Hyper-V\\Remove-VMNetworkAdapter", script, re.S)
     assert "if ($nic.MacAddressSpoofing -ne $spoofing)" in script and "$spoofing = 'On'" in script
