@@ -83,10 +83,10 @@ def test_start_node_order_is_external_then_docker_kubelet_flanneld_kube_proxy_af
         "only condition polling, no fixed sleeps"
 
 
-def test_start_order_comment_explains_the_change_from_seed_000():
+def test_start_order_comment_explains_the_change_from_the_2018_order():
     comment = START_NODE[START_NODE.index("# ---------------------------------------------------------------- 4. start in order"):
                          START_NODE.index("Start-Service -Name 'docker'")]
-    for needed in ("Seed 000", "kube-proxy -> flanneld", "INTERFACE_TO_ADD_SERVICE_IP", "_ep)", "kube-cleanup.ps1", "start.ps1"):
+    for needed in ("2018", "kube-proxy -> flanneld", "KUBE_NETWORK", "exits when that network does not exist", "kube-cleanup.ps1", "start.ps1"):
         assert needed in comment, needed
 
 
@@ -95,15 +95,23 @@ def _function(name: str) -> str:
     return START_NODE[start:START_NODE.index("\n}\n", start)]
 
 
-def test_kube_proxy_is_ready_only_with_the_dns_service_ip_on_the_flannel_host_endpoint():
+def test_kube_proxy_is_ready_only_with_an_hns_load_balancer_for_the_dns_service_ip():
     ready = _function("Test-KubeProxyReady")
     assert ready.index("(Get-Service -Name 'kube-proxy').Status -ne 'Running'") < ready.index("$Node.dns_ip")
-    assert '$serviceAdapter = "vEthernet ($($Node.network_name)_ep)"' in ready
-    assert "$_.InterfaceAlias -eq $serviceAdapter" in ready
+    # Kernelspace kube-proxy programs ClusterIPs as HNS ELB policies; their VIPs hold the service IP.
+    assert "Invoke-Hns GET '/policylists'" in ready and "@(Get-Field $policy 'VIPs') -contains $Node.dns_ip" in ready
     wait = START_NODE[START_NODE.index("Start-Service -Name 'kube-proxy'"):]
     assert "Wait-Condition" in wait and "-Hint" in wait and "kube-proxy.log" in wait
-    # Flannel is up only once the adapter kube-proxy needs exists too.
     assert '"vEthernet ($($Node.network_name)_ep)"' in _function("Test-FlannelNetwork")
+
+
+def test_flanneld_gets_its_net_conf_where_v0_11_reads_it():
+    # flanneld v0.11.0 has no --net-config-path; it reads /etc/kube-flannel/net-conf.json
+    # (subnet/kube/kube.go at d3eea7f5), i.e. this path on the system drive.
+    assert "$FlannelNetConf = 'C:\\etc\\kube-flannel\\net-conf.json'" in START_NODE
+    assert "Copy-IfChanged (Join-Path $ConfigDir 'net-conf.json') $FlannelNetConf" in START_NODE
+    configure_only = START_NODE.index("if ($ConfigureOnly)")
+    assert START_NODE.index("Copy-IfChanged (Join-Path $ConfigDir 'net-conf.json')") < configure_only
 
 
 def test_wait_condition_times_out_with_a_message():
@@ -124,18 +132,14 @@ def test_external_network_is_ensured_on_the_node_ip_adapter_and_waited_for():
     assert "{ Initialize-ExternalNetwork }" in START_NODE and "if ($Node.backend -eq 'host-gw')" in START_NODE
 
 
-def test_kube_proxy_firewall_rules_allow_its_program_from_the_pod_and_node_cidrs():
-    rule = _function("Set-KubeProxyFirewallRule")
-    assert "$remote = @($Node.pod_cidr, $Node.node_cidr)" in rule
-    assert "$KubeProxyProgram = Join-Path $K 'kube-proxy.exe'" in START_NODE
-    for command in ("New-NetFirewallRule", "Set-NetFirewallRule"):
-        call = rule[rule.index(command):rule.index("\n", rule.index("-RemoteAddress", rule.index(command)))]
-        for part in ("-Direction Inbound", "-Action Allow", "-Program $KubeProxyProgram", "-Protocol $Protocol",
-                     "-RemoteAddress $remote", "-Profile Any", "-Enabled True"):
-            assert part in call, (command, part)
-    # Changed CIDRs (or program, protocol, profile) are noticed and rewritten; unchanged ones are left alone.
-    assert rule.index("$same = $currentRemote -eq $wantedRemote") < rule.index("if (-not $same) {") < rule.index("Set-NetFirewallRule")
-    assert "foreach ($protocol in 'TCP', 'UDP') { Set-KubeProxyFirewallRule $protocol }" in START_NODE
+def test_the_kubelet_port_is_narrowed_to_the_node_cidr_at_every_start():
+    rule = _function("Set-FirewallRuleRemote")
+    assert "Get-NetFirewallRule -Name $Name" in rule and "throw" in rule  # the box must have created it
+    assert rule.index("if ($current -ne $wanted) {") < rule.index("Set-NetFirewallRule -Name $Name -RemoteAddress $Remote")
+    assert "$KubeletFirewallRule = 'k4w-kubelet'" in START_NODE
+    assert "Set-FirewallRuleRemote -Name $KubeletFirewallRule -Remote @($Node.node_cidr)" in START_NODE
+    firewall = (ROOT / "guest" / "windows" / "bake" / "09-firewall.ps1").read_text()
+    assert "Name = 'k4w-kubelet'; Protocol = 'TCP'; Port = '10250'" in firewall
     # The firewall stays on: nothing here turns a profile off.
     assert "Set-NetFirewallProfile" not in START_NODE and "-Enabled False" not in START_NODE
 
@@ -167,7 +171,7 @@ def test_every_node_json_field_start_node_reads_is_rendered(default_render):
     _, out = default_render
     node = json.loads((out / "nodes" / "worker-win" / "node.json").read_text())
     used = set(re.findall(r"\$Node\.([a-z_]+)", START_NODE))
-    assert {"ip", "network_name", "backend", "pod_cidr", "node_cidr", "dns_ip"} <= used
+    assert {"ip", "network_name", "backend", "node_cidr", "dns_ip"} <= used
     assert used <= set(node), f"start-node.ps1 reads {sorted(used - set(node))} that node.json lacks"
 
 
@@ -179,12 +183,11 @@ def test_node_json_agrees_with_the_rest_of_the_node_config(default_render):
     node_dir = out / "nodes" / "worker-win"
     node = json.loads((node_dir / "node.json").read_text())
     assert (node["pod_cidr"], node["node_cidr"], node["dns_ip"], node["backend"]) == (net.pod_cidr, net.node_cidr, net.dns_ip, net.backend)
-    # start-node.ps1 looks for the DNS IP on the adapter kube-proxy is told to use ...
+    # kube-proxy programs the HNS network Flannel creates, the one start-node.ps1 waits for.
     env = dict(line.split("=", 1) for line in (node_dir / "kube-proxy.env").read_text().splitlines() if "=" in line)
-    assert env["INTERFACE_TO_ADD_SERVICE_IP"] == f"vEthernet ({node['network_name']}_ep)"
-    # ... and expects userspace kube-proxy exactly when the backend is host-gw.
+    assert env == {"KUBE_NETWORK": node["network_name"]}
     args = (node_dir / "kube-proxy.args").read_text().split()
-    assert ("--proxy-mode=userspace" in args) == (node["backend"] == "host-gw")
+    assert "--proxy-mode=kernelspace" in args and not any(a.startswith("--proxy-mode=userspace") for a in args)
     assert f"--cluster-dns={node['dns_ip']}" in (node_dir / "kubelet.args").read_text().split()
 
 

@@ -27,8 +27,8 @@ foreach ($required in $nssm, $startNode, (Join-Path $nodeDir 'kube-cleanup.ps1')
 New-Item -ItemType Directory -Path $logDir -Force | Out-Null
 
 # Each service depends on the previous one, so the SCM starts (and stops) them in this order:
-# flanneld needs the kubelet's Node object, and userspace kube-proxy needs the vEthernet
-# (<network>_ep) adapter flanneld creates.
+# flanneld needs the kubelet's Node object, and kernelspace kube-proxy needs the HNS network
+# flanneld creates (KUBE_NETWORK).
 $services = @(
     [pscustomobject]@{ Name = 'kubelet'; Program = 'kubelet.exe'; DependsOn = 'docker'; Description = 'Kubernetes node agent' },
     [pscustomobject]@{ Name = 'flanneld'; Program = 'flanneld.exe'; DependsOn = 'kubelet'; Description = 'Flannel pod network' },

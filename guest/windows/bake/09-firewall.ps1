@@ -1,6 +1,6 @@
 # 09-firewall.ps1 - open exactly the node ports Kubernetes needs; the firewall stays on.
-# The rules for pod -> service traffic to userspace kube-proxy (k4w-kube-proxy-tcp/-udp) depend on
-# the cluster's pod and node CIDRs, so C:\k\start-node.ps1 creates them at cluster-up, not the box.
+# The kubelet rule opens 10250 to every address here because the node CIDR is cluster config;
+# C:\k\start-node.ps1 narrows it to the node CIDR at cluster-up and at every boot.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }

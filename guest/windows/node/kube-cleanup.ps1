@@ -42,6 +42,22 @@ $policyLists = @(Invoke-Hns GET '/policylists' | Where-Object {
     @(Get-Field $_ 'References' | Where-Object { $endpointPaths -contains "$_".ToLowerInvariant() }).Count -gt 0
 })
 
+# Pod containers first, as Microsoft's cleanup does (microsoft/SDN Kubernetes/windows/helper.psm1
+# CleanupOldNetwork, and reset.ps1): an endpoint deleted under a container that still holds it
+# leaves HNS state behind. Only kubelet's containers (named k8s_*, the dockershim convention);
+# the kubelet recreates its pods once it starts. Docker is not stopped by start-node.ps1.
+if ($networks.Count -gt 0) {
+    $docker = Get-Command docker -ErrorAction SilentlyContinue
+    if ($docker -and (Get-Service -Name docker -ErrorAction SilentlyContinue).Status -eq 'Running') {
+        $ids = @(& $docker.Source ps --all --quiet --filter 'name=^k8s_' 2>$null | Where-Object { $_ })
+        foreach ($id in $ids) {
+            & $docker.Source rm --force $id 2>&1 | Out-Null
+            if ($LASTEXITCODE -ne 0) { throw "docker rm --force $id failed ($LASTEXITCODE)" }
+        }
+        Write-Host "kube-cleanup: removed $($ids.Count) pod container(s)"
+    }
+}
+
 # Policies first (they reference endpoints), then endpoints, then the network itself.
 foreach ($policyList in $policyLists) { [void](Invoke-Hns DELETE "/policylists/$($policyList.ID)") }
 foreach ($endpoint in $endpoints) { [void](Invoke-Hns DELETE "/endpoints/$($endpoint.ID)") }

@@ -5,17 +5,18 @@
 .DESCRIPTION
   Runs at boot (scheduled task k4w-node-start, registered by the box) and from cluster-up.
   1. Applies C:\k\config\<service>.args / .env to the NSSM services kubelet, flanneld and
-     kube-proxy (the box registers them with no AppParameters), only where they differ, and the
-     firewall rules that let pods and nodes reach kube-proxy (the CIDRs are cluster config).
+     kube-proxy (the box registers them with no AppParameters), only where they differ, puts
+     Flannel's net-conf.json where flanneld v0.11.0 reads it, and narrows the box's kubelet
+     firewall rule to the node CIDR (the CIDR is cluster config, unknown when the box is baked).
   2. Stops the services and runs C:\k\kube-cleanup.ps1 for this node's Flannel network, so
      stale HNS state from before a reboot never reaches the new services.
   3. host-gw: makes sure the placeholder HNS network 'External' holds the cluster NIC (hns.ps1
      Add-HnsExternalNetwork), then waits until the node IP is usable on its vEthernet vNIC.
   4. Starts docker -> kubelet -> flanneld -> kube-proxy, waiting respectively for: docker to
      answer, the node to be registered, Flannel's subnet.env plus its HNS network, and kube-proxy
-     running with the cluster DNS service IP on vEthernet (<network>_ep). Flanneld is restarted
+     running with an HNS load balancer for the cluster DNS service IP. Flanneld is restarted
      once, and only if its log shows the known first-start error "New-NetRoute ... 1168"
-     (REFERENCE: the original project slept 60 s and restarted).
+     (the 2018 project this one started from slept 60 s and restarted).
   With no C:\k\config (a box not joined yet) it exits 0 and does nothing.
 
 .PARAMETER ConfigureOnly
@@ -43,7 +44,12 @@ $Kubectl = Join-Path $K 'kubectl.exe'
 $SubnetEnv = 'C:\run\flannel\subnet.env'           # flanneld --subnet-file default (/run/flannel/subnet.env on drive C:)
 $CniConfDir = Join-Path $K 'cni\config'             # kubelet --cni-conf-dir (templates/nodes/windows/kubelet.args.j2)
 $Services = @('kubelet', 'flanneld', 'kube-proxy')  # start order after docker (see step 4); stopped in reverse
-$KubeProxyProgram = Join-Path $K 'kube-proxy.exe'   # the program the kube-proxy firewall rules allow
+# flanneld v0.11.0 reads its net-conf only from /etc/kube-flannel/net-conf.json (subnet/kube/kube.go,
+# netConfPath; no --net-config-path before v0.12.0): on Windows that is this path on the system drive.
+$FlannelNetConf = 'C:\etc\kube-flannel\net-conf.json'
+# The kubelet API rule 09-firewall.ps1 creates for every address; only the nodes (the API server
+# on the master) need to reach it.
+$KubeletFirewallRule = 'k4w-kubelet'
 $PollSeconds = 2                                    # how often a readiness condition is re-checked
 # flanneld's first start on 1803 fails adding routes with Win32 error 1168 (ERROR_NOT_FOUND).
 $FlannelRouteErrorPattern = 'New-NetRoute.*1168|1168.*New-NetRoute'
@@ -168,35 +174,16 @@ function ConvertTo-CanonicalCidr {
     return "$ip/$bits"
 }
 
-function Set-KubeProxyFirewallRule {
-    # Userspace kube-proxy (host-gw on 1803, kube-proxy.args.j2) is a host process: it adds every
-    # ClusterIP to vEthernet (<network>_ep) and listens there, so pod -> service traffic (cluster
-    # DNS 10.96.0.10:53 too) reaches the host firewall as inbound traffic to kube-proxy.exe. Allow
-    # exactly that program from the pod and node CIDRs, every profile; the firewall stays on
-    # (09-firewall.ps1). Kernelspace kube-proxy (vxlan) never receives that traffic itself; the rule
-    # is then unused and harmless. Re-applied when the cluster's CIDRs change.
-    param([ValidateSet('TCP', 'UDP')][string]$Protocol)
-    $name = "k4w-kube-proxy-$($Protocol.ToLowerInvariant())"
-    $remote = @($Node.pod_cidr, $Node.node_cidr)
-    $rule = Get-NetFirewallRule -Name $name -ErrorAction SilentlyContinue
-    if ($null -eq $rule) {
-        New-NetFirewallRule -Name $name -DisplayName "k4w: pods and nodes to kube-proxy services ($Protocol)" `
-            -Direction Inbound -Action Allow -Program $KubeProxyProgram -Protocol $Protocol `
-            -RemoteAddress $remote -Profile Any -Enabled True | Out-Null
-        Write-Output "start-node: firewall rule $name created ($Protocol to $KubeProxyProgram from $($remote -join ', '))"
-        return
-    }
-    $wantedRemote = @($remote | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
-    $currentRemote = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
-    $same = $currentRemote -eq $wantedRemote -and
-        ($rule | Get-NetFirewallApplicationFilter).Program -eq $KubeProxyProgram -and
-        ($rule | Get-NetFirewallPortFilter).Protocol -eq $Protocol -and
-        "$($rule.Direction)" -eq 'Inbound' -and "$($rule.Action)" -eq 'Allow' -and
-        "$($rule.Enabled)" -eq 'True' -and "$($rule.Profile)" -eq 'Any'
-    if (-not $same) {
-        Set-NetFirewallRule -Name $name -Direction Inbound -Action Allow -Program $KubeProxyProgram -Protocol $Protocol `
-            -RemoteAddress $remote -Profile Any -Enabled True
-        Write-Output "start-node: firewall rule $name updated (from $currentRemote to $($remote -join ', '))"
+function Set-FirewallRuleRemote {
+    # Scope a rule the box created to the given remote addresses; a no-op when already so.
+    param([string]$Name, [string[]]$Remote)
+    $rule = Get-NetFirewallRule -Name $Name -ErrorAction SilentlyContinue
+    if ($null -eq $rule) { throw "firewall rule $Name is missing: the box creates it (09-firewall.ps1); rebuild the box" }
+    $wanted = @($Remote | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
+    $current = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
+    if ($current -ne $wanted) {
+        Set-NetFirewallRule -Name $Name -RemoteAddress $Remote
+        Write-Output "start-node: firewall rule $Name now allows only $($Remote -join ', ') (was $current)"
     }
 }
 
@@ -249,11 +236,14 @@ function Initialize-ExternalNetwork {
 
 function Test-KubeProxyReady {
     if ((Get-Service -Name 'kube-proxy').Status -ne 'Running') { return $false }
-    # Kernelspace kube-proxy (vxlan) programs HNS load balancers and puts no address on the host.
-    if ($Node.backend -ne 'host-gw') { return $true }
-    $serviceAdapter = "vEthernet ($($Node.network_name)_ep)"
-    return @(Get-NetIPAddress -AddressFamily IPv4 -IPAddress $Node.dns_ip -ErrorAction SilentlyContinue |
-        Where-Object { $_.InterfaceAlias -eq $serviceAdapter }).Count -gt 0
+    # Kernelspace kube-proxy programs every ClusterIP as an HNS load-balancer policy (type ELB)
+    # whose VIPs hold the service IP; the cluster DNS service exists from kubeadm init on.
+    foreach ($list in @(Invoke-Hns GET '/policylists')) {
+        foreach ($policy in @(Get-Field $list 'Policies')) {
+            if (@(Get-Field $policy 'VIPs') -contains $Node.dns_ip) { return $true }
+        }
+    }
+    return $false
 }
 
 function Test-NodeRegistered {
@@ -266,7 +256,7 @@ function Test-FlannelNetwork {
     if (-not (Test-Path -LiteralPath $SubnetEnv)) { return $false }
     if ((Get-Item -LiteralPath $SubnetEnv).LastWriteTime -lt $script:FlannelStartedAt) { return $false }
     if (-not (Test-HnsNetwork $Node.network_name)) { return $false }
-    # host-gw: then its host endpoint <network>_ep, the adapter userspace kube-proxy needs.
+    # host-gw: then its host endpoint <network>_ep, the last thing the backend creates.
     if ($Node.backend -ne 'host-gw') { return $true }
     return $null -ne (Get-NetAdapter -Name "vEthernet ($($Node.network_name)_ep)" -ErrorAction SilentlyContinue)
 }
@@ -292,7 +282,8 @@ function Start-Flanneld {
 # ---------------------------------------------------------------- 1. configuration
 foreach ($service in $Services) { Set-ServiceConfig $service }
 Copy-IfChanged (Join-Path $ConfigDir 'cni.conf') (Join-Path $CniConfDir 'cni.conf')
-foreach ($protocol in 'TCP', 'UDP') { Set-KubeProxyFirewallRule $protocol }
+Copy-IfChanged (Join-Path $ConfigDir 'net-conf.json') $FlannelNetConf
+Set-FirewallRuleRemote -Name $KubeletFirewallRule -Remote @($Node.node_cidr)
 if ($ConfigureOnly) { Write-Output 'start-node: services configured'; exit 0 }
 
 # ---------------------------------------------------------------- 2. clean slate
@@ -306,14 +297,13 @@ if ($LASTEXITCODE -ne 0) { throw "kube-cleanup.ps1 -NetworkName $($Node.network_
 if ($Node.backend -eq 'host-gw') { Initialize-ExternalNetwork }
 
 # ---------------------------------------------------------------- 4. start in order
-# docker -> kubelet -> flanneld -> kube-proxy. Seed 000's notes (2018) give docker -> kubelet ->
+# docker -> kubelet -> flanneld -> kube-proxy. The 2018 project's notes give docker -> kubelet ->
 # kube-proxy -> flanneld, an order found by trial and kept working by fixed sleeps and restarts.
-# It cannot hold here: userspace kube-proxy adds the service IPs to INTERFACE_TO_ADD_SERVICE_IP =
-# vEthernet (<network>_ep) (kube-proxy.env.j2), the host endpoint flanneld creates together with
-# its HNS network (hostgw_windows.go, "<network>_ep"), and kube-cleanup.ps1 deletes that network
-# at every start. So flanneld must come first; flanneld itself needs the kubelet's Node object for
-# its lease (--kube-subnet-mgr). Microsoft SDN's flannel-era start.ps1 uses the same order:
-# kubelet (register), flanneld (wait for the network), kube-proxy.
+# It cannot hold here: kernelspace kube-proxy programs its load balancers on the HNS network named
+# by KUBE_NETWORK (kube-proxy.env.j2) and exits when that network does not exist; flanneld creates
+# it, and kube-cleanup.ps1 deletes it at every start. So flanneld must come first; flanneld itself
+# needs the kubelet's Node object for its lease (--kube-subnet-mgr). Microsoft SDN's flannel-era
+# start.ps1 uses the same order: kubelet (register), flanneld (wait for the network), kube-proxy.
 Start-Service -Name 'docker'
 Wait-Condition 'docker answers' { (Invoke-Native 'docker' @('version')).ExitCode -eq 0 }
 
@@ -335,7 +325,7 @@ Wait-Condition "Flannel network $($Node.network_name) up" { Test-FlannelNetwork 
 }
 
 Start-Service -Name 'kube-proxy'
-Wait-Condition "kube-proxy running with the cluster DNS service IP $($Node.dns_ip) on vEthernet ($($Node.network_name)_ep)" { Test-KubeProxyReady } `
-    -Hint 'userspace kube-proxy adds every ClusterIP to that adapter; see C:\k\logs\kube-proxy.log'
+Wait-Condition "kube-proxy running with an HNS load balancer for the cluster DNS service IP $($Node.dns_ip)" { Test-KubeProxyReady } `
+    -Hint 'kernelspace kube-proxy programs one per ClusterIP on the KUBE_NETWORK network; see C:\k\logs\kube-proxy.log'
 Write-Output "start-node: node $($Node.name) started"
 exit 0

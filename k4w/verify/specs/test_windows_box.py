@@ -19,8 +19,7 @@ K_DIR = "C:\\k"  # docs/internals.md: the box installs guest/windows/node/ into 
 RELEASE_FILE = K_DIR + "\\box-release.json"
 NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
 # Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not seed 000's 2018
-# order: userspace kube-proxy needs the vEthernet (<network>_ep) adapter flanneld creates, see
-# start-node.ps1 step 4): each service depends on the one before it.
+# order: kernelspace kube-proxy needs the HNS network flanneld creates, see start-node.ps1 step 4): each service depends on the one before it.
 DEPENDS_ON = {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
