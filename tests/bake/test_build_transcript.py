@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from k4w.bake.transcript import BuildState, parse_line, plan_steps, unescape
+from tests.fakes.packer import TRANSCRIPTS as RECORDED
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "packer-1.6.6"
-RECORDED = FIXTURES / "transcripts"
 
 WINDOWS_TEMPLATE = {
     "provisioners": [

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
+from k4w.validate import powershell_rules as powershell
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
-from tests.cluster.pwsh_parse import parse_errors
 from tests.helpers import ROOT
 
 POWERSHELL = [
@@ -33,9 +33,7 @@ def need(tool: str, install: str) -> str:
 @pytest.mark.parametrize("script", POWERSHELL, ids=lambda p: p.name)
 def test_powershell_parses_and_has_the_standard_header(script):
     text = script.read_text()
-    assert parse_errors(text) == []
-    from k4w.validate import powershell_rules as powershell  # the project's extra Windows PowerShell rules
-
+    assert powershell.parse_errors(script) == []
     assert powershell.lint_errors(script) == []
     assert "$ErrorActionPreference = 'Stop'" in text and "Set-StrictMode -Version Latest" in text
     assert re.search(r"^trap \{", text, re.M), "needs a trap printing the error and its position"
@@ -265,7 +263,7 @@ def test_vagrant_trigger_powershell_parses_and_is_idempotent(tmp_path, default_r
     proc = subprocess.run([ruby, str(probe)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     script = proc.stdout
-    assert parse_errors(script) == []
+    assert powershell.parse_text_errors(script) == []
     assert "-SwitchName 'it''s $(x)'" in script
     # attach only when absent, spoofing set only when different
     assert script.index("if ($null -eq $nic)") < script.index("Add-VMNetworkAdapter")

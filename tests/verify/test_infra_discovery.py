@@ -13,7 +13,7 @@ import testinfra
 from k4w.errors import K4wError
 from k4w.verify import discovery
 
-RECORDED = Path(__file__).parent / "recorded"
+from tests.fakes.vagrant import OUTPUTS as RECORDED
 
 
 def _ssh_resolve(config: Path, alias: str) -> dict[str, str]:

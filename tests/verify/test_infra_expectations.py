@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import json
-import shutil
 import subprocess
 from pathlib import Path
 

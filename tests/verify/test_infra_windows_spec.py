@@ -1,4 +1,4 @@
-"""The Windows box spec, run for real against a simulated healthy 1803 node (fake_windows):
+"""The Windows box spec, run for real against a simulated healthy 1803 node (tests/fakes/windows_host.py):
 it passes a good box and fails exactly the check a planted defect breaks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 HOST = "--hosts=fakewin://worker-win"
-PLUGIN = ["-p", "tests.verify.fake_windows"]
+PLUGIN = ["-p", "tests.fakes.windows_host"]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""A simulated Windows 1803 node behind testinfra's backend interface (`--hosts=fakewin://node`).
+"""A stand-in for a Windows Server 1803 node reached over WinRM: a testinfra backend plugin
+(`--hosts=fakewin://node`) that replaces testinfra's winrm backend and the real box.
 
-Load with `-p tests.verify.fake_windows`. It answers the PowerShell queries of
+Load with `-p tests.fakes.windows_host`. It answers the PowerShell queries of
 k4w.verify.windows_queries with the JSON a healthy box built from boxes/windows-1803.yml
 gives (shapes as ConvertTo-Json prints them), so the real Windows spec and conftest run end to
 end here. $FAKE_WINDOWS_DEFECT names defects to plant (comma-separated), to show the matching checks fail;
