@@ -7,7 +7,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 
@@ -16,19 +15,13 @@ import pytest
 from k4w import profiles
 from k4w.bake import catalogue, packer_cli
 from k4w.bake.transcript import BuildState, parse_line
+from tests.helpers import system_tool
 
 pytestmark = pytest.mark.tools
 
 
-def _require(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if not path:
-        pytest.fail(f"'{tool}' is not installed; install it with: {install}")
-    return path
-
-
 def test_real_packer_transcript_parses(tmp_path):
-    packer = _require("packer", "apt-get install -y packer")
+    packer = system_tool("packer")
     template = {
         "variables": {"pw": "{{env `K4W_ADMIN_PASSWORD`}}"},
         "sensitive-variables": ["pw"],
@@ -58,12 +51,12 @@ def test_real_packer_transcript_parses(tmp_path):
 
 
 def test_real_packer_version_is_read(tmp_path):
-    _require("packer", "apt-get install -y packer")
+    system_tool("packer")
     assert packer_cli.packer_version() >= packer_cli.MIN_VERSION
 
 
 def test_vagrant_box_add_accepts_the_catalogue(repo, tmp_path):
-    vagrant = _require("vagrant", "apt-get install -y vagrant")
+    vagrant = system_tool("vagrant")
     # A tiny but well-formed box: a tar.gz holding metadata.json with the provider.
     box_file = tmp_path / "boxes with space" / "windows-1803-hyperv.box"
     box_file.parent.mkdir()
@@ -123,8 +116,8 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
 
     from .conftest import PROXY, PROXY_PASSWORD
 
-    _require("packer", "apt-get install -y packer")
-    vagrant = _require("vagrant", "apt-get install -y vagrant")
+    system_tool("packer")
+    vagrant = system_tool("vagrant")
     (repo.root / "templates" / "packer" / "ubuntu.json.j2").write_text(REAL_BUILD_TEMPLATE)
     script = repo.root / "guest" / "ubuntu" / "bake" / "make-box.sh"
     script.write_text(MAKE_BOX)

@@ -7,7 +7,6 @@ tests check that failures are recorded and reported, and that the VM is destroye
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from k4w.verify import flows, throwaway
 from tests.fakes.vagrant import VagrantOnPath
+from tests.helpers import system_tool
 
 
 
@@ -44,9 +44,7 @@ def built(tmp_path):
 
 def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
     cfg, out = built
-    ruby = shutil.which("ruby")
-    if not ruby:
-        pytest.fail("ruby is missing: apt-get install -y ruby")
+    ruby = system_tool("ruby")
     from k4w import profiles
 
     for box in cfg.boxes():
