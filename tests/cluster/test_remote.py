@@ -1,5 +1,6 @@
-"""cluster-up through the real python-vagrant driver and VagrantRemote, with a recorded fake
-`vagrant` executable first on PATH: the exact argv that reaches Vagrant is what is asserted."""
+"""VagrantRemote and the python-vagrant driver, driven by cluster-up, with the fake `vagrant`
+executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches Vagrant is what
+is asserted."""
 
 from __future__ import annotations
 

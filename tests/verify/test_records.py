@@ -1,4 +1,5 @@
-"""Results: counted honestly, recorded into the build record's `test` slot, summarised."""
+"""Results: counted honestly (specrun), recorded into the build record's `test` slot (records),
+summarised (report)."""
 
 from __future__ import annotations
 

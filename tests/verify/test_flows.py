@@ -7,65 +7,20 @@ tests check that failures are recorded and reported, and that the VM is destroye
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from k4w import config, render
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
-from k4w.verify import flows, throwaway
+from k4w.verify import flows
 from tests.fakes.vagrant import VagrantOnPath
-from tests.helpers import system_tool
-
 
 
 @pytest.fixture
 def fake_vagrant(tmp_path, monkeypatch, closed_port) -> VagrantOnPath:
     monkeypatch.setenv("FAKE_VAGRANT_TARGET_PORT", str(closed_port))
     return VagrantOnPath(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def built(tmp_path):
-    """A rendered OUT with a box catalogue and a build record, as the build runner leaves them."""
-    cfg = config.load(ROOT / "cluster.yml")
-    out = tmp_path / "build"
-    render.render(cfg, out)
-    boxes = out / "boxes"
-    boxes.mkdir()
-    for box in cfg.boxes():
-        versions = [{"version": v, "providers": [{"name": "hyperv", "url": "file:///x.box"}]} for v in ("20261120.101010", "20261121.090000")]
-        (boxes / f"{box}.json").write_text(json.dumps({"name": f"k4w/{box}", "versions": versions}))
-        (boxes / f"{box}.record.json").write_text(json.dumps({"box": box, "version": "20261121.090000", "test": None}))
-    return cfg, out
-
-
-def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
-    cfg, out = built
-    ruby = system_tool("ruby")
-    from k4w import profiles
-
-    for box in cfg.boxes():
-        profile = profiles.load(box)
-        ref = throwaway.box_ref(out, profile)
-        assert (ref.name, ref.version) == (f"k4w/{box}", "20261121.090000")
-        text = throwaway.vagrantfile(ref, profile, "k4w-test-it's", "Default Switch")
-        path = tmp_path / f"{box}.Vagrantfile"
-        path.write_text(text)
-        proc = subprocess.run([ruby, "-c", str(path)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        assert "config.vm.box_version = '20261121.090000'" in text
-        assert "hv.vmname = 'k4w-test-it\\'s'" in text
-        assert ("config.ssh.insert_key = false" in text) is (not profile.is_windows)
-
-
-def test_box_without_a_catalogue_names_the_build_task(tmp_path):
-    from k4w import profiles
-
-    with pytest.raises(K4wError, match="invoke build-windows"):
-        throwaway.box_ref(tmp_path, profiles.load("windows-1803"))
 
 
 def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant):

@@ -1,4 +1,5 @@
-"""The live specs never report a check as passed, or skipped, that did not run."""
+"""The live specs' plugin (k4w/verify/specs/conftest.py): no check is reported as passed, or
+skipped, that did not run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The guest scripts and the Vagrantfile, checked by the programs that read them."""
+"""The cluster-stage guest scripts (guest/<os>/cluster/, guest/windows/node/start-node.ps1),
+checked by the programs that read them and against what they must do."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import subprocess
 import pytest
 
 from k4w.validate import powershell_rules as powershell
-from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
 from tests.helpers import ROOT, system_tool
 
 POWERSHELL = [
@@ -205,58 +205,3 @@ def test_flanneld_restart_happens_once_and_only_behind_the_1168_match():
 def test_start_node_sets_nssm_parameters_only_when_they_differ():
     assert "if ((Get-NssmParameter $Service 'AppParameters') -ne $wantedParameters)" in START_NODE
     assert "-Type ExpandString" in START_NODE and "-Type MultiString" in START_NODE
-
-
-# ------------------------------------------------------------------ Vagrantfile
-
-def test_vagrantfile_is_valid_ruby():
-    ruby = system_tool("ruby")
-    proc = subprocess.run([ruby, "-c", str(ROOT / "vagrant" / "Vagrantfile")], capture_output=True, text=True)
-    assert proc.returncode == 0 and "Syntax OK" in proc.stdout, proc.stderr
-
-
-def test_vagrant_validate_accepts_a_linux_only_cluster(tmp_path):
-    vagrant = system_tool("vagrant")
-    out = tmp_path / "build"
-    render_to(out, LINUX_ONLY_VXLAN)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "K4W_CLUSTER_JSON": str(out / "vagrant" / "cluster.json"),
-           "VAGRANT_DOTFILE_PATH": str(tmp_path / "dot"), "VAGRANT_CHECKPOINT_DISABLE": "1"}
-    # --ignore-provider: the hyperv provider refuses Linux hosts and libvirt needs a running libvirtd;
-    # the core config (boxes, networks, triggers, synced folders) is still validated.
-    proc = subprocess.run([vagrant, "validate", "--ignore-provider"], cwd=ROOT / "vagrant", env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "Vagrantfile validated successfully." in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_vagrantfile_reads_every_cluster_json_field_it_needs(default_render):
-    _, out = default_render
-    data = json.loads((out / "vagrant" / "cluster.json").read_text())
-    text = (ROOT / "vagrant" / "Vagrantfile").read_text()
-    for key in ("management_switch", "cluster_switch", "cluster"):
-        assert (f'CLUSTER.fetch("{key}")' in text or f"CLUSTER.fetch('{key}')" in text) and key in data
-    for key in ("name", "vmname", "box", "box_catalogue", "os", "cpus", "memory"):
-        assert f'm.fetch("{key}")' in text or f"m.fetch('{key}')" in text
-        assert key in data["machines"][0]
-    assert "h.linked_clone = true" in text and "MacAddressSpoofing" in text and 'communicator = "winrm"' in text
-
-
-def test_vagrant_trigger_powershell_parses_and_is_idempotent(tmp_path, default_render):
-    ruby = system_tool("ruby")
-    _, out = default_render
-    probe = tmp_path / "probe.rb"
-    # Load the real Vagrantfile with Vagrant.configure stubbed, then print the trigger script for
-    # a switch name that needs escaping.
-    probe.write_text(
-        "module Vagrant; def self.configure(*); end; end\n"
-        f"load {json.dumps(str(ROOT / 'vagrant' / 'Vagrantfile'))}\n"
-        "print attach_cluster_nic_script(\"k4w-worker-win\", \"it's $(x)\", true)\n"
-    )
-    env = {"PATH": "/usr/bin:/bin", "K4W_CLUSTER_JSON": str(out / "vagrant" / "cluster.json")}
-    proc = subprocess.run([ruby, str(probe)], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    script = proc.stdout
-    assert powershell.parse_text_errors(script) == []
-    assert "-SwitchName 'it''s $(x)'" in script
-    # attach only when absent, spoofing set only when different
-    assert script.index("if ($null -eq $nic)") < script.index("Add-VMNetworkAdapter")
-    assert "if ($nic.MacAddressSpoofing -ne $spoofing)" in script and "$spoofing = 'On'" in script

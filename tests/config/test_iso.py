@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from k4w import iso, profiles
+from tests.bake.conftest import repo  # noqa: F401 - the build tests' miniature repository, ISOs included
 
 
 def _sha(path) -> str:
