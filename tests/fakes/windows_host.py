@@ -100,7 +100,7 @@ def _box_state(defect: str | None) -> dict:
             state["services"]["kubelet"]["start_type"] = "Automatic"
         elif name == "nssm_console":  # a service registered without AppNoConsole
             state["nssm"]["flanneld"]["no_console"] = None
-        elif name == "seed_000_order":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
+        elif name == "kube_proxy_before_flanneld":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
             state["services"]["kube-proxy"]["depends_on"] = ["kubelet"]
             state["services"]["flanneld"]["depends_on"] = ["kube-proxy"]
         elif name == "task_without_log":  # the boot task as before: -File, output lost
