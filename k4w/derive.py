@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from .config import Config, Node
 
 API_PORT = 6443  # kube-apiserver secure port, kubeadm default
-# Microsoft's Flannel vxlan on Windows only works with VNI 4096 and UDP 4789
-# (Flannel's Windows docs; "Flannel and Windows networking facts" in REFERENCE.md).
+# Microsoft's Flannel vxlan on Windows only works with VNI 4096 and UDP 4789 (kubernetes/website
+# @014f73f, content/en/docs/setup/production-environment/windows/intro-windows-in-kubernetes.md,
+# "CNI plugin limitations").
 VXLAN_VNI = 4096
 VXLAN_PORT = 4789
 

@@ -80,7 +80,7 @@ def _load(name: str, box_dirs: tuple[Path, ...]) -> Profile:
     return Profile(name=name, path=path, data=Attr.wrap(raw))
 
 
-# Any one of these proves a download is the file we meant (DESIGN: every download is checksum-verified).
+# Any one of these proves a download is the file we meant (README.md, Boxes: a download without one is refused).
 CHECKSUM_KEYS = ("sha256", "sha256_url", "sha512")
 
 

@@ -6,7 +6,7 @@ import shutil
 
 from .errors import ToolMissing
 
-# The command a Debian/Ubuntu user runs to get each program (scripts/install-deps.sh does all).
+# The command a Debian/Ubuntu user runs to get each program (scripts/setup.sh runs those a Linux host needs).
 INSTALL = {
     "packer": "apt-get install -y packer   (or https://developer.hashicorp.com/packer/install)",
     "vagrant": "apt-get install -y vagrant",

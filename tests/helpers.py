@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from k4w import sources
+from k4w import sources, tools
+from k4w.errors import ToolMissing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,6 +74,18 @@ def use_sources(monkeypatch, **changes) -> sources.Sources:
     return new
 
 
+def system_tool(name: str) -> str:
+    """A program scripts/setup.sh installs with apt (packer, vagrant, shellcheck, ruby, ...).
+
+    Found the way k4w finds it (k4w.tools.require). A missing one FAILS the test, naming the
+    install command, and never skips it: in CI a skipped check reads like a passed one.
+    """
+    try:
+        return tools.require(name)
+    except ToolMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
 def venv_tool(name: str) -> str:
     """A console script installed into this interpreter's environment by scripts/setup.sh.
 
@@ -80,7 +94,5 @@ def venv_tool(name: str) -> str:
     """
     path = Path(sys.executable).parent / name
     if not os.access(path, os.X_OK):
-        import pytest
-
         pytest.fail(f"{name} is not installed in {path.parent}: run bash scripts/setup.sh")
     return str(path)

@@ -1,6 +1,6 @@
 """`invoke network-up`: the cluster switch, its host gateway address and its NetNat, on Hyper-V.
 
-DESIGN "Networking on Hyper-V": each VM's cluster NIC sits on an Internal switch; the host's
+README.md "First cluster on Hyper-V": each VM's cluster NIC sits on an Internal switch; the host's
 vNIC on it holds the gateway address (first host of network.node_cidr) and a NetNat gives the
 nodes outbound access through it. The PowerShell is generated here (values escaped with the
 `ps` filter's function) and is idempotent: every object is created only if absent, and an

@@ -1,4 +1,4 @@
-"""Check every rendered artifact with the program that will consume it (DESIGN, Verification)."""
+"""Check every rendered artifact with the program that will consume it (README.md, Verification)."""
 
 from __future__ import annotations
 

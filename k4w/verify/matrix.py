@@ -1,7 +1,7 @@
 """The connectivity matrix: every network path a hybrid cluster must (or cannot) carry, as data.
 
-Rows follow the checklist of seed 000 (kubernetes-for-windows README, "Known issues" item 2)
-plus the documented Windows NodePort limitation. The cluster spec parametrizes one test per
+Rows follow the checklist of ptylenda/kubernetes-for-windows@71843a4 README.md ("Known issues and
+limitations" item 2) plus the documented Windows NodePort limitation. The cluster spec parametrizes one test per
 row; a row whose known issue applies to this cluster is expected to fail (strict: if it ever
 starts working, the run fails until the table is updated).
 

@@ -1,15 +1,11 @@
 """Fixtures for the build-runner tests: a scratch copy of a miniature repository, small
-ISO files with known checksums, a config, and a fake `packer` first on PATH."""
+ISO files with known checksums, a config, and the fake `packer` (tests/fakes/packer.py) first on PATH."""
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
-import os
 import shutil
-import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +13,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k4w import config, iso, profiles, render
+from k4w import config, profiles
+from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAKE_PACKER = Path(__file__).parent / "fake_packer.py"
 PROXY_PASSWORD = "Pr0xyS3cret"
 PROXY = f"http://builder:{PROXY_PASSWORD}@proxy.corp.example:3128"
 
@@ -77,46 +73,9 @@ def repo(tmp_path, monkeypatch) -> Repo:
     profiles._load.cache_clear()
 
 
-class FakePacker:
-    def __init__(self, tmp_path: Path, monkeypatch, repo_root: Path):
-        self.bin = tmp_path / "bin"
-        self.bin.mkdir()
-        self.calls_file = tmp_path / "packer-calls.jsonl"
-        self.scenarios_file = tmp_path / "packer-scenarios.json"
-        self.scenarios: dict = {}
-        self._launcher("packer", f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_PACKER}" "$@"\n')
-        # cd_files needs an ISO authoring tool on PATH; the fake build never runs it.
-        self._launcher("xorriso", "#!/bin/sh\nexit 0\n")
-        monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ['PATH']}")
-        monkeypatch.setenv("FAKE_PACKER_CALLS", str(self.calls_file))
-        monkeypatch.setenv("FAKE_PACKER_SCENARIOS", str(self.scenarios_file))
-        monkeypatch.setenv("FAKE_PACKER_ROOT", str(repo_root))
-        # A user's debug setting must not reach the build (the runner removes it).
-        monkeypatch.setenv("PACKER_LOG", "1")
-
-    def _launcher(self, name: str, text: str) -> None:
-        path = self.bin / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-
-    def scenario(self, box: str, transcript: str, exit: int = 0, write_box: bool = True, line_delay: float = 0.0,
-                 wait_for_interrupt: bool = False) -> None:
-        self.scenarios[box] = {"transcript": transcript, "exit": exit, "write_box": write_box, "line_delay": line_delay,
-                               "wait_for_interrupt": wait_for_interrupt}
-        self.scenarios_file.write_text(json.dumps(self.scenarios))
-
-    def calls(self) -> list[dict]:
-        if not self.calls_file.exists():
-            return []
-        return [json.loads(line) for line in self.calls_file.read_text().splitlines()]
-
-    def builds(self) -> list[dict]:
-        return [c for c in self.calls() if c["argv"][:1] == ["build"]]
-
-
 @pytest.fixture()
-def fake_packer(tmp_path, monkeypatch, repo) -> FakePacker:
-    return FakePacker(tmp_path, monkeypatch, repo.root)
+def fake_packer(tmp_path, monkeypatch, repo) -> PackerOnPath:
+    return PackerOnPath(tmp_path, monkeypatch, repo.root)
 
 
 class CapturedConsole(Console):

@@ -7,10 +7,12 @@ test's captured output nowhere).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from k4w import sources
-from tests.e2e.harness.run import E2E_BOXES
+from tests.e2e.harness.run import E2E_BOXES, SBIN
 from tests.helpers import use_sources
 
 _REPORTS: list[tuple[str, list[str]]] = []
@@ -31,6 +33,14 @@ def e2e_box_profile(monkeypatch):
     """The CI-only profile lives under tests/, not boxes/: resolve it here and in child processes."""
     monkeypatch.setenv(sources.BOX_DIRS_ENV, str(E2E_BOXES))
     use_sources(monkeypatch, box_folders=(E2E_BOXES,))
+
+
+@pytest.fixture(autouse=True)
+def sbin_on_path(monkeypatch):
+    """apt installs squid and debootstrap into sbin folders, which a non-root user's PATH
+    lacks: search them too, as the harness does (run.SBIN)."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    monkeypatch.setenv("PATH", os.pathsep.join(folders + [f for f in SBIN.split(":") if f not in folders]))
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -1,4 +1,5 @@
-"""Helpers for the infra unit tests: run a live spec in a child pytest and read its result."""
+"""Fixtures for the verify tests: run a live spec in a child pytest and read its result, and an
+OUT as the build runner leaves it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from k4w import sources
+from k4w import config as config_mod, render, sources
 from k4w.sources import REPO_ROOT as ROOT
 
 SPECS = ROOT / "k4w" / "verify" / "specs"
@@ -64,6 +65,21 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def built(tmp_path):
+    """A rendered OUT with a box catalogue and a build record, as the build runner leaves them."""
+    cfg = config_mod.load(ROOT / "cluster.yml")
+    out = tmp_path / "build"
+    render.render(cfg, out)
+    boxes = out / "boxes"
+    boxes.mkdir()
+    for box in cfg.boxes():
+        versions = [{"version": v, "providers": [{"name": "hyperv", "url": "file:///x.box"}]} for v in ("20261120.101010", "20261121.090000")]
+        (boxes / f"{box}.json").write_text(json.dumps({"name": f"k4w/{box}", "versions": versions}))
+        (boxes / f"{box}.record.json").write_text(json.dumps({"box": box, "version": "20261121.090000", "test": None}))
+    return cfg, out
 
 
 @pytest.fixture

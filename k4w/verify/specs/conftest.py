@@ -1,6 +1,6 @@
 """Live testinfra specs: the box specs (test_ubuntu_box.py, test_windows_box.py) and the
 cluster spec (test_cluster_*.py). They check real guests, so they need a target and are not
-part of the default `pytest` run (tests/conftest.py ignores this folder).
+part of the default `pytest` run (testpaths in pyproject.toml; tests/cli/test_collection.py checks).
 
 Run them through `invoke test-box BOX` / `invoke cluster-test`, or by hand, e.g.:
   pytest k4w/verify/specs/test_ubuntu_box.py --hosts=ssh://master --ssh-config=ssh.cfg \

@@ -18,19 +18,21 @@ pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("windows")]
 K_DIR = "C:\\k"  # docs/internals.md: the box installs guest/windows/node/ into C:\k (K4W_NODE_DIR)
 RELEASE_FILE = K_DIR + "\\box-release.json"
 NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
-# Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not seed 000's 2018
-# order: kernelspace kube-proxy needs the HNS network flanneld creates, see start-node.ps1 step 4): each service depends on the one before it.
+# Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not the 2018 order of
+# ptylenda/kubernetes-for-windows@71843a4 README.md: kernelspace kube-proxy needs the HNS network
+# flanneld creates, see start-node.ps1 step 4): each service depends on the one before it.
 DEPENDS_ON = {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
 NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
-# Inbound ports (REFERENCE.md "Flannel and Windows networking facts"): kubelet API (kubelet
-# --port default 10250), Flannel vxlan (UDP 4789), NodePort range for TCP and UDP services
+# Inbound ports: kubelet API (kubelet --port default 10250), Flannel vxlan (UDP 4789, VXLAN_PORT in
+# k4w/derive.py), NodePort range for TCP and UDP services
 # (kube-apiserver --service-node-port-range default 30000-32767).
 FIREWALL_PORTS = (("TCP", "10250"), ("UDP", "4789"), ("TCP", "30000-32767"), ("UDP", "30000-32767"))
 FIREWALL_PROFILES = ("Domain", "Private", "Public")
-# Defender exclusions (seed 000 "Additional notes about windows performance"): Docker's data
-# root, C:\k and the node processes, so real-time scanning does not stall image extraction.
+# Defender exclusions (ptylenda/kubernetes-for-windows@71843a4 README.md, "Additional notes about
+# windows performance"): Docker's data root, C:\k and the node processes, so real-time scanning
+# does not stall image extraction.
 DEFENDER_PATHS = ("C:\\ProgramData\\docker", K_DIR)
 DEFENDER_PROCESSES = ("dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe")
 # Kubernetes node binaries in C:\k (kubernetes-node-windows-amd64.tar.gz) and how each reports

@@ -201,7 +201,7 @@ def test_boot_task_appends_start_node_output_to_its_log_and_keeps_the_exit_code(
     # The idempotency check compares exactly these arguments, so an old -File task is replaced.
     assert "$existing.Actions[0].Arguments -eq $arguments" in script
     # The simulated box the Windows spec runs against registers the same action.
-    from tests.verify.fake_windows import _box_state
+    from tests.fakes.windows_host import _box_state
 
     assert _box_state(None)["task_actions"] == [
         "C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe " + arguments]

@@ -1,10 +1,14 @@
-"""packer_preflight: what `invoke doctor` reports before a long build."""
+"""packer_cli: what `invoke doctor` reports before a long build (packer_preflight), and the
+version read from the real packer."""
 
 from __future__ import annotations
 
 import os
 
-from k4w.bake import packer_preflight
+import pytest
+
+from k4w.bake import packer_cli, packer_preflight
+from tests.helpers import system_tool
 
 HYPERV_TEMPLATE = {
     "builders": [{"type": "hyperv-iso", "cd_files": ["Autounattend.xml"]}],
@@ -65,3 +69,9 @@ def test_without_templates_doctor_gets_the_hyperv_box_needs(fake_packer, monkeyp
     monkeypatch.setenv("FAKE_PACKER_VERSION", "1.10.0")
     problems = packer_preflight()
     assert [p.rsplit(" ", 1)[1] for p in problems] == ["github.com/hashicorp/hyperv", "github.com/hashicorp/vagrant"]
+
+
+@pytest.mark.tools
+def test_real_packer_version_is_read(tmp_path):
+    system_tool("packer")
+    assert packer_cli.packer_version() >= packer_cli.MIN_VERSION

@@ -1,49 +1,29 @@
-"""cluster-up through the real python-vagrant driver and VagrantRemote, with a recorded fake
-`vagrant` executable first on PATH: the exact argv that reaches Vagrant is what is asserted."""
+"""VagrantRemote and the python-vagrant driver, driven by cluster-up, with the fake `vagrant`
+executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches Vagrant is what
+is asserted."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
 from k4w.cluster import machines, up as up_mod
 from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
 from k4w.errors import K4wError
-from tests.cluster.fakes import FakeClock
-
-FAKES = Path(__file__).parent / "fakes"
+from k4w.validate.powershell_rules import parse_text_errors
+from tests.fakes.cluster_world import FakeClock
+from tests.fakes.vagrant import VagrantOnPath
 
 
 @pytest.fixture
 def fake_vagrant(default_render, tmp_path, monkeypatch):
     cfg, out = default_render
-    state_dir = tmp_path / "fake-vagrant"
-    state_dir.mkdir()
-    log = state_dir / "log.jsonl"
-    # The fake, with this interpreter in its shebang (a pyenv/venv shim would cost ~0.2 s a call).
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "vagrant"
-    source = (FAKES / "vagrant").read_text().split("\n", 1)[1]
-    exe.write_text(f"#!{sys.executable} -S\nimport sys; sys.path.insert(0, {str(FAKES)!r})\n" + source)
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_VAGRANT_DIR", str(state_dir))
-    monkeypatch.setenv("FAKE_VAGRANT_LOG", str(log))
 
-    class Fake:
+    class Fake(VagrantOnPath):
         def __init__(self):
-            self.cfg, self.out, self.dir, self.log_path, self.exe = cfg, out, state_dir, log, exe
-
-        def calls(self) -> list[list[str]]:
-            return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-        def scenario(self, data: dict) -> None:
-            (state_dir / "scenario.json").write_text(json.dumps(data))
+            super().__init__(tmp_path, monkeypatch)
+            self.cfg, self.out = cfg, out
 
         def up(self, **kw):
             return up_mod.cluster_up(cfg, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
@@ -53,7 +33,7 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
 
 def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
     fake_vagrant.up()
-    calls = fake_vagrant.calls()
+    calls = fake_vagrant.argvs()
     verbs = [c[0] for c in calls]
     assert verbs[0] == "status" and verbs[1] == "up" and calls[1][1:] == ["--provider=hyperv"]
     ssh = [c for c in calls if c[0] == "ssh"]
@@ -70,9 +50,9 @@ def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
 
 def test_second_run_sends_only_status_checks(fake_vagrant):
     fake_vagrant.up()
-    before = len(fake_vagrant.calls())
+    before = len(fake_vagrant.argvs())
     fake_vagrant.up()
-    second = fake_vagrant.calls()[before:]
+    second = fake_vagrant.argvs()[before:]
     assert [c[0] for c in second] == ["status", "ssh"]
     assert second[1][-1] == "kubectl get nodes -o json"
 
@@ -106,9 +86,7 @@ def test_linux_failure_keeps_the_real_exit_code_and_redacts_the_proxy_password(f
 
 def test_powershell_wrapper_reports_native_exit_codes_and_exceptions():
     wrapped = powershell_wrapper("& 'C:\\k4w\\x.ps1' -A 'b'")
-    from tests.cluster.pwsh_parse import parse_errors
-
-    assert parse_errors(wrapped) == []
+    assert parse_text_errors(wrapped) == []
     assert "k4w-exit-code:" in wrapped and "catch" in wrapped
 
 

@@ -1,4 +1,5 @@
-"""Bad cluster.yml: the real `invoke render` fails, names the field and line, and leaves --out untouched."""
+"""The CLI on a bad cluster.yml: the real `invoke render` fails, names the field and line, and
+leaves --out untouched."""
 
 import re
 

@@ -1,4 +1,8 @@
-"""What a healthy cluster answers, shared by the fake vagrant executable and FakeRemote.
+"""What the guests of a healthy cluster answer: part of the stand-ins for Vagrant and the guests.
+
+Shared by the fake `vagrant` executable (vagrant.py) and the in-process FakeRemote
+(cluster_world.py), so both fakes answer alike. Kept to the standard library: the fake
+executable imports it under `python -S`.
 
 Scenario (a dict, stored as JSON for the executable):
 - "fail": [{"pattern": regex on the command, "times": n, "exit": code, "output": text}] injects

@@ -11,7 +11,7 @@ import yaml
 from k4w import config as config_mod
 from k4w.cluster import network
 from k4w.errors import K4wError
-from tests.cluster.pwsh_parse import parse_errors
+from k4w.validate import powershell_rules as powershell
 from tests.helpers import config_dict
 
 
@@ -21,9 +21,7 @@ def cfg_with(**overrides):
 
 def test_script_parses_and_carries_the_config_values(tmp_path):
     script = network.network_up_script(cfg_with())
-    assert parse_errors(script) == []
-    from k4w.validate import powershell_rules as powershell
-
+    assert powershell.parse_text_errors(script) == []
     generated = tmp_path / "network-up.ps1"
     generated.write_text(script)
     assert powershell.lint_errors(generated) == []
@@ -62,7 +60,7 @@ def test_values_are_escaped_for_powershell():
     cfg = cfg_with(**{"hyperv.cluster_switch": "it's $(evil)"})
     script = network.network_up_script(cfg)
     assert "$SwitchName = 'it''s $(evil)'" in script
-    assert parse_errors(script) == []
+    assert powershell.parse_text_errors(script) == []
 
 
 def test_other_cluster_names_and_cidrs_flow_through():
@@ -97,4 +95,4 @@ def test_refuses_clearly_on_a_non_windows_host():
 
 def test_switch_check_script_parses():
     script = network.switch_check_script(cfg_with())
-    assert parse_errors(script) == [] and re.search(r"exit 3", script)
+    assert powershell.parse_text_errors(script) == [] and re.search(r"exit 3", script)

@@ -1,4 +1,5 @@
-"""Results: counted honestly, recorded into the build record's `test` slot, summarised."""
+"""Results: counted honestly (specrun), recorded into the build record's `test` slot (records),
+summarised (report)."""
 
 from __future__ import annotations
 
@@ -73,10 +74,10 @@ def test_a_corrupt_build_record_is_not_overwritten(tmp_path):
 def test_summary_table_lists_failures_expected_failures_and_deselections():
     ok = _result(passed=9)
     bad = _result(passed=20, failed=1, xfailed=2)
-    bad["expected_failures"] = [{"test": "test_path[win-pod->external:nat]", "reason": "seed 000"}]
+    bad["expected_failures"] = [{"test": "test_path[win-pod->external:nat]", "reason": "no outbound NAT from Windows pods"}]
     text = report.markdown({"nodes ubuntu-1604": ok, "cluster": bad}, "k4w cluster-test", "now")
     assert "| nodes ubuntu-1604 | passed | 9 | 0 | 0 | 0 | 1 | junit.xml |" in text
     assert "| cluster | failed | 20 | 1 | 0 | 2 | 1 | junit.xml |" in text
     assert "- cluster: `t0`" in text
-    assert "- cluster: `test_path[win-pod->external:nat]`: seed 000" in text
+    assert "- cluster: `test_path[win-pod->external:nat]`: no outbound NAT from Windows pods" in text
     assert "- cluster: kubernetes_binaries (1): CI: dl.k8s.io unreachable" in text

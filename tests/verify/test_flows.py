@@ -7,90 +7,29 @@ tests check that failures are recorded and reported, and that the VM is destroye
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from k4w import config, render
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
-from k4w.verify import flows, throwaway
-
-FAKE = Path(__file__).parent / "fake_vagrant.py"
+from k4w.verify import flows
+from tests.fakes.vagrant import VagrantOnPath
 
 
 @pytest.fixture
-def fake_vagrant(tmp_path, monkeypatch, closed_port):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "vagrant"
-    exe.write_text(f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(FAKE)!r}, run_name='__main__')\n")
-    exe.chmod(0o755)
-    log = tmp_path / "vagrant-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_VAGRANT_LOG", str(log))
+def fake_vagrant(tmp_path, monkeypatch, closed_port) -> VagrantOnPath:
     monkeypatch.setenv("FAKE_VAGRANT_TARGET_PORT", str(closed_port))
-
-    def calls():
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-
-    return calls
-
-
-@pytest.fixture
-def built(tmp_path):
-    """A rendered OUT with a box catalogue and a build record, as the build runner leaves them."""
-    cfg = config.load(ROOT / "cluster.yml")
-    out = tmp_path / "build"
-    render.render(cfg, out)
-    boxes = out / "boxes"
-    boxes.mkdir()
-    for box in cfg.boxes():
-        versions = [{"version": v, "providers": [{"name": "hyperv", "url": "file:///x.box"}]} for v in ("20261120.101010", "20261121.090000")]
-        (boxes / f"{box}.json").write_text(json.dumps({"name": f"k4w/{box}", "versions": versions}))
-        (boxes / f"{box}.record.json").write_text(json.dumps({"box": box, "version": "20261121.090000", "test": None}))
-    return cfg, out
-
-
-def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
-    cfg, out = built
-    ruby = shutil.which("ruby")
-    if not ruby:
-        pytest.fail("ruby is missing: apt-get install -y ruby")
-    from k4w import profiles
-
-    for box in cfg.boxes():
-        profile = profiles.load(box)
-        ref = throwaway.box_ref(out, profile)
-        assert (ref.name, ref.version) == (f"k4w/{box}", "20261121.090000")
-        text = throwaway.vagrantfile(ref, profile, "k4w-test-it's", "Default Switch")
-        path = tmp_path / f"{box}.Vagrantfile"
-        path.write_text(text)
-        proc = subprocess.run([ruby, "-c", str(path)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        assert "config.vm.box_version = '20261121.090000'" in text
-        assert "hv.vmname = 'k4w-test-it\\'s'" in text
-        assert ("config.ssh.insert_key = false" in text) is (not profile.is_windows)
-
-
-def test_box_without_a_catalogue_names_the_build_task(tmp_path):
-    from k4w import profiles
-
-    with pytest.raises(K4wError, match="invoke build-windows"):
-        throwaway.box_ref(tmp_path, profiles.load("windows-1803"))
+    return VagrantOnPath(tmp_path, monkeypatch)
 
 
 def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant):
     cfg, out = built
     with pytest.raises(K4wError, match="box ubuntu-1604: 0 failed, \\d+ errors"):
         flows.test_box(cfg, "ubuntu-1604", out)
-    commands = [c["argv"][0] for c in fake_vagrant()]
+    commands = [c["argv"][0] for c in fake_vagrant.calls()]
     assert commands == ["up", "ssh-config", "destroy"]
-    workdir = Path(fake_vagrant()[0]["cwd"])
+    workdir = Path(fake_vagrant.calls()[0]["cwd"])
     assert not workdir.exists()  # removed once the VM is destroyed
     record = json.loads((out / "boxes" / "ubuntu-1604.record.json").read_text())
     assert record["box"] == "ubuntu-1604"  # the build runner's fields stay
@@ -102,10 +41,10 @@ def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant
 
 def test_test_box_destroys_the_vm_when_it_does_not_boot(built, fake_vagrant, monkeypatch):
     cfg, out = built
-    monkeypatch.setenv("FAKE_VAGRANT_UP_RC", "1")
+    fake_vagrant.scenario({"fail": [{"pattern": "^up", "exit": 1, "output": "Hyper-V import failed"}]})
     with pytest.raises(K4wError, match="could not run"):
         flows.test_box(cfg, "windows-1803", out)
-    assert [c["argv"] for c in fake_vagrant()] == [["up", "--provider", "hyperv"], ["destroy", "--force"]]
+    assert [c["argv"] for c in fake_vagrant.calls()] == [["up", "--provider", "hyperv"], ["destroy", "--force"]]
     test = json.loads((out / "boxes" / "windows-1803.record.json").read_text())["test"]
     assert test["result"] == "failed" and "vagrant up --provider hyperv exited 1" in test["error"]
 
@@ -124,7 +63,7 @@ def test_cluster_test_runs_every_suite_and_writes_the_summary(built, fake_vagran
     cfg, out = built
     with pytest.raises(K4wError, match="cluster-test: .* did not pass"):
         flows.cluster_test(cfg, out)
-    calls = fake_vagrant()
+    calls = fake_vagrant.calls()
     assert [c["argv"] for c in calls] == [["ssh-config", "master", "worker-linux"], ["winrm-config", "worker-win"]]
     assert all(c["cluster_json"] == str(out / "vagrant" / "cluster.json") for c in calls)
     assert all(Path(c["cwd"]) == ROOT / "vagrant" for c in calls)

@@ -1,4 +1,4 @@
-"""The Windows box spec, run for real against a simulated healthy 1803 node (fake_windows):
+"""The Windows box spec, run for real against a simulated healthy 1803 node (tests/fakes/windows_host.py):
 it passes a good box and fails exactly the check a planted defect breaks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 HOST = "--hosts=fakewin://worker-win"
-PLUGIN = ["-p", "tests.verify.fake_windows"]
+PLUGIN = ["-p", "tests.fakes.windows_host"]
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_planted_defects_fail_their_checks_only(run_windows_spec):
 
 
 def test_node_runtime_defects_fail_their_checks_only(run_windows_spec):
-    run = run_windows_spec("nssm_console,seed_000_order,task_without_log")
+    run = run_windows_spec("nssm_console,kube_proxy_before_flanneld,task_without_log")
     assert run.proc.returncode == 1
     assert sorted(set(_failed(run))) == ["test_node_service_gets_no_console", "test_node_service_installed_after_its_dependency",
                                          "test_node_start_task_runs_start_node_at_boot"]

@@ -14,6 +14,7 @@ from k4w import iso, profiles
 from k4w.bake import commands
 from k4w.errors import K4wError
 from rich.console import Console
+from tests.bake.conftest import repo  # noqa: F401 - the build tests' miniature repository, ISOs included
 
 
 def _sha(path) -> str:

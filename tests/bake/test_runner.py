@@ -1,4 +1,6 @@
-"""build_box / build_boxes against a fake `packer` replaying recorded transcripts."""
+"""build_box / build_boxes against the fake `packer` replaying recorded transcripts; the
+repository's real Packer templates keep the interface the runner relies on (docs/internals.md);
+and one build through real Packer and real Vagrant."""
 
 from __future__ import annotations
 
@@ -12,12 +14,16 @@ import subprocess
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from k4w import render
-from k4w.bake import BuildFailed, build_box, build_boxes
+from k4w import config, profiles, render
+from k4w.bake import BuildFailed, build_box, build_boxes, packer_cli
+from k4w.bake.transcript import plan_steps
+from k4w.sources import REPO_ROOT as ROOT
+from tests.helpers import system_tool
 
 from .conftest import PROXY, PROXY_PASSWORD
 
@@ -255,3 +261,102 @@ def test_terminal_gets_a_live_status_table(repo, fake_packer):
     assert "\x1b[" in screen  # cursor control: the table is redrawn in place
     assert re.search(r"windows-1803\s+\d\dm\d\ds\s+4/4\s+built in", screen)
     assert "WARNING: the feature Containers needs a restart" in screen  # stderr lines scroll above it
+
+
+# ------------------------------------------------------------------ the real templates
+# Rendered in memory from the repository's own cluster.yml: where the box and the VM go, how
+# the Windows password arrives, and that every provisioner announces itself so "step N of M"
+# is right.
+
+OUT = Path("/nonexistent/k4w-out")  # rendered in memory only
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, str]:
+    return render.render_files(config.load(ROOT / "cluster.yml"), OUT, secrets_for=None)
+
+
+@pytest.fixture(scope="module")
+def boxes() -> list[str]:
+    return config.load(ROOT / "cluster.yml").boxes()
+
+
+def test_box_and_vm_go_where_the_runner_looks(rendered, boxes):
+    for box in boxes:
+        template = json.loads(rendered[f"packer/{box}.json"])
+        outputs = [pp.get("output") for pp in template.get("post-processors", []) if isinstance(pp, dict) and pp.get("type") == "vagrant"]
+        assert outputs == [f"{OUT}/boxes/.partial/{box}-{{{{.Provider}}}}.box"], box
+        for builder in template["builders"]:
+            assert builder.get("output_directory") == f"{OUT}/packer-vm/{box}", box
+
+
+def test_windows_password_comes_from_the_environment_only(rendered, boxes):
+    for box in boxes:
+        if not profiles.load(box).is_windows:
+            continue
+        text = rendered[f"packer/{box}.json"]
+        template = json.loads(text)
+        variables = {k: v for k, v in template.get("variables", {}).items() if "K4W_ADMIN_PASSWORD" in v}
+        assert variables and set(variables) <= set(template.get("sensitive-variables", [])), box
+        assert render.PLACEHOLDER_SECRETS["admin_password"] not in text
+
+
+def test_every_provisioner_announces_itself(rendered, boxes):
+    for box in boxes:
+        total, markers = plan_steps(json.loads(rendered[f"packer/{box}.json"]))
+        assert total > 0
+        assert {m.step for m in markers} == set(range(1, total + 1)), f"{box}: a provisioner type the progress view cannot see"
+
+
+# ------------------------------------------------------------------ real Packer and Vagrant
+
+
+REAL_BUILD_TEMPLATE = """{
+  "builders": [{"type": "null", "name": "hyperv-iso", "communicator": "none"}],
+  "provisioners": [
+    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/base.sh"},
+    {"type": "shell-local", "inline": ["echo proxy is << proxy.http or 'none' >>"]}
+  ],
+  "post-processors": [
+    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/make-box.sh",
+     "environment_vars": ["K4W_BOX_OUT=<< paths.boxes >>/.partial/<< box.name >>-libvirt.box"]}
+  ]
+}
+"""
+
+MAKE_BOX = """#!/usr/bin/env bash
+set -euo pipefail
+trap 'echo "make-box.sh: line $LINENO: $BASH_COMMAND failed" >&2' ERR
+work=$(mktemp -d)
+printf '{"provider": "libvirt"}' > "$work/metadata.json"
+mkdir -p "$(dirname "$K4W_BOX_OUT")"
+tar czf "$K4W_BOX_OUT" -C "$work" metadata.json
+rm -rf "$work"
+"""
+
+
+@pytest.mark.tools
+def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console, tmp_path):
+    """Real Packer (null builder standing in for Hyper-V) -> runner -> catalogue -> real Vagrant."""
+    system_tool("packer")
+    vagrant = system_tool("vagrant")
+    (repo.root / "templates" / "packer" / "ubuntu.json.j2").write_text(REAL_BUILD_TEMPLATE)
+    script = repo.root / "guest" / "ubuntu" / "bake" / "make-box.sh"
+    script.write_text(MAKE_BOX)
+    script.chmod(0o755)
+    (repo.root / "guest" / "ubuntu" / "bake" / "base.sh").chmod(0o755)
+
+    result = build_box(repo.config(proxy=PROXY), "ubuntu-1604", repo.out, console=console)
+    assert result.status == "built"
+    assert "provisioner 2/2: local shell" in console.text
+    record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
+    assert record["packer"] == packer_cli.version_str(packer_cli.packer_version())
+    assert "guest/ubuntu/bake/make-box.sh" in record["stamp"]["inputs"]
+    log = (repo.out / "logs" / "ubuntu-1604.log").read_text()
+    assert "proxy is http://***@proxy.corp.example:3128" in log and PROXY_PASSWORD not in log
+
+    env = {"VAGRANT_HOME": str(tmp_path / "vagrant-home"), "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    add = subprocess.run([vagrant, "box", "add", str(repo.out / "boxes" / "ubuntu-1604.json")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert add.returncode == 0, add.stdout + add.stderr
+    assert f"Successfully added box 'k4w/ubuntu-1604' (v{record['version']}) for 'libvirt'" in add.stdout

@@ -1,6 +1,6 @@
-"""A stand-in for the `packer` executable, used at the process boundary only.
+"""A stand-in for the `packer` executable (HashiCorp Packer 1.6.x CLI), at the process boundary only.
 
-Tests put a `packer` launcher for this script first on PATH. It logs every invocation
+Tests put it first on PATH with PackerOnPath. It logs every invocation
 (argv, cwd and the environment facts the runner controls) as one JSON line to
 $FAKE_PACKER_CALLS, and:
   packer -machine-readable version   prints $FAKE_PACKER_VERSION (default 1.6.6)
@@ -13,6 +13,7 @@ $FAKE_PACKER_CALLS, and:
     (a real tar.gz holding metadata.json), also on failure, like an interrupted write.
     wait_for_interrupt stops before the transcript's "Cancelling build" line until SIGINT
     arrives (as the runner forwards Ctrl-C), then prints the rest.
+The transcripts are in packer_transcripts/ (its README says where their format comes from).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import tarfile
 import time
 from pathlib import Path
 
-TRANSCRIPTS = Path(__file__).parent / "fixtures" / "transcripts"
+TRANSCRIPTS = Path(__file__).parent / "packer_transcripts"
 
 
 def log_call(argv: list[str]) -> None:
@@ -115,6 +117,49 @@ def main(argv: list[str]) -> int:
         return build(argv)
     print(f"fake packer: unsupported arguments {argv}", file=sys.stderr)
     return 2
+
+
+# ------------------------------------------------------------------ the test side
+
+
+class PackerOnPath:
+    """The fake installed as `packer` first on PATH for one test; repo_root is what the
+    transcripts' {{ROOT}} stands for."""
+
+    def __init__(self, folder: Path, monkeypatch, repo_root: Path):
+        self.bin = folder / "bin"
+        self.bin.mkdir()
+        self.calls_file = folder / "packer-calls.jsonl"
+        self.scenarios_file = folder / "packer-scenarios.json"
+        self.scenarios: dict = {}
+        self._launcher("packer", f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
+        # cd_files needs an ISO authoring tool on PATH; the fake build never runs it.
+        self._launcher("xorriso", "#!/bin/sh\nexit 0\n")
+        monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_PACKER_CALLS", str(self.calls_file))
+        monkeypatch.setenv("FAKE_PACKER_SCENARIOS", str(self.scenarios_file))
+        monkeypatch.setenv("FAKE_PACKER_ROOT", str(repo_root))
+        # A user's debug setting must not reach the build (the runner removes it).
+        monkeypatch.setenv("PACKER_LOG", "1")
+
+    def _launcher(self, name: str, text: str) -> None:
+        path = self.bin / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+    def scenario(self, box: str, transcript: str, exit: int = 0, write_box: bool = True, line_delay: float = 0.0,
+                 wait_for_interrupt: bool = False) -> None:
+        self.scenarios[box] = {"transcript": transcript, "exit": exit, "write_box": write_box, "line_delay": line_delay,
+                               "wait_for_interrupt": wait_for_interrupt}
+        self.scenarios_file.write_text(json.dumps(self.scenarios))
+
+    def calls(self) -> list[dict]:
+        if not self.calls_file.exists():
+            return []
+        return [json.loads(line) for line in self.calls_file.read_text().splitlines()]
+
+    def builds(self) -> list[dict]:
+        return [c for c in self.calls() if c["argv"][:1] == ["build"]]
 
 
 if __name__ == "__main__":

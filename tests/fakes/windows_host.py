@@ -1,6 +1,7 @@
-"""A simulated Windows 1803 node behind testinfra's backend interface (`--hosts=fakewin://node`).
+"""A stand-in for a Windows Server 1803 node reached over WinRM: a testinfra backend plugin
+(`--hosts=fakewin://node`) that replaces testinfra's winrm backend and the real box.
 
-Load with `-p tests.verify.fake_windows`. It answers the PowerShell queries of
+Load with `-p tests.fakes.windows_host`. It answers the PowerShell queries of
 k4w.verify.windows_queries with the JSON a healthy box built from boxes/windows-1803.yml
 gives (shapes as ConvertTo-Json prints them), so the real Windows spec and conftest run end to
 end here. $FAKE_WINDOWS_DEFECT names defects to plant (comma-separated), to show the matching checks fail;
@@ -99,7 +100,7 @@ def _box_state(defect: str | None) -> dict:
             state["services"]["kubelet"]["start_type"] = "Automatic"
         elif name == "nssm_console":  # a service registered without AppNoConsole
             state["nssm"]["flanneld"]["no_console"] = None
-        elif name == "seed_000_order":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
+        elif name == "kube_proxy_before_flanneld":  # the 2018 chain docker -> kubelet -> kube-proxy -> flanneld
             state["services"]["kube-proxy"]["depends_on"] = ["kubelet"]
             state["services"]["flanneld"]["depends_on"] = ["kube-proxy"]
         elif name == "task_without_log":  # the boot task as before: -File, output lost

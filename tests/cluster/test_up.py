@@ -17,7 +17,7 @@ from k4w.cluster.remote import RemoteError
 from k4w.errors import K4wError
 from k4w.redact import redact
 from tests.cluster.conftest import machines_of
-from tests.cluster.fakes import FakeClock, FakeWorld
+from tests.fakes.cluster_world import FakeClock, FakeWorld
 
 
 @pytest.fixture

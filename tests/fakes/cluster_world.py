@@ -1,4 +1,9 @@
-"""In-process fakes at the process boundary: Vagrant, the guests (RemoteExec), the host, the clock."""
+"""In-process stand-ins for what cluster-up drives: Vagrant (python-vagrant's driver), the guests
+(k4w.cluster.remote.RemoteExec), the Hyper-V host's PowerShell and the clock.
+
+They replace the seams k4w.cluster.up takes as arguments; tests/fakes/vagrant.py replaces the
+`vagrant` executable itself, for the tests that go through the real driver.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from pathlib import Path
 
 from k4w.cluster.remote import RemoteError
 
-from . import responder
+from . import cluster_answers
 
 
 class FakeClock:
@@ -54,7 +59,7 @@ class FakeVagrant:
 
     def up(self, names: list[str]) -> None:
         self.world.log.append("vagrant up " + " ".join(names))
-        failed = responder.check_failure(self.world.scenario, "vagrant up " + " ".join(names))
+        failed = cluster_answers.check_failure(self.world.scenario, "vagrant up " + " ".join(names))
         if failed:
             from k4w.errors import K4wError
 
@@ -73,14 +78,14 @@ class FakeRemote:
 
     def run(self, machine, command: str) -> str:
         self.world.log.append(f"{machine.name}: {command}")
-        code, output = responder.answer(self.world.scenario, self.world.machines, command)
+        code, output = cluster_answers.answer(self.world.scenario, self.world.machines, command)
         if code:
             raise RemoteError(machine.name, command, code, output)
         return output
 
     def upload(self, machine, source: Path, destination: str) -> None:
         self.world.log.append(f"{machine.name}: upload {Path(source).name} {destination}")
-        failed = responder.check_failure(self.world.scenario, f"upload {source} {destination}")
+        failed = cluster_answers.check_failure(self.world.scenario, f"upload {source} {destination}")
         if failed:
             raise RemoteError(machine.name, f"upload {source} {destination}", failed[0], failed[1])
         assert Path(source).exists(), f"upload of a missing file {source}"

@@ -1,0 +1,161 @@
+"""A stand-in for the `vagrant` executable (HashiCorp Vagrant 2.x CLI), at the process boundary only.
+
+One fake serves every caller: cluster-up / cluster-reset (through python-vagrant and
+VagrantRemote) and test-box / cluster-test (k4w.verify.flows). Tests install it first on PATH
+with VagrantOnPath. It appends every call to $FAKE_VAGRANT_LOG as a JSON line (argv, cwd and
+$K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and answers:
+
+  status [NAME...]                 machine-readable states (not_created until `up`)
+  up / destroy [NAME...]           change the states
+  ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py); winrm adds the
+                                   k4w wrapper's exit-code marker and exits 1 on failure, as Vagrant does
+  upload SOURCE DESTINATION NAME   checks SOURCE exists
+  ssh-config [NAME...]             the recorded outputs in vagrant_outputs/, with HostName and Port
+  winrm-config                     pointed at 127.0.0.1:$FAKE_VAGRANT_TARGET_PORT (nobody listens there)
+
+The machines are those of $K4W_CLUSTER_JSON, or the single machine `default` of a throwaway
+Vagrantfile (test-box). Failures are injected with the scenario in $FAKE_VAGRANT_DIR/scenario.json
+(see cluster_answers.py); each one is consumed, so a rerun goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from . import cluster_answers
+
+OUTPUTS = Path(__file__).parent / "vagrant_outputs"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------ the executable
+
+
+class _State:
+    def __init__(self, folder: str):
+        self.machines_path = os.path.join(folder, "machines.json")
+        self.scenario_path = os.path.join(folder, "scenario.json")
+        self.machines = _read_json(self.machines_path, {})
+        self.scenario = _read_json(self.scenario_path, {})
+
+    def save(self) -> None:
+        with open(self.machines_path, "w", encoding="utf-8") as fh:
+            json.dump(self.machines, fh)
+        with open(self.scenario_path, "w", encoding="utf-8") as fh:
+            json.dump(self.scenario, fh)
+
+
+def _read_json(path: str, default):
+    if not os.path.exists(path):
+        return default
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _machines() -> list[dict]:
+    cluster_json = os.environ.get("K4W_CLUSTER_JSON")
+    if cluster_json:
+        return _read_json(cluster_json, {"machines": []})["machines"]
+    return [{"name": "default"}]
+
+
+def _recorded_config(verb: str, names: list[str]) -> str:
+    if verb == "winrm-config":
+        name = "vagrant-winrm-config.txt"
+    else:
+        name = "vagrant-ssh-config-cluster.txt" if names else "vagrant-ssh-config-testbox.txt"
+    text = (OUTPUTS / name).read_text()
+    text = re.sub(r"HostName \S+", "HostName 127.0.0.1", text)
+    port = os.environ.get("FAKE_VAGRANT_TARGET_PORT", "1")
+    return re.sub(r"(?m)^(\s*)Port \d+", rf"\g<1>Port {port}", text)
+
+
+def main(args: list[str]) -> int:
+    with open(os.environ["FAKE_VAGRANT_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps({"argv": args, "cwd": os.getcwd(), "cluster_json": os.environ.get("K4W_CLUSTER_JSON")}) + "\n")
+    state = _State(os.environ["FAKE_VAGRANT_DIR"])
+    machines = _machines()
+    names = [m["name"] for m in machines]
+    verb = args[0] if args else ""
+    targets = [a for a in args[1:] if a in names] or names
+
+    if verb == "status":
+        for name in targets:
+            print(f"1,{name},provider-name,hyperv")
+            print(f"1,{name},state,{state.machines.get(name, 'not_created')}")
+        return 0
+    if verb in ("up", "destroy"):
+        failed = cluster_answers.check_failure(state.scenario, " ".join(args))
+        if failed:
+            state.save()
+            print(failed[1])
+            return failed[0]
+        for name in targets:
+            print(f"Bringing machine '{name}' up with 'hyperv' provider..." if verb == "up" else f"==> {name}: Stopping the machine...")
+            state.machines[name] = "running" if verb == "up" else "not_created"
+        state.save()
+        return 0
+    if verb in ("ssh", "winrm"):
+        command = args[args.index("--command") + 1]
+        code, output = cluster_answers.answer(state.scenario, machines, command)
+        state.save()
+        sys.stdout.write(output)
+        if verb == "winrm":
+            # vagrant winrm exits 1 on any failure; the k4w wrapper's marker carries the real code
+            print(f"k4w-exit-code:{code}")
+            return 1 if code else 0
+        return code
+    if verb == "upload":
+        failed = cluster_answers.check_failure(state.scenario, "upload " + " ".join(args[1:]))
+        state.save()
+        if failed:
+            print(failed[1])
+            return failed[0]
+        if not os.path.exists(args[1]):
+            print(f"source {args[1]} does not exist")
+            return 1
+        return 0
+    if verb in ("ssh-config", "winrm-config"):
+        # Vagrant's notices go to stderr; only stdout is the config.
+        print("==> vagrant: A new version of Vagrant is available: 2.4.1 (installed version: 2.3.4)!", file=sys.stderr)
+        print(_recorded_config(verb, args[1:]), end="")
+        return 0
+    print(f"fake vagrant: unsupported command {args}", file=sys.stderr)
+    return 64
+
+
+# ------------------------------------------------------------------ the test side
+
+
+class VagrantOnPath:
+    """The fake installed as `vagrant` first on PATH for one test, with its log and state in folder."""
+
+    def __init__(self, folder: Path, monkeypatch):
+        self.dir = folder / "fake-vagrant"
+        self.dir.mkdir(parents=True)
+        self.log = self.dir / "calls.jsonl"
+        bin_dir = folder / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        self.exe = bin_dir / "vagrant"
+        # This interpreter in the shebang, without site (a pyenv/venv shim would cost ~0.2 s a call).
+        self.exe.write_text(f"#!{sys.executable} -S\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                            "from tests.fakes.vagrant import main\nsys.exit(main(sys.argv[1:]))\n")
+        self.exe.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_VAGRANT_DIR", str(self.dir))
+        monkeypatch.setenv("FAKE_VAGRANT_LOG", str(self.log))
+
+    def calls(self) -> list[dict]:
+        """Every call so far: {"argv", "cwd", "cluster_json"}."""
+        return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.is_file() else []
+
+    def argvs(self) -> list[list[str]]:
+        return [call["argv"] for call in self.calls()]
+
+    def scenario(self, data: dict) -> None:
+        """Failures to inject and cluster states to answer with (cluster_answers.py)."""
+        (self.dir / "scenario.json").write_text(json.dumps(data))

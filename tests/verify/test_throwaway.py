@@ -1,0 +1,35 @@
+"""The throwaway VM test-box boots: the box it pins from the catalogue and the Vagrantfile it
+writes for it (valid Ruby)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from k4w import profiles
+from k4w.errors import K4wError
+from k4w.verify import throwaway
+from tests.helpers import system_tool
+
+
+def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
+    cfg, out = built
+    ruby = system_tool("ruby")
+    for box in cfg.boxes():
+        profile = profiles.load(box)
+        ref = throwaway.box_ref(out, profile)
+        assert (ref.name, ref.version) == (f"k4w/{box}", "20261121.090000")
+        text = throwaway.vagrantfile(ref, profile, "k4w-test-it's", "Default Switch")
+        path = tmp_path / f"{box}.Vagrantfile"
+        path.write_text(text)
+        proc = subprocess.run([ruby, "-c", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert "config.vm.box_version = '20261121.090000'" in text
+        assert "hv.vmname = 'k4w-test-it\\'s'" in text
+        assert ("config.ssh.insert_key = false" in text) is (not profile.is_windows)
+
+
+def test_box_without_a_catalogue_names_the_build_task(tmp_path):
+    with pytest.raises(K4wError, match="invoke build-windows"):
+        throwaway.box_ref(tmp_path, profiles.load("windows-1803"))
