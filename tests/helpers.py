@@ -76,3 +76,18 @@ def venv_tool(name: str) -> str:
 
         pytest.fail(f"{name} is not installed in {path.parent}: run bash scripts/setup.sh")
     return str(path)
+
+
+def need(tool: str, extra_path: str | None = None) -> str:
+    """The path of a program a test runs. A missing one fails the test (never a skip) naming its
+    install command from k4w.tools.INSTALL. extra_path: folders searched too (sbin for squid)."""
+    import shutil
+
+    import pytest
+
+    from k4w import tools
+
+    found = shutil.which(tool) or (extra_path and shutil.which(tool, path=extra_path))
+    if not found:
+        pytest.fail(str(tools.missing(tool)), pytrace=False)
+    return found

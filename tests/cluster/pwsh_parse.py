@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from k4w import tools
+
 try:
     import tree_sitter
     import tree_sitter_powershell
@@ -13,7 +15,7 @@ except ImportError:  # a missing validator fails the tests that need it, naming 
 
 def parse_errors(text: str) -> list[str]:
     if tree_sitter is None:
-        pytest.fail("tree-sitter-powershell is not installed: python3 -m pip install tree-sitter tree-sitter-powershell")
+        pytest.fail(str(tools.missing("tree-sitter-powershell")))
     parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_powershell.language()))
     tree = parser.parse(text.encode("utf-8"))
     problems: list[str] = []

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
 
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
 from tests.cluster.pwsh_parse import parse_errors
-from tests.helpers import ROOT
+from tests.helpers import ROOT, need
 
 POWERSHELL = [
     ROOT / "guest" / "windows" / "node" / "start-node.ps1",
@@ -21,13 +20,6 @@ POWERSHELL = [
 ]
 BASH = sorted((ROOT / "guest" / "ubuntu" / "cluster").glob("cluster-*.sh"))
 START_NODE = POWERSHELL[0].read_text()
-
-
-def need(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if not path:
-        pytest.fail(f"{tool} is not installed: {install}")
-    return path
 
 
 @pytest.mark.parametrize("script", POWERSHELL, ids=lambda p: p.name)
@@ -44,7 +36,7 @@ def test_powershell_parses_and_has_the_standard_header(script):
 
 @pytest.mark.parametrize("script", BASH, ids=lambda p: p.name)
 def test_bash_passes_shellcheck_and_has_the_standard_header(script):
-    shellcheck = need("shellcheck", "apt-get install -y shellcheck")
+    shellcheck = need("shellcheck")
     proc = subprocess.run([shellcheck, "-x", "--severity=style", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
     text = script.read_text()
@@ -220,13 +212,13 @@ def test_start_node_sets_nssm_parameters_only_when_they_differ():
 # ------------------------------------------------------------------ Vagrantfile
 
 def test_vagrantfile_is_valid_ruby():
-    ruby = need("ruby", "apt-get install -y ruby")
+    ruby = need("ruby")
     proc = subprocess.run([ruby, "-c", str(ROOT / "vagrant" / "Vagrantfile")], capture_output=True, text=True)
     assert proc.returncode == 0 and "Syntax OK" in proc.stdout, proc.stderr
 
 
 def test_vagrant_validate_accepts_a_linux_only_cluster(tmp_path):
-    vagrant = need("vagrant", "apt-get install -y vagrant")
+    vagrant = need("vagrant")
     out = tmp_path / "build"
     render_to(out, LINUX_ONLY_VXLAN)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "K4W_CLUSTER_JSON": str(out / "vagrant" / "cluster.json"),
@@ -251,7 +243,7 @@ def test_vagrantfile_reads_every_cluster_json_field_it_needs(default_render):
 
 
 def test_vagrant_trigger_powershell_parses_and_is_idempotent(tmp_path, default_render):
-    ruby = need("ruby", "apt-get install -y ruby")
+    ruby = need("ruby")
     _, out = default_render
     probe = tmp_path / "probe.rb"
     # Load the real Vagrantfile with Vagrant.configure stubbed, then print the trigger script for

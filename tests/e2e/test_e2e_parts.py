@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -17,18 +16,12 @@ import yaml
 
 from k4w import config, render
 from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, rerun, squid
+from tests.helpers import need
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_PROFILE = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
 UBUNTU_PROFILE = yaml.safe_load((ROOT / "boxes" / "ubuntu-1604.yml").read_text())
 UBUNTU_SPEC = ROOT / "k4w" / "verify" / "specs" / "test_ubuntu_box.py"
-
-
-def need(tool: str, install: str) -> str:
-    path = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
-    if not path:
-        pytest.fail(f"'{tool}' is not installed. Install it with: {install}", pytrace=False)
-    return path
 
 
 # ------------------------------------------------------------------ base image cache key
@@ -96,7 +89,7 @@ def test_squid_config_is_private_and_logs_in_our_format(tmp_path):
 
 @pytest.mark.tools
 def test_squid_itself_accepts_the_config(tmp_path):
-    exe = need("squid", "apt-get install -y squid")
+    exe = need("squid", extra_path="/usr/sbin:/sbin")
     conf = tmp_path / "squid.conf"
     conf.write_text(squid.config_text(40123, tmp_path, None))
     res = subprocess.run([exe, "-k", "parse", "-f", str(conf)], capture_output=True, text=True, timeout=60)
@@ -247,7 +240,7 @@ def test_snapshot_without_sections_is_refused():
 
 @pytest.mark.tools
 def test_snapshot_script_is_clean_bash():
-    shellcheck = need("shellcheck", "apt-get install -y shellcheck")
+    shellcheck = need("shellcheck")
     res = subprocess.run([shellcheck, "--shell=bash", "-"], input=idempotence.SNAPSHOT_SCRIPT, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0, res.stdout
@@ -341,7 +334,7 @@ def test_rerun_refuses_what_it_cannot_repeat():
 
 @pytest.mark.tools
 def test_packer_validates_the_rendered_e2e_template(tmp_path):
-    packer = need("packer", "apt-get install -y packer")
+    packer = need("packer")
     out = tmp_path / "out"
     render.render(e2e_cluster(), out)
     res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.json")], cwd=out,

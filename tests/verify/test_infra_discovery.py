@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import urllib.parse
 from pathlib import Path
@@ -12,15 +11,14 @@ import testinfra
 
 from k4w.errors import K4wError
 from k4w.verify import discovery
+from tests.helpers import need
 
 RECORDED = Path(__file__).parent / "recorded"
 
 
 def _ssh_resolve(config: Path, alias: str) -> dict[str, str]:
     """What the real OpenSSH client makes of a config file for a host (`ssh -G`, no connection)."""
-    ssh = shutil.which("ssh")
-    if not ssh:
-        pytest.fail("the OpenSSH client is missing: apt-get install -y openssh-client")
+    ssh = need("ssh")
     proc = subprocess.run([ssh, "-G", "-F", str(config), alias], capture_output=True, text=True, check=True)
     out: dict[str, str] = {}
     for line in proc.stdout.splitlines():
