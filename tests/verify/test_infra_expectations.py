@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from k4w import profiles
+from k4w import profiles, tools
 from tests.helpers import venv_tool
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from k4w.verify import expect, matrix, workloads as wl
-from k4w.verify.kubectl import pod_ready, pod_state, wait_for
+from k4w.proc import wait_for
+from k4w.verify.kubectl import pod_ready, pod_state
 
 UBUNTU = profiles.load("ubuntu-1604")
 WINDOWS = profiles.load("windows-1803")
@@ -70,7 +71,7 @@ def test_insecure_key_is_the_one_vagrant_ships():
     shipped = glob.glob("/usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub") + glob.glob(
         "/opt/vagrant/embedded/gems/gems/vagrant-*/keys/vagrant.pub")
     if not shipped:
-        pytest.fail("Vagrant is not installed (its keys/vagrant.pub is the reference): apt-get install -y vagrant")
+        pytest.fail(f"Vagrant is not installed (its keys/vagrant.pub is the reference): {tools.INSTALL['vagrant']}")
     assert expect.authorized_keys_have(Path(shipped[0]).read_text())
     assert expect.authorized_keys_have('no-pty ' + expect.VAGRANT_INSECURE_KEY + " vagrant insecure public key\n")
     assert not expect.authorized_keys_have("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK vagrant\n")
@@ -146,8 +147,9 @@ def test_wait_for_times_out_with_the_last_state():
         now[0] += s
 
     with pytest.raises(TimeoutError, match="waiting for pod x to be ready; last seen: x: Pending; x waiting ErrImagePull"):
-        wait_for(lambda: (False, "x: Pending; x waiting ErrImagePull"), 30, "pod x to be ready", clock=lambda: now[0], sleep=sleep)
-    assert wait_for(lambda: (True, "done"), 30, "x", clock=lambda: 0, sleep=sleep) == "done"
+        wait_for("pod x to be ready", lambda: (False, "x: Pending; x waiting ErrImagePull"), 30, clock=lambda: now[0], sleep=sleep)
+    assert now[0] >= 30  # polled until the deadline, on the fake clock
+    assert wait_for("x", lambda: (True, "done"), 30, clock=lambda: 0, sleep=sleep) == "done"
 
 
 def test_pod_state_explains_a_pod_that_is_not_ready():
