@@ -6,8 +6,6 @@ import datetime as dt
 import hashlib
 import io
 import json
-import os
-import shutil
 import subprocess
 import tarfile
 
@@ -16,19 +14,14 @@ import pytest
 from k4w import profiles
 from k4w.bake import catalogue, packer_cli
 from k4w.bake.transcript import BuildState, parse_line
+from k4w.vagrant import Vagrant
+from tests.helpers import need
 
 pytestmark = pytest.mark.tools
 
 
-def _require(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if not path:
-        pytest.fail(f"'{tool}' is not installed; install it with: {install}")
-    return path
-
-
 def test_real_packer_transcript_parses(tmp_path):
-    packer = _require("packer", "apt-get install -y packer")
+    packer = need("packer")
     template = {
         "variables": {"pw": "{{env `K4W_ADMIN_PASSWORD`}}"},
         "sensitive-variables": ["pw"],
@@ -58,12 +51,12 @@ def test_real_packer_transcript_parses(tmp_path):
 
 
 def test_real_packer_version_is_read(tmp_path):
-    _require("packer", "apt-get install -y packer")
+    need("packer")
     assert packer_cli.packer_version() >= packer_cli.MIN_VERSION
 
 
 def test_vagrant_box_add_accepts_the_catalogue(repo, tmp_path):
-    vagrant = _require("vagrant", "apt-get install -y vagrant")
+    need("vagrant")
     # A tiny but well-formed box: a tar.gz holding metadata.json with the provider.
     box_file = tmp_path / "boxes with space" / "windows-1803-hyperv.box"
     box_file.parent.mkdir()
@@ -79,19 +72,17 @@ def test_vagrant_box_add_accepts_the_catalogue(repo, tmp_path):
     catalogue_file = tmp_path / "windows-1803.json"
     catalogue.write_json(catalogue_file, meta)
 
-    env = {"VAGRANT_HOME": str(tmp_path / "vagrant-home"), "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    add = subprocess.run([vagrant, "box", "add", str(catalogue_file)], env=env, capture_output=True, text=True, timeout=300)
-    assert add.returncode == 0, add.stdout + add.stderr
-    assert "Successfully added box 'k4w/windows-1803' (v20240501.070809) for 'hyperv'" in add.stdout
-    listing = subprocess.run([vagrant, "box", "list"], env=env, capture_output=True, text=True, timeout=120)
-    assert "k4w/windows-1803 (hyperv, 20240501.070809)" in listing.stdout
+    vagrant = Vagrant(tmp_path, {"VAGRANT_HOME": str(tmp_path / "vagrant-home"), "HOME": str(tmp_path)})
+    _, output = vagrant.box_add(catalogue_file)
+    assert "Successfully added box 'k4w/windows-1803' (v20240501.070809) for 'hyperv'" in output
+    assert "k4w/windows-1803 (hyperv, 20240501.070809)" in vagrant.call("box", "list", timeout=120).stdout
 
     # A wrong checksum is caught by Vagrant, so the catalogue's checksum is really checked.
     meta["versions"][0]["providers"][0]["checksum"] = "0" * 64
     meta["versions"][0]["version"] = "20240501.070810"
     catalogue.write_json(catalogue_file, meta)
-    bad = subprocess.run([vagrant, "box", "add", str(catalogue_file)], env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "checksum" in (bad.stdout + bad.stderr).lower()
+    code, output = vagrant.box_add(catalogue_file, check=False)
+    assert code != 0 and "checksum" in output.lower()
 
 
 REAL_BUILD_TEMPLATE = """{
@@ -123,8 +114,8 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
 
     from .conftest import PROXY, PROXY_PASSWORD
 
-    _require("packer", "apt-get install -y packer")
-    vagrant = _require("vagrant", "apt-get install -y vagrant")
+    need("packer")
+    need("vagrant")
     (repo.root / "templates" / "packer" / "ubuntu.json.j2").write_text(REAL_BUILD_TEMPLATE)
     script = repo.root / "guest" / "ubuntu" / "bake" / "make-box.sh"
     script.write_text(MAKE_BOX)
@@ -140,8 +131,6 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
     log = (repo.out / "logs" / "ubuntu-1604.log").read_text()
     assert "proxy is http://***@proxy.corp.example:3128" in log and PROXY_PASSWORD not in log
 
-    env = {"VAGRANT_HOME": str(tmp_path / "vagrant-home"), "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    add = subprocess.run([vagrant, "box", "add", str(repo.out / "boxes" / "ubuntu-1604.json")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert add.returncode == 0, add.stdout + add.stderr
-    assert f"Successfully added box 'k4w/ubuntu-1604' (v{record['version']}) for 'libvirt'" in add.stdout
+    vagrant = Vagrant(tmp_path, {"VAGRANT_HOME": str(tmp_path / "vagrant-home"), "HOME": str(tmp_path)})
+    _, output = vagrant.box_add(repo.out / "boxes" / "ubuntu-1604.json")
+    assert f"Successfully added box 'k4w/ubuntu-1604' (v{record['version']}) for 'libvirt'" in output

@@ -1,4 +1,4 @@
-"""cluster-up through the real python-vagrant driver and VagrantRemote, with a recorded fake
+"""cluster-up through the real Vagrant driver (k4w.vagrant) and VagrantRemote, with a recorded fake
 `vagrant` executable first on PATH: the exact argv that reaches Vagrant is what is asserted."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from k4w.cluster import machines, up as up_mod
 from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
 from k4w.errors import K4wError
+from k4w.vagrant import Vagrant
 from tests.cluster.fakes import FakeClock
 
 FAKES = Path(__file__).parent / "fakes"
@@ -54,8 +55,8 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
 def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
     fake_vagrant.up()
     calls = fake_vagrant.calls()
-    verbs = [c[0] for c in calls]
-    assert verbs[0] == "status" and verbs[1] == "up" and calls[1][1:] == ["--provider=hyperv"]
+    assert calls[0] == ["status", "--machine-readable"]
+    assert calls[1] == ["up", "--provider=hyperv", "master", "worker-linux", "worker-win"]
     ssh = [c for c in calls if c[0] == "ssh"]
     assert all(c[2:4] == ["--no-tty", "--command"] for c in ssh)
     winrm = [c for c in calls if c[0] == "winrm"]
@@ -79,7 +80,7 @@ def test_second_run_sends_only_status_checks(fake_vagrant):
 
 def test_resume_after_vagrant_up_fails(fake_vagrant):
     fake_vagrant.scenario({"fail": [{"pattern": "^up", "times": 1, "exit": 1, "output": "Hyper-V import failed"}]})
-    with pytest.raises(K4wError, match="vagrant up failed with exit code 1"):
+    with pytest.raises(K4wError, match="(?s)vagrant up --provider=hyperv master worker-linux worker-win exited 1:.*Hyper-V import failed"):
         fake_vagrant.up()
     assert not (fake_vagrant.out / "cluster-state.json").exists()
     fake_vagrant.up()
@@ -113,6 +114,6 @@ def test_powershell_wrapper_reports_native_exit_codes_and_exceptions():
 
 
 def test_vagrant_remote_uses_the_given_executable(tmp_path, fake_vagrant, monkeypatch):
-    remote = VagrantRemote(str(fake_vagrant.exe), tmp_path, machines.vagrant_env(fake_vagrant.out))
+    remote = VagrantRemote(Vagrant(tmp_path, machines.vagrant_env(fake_vagrant.out), exe=str(fake_vagrant.exe)))
     master = machines.load_cluster(fake_vagrant.out).master
     assert "kubeadm join 192.168.250.10:6443" in remote.run(master, "sudo kubeadm token create --print-join-command --ttl 1h")

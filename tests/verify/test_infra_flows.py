@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from k4w import config, render
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from k4w.verify import flows, throwaway
+from tests.helpers import need
 
 FAKE = Path(__file__).parent / "fake_vagrant.py"
 
@@ -58,9 +58,7 @@ def built(tmp_path):
 
 def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
     cfg, out = built
-    ruby = shutil.which("ruby")
-    if not ruby:
-        pytest.fail("ruby is missing: apt-get install -y ruby")
+    ruby = need("ruby")
     from k4w import profiles
 
     for box in cfg.boxes():
@@ -105,9 +103,9 @@ def test_test_box_destroys_the_vm_when_it_does_not_boot(built, fake_vagrant, mon
     monkeypatch.setenv("FAKE_VAGRANT_UP_RC", "1")
     with pytest.raises(K4wError, match="could not run"):
         flows.test_box(cfg, "windows-1803", out)
-    assert [c["argv"] for c in fake_vagrant()] == [["up", "--provider", "hyperv"], ["destroy", "--force"]]
+    assert [c["argv"] for c in fake_vagrant()] == [["up", "--provider=hyperv"], ["destroy", "--force"]]
     test = json.loads((out / "boxes" / "windows-1803.record.json").read_text())["test"]
-    assert test["result"] == "failed" and "vagrant up --provider hyperv exited 1" in test["error"]
+    assert test["result"] == "failed" and "vagrant up --provider=hyperv exited 1" in test["error"]
 
 
 def test_ssh_target_run_records_against_the_box(built, closed_port, tmp_path):
@@ -143,7 +141,7 @@ def test_dry_runs_print_commands_and_change_nothing(built, capsys):
     flows.test_box(cfg, "ubuntu-1604", out, dry_run=True)
     flows.cluster_test(cfg, out, dry_run=True)
     printed = capsys.readouterr().out
-    assert "vagrant up --provider hyperv" in printed and "vagrant destroy --force" in printed
+    assert "vagrant up --provider=hyperv" in printed and "vagrant destroy --force" in printed
     assert "--hosts=ssh://default" in printed and "--k4w-stage=node" in printed
     assert "vagrant:vagrant" not in printed
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
