@@ -66,15 +66,20 @@ def run_powershell(script: str) -> tuple[int, str]:
     return result.returncode, result.output.strip()
 
 
+def show_powershell(code: str) -> tuple[int, str]:
+    """run_powershell in a dry run: the exact command and what it would read on stdin."""
+    proc.show(POWERSHELL)
+    ui.say("# its standard input:\n" + code.strip())
+    return 0, ""
+
+
 def network_up(cfg: Config, dry_run: bool = False, runner=run_powershell) -> str:
     """Create (or confirm) the cluster switch, gateway address and NetNat. Returns the command run."""
     command = network_up_command(cfg)
     if dry_run:
+        show_powershell(command)
         script = sources.REPO.host / SCRIPT
-        ui.say("# would run on this host: " + " ".join(POWERSHELL) + "  (this line on standard input)")
-        ui.say(command)
-        ui.say(f"# {script}:")
-        ui.say(script.read_text(encoding="utf-8"))
+        ui.say(f"# {script}:\n{script.read_text(encoding='utf-8')}")
         return command
     code, output = runner(command)
     for line in output.splitlines():

@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
-from .network import run_powershell
+from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote
 from .state import State
 
@@ -57,12 +57,6 @@ def _dry_answers(cluster) -> dict[str, str]:
     }
 
 
-def _dry_host(script: str) -> tuple[int, str]:
-    ui.say("$ powershell.exe -NoProfile -ExecutionPolicy Bypass -Command -   # cluster switch check:", style="cyan")
-    ui.say(script.strip())
-    return 0, ""
-
-
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
                  poll_seconds: float = 5.0) -> S.Context:
     out = Path(out).resolve()
@@ -73,7 +67,7 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
     if dry_run:
         state = DryRunState.load(out, digest)
         remote = remote or DryRunRemote(_dry_answers(cluster))
-        host = host or _dry_host
+        host = host or show_powershell
     else:
         state = State.load(out, digest)
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
