@@ -8,13 +8,13 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, profiles
+from . import iso, proc, profiles
 from .config import Config
+from .errors import K4wError
 from .tools import INSTALL
 
 STAGES = ("validate", "build", "cluster")
@@ -42,18 +42,14 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 def _tool_version(cmd: list[str]) -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
-        return (proc.stdout + proc.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        return proc.run(cmd, timeout=30).output.strip()
+    except (OSError, K4wError) as exc:
         return str(exc)
 
 
 def _powershell(script: str) -> tuple[int, str]:
-    proc = subprocess.run(
-        ["powershell.exe", "-NoProfile", "-NonInteractive", "-Command", script],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+    result = proc.run(["powershell.exe", "-NoProfile", "-NonInteractive", "-Command", script], timeout=60)
+    return result.returncode, result.output.strip()
 
 
 def _is_windows() -> bool:

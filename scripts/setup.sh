@@ -7,10 +7,11 @@ trap 'echo "setup.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 cd "$(dirname "$0")/.."
 
+# Every apt package k4w.tools.INSTALL names is here (tests/cli/test_tools.py checks it).
 APT_PACKAGES=(
   packer vagrant shellcheck debconf-utils ruby
   qemu-system-x86 qemu-utils debootstrap squid
-  python3-venv git ca-certificates openssh-client e2fsprogs tar
+  python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
 )
 
 as_root() {

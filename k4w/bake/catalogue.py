@@ -14,9 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 from pathlib import Path
 
+from .. import proc
+from ..errors import K4wError
 from ..profiles import Profile
 
 BOX_PREFIX = "k4w/"
@@ -85,11 +86,11 @@ def components(profile: Profile) -> dict[str, str]:
 def git_revision(root: Path) -> dict | None:
     """{"commit": sha, "dirty": bool} of the repository, or None outside a git checkout."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
+        head = proc.run(["git", "rev-parse", "HEAD"], cwd=root, timeout=30)
         if head.returncode != 0:
             return None
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        status = proc.run(["git", "status", "--porcelain"], cwd=root, timeout=60)
+    except (OSError, K4wError):  # no git, or a hung one: the record says "unknown" rather than fail the build
         return None
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
 

@@ -6,9 +6,12 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Iterable
+
+from .. import proc
+from ..errors import K4wError
+from ..tools import INSTALL
 
 PACKER = "packer"
 # The oldest Packer the templates are validated with (Debian's packer package in CI).
@@ -16,7 +19,6 @@ MIN_VERSION = (1, 6, 6)
 # Packer 1.10.0 stopped bundling plugins: hyperv, vagrant and qemu must be installed
 # ("Announcing the removal of bundled plugins in HashiCorp Packer", Packer 1.10.0 release).
 PLUGINS_SINCE = (1, 10, 0)
-INSTALL_PACKER = "choco install packer (Windows) or apt-get install -y packer (Debian/Ubuntu)"
 
 # Which external plugin provides a builder / post-processor type once plugins are unbundled.
 BUILDER_PLUGINS = {
@@ -81,10 +83,9 @@ def packer_version(packer: str = PACKER) -> tuple[int, int, int] | None:
     if not exe:
         return None
     try:
-        result = subprocess.run([exe, "-machine-readable", "version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        text = proc.run([exe, "-machine-readable", "version"], timeout=60).output
+    except (OSError, K4wError):
         return None
-    text = result.stdout + result.stderr
     # machine-readable: "<ts>,,version,1.6.6"; human: "Packer v1.6.6"
     match = re.search(r",version,v?(\d+)\.(\d+)\.(\d+)", text) or re.search(r"Packer v(\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
@@ -100,8 +101,8 @@ def installed_plugins(packer: str = PACKER) -> set[str]:
     if not exe:
         return set()
     try:
-        result = subprocess.run([exe, "plugins", "installed"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        result = proc.run([exe, "plugins", "installed"], timeout=60)
+    except (OSError, K4wError):
         return set()
     found = set()
     for line in result.stdout.splitlines():
@@ -156,11 +157,11 @@ def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> li
     problems: list[str] = []
     version = packer_version(packer)
     if not packer_path(packer):
-        problems.append(f"packer is not installed (need {version_str(MIN_VERSION)} or later). Install it with: {INSTALL_PACKER}")
+        problems.append(f"packer is not installed (need {version_str(MIN_VERSION)} or later). Install it with: {INSTALL['packer']}")
     elif version is None:
         problems.append(f"could not read the version of {packer_path(packer)} (`packer -machine-readable version`)")
     elif version < MIN_VERSION:
-        problems.append(f"packer {version_str(version)} is too old: need {version_str(MIN_VERSION)} or later. Upgrade with: {INSTALL_PACKER}")
+        problems.append(f"packer {version_str(version)} is too old: need {version_str(MIN_VERSION)} or later. Upgrade with: {INSTALL['packer']}")
     elif version >= PLUGINS_SINCE:
         missing = sorted(plugins - installed_plugins(packer))
         for source in missing:

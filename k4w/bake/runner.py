@@ -12,8 +12,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -24,11 +22,12 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import profiles, render, sources
+from .. import proc, profiles, render, sources
 from ..config import Config
 from ..errors import K4wError, ToolMissing
 from ..profiles import Profile
 from ..redact import redact, register_secret
+from ..tools import INSTALL
 from . import catalogue, packer_cli, stamp as stamp_mod
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
@@ -166,7 +165,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResul
     results: list[BoxResult] = []
     problems: list[str] = []
     packer = packer_cli.packer_path()
-    _say(console, f"packer: {packer or 'NOT FOUND - ' + packer_cli.INSTALL_PACKER} (version and plugins are checked by a real build and by `invoke doctor`)")
+    _say(console, f"packer: {packer or 'NOT FOUND - ' + INSTALL['packer']} (version and plugins are checked by a real build and by `invoke doctor`)")
     for plan in plans:
         box = plan.box
         _say(console, f"== {box}")
@@ -211,7 +210,7 @@ class _Builder:
         self.cfg = cfg
         self.out = out
         self.console = console
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, proc.Process] = {}
         self.lock = threading.Lock()
         self.interrupted = False
         self.packer_version: str | None = None
@@ -261,7 +260,7 @@ class _Builder:
 
     def _preflight(self, plans: list[BoxPlan]) -> None:
         if not packer_cli.packer_path():
-            raise ToolMissing("packer", packer_cli.INSTALL_PACKER)
+            raise ToolMissing("packer", INSTALL["packer"])
         problems = packer_cli.packer_preflight([p.template for p in plans])
         if problems:
             raise K4wError("this host cannot build the boxes yet:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -291,14 +290,12 @@ class _Builder:
             _say(self.console, "interrupted again: killing Packer; a VM may be left in Hyper-V Manager (k4w-*)")
         else:
             _say(self.console, "interrupted: asking Packer to cancel and clean up (Ctrl-C again to kill)")
-        for proc in procs:
+        for packer in procs:
             with contextlib.suppress(OSError):
                 if second:
-                    proc.kill()
-                elif os.name == "nt":
-                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # Go maps Ctrl-Break to os.Interrupt
+                    packer.kill()
                 else:
-                    proc.send_signal(signal.SIGINT)
+                    packer.interrupt()
 
     def _run_box(self, plan: BoxPlan, view: PlainView | RichView) -> BoxResult:
         box, out = plan.box, self.out
@@ -338,21 +335,18 @@ class _Builder:
     def _stream(self, box, cmd, env, log, state, view) -> int:
         # Own process group: a terminal Ctrl-C reaches only us, and we forward exactly one
         # interrupt, so Packer cancels once and cleans up its VM.
-        group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
-        proc = subprocess.Popen(cmd, cwd=self.out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, encoding="utf-8", errors="replace", bufsize=1, **group)
+        packer = proc.start(cmd, cwd=self.out, env=env, group=True)
         with self.lock:
-            self.procs[box] = proc
+            self.procs[box] = packer
             if self.interrupted:
-                proc.send_signal(signal.SIGINT if os.name != "nt" else signal.CTRL_BREAK_EVENT)
-        assert proc.stdout is not None
-        for raw in proc.stdout:
+                packer.interrupt()
+        for raw in packer.lines():
             line = redact(raw.rstrip("\r\n"))
             log.write(line + "\n")
             log.flush()
             for event in state.feed(line):
                 view.event(box, event)
-        return proc.wait()
+        return packer.wait()
 
     def _collect(self, plan: BoxPlan, state: BuildState, started: dt.datetime, log_path: Path, seconds: float) -> BoxResult:
         box, out = plan.box, self.out

@@ -1,4 +1,4 @@
-"""The cluster's machines as the Vagrantfile sees them (OUT/vagrant/cluster.json), and Vagrant.
+"""The cluster's machines as the Vagrantfile sees them (OUT/vagrant/cluster.json), and its Vagrant.
 
 cluster-up reads the rendered cluster.json (the same file the Vagrantfile reads), so the node
 names, roles, OS and IPs it uses are exactly the Vagrant machines'.
@@ -7,20 +7,17 @@ names, roles, OS and IPs it uses are exactly the Vagrant machines'.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import sources
+from .. import proc, sources
 from ..errors import K4wError
-from ..redact import redact
+from ..vagrant import PROVIDER, Vagrant
 
 # Vagrant keeps machine state in .vagrant/. Not under OUT/vagrant: render swaps that folder
 # atomically, which would make Vagrant forget its VMs.
 DOTFILE_DIR = "vagrant-state"
-PROVIDER = "hyperv"
 
 
 @dataclass(frozen=True)
@@ -68,55 +65,25 @@ def load_cluster(out: Path) -> ClusterInfo:
     return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines)
 
 
-def vagrant_env(out: Path, base: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    env["K4W_CLUSTER_JSON"] = str(Path(out).resolve() / "vagrant" / "cluster.json")
-    env["VAGRANT_DOTFILE_PATH"] = str(Path(out).resolve() / DOTFILE_DIR)
-    env["VAGRANT_DEFAULT_PROVIDER"] = PROVIDER
-    return env
+def vagrant_env(out: Path) -> dict:
+    """The variables the cluster's Vagrantfile reads (added to ours)."""
+    return {
+        "K4W_CLUSTER_JSON": str(Path(out).resolve() / "vagrant" / "cluster.json"),
+        "VAGRANT_DOTFILE_PATH": str(Path(out).resolve() / DOTFILE_DIR),
+        "VAGRANT_DEFAULT_PROVIDER": PROVIDER,
+    }
+
+
+def cluster_vagrant(out: Path, runner: proc.Runner) -> Vagrant:
+    """Vagrant in vagrant/ with the cluster's environment (shown in every printed command)."""
+    return Vagrant(sources.REPO.vagrant, vagrant_env(out), runner)
 
 
 class VagrantDriver(Protocol):
+    """What cluster-up needs from Vagrant (k4w.vagrant.Vagrant; tests pass a fake)."""
+
     def status(self) -> dict[str, str]: ...
 
     def up(self, names: list[str]) -> None: ...
 
-    def destroy(self) -> None: ...
-
-
-class PythonVagrant:
-    """Vagrant through python-vagrant, in vagrant/ with the cluster's environment."""
-
-    def __init__(self, out: Path, env: dict | None = None, root: Path | None = None):
-        import vagrant
-
-        self.root = root or sources.REPO.vagrant
-        self.all_names = [m.name for m in load_cluster(out).machines]
-        self.env = env or vagrant_env(out)
-        # Output goes to the terminal: `vagrant up` of a Windows box takes minutes and shows progress.
-        self.v = vagrant.Vagrant(root=str(self.root), env=self.env, quiet_stdout=False, quiet_stderr=False)
-
-    def _guard(self, what: str, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except subprocess.CalledProcessError as exc:
-            cmd = " ".join(str(c) for c in exc.cmd) if isinstance(exc.cmd, (list, tuple)) else str(exc.cmd)
-            raise K4wError(redact(f"{what} failed with exit code {exc.returncode}: {cmd}")) from None
-        except RuntimeError as exc:  # python-vagrant: vagrant executable not found
-            raise K4wError(f"{what}: {exc}") from None
-
-    def status(self) -> dict[str, str]:
-        return {s.name: s.state for s in self._guard("vagrant status", self.v.status)}
-
-    def up(self, names: list[str]) -> None:
-        # Vagrant brings machines up in parallel only for providers that declare it; Hyper-V does
-        # not (plugins/providers/hyperv/plugin.rb registers no parallel: true), so `vagrant up`
-        # runs them one after another there and in parallel under libvirt.
-        if sorted(names) == sorted(self.all_names):
-            self._guard("vagrant up", self.v.up, provider=PROVIDER)
-        else:
-            for name in names:
-                self._guard(f"vagrant up {name}", self.v.up, vm_name=name, provider=PROVIDER)
-
-    def destroy(self) -> None:
-        self._guard("vagrant destroy", self.v.destroy)
+    def destroy(self) -> int: ...

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import ui
+from .. import proc, ui
 from ..errors import K4wError
 from ..redact import redact
+from ..vagrant import Vagrant
 from .machines import Machine
 
-TAIL_LINES = 20
+TAIL_LINES = proc.TAIL_LINES
 # `vagrant winrm` exits 1 for any failure; the wrapper prints the real exit code on this marker.
 EXIT_MARKER = "k4w-exit-code:"
 _EXIT_LINE = re.compile(rf"^{re.escape(EXIT_MARKER)}(-?\d+)\s*$", re.M)
@@ -30,8 +30,7 @@ class RemoteError(K4wError):
     def __init__(self, node: str, command: str, code: int, output: str):
         self.node, self.code = node, code
         self.command = redact(command)
-        tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
-        self.tail = redact(tail)
+        self.tail = proc.tail(output, TAIL_LINES)
         super().__init__(
             f"{node}: command failed with exit code {code}:\n  $ {self.command}\n"
             f"last {TAIL_LINES} lines of output:\n{self.tail or '  (no output)'}"
@@ -55,39 +54,36 @@ def powershell_wrapper(command: str) -> str:
 
 @dataclass
 class VagrantRemote:
-    """The real thing: the vagrant executable, run in the cluster's Vagrant environment."""
+    """The real thing: `vagrant ssh`, `winrm` and `upload` in the cluster's Vagrant environment."""
 
-    vagrant: str
-    root: Path
-    env: dict
+    vagrant: Vagrant
     timeout: float = 3600
 
     def _call(self, argv: list[str]) -> tuple[int, str]:
         try:
-            proc = subprocess.run(argv, cwd=self.root, env=self.env, capture_output=True, text=True,
-                                  timeout=self.timeout, check=False)
-        except subprocess.TimeoutExpired as exc:
-            return 124, f"timed out after {self.timeout:.0f} s\n{exc.output or ''}"
-        return proc.returncode, proc.stdout + proc.stderr
+            result = self.vagrant.call(*argv, timeout=self.timeout)
+        except proc.TimedOut as exc:
+            return 124, f"timed out after {self.timeout:.0f} s\n{exc.output}"
+        return result.returncode, result.output
 
     def run(self, machine: Machine, command: str) -> str:
         if machine.is_windows:
-            code, output = self._call([self.vagrant, "winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
+            code, output = self._call(["winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
             found = _EXIT_LINE.findall(output)
             if found:
                 code = int(found[-1])
                 output = _EXIT_LINE.sub("", output).rstrip() + "\n"
         else:
-            code, output = self._call([self.vagrant, "ssh", machine.name, "--no-tty", "--command", command])
+            code, output = self._call(["ssh", machine.name, "--no-tty", "--command", command])
         if code != 0:
             raise RemoteError(machine.name, command, code, output)
         return output
 
     def upload(self, machine: Machine, source: Path, destination: str) -> None:
-        argv = [self.vagrant, "upload", str(source), destination, machine.name]
+        argv = ["upload", str(source), destination, machine.name]
         code, output = self._call(argv)
         if code != 0:
-            raise RemoteError(machine.name, shlex.join(argv[1:]), code, output)
+            raise RemoteError(machine.name, shlex.join(argv), code, output)
 
 
 class DryRunRemote:

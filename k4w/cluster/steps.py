@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import profiles, sources, ui
+from .. import proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -74,15 +74,8 @@ class Context:
 # ------------------------------------------------------------------ helpers
 
 def wait_for(ctx: Context, what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> None:
-    """Poll check() until it says ok; on timeout raise with its last detail. No fixed sleeps."""
-    deadline = ctx.clock.now() + timeout
-    while True:
-        ok, detail = check()
-        if ok:
-            return
-        if ctx.clock.now() >= deadline:
-            raise K4wError(f"timed out after {timeout:.0f} s waiting for {what}: {detail}")
-        ctx.clock.sleep(ctx.poll_seconds)
+    """proc.wait_for on the context's clock (a fake one in tests) and poll interval."""
+    proc.wait_for(what, check, timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
 
 
 def kubectl(ctx: Context, args: str) -> str:

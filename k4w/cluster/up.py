@@ -9,15 +9,14 @@ host's PowerShell, the clock) is a parameter, so tests replace them at the proce
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
-from .. import sources, ui
+from .. import proc, sources, ui
 from ..config import Config
 from ..errors import K4wError
 from . import steps as S
-from .machines import PythonVagrant, load_cluster, vagrant_env
-from .network import run_powershell
+from .machines import cluster_vagrant, load_cluster
+from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote
 from .state import State
 
@@ -34,21 +33,6 @@ def artifacts_digest(out: Path) -> str:
         if path.is_file():
             digest.update(str(path.relative_to(out)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
-
-
-class DryRunVagrant:
-    def __init__(self, machines):
-        self.machines = machines
-
-    def status(self) -> dict[str, str]:
-        ui.say("$ vagrant status --machine-readable", style="cyan")
-        return {m.name: "not_created" for m in self.machines}
-
-    def up(self, names: list[str]) -> None:
-        ui.say(f"$ vagrant up --provider=hyperv {' '.join(names)}", style="cyan")
-
-    def destroy(self) -> None:
-        ui.say("$ vagrant destroy --force", style="cyan")
 
 
 class DryRunState(State):
@@ -73,40 +57,24 @@ def _dry_answers(cluster) -> dict[str, str]:
     }
 
 
-def _dry_host(script: str) -> tuple[int, str]:
-    ui.say("$ powershell.exe -NoProfile -ExecutionPolicy Bypass -Command -   # cluster switch check:", style="cyan")
-    ui.say(script.strip())
-    return 0, ""
-
-
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
                  poll_seconds: float = 5.0) -> S.Context:
     out = Path(out).resolve()
     cluster = load_cluster(out)
     digest = artifacts_digest(out)
+    # A dry run is the same Vagrant driver, printing the exact commands instead of running them.
+    vagrant = vagrant or cluster_vagrant(out, proc.Runner(dry_run=dry_run))
     if dry_run:
         state = DryRunState.load(out, digest)
-        vagrant = vagrant or DryRunVagrant(cluster.machines)
         remote = remote or DryRunRemote(_dry_answers(cluster))
-        host = host or _dry_host
+        host = host or show_powershell
     else:
         state = State.load(out, digest)
-        env = vagrant_env(out)
-        vagrant = vagrant or PythonVagrant(out, env)
-        remote = remote or VagrantRemote(_vagrant_exe(), sources.REPO.vagrant, env)
+        remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
-
-
-def _vagrant_exe() -> str:
-    path = shutil.which("vagrant")
-    if not path:
-        from ..tools import INSTALL
-
-        raise K4wError(f"'vagrant' is not installed. Install it with: {INSTALL['vagrant']}")
-    return path
 
 
 def cluster_up(cfg: Config, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
@@ -165,12 +133,11 @@ def summary(ctx: S.Context) -> list[list[str]]:
 def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) -> None:
     """Destroy every VM of the cluster and forget its state."""
     out = Path(out).resolve()
-    cluster = load_cluster(out)
+    load_cluster(out)  # says "run `invoke render` first" when there is nothing to destroy from
+    (vagrant or cluster_vagrant(out, proc.Runner(dry_run=dry_run))).destroy()
     if dry_run:
-        (vagrant or DryRunVagrant(cluster.machines)).destroy()
         ui.say(f"would remove {out / 'cluster-state.json'} and {out / 'kubeconfig'}")
         return
-    (vagrant or PythonVagrant(out)).destroy()
     (out / "cluster-state.json").unlink(missing_ok=True)
     (out / "kubeconfig").unlink(missing_ok=True)
     ui.say("cluster destroyed")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import profiles, sources
+from .. import proc, profiles, sources
 from ..config import Config
 from ..derive import derive_proxy
 from ..errors import K4wError
@@ -30,8 +29,8 @@ class Result:
 
 
 def _run(cmd: list[str], env: dict | None = None) -> tuple[int, str]:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+    result = proc.run(cmd, env=env)
+    return result.returncode, result.output.strip()
 
 
 def _rel(path: Path) -> str:
@@ -87,19 +86,7 @@ def powershell_scripts(cfg: Config, out: Path) -> Result:
         res.checked.append(_rel(script))
         # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
         res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
-    for name, text in _generated_powershell(cfg):
-        res.checked.append(name)
-        res.problems += [f"{name}:{p}" for p in powershell.parse_text_errors(text)]
     return res
-
-
-def _generated_powershell(cfg: Config) -> list[tuple[str, str]]:
-    """PowerShell that k4w generates at run time (network-up), checked like the files."""
-    try:
-        from .cluster import network as hyperv_network
-    except ImportError:
-        return []
-    return [("network-up (generated)", hyperv_network.network_up_script(cfg))]
 
 
 def unattend_files(cfg: Config, out: Path) -> Result:

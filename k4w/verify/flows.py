@@ -17,14 +17,15 @@ from pathlib import Path
 
 import yaml
 
-from .. import profiles, sources, tools, ui
+from .. import profiles, ui
 from ..bake import catalogue
-from ..cluster.machines import load_cluster, vagrant_env
+from ..cluster.machines import cluster_vagrant, load_cluster
 from ..config import Config
 from ..errors import K4wError
+from ..proc import Runner
 from ..redact import redact
+from ..vagrant import Vagrant
 from . import discovery, records, report, specrun, throwaway
-from .procs import Runner
 
 STAGE_BOX, STAGE_NODE = "box", "node"
 
@@ -40,10 +41,6 @@ def _write_config(cfg: Config, folder: Path, dry_run: bool) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
     return path
-
-
-def _vagrant(dry_run: bool) -> str:
-    return "vagrant" if dry_run else tools.require("vagrant")
 
 
 def _summarise(title: str, results: dict[str, dict]) -> None:
@@ -67,16 +64,16 @@ def _failed_result(error: str) -> dict:
 # ------------------------------------------------------------------ test-box
 
 
-def _connect_args(profile, runner: Runner, vagrant: str, workdir: Path) -> list[str]:
+def _connect_args(profile, vagrant: Vagrant, workdir: Path) -> list[str]:
     """Testinfra target options for the throwaway VM, from Vagrant's own connection settings."""
     if profile.is_windows:
-        _, text = runner.run([vagrant, "winrm-config"], cwd=workdir, capture=True)
-        if runner.dry_run:
+        text = vagrant.winrm_config()
+        if vagrant.dry_run:
             return ["--hosts=winrm://vagrant:***@<from vagrant winrm-config>"]
         return ["--hosts=" + ",".join(h.url() for h in discovery.parse_winrm_config(text))]
     ssh_config = workdir / "ssh-config"
-    _, text = runner.run([vagrant, "ssh-config"], cwd=workdir, capture=True)
-    if runner.dry_run:
+    text = vagrant.ssh_config()
+    if vagrant.dry_run:
         return [f"--hosts=ssh://{throwaway.MACHINE}", f"--ssh-config={ssh_config}"]
     hosts = discovery.parse_ssh_config(text)
     ssh_config.write_text(text, encoding="utf-8")
@@ -128,7 +125,7 @@ def test_box(cfg: Config, box: str, out: Path, dry_run: bool = False) -> dict:
     stamp = _stamp()
     workdir = out / "test-box" / f"{box}-{stamp}"
     runner = Runner(log=out / "logs" / f"test-box-{box}-{stamp}.log", dry_run=dry_run)
-    vagrant = _vagrant(dry_run)
+    vagrant = Vagrant(workdir, runner=runner)
     ref = _box_ref(out, profile, dry_run)
     vagrantfile = throwaway.vagrantfile(ref, profile, f"{cfg.cluster.name}-test-{box}-{stamp}", cfg.hyperv.management_switch)
     config_file = _write_config(cfg, workdir, dry_run)
@@ -143,14 +140,14 @@ def test_box(cfg: Config, box: str, out: Path, dry_run: bool = False) -> dict:
     result: dict = {}
     error: str | None = None
     try:
-        runner.run([vagrant, "up", "--provider", throwaway.PROVIDER], cwd=workdir)
-        request.args = _connect_args(profile, runner, vagrant, workdir) + _box_spec_args(box, config_file, STAGE_BOX)
+        vagrant.up()
+        request.args = _connect_args(profile, vagrant, workdir) + _box_spec_args(box, config_file, STAGE_BOX)
         result = specrun.run(request, runner)
     except K4wError as exc:
         error = str(exc)
     finally:
         # Always, also after a failed boot or spec: a throwaway VM must not outlive its test.
-        code, _ = runner.run([vagrant, "destroy", "--force"], cwd=workdir, check=False)
+        code = vagrant.destroy(check=False)
         if code == 0 and not dry_run:
             shutil.rmtree(workdir, ignore_errors=True)
         elif code != 0:
@@ -192,24 +189,21 @@ def test_ssh_target(cfg: Config, box: str, host: str, port: int, user: str, key_
 # ------------------------------------------------------------------ cluster-test
 
 
-def _node_hosts(cluster, runner: Runner, vagrant: str, vroot: Path, env: dict, folder: Path) -> tuple[dict, Path]:
-    """{machine name: testinfra URL} for every node, and the ssh-config file the Linux URLs need.
-
-    env is what the cluster's Vagrant environment adds to ours (cluster.json, state folder).
-    """
+def _node_hosts(cluster, vagrant: Vagrant, folder: Path) -> tuple[dict, Path]:
+    """{machine name: testinfra URL} for every node, and the ssh-config file the Linux URLs need."""
     urls: dict[str, str] = {}
     ssh_config = folder / "ssh-config"
     linux = [m.name for m in cluster.machines if not m.is_windows]
     if linux:
-        _, text = runner.run([vagrant, "ssh-config", *linux], cwd=vroot, extra_env=env, capture=True)
-        hosts = {m: f"ssh://{m}" for m in linux} if runner.dry_run else {h.alias: h.url() for h in discovery.parse_ssh_config(text)}
-        if not runner.dry_run:
+        text = vagrant.ssh_config(linux)
+        hosts = {m: f"ssh://{m}" for m in linux} if vagrant.dry_run else {h.alias: h.url() for h in discovery.parse_ssh_config(text)}
+        if not vagrant.dry_run:
             ssh_config.write_text(text, encoding="utf-8")
         urls.update(hosts)
     for machine in (m for m in cluster.machines if m.is_windows):
-        _, text = runner.run([vagrant, "winrm-config", machine.name], cwd=vroot, extra_env=env, capture=True)
+        text = vagrant.winrm_config(machine.name)
         urls[machine.name] = (
-            f"winrm://vagrant:***@<{machine.name} from vagrant winrm-config>" if runner.dry_run
+            f"winrm://vagrant:***@<{machine.name} from vagrant winrm-config>" if vagrant.dry_run
             else discovery.parse_winrm_config(text)[0].url()
         )
     missing = [m.name for m in cluster.machines if m.name not in urls]
@@ -223,15 +217,13 @@ def cluster_test(cfg: Config, out: Path, dry_run: bool = False) -> dict[str, dic
     reports = out / "reports"
     folder = out / "cluster-test"
     runner = Runner(log=out / "logs" / f"cluster-test-{_stamp()}.log", dry_run=dry_run)
-    vagrant = _vagrant(dry_run)
     cluster = load_cluster(out)
-    # Only what the cluster's Vagrant environment adds, so the printed commands show it.
-    env = vagrant_env(out, base={})
+    vagrant = cluster_vagrant(out, runner)
     config_file = _write_config(cfg, folder, dry_run)
     unknown = [n.name for n in cfg.nodes if n.name not in {m.name for m in cluster.machines}]
     if unknown:
         raise K4wError(f"nodes {', '.join(unknown)} are not in {out / 'vagrant' / 'cluster.json'}: run `invoke render`")
-    urls, ssh_config = _node_hosts(cluster, runner, vagrant, sources.REPO.vagrant, env, folder)
+    urls, ssh_config = _node_hosts(cluster, vagrant, folder)
 
     requests = []
     for box in cfg.boxes():

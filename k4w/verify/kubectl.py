@@ -1,26 +1,18 @@
 """kubectl as a subprocess against build/kubeconfig: small, explicit, no client library.
 
-Waiting is always for a condition with a deadline and a message naming what was awaited
-and the last state seen - never a fixed sleep.
+Waiting is always for a condition with a deadline (k4w.proc.wait_for), whose message names
+what was awaited and the last state seen - never a fixed sleep.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
 
-from ..errors import K4wError, ToolMissing
-from ..tools import INSTALL
+from .. import proc, tools
+from ..errors import K4wError
 from ..redact import redact
-
-POLL_SECONDS = 3  # between two looks at a condition; the deadline is what bounds the wait
-
-T = TypeVar("T")
 
 
 class KubectlError(RuntimeError):
@@ -34,31 +26,21 @@ class Kubectl:
     request_timeout: int = 60
 
     def __post_init__(self):
-        found = shutil.which(self.binary)
-        if not found:
-            raise ToolMissing(self.binary, INSTALL["kubectl"])
-        self.binary = found
+        self.binary = tools.require(self.binary)
         if not Path(self.kubeconfig).is_file():
             raise K4wError(f"no kubeconfig at {self.kubeconfig}: run `invoke cluster-up` first")
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, f"--kubeconfig={self.kubeconfig}", *args]
 
-    def run(self, *args: str, stdin: str | None = None, timeout: int | None = None, check: bool = True):
+    def run(self, *args: str, stdin: str | None = None, timeout: int | None = None, check: bool = True) -> proc.Result:
         try:
-            proc = subprocess.run(
-                self.argv(*args),
-                input=stdin,
-                capture_output=True,
-                text=True,
-                timeout=timeout or self.request_timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            result = proc.run(self.argv(*args), input=stdin, timeout=timeout or self.request_timeout)
+        except proc.TimedOut:
             raise KubectlError(f"kubectl {' '.join(args[:3])} did not finish within {timeout or self.request_timeout} s") from None
-        if check and proc.returncode != 0:
-            raise KubectlError(redact(f"kubectl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}"))
-        return proc
+        if check and result.returncode != 0:
+            raise KubectlError(redact(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}"))
+        return result
 
     def get(self, *args: str) -> dict:
         return json.loads(self.run("get", *args, "-o", "json").stdout)
@@ -78,18 +60,6 @@ class Kubectl:
     def exec(self, namespace: str, pod: str, command: list[str], timeout: int = 120):
         """Run a command in a pod; the CompletedProcess carries the command's own exit code."""
         return self.run("exec", "-n", namespace, pod, "--", *command, timeout=timeout, check=False)
-
-
-def wait_for(check: Callable[[], tuple[bool, T]], timeout: float, what: str, clock=time.monotonic, sleep=time.sleep) -> T:
-    """Poll `check` (-> (done, state)) until done or the deadline; the error shows the last state."""
-    deadline = clock() + timeout
-    while True:
-        done, state = check()
-        if done:
-            return state
-        if clock() >= deadline:
-            raise TimeoutError(redact(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {state}"))
-        sleep(POLL_SECONDS)
 
 
 def pod_ready(pod: dict) -> bool:

@@ -83,7 +83,7 @@ def result_from_stats(stats: dict, deselected: list, exit_status: int) -> dict:
 
 
 def run(request: SpecRequest, runner) -> dict:
-    """Run the spec through a k4w.verify.procs.Runner; return its result document ({} in a dry run)."""
+    """Run the spec through a k4w.proc.Runner; return its result document ({} in a dry run)."""
     if runner.dry_run:
         runner.show(request.command(), cwd=sources.REPO.root)
         return {}

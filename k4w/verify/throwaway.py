@@ -13,8 +13,8 @@ from pathlib import Path
 from ..bake import catalogue
 from ..errors import K4wError
 from ..profiles import Profile
+from ..vagrant import PROVIDER
 
-PROVIDER = "hyperv"
 MACHINE = "default"  # Vagrant's name for the machine of a Vagrantfile without config.vm.define
 
 

@@ -1,4 +1,5 @@
-"""`invoke network-up`: the generated PowerShell parses, checks rights first, and is idempotent."""
+"""`invoke network-up`: host/network-up.ps1 parses, checks rights first and is idempotent, and the
+command that runs it carries the config's values as escaped parameters."""
 
 from __future__ import annotations
 
@@ -8,34 +9,51 @@ import re
 import pytest
 import yaml
 
-from k4w import config as config_mod
+from k4w import config as config_mod, sources
 from k4w.cluster import network
 from k4w.errors import K4wError
 from k4w.validate import powershell_rules as powershell
 from tests.helpers import config_dict
+
+SCRIPT = sources.REPO.host / "network-up.ps1"
 
 
 def cfg_with(**overrides):
     return config_mod.parse(yaml.safe_dump(config_dict(**overrides)), "test.yml")
 
 
-def test_script_parses_and_carries_the_config_values(tmp_path):
-    script = network.network_up_script(cfg_with())
-    assert powershell.parse_text_errors(script) == []
-    generated = tmp_path / "network-up.ps1"
-    generated.write_text(script)
-    assert powershell.lint_errors(generated) == []
-    for line in ("$SwitchName = 'k4w-cluster'", "$Gateway = '192.168.250.1'", "$PrefixLength = '24'",
-                 "$NatName = 'k4w-nat'", "$NatPrefix = '192.168.250.0/24'"):
-        assert line in script
+def script() -> str:
+    return SCRIPT.read_text(encoding="utf-8")
+
+
+def test_script_parses_and_lints():
+    from k4w.validate import powershell_rules as powershell
+
+    assert powershell.parse_text_errors(script()) == []
+    assert powershell.lint_errors(SCRIPT) == []
+
+
+def test_every_parameter_the_command_passes_is_a_mandatory_parameter_of_the_script():
+    declared = set(re.findall(r"\[Parameter\(Mandatory = \$true\)\](?:\[\w+\(.*?\)\])?\[\w+\]\$(\w+)", script()))
+    assert declared == set(network.network_up_parameters(cfg_with()))
+
+
+def test_command_runs_the_script_with_the_config_values():
+    command = network.network_up_command(cfg_with())
+    assert powershell.parse_text_errors(command) == []
+    assert command.startswith(f"& '{SCRIPT}' ")
+    assert ("-SwitchName 'k4w-cluster' -Gateway '192.168.250.1' -PrefixLength '24' -NatName 'k4w-nat' "
+            "-NatPrefix '192.168.250.0/24'") in command
+    # The script's own exit code (2: not elevated) must reach us through -Command.
+    assert command.endswith("; exit $LASTEXITCODE")
 
 
 def test_admin_rights_are_checked_before_anything_changes():
-    script = network.network_up_script(cfg_with())
-    admin = script.index("IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)")
-    first_change = min(script.index(cmd) for cmd in ("New-VMSwitch", "New-NetIPAddress", "New-NetNat"))
+    text = script()
+    admin = text.index("IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)")
+    first_change = min(text.index(cmd) for cmd in ("New-VMSwitch", "New-NetIPAddress", "New-NetNat"))
     assert admin < first_change
-    assert "exit 2" in script[admin:first_change]
+    assert f"exit {network.NOT_ELEVATED}" in text[admin:first_change]
 
 
 @pytest.mark.parametrize("lookup, create", [
@@ -44,43 +62,44 @@ def test_admin_rights_are_checked_before_anything_changes():
     ("$nats = @(Get-NetNat", "New-NetNat -Name $NatName -InternalIPInterfaceAddressPrefix $NatPrefix"),
 ])
 def test_every_object_is_created_only_when_absent(lookup, create):
-    script = network.network_up_script(cfg_with())
-    assert script.index(lookup) < script.index(create)
+    text = script()
+    assert text.index(lookup) < text.index(create)
 
 
 def test_overlapping_netnat_is_detected_by_name():
-    script = network.network_up_script(cfg_with())
-    assert "$wanted.First -le $other.Last -and $other.First -le $wanted.Last" in script
-    assert "overlaps ${NatPrefix}" in script
+    text = script()
+    assert "$wanted.First -le $other.Last -and $other.First -le $wanted.Last" in text
+    assert "overlaps ${NatPrefix}" in text
     # the overlap scan runs before New-NetNat and only when our NAT does not exist yet
-    assert script.index("foreach ($nat in $nats)") < script.index("New-NetNat -Name")
+    assert text.index("foreach ($nat in $nats)") < text.index("New-NetNat -Name")
 
 
 def test_values_are_escaped_for_powershell():
-    cfg = cfg_with(**{"hyperv.cluster_switch": "it's $(evil)"})
-    script = network.network_up_script(cfg)
-    assert "$SwitchName = 'it''s $(evil)'" in script
-    assert powershell.parse_text_errors(script) == []
+    command = network.network_up_command(cfg_with(**{"hyperv.cluster_switch": "it's $(evil)"}))
+    assert "-SwitchName 'it''s $(evil)'" in command
+    assert powershell.parse_text_errors(command) == []
 
 
 def test_other_cluster_names_and_cidrs_flow_through():
     cfg = cfg_with(**{"cluster.name": "lab", "network.node_cidr": "172.30.8.0/22",
                       "nodes.0.ip": "172.30.8.10", "nodes.1.ip": "172.30.8.11", "nodes.2.ip": "172.30.8.21"})
-    script = network.network_up_script(cfg)
-    assert "$NatName = 'lab-nat'" in script and "$Gateway = '172.30.8.1'" in script and "$PrefixLength = '22'" in script
+    command = network.network_up_command(cfg)
+    assert "-NatName 'lab-nat'" in command and "-Gateway '172.30.8.1'" in command and "-PrefixLength '22'" in command
 
 
-def test_dry_run_prints_the_script_and_runs_nothing(capsys):
+def test_dry_run_prints_the_command_and_the_script_and_runs_nothing(capsys):
     calls = []
     network.network_up(cfg_with(), dry_run=True, runner=lambda s: calls.append(s) or (0, ""))
     out = capsys.readouterr().out
-    assert calls == [] and "New-NetNat" in out and "powershell.exe -NoProfile -ExecutionPolicy Bypass -Command -" in out
+    assert calls == []
+    assert "powershell.exe -NoProfile -ExecutionPolicy Bypass -Command -" in out
+    assert network.network_up_command(cfg_with()) in out and "New-NetNat" in out
 
 
-def test_runs_the_script_through_the_runner_and_reports_missing_rights():
+def test_runs_the_command_through_the_runner_and_reports_missing_rights():
     seen = []
     network.network_up(cfg_with(), runner=lambda s: (seen.append(s), (0, "network-up: ready"))[1])
-    assert len(seen) == 1 and "New-VMSwitch" in seen[0]
+    assert seen == [network.network_up_command(cfg_with())]
     with pytest.raises(K4wError, match="Administrator rights"):
         network.network_up(cfg_with(), runner=lambda s: (2, "needs Administrator"))
     with pytest.raises(K4wError, match="exit 1"):

@@ -1,6 +1,5 @@
-"""VagrantRemote and the python-vagrant driver, driven by cluster-up, with the fake `vagrant`
-executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches Vagrant is what
-is asserted."""
+"""cluster-up through the real Vagrant driver (k4w.vagrant) and VagrantRemote, with the fake `vagrant`
+executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches Vagrant is what is asserted."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import pytest
 from k4w.cluster import machines, up as up_mod
 from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
 from k4w.errors import K4wError
+from k4w.vagrant import Vagrant
 from k4w.validate.powershell_rules import parse_text_errors
 from tests.fakes.cluster_world import FakeClock
 from tests.fakes.vagrant import VagrantOnPath
@@ -34,8 +34,8 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
 def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
     fake_vagrant.up()
     calls = fake_vagrant.argvs()
-    verbs = [c[0] for c in calls]
-    assert verbs[0] == "status" and verbs[1] == "up" and calls[1][1:] == ["--provider=hyperv"]
+    assert calls[0] == ["status", "--machine-readable"]
+    assert calls[1] == ["up", "--provider=hyperv", "master", "worker-linux", "worker-win"]
     ssh = [c for c in calls if c[0] == "ssh"]
     assert all(c[2:4] == ["--no-tty", "--command"] for c in ssh)
     winrm = [c for c in calls if c[0] == "winrm"]
@@ -59,7 +59,7 @@ def test_second_run_sends_only_status_checks(fake_vagrant):
 
 def test_resume_after_vagrant_up_fails(fake_vagrant):
     fake_vagrant.scenario({"fail": [{"pattern": "^up", "times": 1, "exit": 1, "output": "Hyper-V import failed"}]})
-    with pytest.raises(K4wError, match="vagrant up failed with exit code 1"):
+    with pytest.raises(K4wError, match="(?s)vagrant up --provider=hyperv master worker-linux worker-win exited 1:.*Hyper-V import failed"):
         fake_vagrant.up()
     assert not (fake_vagrant.out / "cluster-state.json").exists()
     fake_vagrant.up()
@@ -91,6 +91,6 @@ def test_powershell_wrapper_reports_native_exit_codes_and_exceptions():
 
 
 def test_vagrant_remote_uses_the_given_executable(tmp_path, fake_vagrant, monkeypatch):
-    remote = VagrantRemote(str(fake_vagrant.exe), tmp_path, machines.vagrant_env(fake_vagrant.out))
+    remote = VagrantRemote(Vagrant(tmp_path, machines.vagrant_env(fake_vagrant.out), exe=str(fake_vagrant.exe)))
     master = machines.load_cluster(fake_vagrant.out).master
     assert "kubeadm join 192.168.250.10:6443" in remote.run(master, "sudo kubeadm token create --print-join-command --ttl 1h")

@@ -183,7 +183,10 @@ def test_dry_run_prints_commands_and_changes_nothing(default_render, capsys):
     cfg, out = default_render
     up_mod.cluster_up(cfg, out, dry_run=True, validate=False, clock=FakeClock())
     printed = capsys.readouterr().out
-    assert "$ vagrant up --provider=hyperv master worker-linux worker-win" in printed
+    # The same Vagrant driver as a real run, so the exact command: folder, environment, arguments.
+    up = next(line for line in printed.splitlines() if " up --provider=" in line)
+    assert up.startswith("$ cd ") and up.endswith(" vagrant up --provider=hyperv master worker-linux worker-win")
+    assert f"K4W_CLUSTER_JSON={out.resolve() / 'vagrant' / 'cluster.json'} " in up
     assert "[worker-win] $ & 'C:\\k4w\\cluster-join.ps1'" in printed and "-Token '***'" in printed
     assert not (out / "cluster-state.json").exists() and not (out / "kubeconfig").exists()
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.helpers import ROOT, config_dict, invoke, write_config
+from tests.helpers import ROOT, config_dict, invoke, use_sources, write_config
 
 VALIDATORS = {
     "Packer templates": "packer validate",
@@ -53,3 +53,22 @@ def test_a_broken_artifact_fails_validation(tmp_path):
     tpl.write_text(tpl.read_text().replace('"builders"', '"builderz"', 1))
     result = validate.packer_templates(cfg, out)
     assert not result.ok and "builderz" in " ".join(result.problems)
+
+
+def test_host_scripts_are_parsed_and_linted_like_guest_scripts(tmp_path, monkeypatch):
+    """host/network-up.ps1 is a file like any guest script, so validate checks it (it used to be a
+    string in Python that nothing parsed)."""
+    from k4w import config, validate
+
+    cfg = config.load(ROOT / "cluster.yml")
+    real = validate.powershell_scripts(cfg, tmp_path / "out")
+    assert "host/network-up.ps1" in real.checked and real.ok, real.problems
+
+    use_sources(monkeypatch, root=tmp_path)
+    (tmp_path / "guest").mkdir()
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "network-up.ps1").write_text('Write-Host "at $Gateway: now"\nif ($x {\n')
+    broken = validate.powershell_scripts(cfg, tmp_path / "out")
+    assert broken.checked == ["host/network-up.ps1"]
+    assert any("syntax error" in p or "missing" in p for p in broken.problems), broken.problems
+    assert any("invalid variable" in p for p in broken.problems), broken.problems

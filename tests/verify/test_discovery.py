@@ -11,6 +11,7 @@ import testinfra
 
 from k4w.errors import K4wError
 from k4w.verify import discovery
+from tests.helpers import system_tool
 
 from tests.fakes.vagrant import OUTPUTS as RECORDED
 from tests.helpers import system_tool

@@ -44,9 +44,9 @@ def test_test_box_destroys_the_vm_when_it_does_not_boot(built, fake_vagrant, mon
     fake_vagrant.scenario({"fail": [{"pattern": "^up", "exit": 1, "output": "Hyper-V import failed"}]})
     with pytest.raises(K4wError, match="could not run"):
         flows.test_box(cfg, "windows-1803", out)
-    assert [c["argv"] for c in fake_vagrant.calls()] == [["up", "--provider", "hyperv"], ["destroy", "--force"]]
+    assert [c["argv"] for c in fake_vagrant.calls()] == [["up", "--provider=hyperv"], ["destroy", "--force"]]
     test = json.loads((out / "boxes" / "windows-1803.record.json").read_text())["test"]
-    assert test["result"] == "failed" and "vagrant up --provider hyperv exited 1" in test["error"]
+    assert test["result"] == "failed" and "vagrant up --provider=hyperv exited 1" in test["error"]
 
 
 def test_ssh_target_run_records_against_the_box(built, closed_port, tmp_path):
@@ -82,7 +82,7 @@ def test_dry_runs_print_commands_and_change_nothing(built, capsys):
     flows.test_box(cfg, "ubuntu-1604", out, dry_run=True)
     flows.cluster_test(cfg, out, dry_run=True)
     printed = capsys.readouterr().out
-    assert "vagrant up --provider hyperv" in printed and "vagrant destroy --force" in printed
+    assert "vagrant up --provider=hyperv" in printed and "vagrant destroy --force" in printed
     assert "--hosts=ssh://default" in printed and "--k4w-stage=node" in printed
     assert "vagrant:vagrant" not in printed
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

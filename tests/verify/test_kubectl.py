@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from k4w.verify.kubectl import pod_ready, pod_state, wait_for
+from k4w.proc import wait_for
+from k4w.verify.kubectl import pod_ready, pod_state
 
 
 def test_wait_for_times_out_with_the_last_state():
@@ -15,8 +16,9 @@ def test_wait_for_times_out_with_the_last_state():
         now[0] += s
 
     with pytest.raises(TimeoutError, match="waiting for pod x to be ready; last seen: x: Pending; x waiting ErrImagePull"):
-        wait_for(lambda: (False, "x: Pending; x waiting ErrImagePull"), 30, "pod x to be ready", clock=lambda: now[0], sleep=sleep)
-    assert wait_for(lambda: (True, "done"), 30, "x", clock=lambda: 0, sleep=sleep) == "done"
+        wait_for("pod x to be ready", lambda: (False, "x: Pending; x waiting ErrImagePull"), 30, clock=lambda: now[0], sleep=sleep)
+    assert now[0] >= 30  # polled until the deadline, on the fake clock
+    assert wait_for("x", lambda: (True, "done"), 30, clock=lambda: 0, sleep=sleep) == "done"
 
 
 def test_pod_state_explains_a_pod_that_is_not_ready():

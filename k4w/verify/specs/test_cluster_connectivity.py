@@ -13,7 +13,8 @@ import testinfra
 
 from k4w import config as config_mod, profiles
 from k4w.verify import matrix, probes, workloads as wl
-from k4w.verify.kubectl import pod_ready, pod_state, wait_for
+from k4w.proc import wait_for
+from k4w.verify.kubectl import pod_ready, pod_state
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]
 
@@ -44,7 +45,7 @@ def _wait_pod(kubectl, name: str, timeout: int) -> dict:
         pod = kubectl.get("pod", "-n", wl.NAMESPACE, name)
         return pod_ready(pod), (pod if pod_ready(pod) else pod_state(pod))
 
-    return wait_for(check, timeout, f"pod {wl.NAMESPACE}/{name} to be ready")
+    return wait_for(f"pod {wl.NAMESPACE}/{name} to be ready", check, timeout)
 
 
 def _wait_pods(kubectl, namespace: str, selector: str, timeout: int, what: str) -> dict:
@@ -53,7 +54,7 @@ def _wait_pods(kubectl, namespace: str, selector: str, timeout: int, what: str) 
         ready = [p for p in pods if pod_ready(p)]
         return bool(ready), (ready[0] if ready else "; ".join(pod_state(p) for p in pods) or "no pod yet")
 
-    return wait_for(check, timeout, what)
+    return wait_for(what, check, timeout)
 
 
 def _wait_namespace_gone(kubectl) -> None:
@@ -61,7 +62,7 @@ def _wait_namespace_gone(kubectl) -> None:
         proc = kubectl.run("get", "namespace", wl.NAMESPACE, "--ignore-not-found", "-o", "name", check=False)
         return proc.returncode == 0 and not proc.stdout.strip(), proc.stdout.strip() or proc.stderr.strip()
 
-    wait_for(check, CLEANUP_TIMEOUT, f"namespace {wl.NAMESPACE} of an earlier run to finish deleting")
+    wait_for(f"namespace {wl.NAMESPACE} of an earlier run to finish deleting", check, CLEANUP_TIMEOUT)
 
 
 def _node_ip(cfg, name: str) -> str:

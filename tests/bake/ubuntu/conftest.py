@@ -78,14 +78,6 @@ def resolve_user_variables(template: dict) -> dict:
     return resolve(template)
 
 
-def need(tool: str, install: str) -> str:
-    """The path of a required tool; a missing tool fails the test and names its install command."""
-    path = shutil.which(tool)
-    if not path:
-        pytest.fail(f"'{tool}' is not installed. Install it with: {install}", pytrace=False)
-    return path
-
-
 def cluster(proxy_http=None, proxy_https=None, nodes=None) -> config.Config:
     data = yaml.safe_load((ROOT / "cluster.yml").read_text())
     data["proxy"]["http"] = proxy_http

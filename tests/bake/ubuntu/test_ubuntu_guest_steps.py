@@ -15,7 +15,9 @@ import tarfile
 
 import pytest
 
-from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, make_root, need, run_step, snapshot
+from tests.helpers import system_tool
+
+from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, make_root, run_step, snapshot
 
 NO_PROXY = "localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc"
 
@@ -172,7 +174,7 @@ def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
 @pytest.fixture(scope="module")
 def signing_key(tmp_path_factory):
     """A throwaway OpenPGP key standing in for Docker's: (armored key file, fingerprint)."""
-    gpg = need("gpg", "apt-get install -y gnupg")
+    gpg = system_tool("gpg")
     home = tmp_path_factory.mktemp("gnupg")
     os.chmod(home, 0o700)
     run = lambda *a: subprocess.run([gpg, "--homedir", str(home), "--batch", *a], capture_output=True, text=True, check=True)  # noqa: E731

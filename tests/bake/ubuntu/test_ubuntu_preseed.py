@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
-from .conftest import HTTP_PROXY, HTTPS_PROXY, make_root, need, run_step, snapshot
+from tests.helpers import system_tool
+
+from .conftest import HTTP_PROXY, HTTPS_PROXY, make_root, run_step, snapshot
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/90k4w-proxy"
 
@@ -29,7 +31,7 @@ def late_commands(preseed: str) -> list[str]:
 
 @pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (None, HTTPS_PROXY), (HTTP_PROXY, HTTPS_PROXY)])
 def test_debconf_accepts_the_preseed(ubuntu, tmp_path, http, https):
-    tool = need("debconf-set-selections", "apt-get install -y debconf-utils")
+    tool = system_tool("debconf-set-selections")
     seed = tmp_path / "preseed.cfg"
     seed.write_text(ubuntu(http, https)[1])
     res = subprocess.run([tool, "--checkonly", str(seed)], capture_output=True, text=True, check=False)

@@ -10,15 +10,16 @@ import pytest
 import yaml
 
 from k4w import render
+from tests.helpers import system_tool
 
-from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, STEPS, cluster, need, qemu_cluster
+from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, STEPS, cluster, qemu_cluster
 
 OWN_SCRIPTS = sorted([*STEPS.glob("*.sh"), STEPS.parent / "lib.sh"])
 STEP_SCRIPTS = [p for p in OWN_SCRIPTS if p.name != "lib.sh"]
 
 
 def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess:
-    packer = need("packer", "apt-get install -y packer (Packer 1.6.x)")
+    packer = system_tool("packer")
     path = tmp_path / "template.json"
     path.write_text(template_text)
     env = {**os.environ, "CHECKPOINT_DISABLE": "1"}
@@ -43,7 +44,7 @@ def test_packer_validates_the_qemu_template(profile_dir, tmp_path):
 @pytest.mark.tools
 @pytest.mark.parametrize("script", OWN_SCRIPTS, ids=lambda p: p.name)
 def test_shellcheck_clean(script):
-    tool = need("shellcheck", "apt-get install -y shellcheck")
+    tool = system_tool("shellcheck")
     res = subprocess.run([tool, "-x", "--source-path=SCRIPTDIR", "--severity=style", str(script)],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stdout
@@ -51,7 +52,7 @@ def test_shellcheck_clean(script):
 
 @pytest.mark.tools
 def test_box_vagrantfile_is_valid_ruby():
-    ruby = need("ruby", "apt-get install -y ruby")
+    ruby = system_tool("ruby")
     res = subprocess.run([ruby, "-c", str(ROOT / "vagrant" / "box" / "ubuntu.Vagrantfile")],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0 and "Syntax OK" in res.stdout, res.stderr

@@ -4,7 +4,6 @@ that can be checked without Hyper-V."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from k4w.sources import REPO_ROOT as ROOT
+from tests.helpers import system_tool
 
 from windows_fixtures import BOX
 
@@ -117,17 +117,13 @@ def test_the_bootstrap_is_on_the_setup_media_it_is_looked_for_by_name(render_win
 
 
 def test_vagrantfile_is_valid_ruby():
-    ruby = shutil.which("ruby")
-    if not ruby:
-        pytest.fail("ruby is not installed. Install it with: apt-get install -y ruby")
+    ruby = system_tool("ruby")
     result = subprocess.run([ruby, "-c", str(VAGRANTFILE)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "Syntax OK" in result.stdout, result.stderr
 
 
 def _vagrant_plugin_dir() -> Path:
-    vagrant = shutil.which("vagrant")
-    if not vagrant:
-        pytest.fail("vagrant is not installed. Install it with: apt-get install -y vagrant")
+    system_tool("vagrant")
     gem = subprocess.run(["ruby", "-e", "print Gem::Specification.find_by_name('vagrant').gem_dir"],
                          capture_output=True, text=True, timeout=60)
     if gem.returncode == 0 and gem.stdout:

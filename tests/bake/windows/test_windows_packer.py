@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from k4w import iso, profiles
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
+from tests.helpers import system_tool
 
 from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
 
@@ -43,10 +43,7 @@ EXPECTED_ORDER = [
 
 
 def _packer() -> str:
-    found = shutil.which("packer")
-    if not found:
-        pytest.fail("packer is not installed. Install it with: apt-get install -y packer")
-    return found
+    return system_tool("packer")
 
 
 def _validate(out: Path) -> subprocess.CompletedProcess:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from k4w import proc, tools
 from k4w.verify import discovery
-from .phases import E2EError, Log, Phase, stop_group, run
+from .phases import E2EError, Log, Phase, run
 from .squid import free_port
 
 QEMU = "qemu-system-x86_64"
@@ -44,7 +44,7 @@ def vagrant_insecure_key(dest: Path) -> Path:
             dest.chmod(0o600)
             return dest
     raise E2EError("Vagrant's insecure private key was not found (keys/vagrant in the vagrant gem). "
-                   "Install Vagrant with: apt-get install -y vagrant")
+                   f"Install Vagrant with: {tools.INSTALL['vagrant']}")
 
 
 def extract_box_image(box_file: Path, dest: Path, phase: Phase, log: Log) -> Path:
@@ -78,13 +78,12 @@ class Ssh:
                 SSH_ALIAS, command]
 
     def run(self, command: str, phase: Phase, what: str, *, input: str | None = None, check: bool = True,
-            quiet: bool = False) -> subprocess.CompletedProcess:
+            quiet: bool = False) -> proc.Result:
         if quiet:  # readiness polls: keep them out of the log
             try:
-                return subprocess.run(self.argv(command), capture_output=True, text=True, input=input,
-                                      timeout=min(phase.remaining(what), SSH_CONNECT_TIMEOUT + 5))
-            except subprocess.TimeoutExpired:
-                return subprocess.CompletedProcess([], 255, "", "timeout")
+                return proc.run(self.argv(command), input=input, timeout=min(phase.remaining(what), SSH_CONNECT_TIMEOUT + 5))
+            except proc.TimedOut:
+                return proc.Result([], 255, "", "timeout")
         return run(self.argv(command), phase, self.log, what, input=input, check=check)
 
     def upload(self, content: bytes | str, path: str, phase: Phase) -> None:
@@ -94,7 +93,7 @@ class Ssh:
 
 @dataclass
 class Guest:
-    proc: subprocess.Popen
+    proc: proc.Process
     ssh: Ssh
     serial_log: Path
     command: list[str]
@@ -147,10 +146,8 @@ def _wait_for_ssh(guest: Guest, phase: Phase) -> float:
 def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, phase: Phase, log: Log, *,
            memory_mb: int = 1024, cpus: int = 2, user: str = "vagrant", keep: bool = False) -> Iterator[Guest]:
     """A running guest on a qcow2 overlay of image, reachable over SSH; stopped on exit."""
-    for tool, install in ((QEMU, "apt-get install -y qemu-system-x86"), ("qemu-img", "apt-get install -y qemu-utils"),
-                          ("ssh", "apt-get install -y openssh-client")):
-        if not shutil.which(tool):
-            raise E2EError(f"'{tool}' is not installed. Install it with: {install}")
+    for tool in (QEMU, "qemu-img", "ssh"):
+        tools.require(tool)
     workdir.mkdir(parents=True, exist_ok=True)
     overlay = workdir / "overlay.qcow2"
     run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(Path(image).resolve()), str(overlay)],
@@ -163,15 +160,14 @@ def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, 
     cmd = qemu_command(overlay, kernel, initrd, append, memory_mb=memory_mb, cpus=cpus, ssh_port=port,
                        serial_log=serial, pidfile=workdir / "qemu.pid")
     log.write("$ " + shlex.join(cmd) + "\n")
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    guest = Guest(proc, Ssh(config, key, "127.0.0.1", port, user, log), serial, cmd)
+    qemu = proc.start(cmd, group=True, capture=False)
+    guest = Guest(qemu, Ssh(config, key, "127.0.0.1", port, user, log), serial, cmd)
     try:
         seconds = _wait_for_ssh(guest, phase)
-        log.event(f"guest QEMU {proc.pid} answers SSH on 127.0.0.1:{port} after {seconds:.0f} s")
+        log.event(f"guest QEMU {qemu.pid} answers SSH on 127.0.0.1:{port} after {seconds:.0f} s")
         yield guest
     finally:
-        stop_group(proc)
-        log.event(f"guest QEMU {proc.pid} stopped")
+        qemu.stop()
+        log.event(f"guest QEMU {qemu.pid} stopped")
         if not keep:
             overlay.unlink(missing_ok=True)

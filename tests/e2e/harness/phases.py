@@ -7,22 +7,17 @@ an expired budget stops the phase where it is and says which command was running
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from k4w import proc
 from k4w.errors import K4wError
 from k4w.redact import redact
 
 # Lines of a failed command's output quoted in the error (the full output is in the log).
 TAIL_LINES = 25
-# Seconds a process group gets to exit after SIGTERM before SIGKILL.
-TERM_GRACE = 15
 
 
 class E2EError(K4wError):
@@ -130,65 +125,24 @@ class Log:
         self._fh.close()
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """Stop a child started with start_new_session, and everything it started."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(TERM_GRACE)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def run(cmd: list[str], phase: Phase, log: Log, what: str, *, input: str | bytes | None = None,
-        cwd: Path | None = None, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def run(cmd: list, phase: Phase, log: Log, what: str, *, input: str | None = None,
+        cwd: Path | None = None, env: dict | None = None, check: bool = True) -> proc.Result:
     """Run cmd within the phase's budget, its output (stdout+stderr) streamed into the log.
 
-    Returns the completed process with its output in .stdout. A non-zero exit (check=True)
-    raises E2EError quoting the last lines; an expired budget kills the whole process group.
+    Returns the result with its output in .stdout. A non-zero exit (check=True) raises
+    E2EError quoting the last lines; an expired budget stops the whole process group.
     """
     timeout = phase.remaining(what)
     log.write(f"$ {' '.join(str(c) for c in cmd)}\n")
-    data = input.encode() if isinstance(input, str) else input
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    chunks: list[str] = []
-
-    def pump() -> None:
-        # Line by line into the log as it comes, so a long command can be followed with tail -f.
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace")
-            chunks.append(line)
-            log.write(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
     try:
-        if data is not None:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.write(data)
-                proc.stdin.close()
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_group(proc)
+        # Line by line into the log as it comes, so a long command can be followed with tail -f.
+        result = proc.stream(cmd, log.write, cwd=cwd, env=env, input=input, timeout=timeout, group=True)
+    except proc.TimedOut:
         raise phase.timeout_error(what) from None
-    except BaseException:
-        stop_group(proc)
-        raise
-    finally:
-        reader.join(timeout=10)
-    text = "".join(chunks)
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, text, "")
-    if check and proc.returncode != 0:
-        raise E2EError(f"{what} failed (exit {proc.returncode}):\n{tail(text)}\n  full log: {log.path}")
+    if check and result.returncode != 0:
+        raise E2EError(f"{what} failed (exit {result.returncode}):\n{tail(result.stdout)}\n  full log: {log.path}")
     return result
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
-    return redact("\n".join("    " + line for line in text.rstrip().splitlines()[-lines:]))
+    return "\n".join("    " + line for line in proc.tail(text, lines).splitlines())

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k4w import config, profiles, render, sources, ui
+from k4w import config, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, packer_cli
 from k4w.errors import K4wError
 from k4w.verify import flows
@@ -53,19 +53,10 @@ BUDGETS = {
     "idempotence": 600,
     "cleanup": 120,
 }
-# Programs the run calls, with the command that installs each (Debian/Ubuntu).
-TOOLS = {
-    "debootstrap": "apt-get install -y debootstrap",
-    "mkfs.ext4": "apt-get install -y e2fsprogs",
-    "chroot": "apt-get install -y coreutils",
-    "squid": "apt-get install -y squid",
-    "packer": packer_cli.INSTALL_PACKER,
-    "qemu-system-x86_64": "apt-get install -y qemu-system-x86",
-    "qemu-img": "apt-get install -y qemu-utils",
-    "ssh": "apt-get install -y openssh-client",
-    "tar": "apt-get install -y tar",
-    "vagrant": "apt-get install -y vagrant   (its insecure key logs in to the box)",
-}
+# Programs the run calls; k4w.tools.INSTALL names how to install each. Vagrant is not run:
+# its insecure key logs in to the box.
+TOOLS = ("debootstrap", "mkfs.ext4", "chroot", "squid", "packer", "qemu-system-x86_64", "qemu-img", "ssh", "tar",
+         "vagrant")
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 
 
@@ -267,9 +258,9 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
 def _require_tools() -> None:
     missing = []
-    for tool, install in TOOLS.items():
+    for tool in TOOLS:
         if not (shutil.which(tool) or shutil.which(tool, path=SBIN)):
-            missing.append(f"'{tool}' is not installed. Install it with: {install}")
+            missing.append(str(tools.missing(tool)))
     if missing:
         raise E2EError("\n".join(missing))
     # debootstrap, chroot and mkfs live in sbin folders that a non-login root PATH may lack

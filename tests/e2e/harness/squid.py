@@ -13,14 +13,13 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from k4w import proc, tools
 from .phases import E2EError, Log, Phase, run
 
 # The user Debian's squid package drops privileges to when started as root (its default
@@ -138,10 +137,10 @@ def summary(lines: list[AccessLine]) -> dict:
 class Squid:
     """A running private squid: .url_for_guests, .access_log, .offset() and .lines_since()."""
 
-    def __init__(self, folder: Path, port: int, proc: subprocess.Popen):
+    def __init__(self, folder: Path, port: int, server: proc.Process):
         self.folder = folder
         self.port = port
-        self.proc = proc
+        self.proc = server
 
     @property
     def access_log(self) -> Path:
@@ -163,11 +162,11 @@ class Squid:
             return fh.read().decode("utf-8", "replace")
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, phase: Phase, cache_log: Path) -> None:
+def _wait_listening(port: int, server: proc.Process, phase: Phase, cache_log: Path) -> None:
     while True:
-        if proc.poll() is not None:
+        if server.poll() is not None:
             log_tail = cache_log.read_text(encoding="utf-8", errors="replace")[-2000:] if cache_log.exists() else ""
-            raise E2EError(f"squid exited with {proc.returncode} before listening on 127.0.0.1:{port}:\n{log_tail}")
+            raise E2EError(f"squid exited with {server.returncode} before listening on 127.0.0.1:{port}:\n{log_tail}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
             return
         phase.remaining(f"squid listens on 127.0.0.1:{port}")
@@ -179,7 +178,7 @@ def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
     """Start squid in the foreground (-N) in folder; stop it (and check it stopped) on exit."""
     exe = shutil.which("squid") or shutil.which("squid", path="/usr/sbin:/sbin")
     if not exe:
-        raise E2EError("'squid' is not installed. Install it with: apt-get install -y squid")
+        raise tools.missing("squid")
     folder = Path(folder)
     (folder / "cache").mkdir(parents=True, exist_ok=True)  # coredump_dir must exist before -z
     user = None
@@ -188,7 +187,7 @@ def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
             pw = pwd.getpwnam(SQUID_USER)
         except KeyError:
             raise E2EError(f"squid runs as user '{SQUID_USER}' when started by root, and it does not exist "
-                           f"(the Debian squid package creates it: apt-get install -y squid)") from None
+                           f"(the Debian squid package creates it: {tools.INSTALL['squid']})") from None
         user = SQUID_USER
         for path in [folder, *folder.rglob("*")]:
             os.chown(path, pw.pw_uid, pw.pw_gid)
@@ -206,27 +205,18 @@ def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
     # -z creates the cache_dir's swap folders, then exits; -N keeps it in the foreground.
     run([exe, "-N", "-z", "-f", str(conf)], phase, log, "squid -z (create the cache folders)")
     log.write(f"$ {exe} -N -f {conf}\n")
-    proc = subprocess.Popen([exe, "-N", "-f", str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    squid = Squid(folder, port, proc)
+    server = proc.start([exe, "-N", "-f", str(conf)], group=True, capture=False)
+    squid = Squid(folder, port, server)
     try:
-        _wait_listening(port, proc, phase, folder / "cache.log")
-        log.event(f"squid {proc.pid} listening on 127.0.0.1:{port}; guests use {squid.url_for_guests}; access log {squid.access_log}")
+        _wait_listening(port, server, phase, folder / "cache.log")
+        log.event(f"squid {server.pid} listening on 127.0.0.1:{port}; guests use {squid.url_for_guests}; access log {squid.access_log}")
         yield squid
     finally:
-        stop(proc, log)
+        stop(server, log)
 
 
-def stop(proc: subprocess.Popen, log: Log) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(SHUTDOWN_LIFETIME + 20)
-        except subprocess.TimeoutExpired:
-            log.event(f"squid {proc.pid} did not stop after SIGTERM; killing it")
-            proc.kill()
-            proc.wait()
-    # Helpers squid started (unlinkd for the ufs cache) share its process group.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.event(f"squid {proc.pid} stopped (exit {proc.returncode})")
+def stop(server: proc.Process, log: Log) -> None:
+    # Its whole group: helpers squid started (unlinkd for the ufs cache) share it.
+    if server.stop(grace=SHUTDOWN_LIFETIME + 20):
+        log.event(f"squid {server.pid} did not stop after SIGTERM; killed it")
+    log.event(f"squid {server.pid} stopped (exit {server.returncode})")
