@@ -96,7 +96,7 @@ def powershell_scripts(cfg: Config, out: Path) -> Result:
 def _generated_powershell(cfg: Config) -> list[tuple[str, str]]:
     """PowerShell that k4w generates at run time (network-up), checked like the files."""
     try:
-        from .cluster import network as hyperv_network
+        from ..cluster import network as hyperv_network
     except ImportError:
         return []
     return [("network-up (generated)", hyperv_network.network_up_script(cfg))]
