@@ -28,7 +28,7 @@ def render(c, config=cli.DEFAULT_CONFIG, out=cli.DEFAULT_OUT, dry_run=False):
     """Render every artifact (Packer, answer files, manifests, cluster.json) from the config."""
     if dry_run:
         cfg = cli.load(config)
-        ui.say(f"would render {config} into {out} (config is valid: {len(cfg.nodes)} nodes, boxes {', '.join(cfg.boxes())})")
+        ui.say(f"would render {config} into {out} (config is valid: {len(cfg.config.nodes)} nodes, boxes {', '.join(cfg.profiles)})")
         return
     cli.do_render(config, out)
 
@@ -99,7 +99,7 @@ def network_up(c, config=cli.DEFAULT_CONFIG, dry_run=False):
     """Create the Hyper-V cluster switch, host gateway address and NetNat (idempotent; as Administrator)."""
     from k4w import cluster
 
-    cluster.network_up(cli.load(config), dry_run=dry_run)
+    cluster.network_up(cli.load(config).config, dry_run=dry_run)
 
 
 @task(name="cluster-up", help={"config": CONFIG_HELP, "out": OUT_HELP, "dry_run": DRY_HELP})

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from . import config as config_mod, render as render_mod, ui, validate as validate_mod
+from . import render as render_mod, ui, validate as validate_mod
+from .cluster_model import Cluster
 from .errors import K4wError
 
 DEFAULT_CONFIG = "cluster.yml"
@@ -32,21 +33,22 @@ def user_errors(fn):
     return wrapper
 
 
-def load(config: str):
-    return config_mod.load(config)
+def load(config: str) -> Cluster:
+    """The one place a command reads its config: everything downstream gets this Cluster."""
+    return Cluster.load(config)
 
 
-def do_render(config: str, out: str, quiet: bool = False) -> tuple[object, Path, dict]:
-    cfg = load(config)
+def do_render(config: str, out: str, quiet: bool = False) -> tuple[Cluster, Path, dict]:
+    cluster = load(config)
     out_path = Path(out).resolve()
     started = time.monotonic()
-    files = render_mod.render(cfg, out_path)
+    files = render_mod.render(cluster, out_path)
     if not quiet:
         ui.say(f"rendered {len(files)} artifacts from {config} into {out_path} in {time.monotonic() - started:.2f} s")
-    return cfg, out_path, files
+    return cluster, out_path, files
 
 
-def do_validate(cfg, out: Path) -> bool:
+def do_validate(cluster: Cluster, out: Path) -> bool:
     rows = []
 
     def report(res: validate_mod.Result) -> None:
@@ -56,6 +58,6 @@ def do_validate(cfg, out: Path) -> bool:
             ui.say(f"    {problem}", style="red")
         rows.append([res.validator, res.tool, len(res.checked), status, f"{res.seconds:.1f}"])
 
-    results = validate_mod.validate_all(cfg, out, report)
+    results = validate_mod.validate_all(cluster, out, report)
     ui.table("Validation", ["artifact", "checked by", "files", "result", "seconds"], rows)
     return all(r.ok for r in results)

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from .. import sources, ui
+from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
 from . import steps as S
@@ -109,17 +110,17 @@ def _vagrant_exe() -> str:
     return path
 
 
-def cluster_up(cfg: Config, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
+def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
     """Bring the cluster up, resuming after the last finished step. Returns the context used."""
     out = Path(out).resolve()
     if validate:
         from ..validate.manifest_rules import check_manifests
 
-        problems = check_manifests(out, cfg)
+        problems = check_manifests(out, cluster)
         if problems:
             raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
                            + "\n".join(f"  - {p}" for p in problems))
-    ctx = make_context(cfg, out, dry_run, **deps)
+    ctx = make_context(cluster.config, out, dry_run, **deps)
     S.step_network(ctx)
     plan = S.step_list(ctx.cluster)
     if all(ctx.state.done(key) for key, _ in plan):
@@ -162,12 +163,12 @@ def summary(ctx: S.Context) -> list[list[str]]:
     return rows
 
 
-def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) -> None:
+def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None) -> None:
     """Destroy every VM of the cluster and forget its state."""
     out = Path(out).resolve()
-    cluster = load_cluster(out)
+    machines = load_cluster(out).machines
     if dry_run:
-        (vagrant or DryRunVagrant(cluster.machines)).destroy()
+        (vagrant or DryRunVagrant(machines)).destroy()
         ui.say(f"would remove {out / 'cluster-state.json'} and {out / 'kubeconfig'}")
         return
     (vagrant or PythonVagrant(out)).destroy()
@@ -176,9 +177,9 @@ def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) ->
     ui.say("cluster destroyed")
 
 
-def cluster_reset(cfg: Config, out: Path, dry_run: bool = False, **deps) -> None:
+def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) -> None:
     """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it."""
-    ctx = make_context(cfg, out, dry_run, **deps)
+    ctx = make_context(cluster.config, out, dry_run, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")

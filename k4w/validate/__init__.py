@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import profiles, sources
-from ..config import Config
-from ..derive import derive_proxy
+from .. import sources
+from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..tools import require
 
@@ -41,7 +40,7 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def packer_templates(cfg: Config, out: Path) -> Result:
+def packer_templates(cluster: Cluster, out: Path) -> Result:
     res = Result("Packer templates", "packer validate")
     packer = require("packer")
     # Only the variable's presence matters to validate; the real value is generated per build.
@@ -54,7 +53,7 @@ def packer_templates(cfg: Config, out: Path) -> Result:
     return res
 
 
-def preseeds(cfg: Config, out: Path) -> Result:
+def preseeds(cluster: Cluster, out: Path) -> Result:
     res = Result("preseed", "debconf-set-selections --checkonly")
     tool = require("debconf-set-selections")
     for seed in sorted((out / "http").glob("*/preseed.cfg")):
@@ -65,7 +64,7 @@ def preseeds(cfg: Config, out: Path) -> Result:
     return res
 
 
-def shell_scripts(cfg: Config, out: Path) -> Result:
+def shell_scripts(cluster: Cluster, out: Path) -> Result:
     res = Result("bash scripts", "shellcheck")
     tool = require("shellcheck")
     repo = sources.REPO
@@ -79,7 +78,7 @@ def shell_scripts(cfg: Config, out: Path) -> Result:
     return res
 
 
-def powershell_scripts(cfg: Config, out: Path) -> Result:
+def powershell_scripts(cluster: Cluster, out: Path) -> Result:
     res = Result("PowerShell scripts", "tree-sitter-powershell")
     from . import powershell_rules as powershell
 
@@ -87,27 +86,26 @@ def powershell_scripts(cfg: Config, out: Path) -> Result:
         res.checked.append(_rel(script))
         # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
         res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
-    for name, text in _generated_powershell(cfg):
+    for name, text in _generated_powershell(cluster):
         res.checked.append(name)
         res.problems += [f"{name}:{p}" for p in powershell.parse_text_errors(text)]
     return res
 
 
-def _generated_powershell(cfg: Config) -> list[tuple[str, str]]:
+def _generated_powershell(cluster: Cluster) -> list[tuple[str, str]]:
     """PowerShell that k4w generates at run time (network-up), checked like the files."""
     try:
         from ..cluster import network as hyperv_network
     except ImportError:
         return []
-    return [("network-up (generated)", hyperv_network.network_up_script(cfg))]
+    return [("network-up (generated)", hyperv_network.network_up_script(cluster.config))]
 
 
-def unattend_files(cfg: Config, out: Path) -> Result:
+def unattend_files(cluster: Cluster, out: Path) -> Result:
     res = Result("Autounattend.xml", "lxml + structural rules")
     from . import unattend_rules as unattend
 
-    for box in cfg.boxes():
-        prof = profiles.load(box)
+    for box, prof in cluster.profiles.items():
         if not prof.is_windows:
             continue
         path = out / "http" / box / "Autounattend.xml"
@@ -117,24 +115,24 @@ def unattend_files(cfg: Config, out: Path) -> Result:
             continue
         build = prof.data.get("build", {})
         problems = unattend.check_unattend(
-            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=derive_proxy(cfg)
+            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=cluster.proxy
         )
         res.problems += [f"{_rel(path)}: {p}" for p in problems]
     return res
 
 
-def manifests(cfg: Config, out: Path) -> Result:
+def manifests(cluster: Cluster, out: Path) -> Result:
     res = Result("Kubernetes manifests and node configs", "kubernetes-validate + structural rules")
     from . import manifest_rules as manifest_checks
 
     res.checked = [_rel(p) for p in sorted((out / "manifests").rglob("*.yaml"))]
     res.checked += [_rel(p) for p in sorted((out / "kubeadm").glob("*"))]
     res.checked += [_rel(p) for p in sorted((out / "nodes").rglob("*")) if p.is_file()]
-    res.problems = manifest_checks.check_manifests(out, cfg)
+    res.problems = manifest_checks.check_manifests(out, cluster)
     return res
 
 
-def vagrantfiles(cfg: Config, out: Path) -> Result:
+def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
     files = [sources.REPO.vagrant / "Vagrantfile", *sorted((sources.REPO.vagrant / "box").glob("*.Vagrantfile"))]
@@ -149,7 +147,7 @@ def vagrantfiles(cfg: Config, out: Path) -> Result:
     return res
 
 
-VALIDATORS: list[Callable[[Config, Path], Result]] = [
+VALIDATORS: list[Callable[[Cluster, Path], Result]] = [
     packer_templates,
     preseeds,
     shell_scripts,
@@ -160,13 +158,13 @@ VALIDATORS: list[Callable[[Config, Path], Result]] = [
 ]
 
 
-def validate_all(cfg: Config, out: Path, report: Callable[[Result], None] | None = None) -> list[Result]:
+def validate_all(cluster: Cluster, out: Path, report: Callable[[Result], None] | None = None) -> list[Result]:
     """Run every validator on an already rendered out dir. A missing tool is a failed result."""
     results = []
     for validator in VALIDATORS:
         started = time.monotonic()
         try:
-            res = validator(cfg, Path(out))
+            res = validator(cluster, Path(out))
         except K4wError as exc:
             res = Result(validator.__name__, "-", problems=[str(exc)])
         res.seconds = time.monotonic() - started

@@ -20,6 +20,7 @@ import yaml
 from .. import profiles, sources, tools, ui
 from ..bake import catalogue
 from ..cluster.machines import load_cluster, vagrant_env
+from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
 from ..redact import redact
@@ -122,7 +123,8 @@ def _box_ref(out: Path, profile, dry_run: bool) -> throwaway.BoxRef:
     return throwaway.BoxRef(catalogue.BOX_PREFIX + profile.name, "<newest version in the catalogue>", missing.as_uri())
 
 
-def test_box(cfg: Config, box: str, out: Path, dry_run: bool = False) -> dict:
+def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> dict:
+    cfg = cluster.config
     profile = profiles.load(box)
     out = Path(out).resolve()
     stamp = _stamp()
@@ -218,7 +220,8 @@ def _node_hosts(cluster, runner: Runner, vagrant: str, vroot: Path, env: dict, f
     return urls, ssh_config
 
 
-def cluster_test(cfg: Config, out: Path, dry_run: bool = False) -> dict[str, dict]:
+def cluster_test(model: Cluster, out: Path, dry_run: bool = False) -> dict[str, dict]:
+    cfg = model.config  # named model: `cluster` below is cluster.json's machines, as in cluster-up
     out = Path(out).resolve()
     reports = out / "reports"
     folder = out / "cluster-test"

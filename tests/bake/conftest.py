@@ -18,6 +18,7 @@ import yaml
 from rich.console import Console
 
 from k4w import config, iso, profiles, render
+from k4w.cluster_model import Cluster
 from tests.helpers import use_sources
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,7 +40,7 @@ class Repo:
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         profiles._load.cache_clear()  # profiles are cached per (name, folder)
 
-    def config(self, proxy: str | None = None) -> config.Config:
+    def cluster(self, proxy: str | None = None) -> Cluster:
         text = f"""
 proxy:
   http: {proxy or 'null'}
@@ -48,7 +49,7 @@ nodes:
   - {{name: master, role: master, box: ubuntu-1604, ip: 192.168.250.10, memory: 2048}}
   - {{name: worker-win, role: worker, box: windows-1803, ip: 192.168.250.21, memory: 4096}}
 """
-        return config.parse(text, "test-cluster.yml")
+        return Cluster.resolve(config.parse(text, "test-cluster.yml"))
 
 
 def _sha(data: bytes) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from k4w import config, profiles, render
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.bake.transcript import plan_steps
 
@@ -21,7 +22,7 @@ OUT = Path("/nonexistent/k4w-out")  # rendered in memory only
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    return render.render_files(config.load(ROOT / "cluster.yml"), OUT, secrets_for=None)
+    return render.render_files(Cluster.load(ROOT / "cluster.yml"), OUT, secrets_for=None)
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,7 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
     script.chmod(0o755)
     (repo.root / "guest" / "ubuntu" / "bake" / "base.sh").chmod(0o755)
 
-    result = build_box(repo.config(proxy=PROXY), "ubuntu-1604", repo.out, console=console)
+    result = build_box(repo.cluster(proxy=PROXY), "ubuntu-1604", repo.out, console=console)
     assert result.status == "built"
     assert "provisioner 2/2: local shell" in console.text
     record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())

@@ -20,7 +20,7 @@ FAKES = Path(__file__).parent / "fakes"
 
 @pytest.fixture
 def fake_vagrant(default_render, tmp_path, monkeypatch):
-    cfg, out = default_render
+    cluster, out = default_render
     state_dir = tmp_path / "fake-vagrant"
     state_dir.mkdir()
     log = state_dir / "log.jsonl"
@@ -37,7 +37,7 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
 
     class Fake:
         def __init__(self):
-            self.cfg, self.out, self.dir, self.log_path, self.exe = cfg, out, state_dir, log, exe
+            self.cluster, self.out, self.dir, self.log_path, self.exe = cluster, out, state_dir, log, exe
 
         def calls(self) -> list[list[str]]:
             return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -46,7 +46,7 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
             (state_dir / "scenario.json").write_text(json.dumps(data))
 
         def up(self, **kw):
-            return up_mod.cluster_up(cfg, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
+            return up_mod.cluster_up(cluster, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
 
     return Fake()
 

@@ -44,12 +44,13 @@ def test_every_validator_runs_and_accepts_the_artifacts(name, tmp_path):
 @pytest.mark.tools
 def test_a_broken_artifact_fails_validation(tmp_path):
     """The validators are not rubber stamps: a template Packer rejects makes validate fail."""
-    from k4w import config, render, validate
+    from k4w import render, validate
+    from k4w.cluster_model import Cluster
 
-    cfg = config.load(ROOT / "cluster.yml")
+    cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
-    render.render(cfg, out)
+    render.render(cluster, out)
     tpl = out / "packer" / "ubuntu-1604.json"
     tpl.write_text(tpl.read_text().replace('"builders"', '"builderz"', 1))
-    result = validate.packer_templates(cfg, out)
+    result = validate.packer_templates(cluster, out)
     assert not result.ok and "builderz" in " ".join(result.problems)

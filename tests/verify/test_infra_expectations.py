@@ -85,9 +85,10 @@ def test_env_assignments_as_systemd_and_etc_environment_write_them():
 
 
 def test_demo_is_read_from_the_rendered_manifest(tmp_path):
-    from k4w import config, render
+    from k4w import render
+    from k4w.cluster_model import Cluster
 
-    render.render(config.load(ROOT / "cluster.yml"), tmp_path)
+    render.render(Cluster.load(ROOT / "cluster.yml"), tmp_path)
     demo = wl.read_demo(tmp_path / "manifests")
     assert (demo.name, demo.namespace, demo.port) == ("win-webserver", "default", 80)
     assert demo.selector == {"app": "win-webserver"}

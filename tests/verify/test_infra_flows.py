@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from k4w import config, render
+from k4w import render
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from k4w.verify import flows, throwaway
@@ -44,26 +45,26 @@ def fake_vagrant(tmp_path, monkeypatch, closed_port):
 @pytest.fixture
 def built(tmp_path):
     """A rendered OUT with a box catalogue and a build record, as the build runner leaves them."""
-    cfg = config.load(ROOT / "cluster.yml")
+    cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "build"
-    render.render(cfg, out)
+    render.render(cluster, out)
     boxes = out / "boxes"
     boxes.mkdir()
-    for box in cfg.boxes():
+    for box in cluster.profiles:
         versions = [{"version": v, "providers": [{"name": "hyperv", "url": "file:///x.box"}]} for v in ("20261120.101010", "20261121.090000")]
         (boxes / f"{box}.json").write_text(json.dumps({"name": f"k4w/{box}", "versions": versions}))
         (boxes / f"{box}.record.json").write_text(json.dumps({"box": box, "version": "20261121.090000", "test": None}))
-    return cfg, out
+    return cluster, out
 
 
 def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
-    cfg, out = built
+    cluster, out = built
     ruby = shutil.which("ruby")
     if not ruby:
         pytest.fail("ruby is missing: apt-get install -y ruby")
     from k4w import profiles
 
-    for box in cfg.boxes():
+    for box in cluster.profiles:
         profile = profiles.load(box)
         ref = throwaway.box_ref(out, profile)
         assert (ref.name, ref.version) == (f"k4w/{box}", "20261121.090000")
@@ -85,9 +86,9 @@ def test_box_without_a_catalogue_names_the_build_task(tmp_path):
 
 
 def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant):
-    cfg, out = built
+    cluster, out = built
     with pytest.raises(K4wError, match="box ubuntu-1604: 0 failed, \\d+ errors"):
-        flows.test_box(cfg, "ubuntu-1604", out)
+        flows.test_box(cluster, "ubuntu-1604", out)
     commands = [c["argv"][0] for c in fake_vagrant()]
     assert commands == ["up", "ssh-config", "destroy"]
     workdir = Path(fake_vagrant()[0]["cwd"])
@@ -101,29 +102,29 @@ def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant
 
 
 def test_test_box_destroys_the_vm_when_it_does_not_boot(built, fake_vagrant, monkeypatch):
-    cfg, out = built
+    cluster, out = built
     monkeypatch.setenv("FAKE_VAGRANT_UP_RC", "1")
     with pytest.raises(K4wError, match="could not run"):
-        flows.test_box(cfg, "windows-1803", out)
+        flows.test_box(cluster, "windows-1803", out)
     assert [c["argv"] for c in fake_vagrant()] == [["up", "--provider", "hyperv"], ["destroy", "--force"]]
     test = json.loads((out / "boxes" / "windows-1803.record.json").read_text())["test"]
     assert test["result"] == "failed" and "vagrant up --provider hyperv exited 1" in test["error"]
 
 
 def test_ssh_target_run_records_against_the_box(built, closed_port, tmp_path):
-    cfg, out = built
+    cluster, out = built
     key = tmp_path / "key"
     key.write_text("x")
     with pytest.raises(K4wError, match=r"box ubuntu-1604 \(ssh vagrant@127.0.0.1:\d+\): 0 failed"):
-        flows.test_ssh_target(cfg, "ubuntu-1604", "127.0.0.1", closed_port, "vagrant", key, out)
+        flows.test_ssh_target(cluster.config, "ubuntu-1604", "127.0.0.1", closed_port, "vagrant", key, out)
     test = json.loads((out / "boxes" / "ubuntu-1604.record.json").read_text())["test"]
     assert test["target"] == f"ssh vagrant@127.0.0.1:{closed_port}" and test["result"] == "failed"
 
 
 def test_cluster_test_runs_every_suite_and_writes_the_summary(built, fake_vagrant):
-    cfg, out = built
+    cluster, out = built
     with pytest.raises(K4wError, match="cluster-test: .* did not pass"):
-        flows.cluster_test(cfg, out)
+        flows.cluster_test(cluster, out)
     calls = fake_vagrant()
     assert [c["argv"] for c in calls] == [["ssh-config", "master", "worker-linux"], ["winrm-config", "worker-win"]]
     assert all(c["cluster_json"] == str(out / "vagrant" / "cluster.json") for c in calls)
@@ -138,10 +139,10 @@ def test_cluster_test_runs_every_suite_and_writes_the_summary(built, fake_vagran
 
 
 def test_dry_runs_print_commands_and_change_nothing(built, capsys):
-    cfg, out = built
+    cluster, out = built
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    flows.test_box(cfg, "ubuntu-1604", out, dry_run=True)
-    flows.cluster_test(cfg, out, dry_run=True)
+    flows.test_box(cluster, "ubuntu-1604", out, dry_run=True)
+    flows.cluster_test(cluster, out, dry_run=True)
     printed = capsys.readouterr().out
     assert "vagrant up --provider hyperv" in printed and "vagrant destroy --force" in printed
     assert "--hosts=ssh://default" in printed and "--k4w-stage=node" in printed
