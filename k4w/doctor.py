@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, profiles
+from . import iso, profiles, ui
 from .cluster_model import Cluster
 from .config import Config
 from .tools import INSTALL
@@ -174,3 +174,14 @@ def run(cluster: Cluster, out: Path) -> list[Check]:
     return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *iso_checks(cluster), *pin_checks(cluster),
             disk_check(cluster, out), *proxy_checks(cfg)]
 
+
+def show(checks: list[Check], stage: str) -> int:
+    """Print the checks as one table; returns how many of those the stage needs failed."""
+    rows, failed = [], 0
+    for chk in checks:
+        required = chk.required_for(stage)
+        mark = "ok" if chk.ok else ("FAIL" if required else "warn")
+        failed += (not chk.ok) and required
+        rows.append([mark, chk.name, chk.detail, "" if chk.ok else chk.fix])
+    ui.table(f"doctor (stage: {stage})", ["", "check", "found", "fix"], rows)
+    return failed

@@ -81,10 +81,13 @@ def _dry_host(script: str) -> tuple[int, str]:
 
 
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 poll_seconds: float = 5.0) -> S.Context:
+                 poll_seconds: float = 5.0, artifacts: Path | None = None) -> S.Context:
+    """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
+    copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
-    cluster = load_cluster(out)
-    digest = artifacts_digest(out)
+    artifacts = Path(artifacts) if artifacts else out
+    cluster = load_cluster(artifacts)
+    digest = artifacts_digest(artifacts)
     if dry_run:
         state = DryRunState.load(out, digest)
         vagrant = vagrant or DryRunVagrant(cluster.machines)
@@ -110,17 +113,18 @@ def _vagrant_exe() -> str:
     return path
 
 
-def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
+def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: bool = True,
+               artifacts: Path | None = None, **deps) -> S.Context:
     """Bring the cluster up, resuming after the last finished step. Returns the context used."""
     out = Path(out).resolve()
     if validate:
         from ..validate.manifest_rules import check_manifests
 
-        problems = check_manifests(out, cluster)
+        problems = check_manifests(artifacts or out, cluster)
         if problems:
             raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
                            + "\n".join(f"  - {p}" for p in problems))
-    ctx = make_context(cluster.config, out, dry_run, **deps)
+    ctx = make_context(cluster.config, out, dry_run, artifacts=artifacts, **deps)
     S.step_network(ctx)
     plan = S.step_list(ctx.cluster)
     if all(ctx.state.done(key) for key, _ in plan):

@@ -13,6 +13,8 @@ import secrets as _secrets
 import shutil
 import string
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jinja2
@@ -75,9 +77,13 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
     return paths
 
 
+def secrets_path(out: Path, box: str) -> Path:
+    return out / "secrets" / f"{box}.json"
+
+
 def load_secrets(out: Path, box: str) -> dict:
     """Per-build secrets of a box, created on first use and kept (0600) until a build rotates them."""
-    path = out / "secrets" / f"{box}.json"
+    path = secrets_path(out, box)
     if path.is_file():
         data = json.loads(path.read_text())
     else:
@@ -94,7 +100,7 @@ def load_secrets(out: Path, box: str) -> dict:
 
 
 def rotate_secrets(out: Path, box: str) -> dict:
-    (out / "secrets" / f"{box}.json").unlink(missing_ok=True)
+    secrets_path(out, box).unlink(missing_ok=True)
     return load_secrets(out, box)
 
 
@@ -192,10 +198,7 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
     try:
-        for rel, text in files.items():
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+        _write_tree(files, staging)
         trash = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
         for name in MANAGED:
             current, fresh = out / name, staging / name
@@ -206,6 +209,22 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
+    """An in-memory render as a private temporary folder, deleted afterwards: for a dry run's
+    readers that only take a folder, so that nothing is written under --out."""
+    with tempfile.TemporaryDirectory(prefix="k4w-dry-run-") as folder:
+        _write_tree(files, Path(folder))
+        yield Path(folder)
+
+
+def _write_tree(files: dict[str, str], folder: Path) -> None:
+    for rel, text in files.items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def render(cluster: Cluster, out: Path) -> dict[str, str]:
