@@ -1,18 +1,44 @@
-"""Glue between Invoke tasks and the package: load the config, report errors without tracebacks."""
+"""Glue between the Invoke tasks and the package: settings, the one dry-run rule, user errors.
+
+Every task resolves its settings here (command-line options win over Invoke configuration),
+loads its Cluster once, and renders through `rendered`, which is where a dry run differs:
+it renders into memory and shows what it would write, and nothing reaches --out.
+"""
 
 from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from . import config as config_mod, render as render_mod, ui, validate as validate_mod
+from . import render as render_mod, ui, validate as validate_mod
+from .cluster_model import Cluster
 from .errors import K4wError
 
-DEFAULT_CONFIG = "cluster.yml"
-DEFAULT_OUT = "build"
+# Invoke configuration under the "k4w" key (tasks.py installs these as the collection's
+# defaults; invoke.yaml or INVOKE_K4W_OUT=... override them, a task's option overrides all).
+DEFAULTS = {"config": "cluster.yml", "out": "build", "dry_run": False}
+
+
+@dataclass(frozen=True)
+class Settings:
+    config: str
+    out: Path  # absolute
+    dry_run: bool
+
+
+def settings(c, config: str | None = None, out: str | None = None, dry_run: bool = False) -> Settings:
+    """A task's settings from its options and c.config.k4w. Invoke's own `invoke --dry` is
+    another spelling of --dry-run."""
+    k4w = c.config.k4w
+    return Settings(
+        config=config or k4w.config,
+        out=Path(out or k4w.out).resolve(),
+        dry_run=bool(dry_run or k4w.dry_run or c.config.run.dry),
+    )
 
 
 def user_errors(fn):
@@ -32,21 +58,39 @@ def user_errors(fn):
     return wrapper
 
 
-def load(config: str):
-    return config_mod.load(config)
+def load(s: Settings) -> Cluster:
+    return Cluster.load(s.config)
 
 
-def do_render(config: str, out: str, quiet: bool = False) -> tuple[object, Path, dict]:
-    cfg = load(config)
-    out_path = Path(out).resolve()
+def rendered(cluster: Cluster, s: Settings) -> dict[str, str]:
+    """Render every artifact: written to --out, or for a dry run only in memory and listed."""
+    if s.dry_run:
+        # Placeholder secrets: a dry run must not create OUT/secrets/.
+        files = render_mod.render_files(cluster, s.out)
+        ui.say(f"dry run: would render {len(files)} artifacts from {s.config} into {s.out} (nothing is written):")
+        for rel in sorted(files):
+            ui.say(f"  {s.out / rel}")
+        for box, prof in cluster.profiles.items():
+            secrets = render_mod.secrets_path(s.out, box)
+            if prof.is_windows and not secrets.is_file():
+                ui.say(f"  {secrets} (generated Administrator password, mode 0600)")
+        return files
     started = time.monotonic()
-    files = render_mod.render(cfg, out_path)
-    if not quiet:
-        ui.say(f"rendered {len(files)} artifacts from {config} into {out_path} in {time.monotonic() - started:.2f} s")
-    return cfg, out_path, files
+    files = render_mod.render(cluster, s.out)
+    ui.say(f"rendered {len(files)} artifacts from {s.config} into {s.out} in {time.monotonic() - started:.2f} s")
+    return files
 
 
-def do_validate(cfg, out: Path) -> bool:
+def validate(cluster: Cluster, s: Settings, files: dict[str, str]) -> None:
+    """Run every validator on the rendered --out (a dry run shows their commands); Exit 1 on a failure."""
+    if s.dry_run:
+        ui.say("dry run: validate would run:")
+        for line in validate_mod.would_run(cluster, s.out, files):
+            if line.startswith("#"):  # a check done in this process, not a command
+                ui.say(line)
+            else:
+                ui.command(line)
+        return
     rows = []
 
     def report(res: validate_mod.Result) -> None:
@@ -56,6 +100,31 @@ def do_validate(cfg, out: Path) -> bool:
             ui.say(f"    {problem}", style="red")
         rows.append([res.validator, res.tool, len(res.checked), status, f"{res.seconds:.1f}"])
 
-    results = validate_mod.validate_all(cfg, out, report)
+    results = validate_mod.validate_all(cluster, s.out, report)
     ui.table("Validation", ["artifact", "checked by", "files", "result", "seconds"], rows)
-    return all(r.ok for r in results)
+    if not all(r.ok for r in results):
+        raise Exit("validation failed", code=1)
+
+
+def cluster_up(cluster: Cluster, s: Settings, files: dict[str, str]) -> None:
+    """cluster-up from the render just made; a dry run reads a scratch copy of it, never --out."""
+    from . import cluster as cluster_stage
+
+    if not s.dry_run:
+        cluster_stage.cluster_up(cluster, s.out)
+        return
+    with render_mod.scratch_copy(files) as artifacts:
+        cluster_stage.cluster_up(cluster, s.out, dry_run=True, artifacts=artifacts)
+
+
+def build_on_hyperv(cluster: Cluster, s: Settings) -> None:
+    """The last step of `invoke all`: build every box, but only where Hyper-V can."""
+    from . import doctor
+    from .bake import commands
+
+    blocking = [chk for chk in doctor.host_checks() if not chk.ok]
+    if blocking:
+        ui.say(f"\nnot building: {blocking[0].detail}. The plan above is what a Hyper-V host runs.", style="yellow")
+        return
+    ui.say("\nHyper-V host detected: building the boxes", style="bold")
+    commands.build(cluster, s.out, dry_run=s.dry_run, console=ui.console)

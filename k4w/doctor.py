@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, proc, profiles
+from . import iso, proc, profiles, ui
+from .cluster_model import Cluster
 from .config import Config
 from .errors import K4wError
 from .tools import INSTALL
@@ -111,10 +112,9 @@ def switch_checks(cfg: Config) -> list[Check]:
     return checks
 
 
-def iso_checks(cfg: Config) -> list[Check]:
+def iso_checks(cluster: Cluster) -> list[Check]:
     checks = []
-    for box in cfg.boxes():
-        prof = profiles.load(box)
+    for box, prof in cluster.profiles.items():
         path = iso.iso_path(prof)
         expected = iso.iso_sha256(prof)
         remote = prof.data.iso.get("url")
@@ -131,17 +131,17 @@ def iso_checks(cfg: Config) -> list[Check]:
     return checks
 
 
-def pin_checks(cfg: Config) -> list[Check]:
+def pin_checks(cluster: Cluster) -> list[Check]:
     checks = []
-    for box in cfg.boxes():
-        unpinned = profiles.unpinned_components(profiles.load(box))
+    for box, prof in cluster.profiles.items():
+        unpinned = profiles.unpinned_components(prof)
         checks.append(Check(f"checksums pinned for {box}", not unpinned, "; ".join(unpinned) or "every download has a checksum",
                             "download the file on a trusted connection, verify it, and set its sha256 in the profile", ("build",)))
     return checks
 
 
-def disk_check(cfg: Config, out: Path) -> Check:
-    need = sum(DISK_GB["windows" if profiles.load(b).is_windows else "linux"] for b in cfg.boxes())
+def disk_check(cluster: Cluster, out: Path) -> Check:
+    need = sum(DISK_GB["windows" if prof.is_windows else "linux"] for prof in cluster.profiles.values())
     probe = out if out.exists() else out.resolve().parent
     while not probe.exists():
         probe = probe.parent
@@ -165,5 +165,19 @@ def proxy_checks(cfg: Config) -> list[Check]:
     return checks
 
 
-def run(cfg: Config, out: Path) -> list[Check]:
-    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *iso_checks(cfg), *pin_checks(cfg), disk_check(cfg, out), *proxy_checks(cfg)]
+def run(cluster: Cluster, out: Path) -> list[Check]:
+    cfg = cluster.config
+    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *iso_checks(cluster), *pin_checks(cluster),
+            disk_check(cluster, out), *proxy_checks(cfg)]
+
+
+def show(checks: list[Check], stage: str) -> int:
+    """Print the checks as one table; returns how many of those the stage needs failed."""
+    rows, failed = [], 0
+    for chk in checks:
+        required = chk.required_for(stage)
+        mark = "ok" if chk.ok else ("FAIL" if required else "warn")
+        failed += (not chk.ok) and required
+        rows.append([mark, chk.name, chk.detail, "" if chk.ok else chk.fix])
+    ui.table(f"doctor (stage: {stage})", ["", "check", "found", "fix"], rows)
+    return failed

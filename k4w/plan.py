@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import iso, profiles, ui
+from . import iso, ui
 from .bake import packer_cli
-from .config import Config
-from .derive import derive_network, derive_proxy
+from .cluster_model import Cluster
 
 
-def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
-    net = derive_network(cfg)
-    proxy = derive_proxy(cfg)
+def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = False) -> None:
+    """files: the render the plan describes (written to out, or for a dry run only in memory)."""
+    cfg, net, proxy = cluster.config, cluster.network, cluster.proxy
     rows = []
     for node in cfg.nodes:
-        prof = profiles.load(node.box)
+        prof = cluster.profile(node.box)
         rows.append([node.name, node.role, node.box, prof.data.node_os, node.ip, node.cpus, f"{node.memory} MiB"])
     ui.table("Nodes", ["name", "role", "box", "os", "cluster IP", "cpus", "memory"], rows)
 
@@ -38,11 +37,10 @@ def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
     groups: dict[str, int] = {}
     for rel in files:
         groups[rel.split("/")[0]] = groups.get(rel.split("/")[0], 0) + 1
-    ui.say(f"Rendered {len(files)} artifacts into {out}: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
+    ui.say(f"{'Would render' if dry_run else 'Rendered'} {len(files)} artifacts into {out}: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
 
     ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
-    for step, box in enumerate(cfg.boxes(), 1):
-        prof = profiles.load(box)
+    for step, (box, prof) in enumerate(cluster.profiles.items(), 1):
         task = "build-windows" if prof.is_windows else "build-ubuntu"
         iso_file = iso.iso_path(prof)
         known = iso.iso_sha256(prof)
@@ -52,8 +50,8 @@ def show(cfg: Config, out: Path, files: dict[str, str]) -> None:
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
 
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
-    workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not profiles.load(n.box).is_windows]
-    workers_win = [n.name for n in cfg.nodes if profiles.load(n.box).is_windows]
+    workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]
+    workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
     steps = [
         f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",

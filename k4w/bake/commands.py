@@ -7,8 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import profiles
-from ..config import Config
+from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..redact import redact
 from .progress import hash_progress
@@ -17,27 +16,27 @@ from .runner import BoxResult, build_boxes
 FAMILIES = ("windows", "linux")
 
 
-def select_boxes(cfg: Config, node_os: str | None = None) -> list[str]:
+def select_boxes(cluster: Cluster, node_os: str | None = None) -> list[str]:
     """Boxes used by the config's nodes; node_os 'windows' or 'linux' keeps only those."""
     if node_os not in (None, *FAMILIES):
         raise K4wError(f"unknown node OS {node_os!r}: use one of {', '.join(FAMILIES)}")
-    boxes = [b for b in cfg.boxes() if node_os is None or profiles.load(b).data.node_os == node_os]
+    boxes = [b for b, prof in cluster.profiles.items() if node_os is None or prof.data.node_os == node_os]
     if not boxes:
         raise K4wError(f"no node in the config uses a {node_os} box, so there is nothing to build")
     return boxes
 
 
-def build(cfg: Config, out: Path, *, node_os: str | None = None, iso: str | None = None, force: bool = False,
+def build(cluster: Cluster, out: Path, *, node_os: str | None = None, iso: str | None = None, force: bool = False,
           dry_run: bool = False, console: Console | None = None) -> list[BoxResult]:
     """invoke build-windows (node_os='windows'), build-ubuntu ('linux') and build (all, in parallel)."""
-    boxes = select_boxes(cfg, node_os)
+    boxes = select_boxes(cluster, node_os)
     isos = None
     if iso:
         if len(boxes) != 1:
             raise K4wError(f"--iso names one ISO but {len(boxes)} boxes would be built ({', '.join(boxes)}); "
                            f"use invoke build-windows or build-ubuntu")
         isos = {boxes[0]: Path(iso)}
-    return build_boxes(cfg, boxes, Path(out), force, dry_run, isos=isos, console=console)
+    return build_boxes(cluster, boxes, Path(out), force, dry_run, isos=isos, console=console)
 
 
 def add_iso(path: str, box: str | None = None, console: Console | None = None) -> iso_mod.IsoAdded:

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from .. import iso as iso_mod
 from .. import proc, profiles, render, sources
+from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError, ToolMissing
 from ..profiles import Profile
@@ -78,7 +79,7 @@ class BoxResult:
 # ------------------------------------------------------------------ entry points
 
 
-def build_box(cfg: Config, box: str, out: Path, *, iso: Path | None = None, iso_sha256: str | None = None,
+def build_box(cluster: Cluster, box: str, out: Path, *, iso: Path | None = None, iso_sha256: str | None = None,
               force: bool = False, dry_run: bool = False, console: Console | None = None) -> BoxResult:
     """Build one box (invoke build-windows / build-ubuntu). Raises BuildFailed on failure.
 
@@ -86,13 +87,14 @@ def build_box(cfg: Config, box: str, out: Path, *, iso: Path | None = None, iso_
     """
     isos = {box: Path(iso)} if iso else None
     sums = {box: iso_sha256} if iso_sha256 else None
-    return build_boxes(cfg, [box], out, force, dry_run, isos=isos, iso_sha256s=sums, console=console)[0]
+    return build_boxes(cluster, [box], out, force, dry_run, isos=isos, iso_sha256s=sums, console=console)[0]
 
 
-def build_boxes(cfg: Config, boxes: list[str], out: Path, force: bool = False, dry_run: bool = False, *,
+def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = False, dry_run: bool = False, *,
                 isos: dict[str, Path] | None = None, iso_sha256s: dict[str, str] | None = None,
                 console: Console | None = None) -> list[BoxResult]:
     """Build several boxes in parallel (invoke build). Raises BuildFailed if any failed."""
+    cfg = cluster.config
     out = Path(out).resolve()
     console = console or Console()
     boxes = list(dict.fromkeys(boxes))
@@ -104,13 +106,13 @@ def build_boxes(cfg: Config, boxes: list[str], out: Path, force: bool = False, d
         )
     _register_proxy_secrets(cfg)
     if not dry_run:
-        render.render(cfg, out)
+        render.render(cluster, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
-    rendered = render.render_files(cfg, out, secrets_for=None)
+    rendered = render.render_files(cluster, out, secrets_for=None)
     plans = [_plan(box, out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box)) for box in boxes]
     if dry_run:
         return _dry_run(plans, out, console)
-    return _Builder(cfg, out, console).run(plans)
+    return _Builder(cluster, out, console).run(plans)
 
 
 # ------------------------------------------------------------------ deciding what to do
@@ -206,8 +208,8 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResul
 
 
 class _Builder:
-    def __init__(self, cfg: Config, out: Path, console: Console):
-        self.cfg = cfg
+    def __init__(self, cluster: Cluster, out: Path, console: Console):
+        self.cluster = cluster
         self.out = out
         self.console = console
         self.procs: dict[str, proc.Process] = {}
@@ -236,7 +238,7 @@ class _Builder:
                 if plan.profile.is_windows:
                     render.rotate_secrets(self.out, plan.box)
             # Render again so Autounattend.xml carries the new passwords.
-            render.render(self.cfg, self.out)
+            render.render(self.cluster, self.out)
             self.packer_version = packer_cli.version_str(packer_cli.packer_version())
             results.update(self._run_parallel(to_build))
         ordered = [results[p.box] for p in plans]

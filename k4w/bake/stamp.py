@@ -78,7 +78,7 @@ class Stamp:
 
 
 def compute(box: str, profile: Profile, rendered: dict[str, str], iso_sha256: str | None) -> Stamp:
-    """rendered: render.render_files(cfg, out, secrets_for=None), i.e. placeholder secrets."""
+    """rendered: render.render_files(cluster, out, secrets_for=None), i.e. placeholder secrets."""
     root = _root()
     template_key = f"packer/{box}.json"
     template_text = rendered[template_key]

@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 from .. import proc, sources, ui
+from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
 from . import steps as S
@@ -58,12 +59,15 @@ def _dry_answers(cluster) -> dict[str, str]:
 
 
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 poll_seconds: float = 5.0) -> S.Context:
+                 poll_seconds: float = 5.0, artifacts: Path | None = None) -> S.Context:
+    """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
+    copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
-    cluster = load_cluster(out)
-    digest = artifacts_digest(out)
+    artifacts = Path(artifacts) if artifacts else out
+    cluster = load_cluster(artifacts)
+    digest = artifacts_digest(artifacts)
     # A dry run is the same Vagrant driver, printing the exact commands instead of running them.
-    vagrant = vagrant or cluster_vagrant(out, proc.Runner(dry_run=dry_run))
+    vagrant = vagrant or cluster_vagrant(artifacts, proc.Runner(dry_run=dry_run))
     if dry_run:
         state = DryRunState.load(out, digest)
         remote = remote or DryRunRemote(_dry_answers(cluster))
@@ -77,17 +81,18 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
 
 
-def cluster_up(cfg: Config, out: Path, dry_run: bool = False, validate: bool = True, **deps) -> S.Context:
+def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: bool = True,
+               artifacts: Path | None = None, **deps) -> S.Context:
     """Bring the cluster up, resuming after the last finished step. Returns the context used."""
     out = Path(out).resolve()
     if validate:
         from ..validate.manifest_rules import check_manifests
 
-        problems = check_manifests(out, cfg)
+        problems = check_manifests(artifacts or out, cluster)
         if problems:
             raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
                            + "\n".join(f"  - {p}" for p in problems))
-    ctx = make_context(cfg, out, dry_run, **deps)
+    ctx = make_context(cluster.config, out, dry_run, artifacts=artifacts, **deps)
     S.step_network(ctx)
     plan = S.step_list(ctx.cluster)
     if all(ctx.state.done(key) for key, _ in plan):
@@ -130,7 +135,7 @@ def summary(ctx: S.Context) -> list[list[str]]:
     return rows
 
 
-def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) -> None:
+def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None) -> None:
     """Destroy every VM of the cluster and forget its state."""
     out = Path(out).resolve()
     load_cluster(out)  # says "run `invoke render` first" when there is nothing to destroy from
@@ -143,9 +148,9 @@ def cluster_down(cfg: Config, out: Path, dry_run: bool = False, vagrant=None) ->
     ui.say("cluster destroyed")
 
 
-def cluster_reset(cfg: Config, out: Path, dry_run: bool = False, **deps) -> None:
+def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) -> None:
     """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it."""
-    ctx = make_context(cfg, out, dry_run, **deps)
+    ctx = make_context(cluster.config, out, dry_run, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")

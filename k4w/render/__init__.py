@@ -13,14 +13,14 @@ import secrets as _secrets
 import shutil
 import string
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jinja2
 
-from .. import iso, profiles, sources
-from ..config import Config
-from ..derive import derive_network, derive_proxy
+from .. import iso, profiles
+from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..redact import register_secret
 from . import escape
@@ -31,9 +31,9 @@ MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
 PLACEHOLDER_SECRETS = {"admin_password": "k4w-stamp-placeholder"}
 
 
-def _environment() -> jinja2.Environment:
+def _environment(templates: Path) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(sources.REPO.templates)),
+        loader=jinja2.FileSystemLoader(str(templates)),
         # Packer ({{ .HTTPIP }}) and Go templates use {{ }}; ours must not collide.
         variable_start_string="<<",
         variable_end_string=">>",
@@ -57,42 +57,13 @@ def _fail(message: str) -> None:
     raise K4wError(message)
 
 
-@dataclass(frozen=True)
-class Kube:
-    """Era-dependent Kubernetes facts, taken from the master's profile."""
-
-    version: str
-    kubeadm_api: str
-    os_label: str
-    pause_image: str
-    image_repository: str
-    cgroup_driver: str | None
-    flannel_image: str | None
-
-
-def _kube(cfg: Config) -> Kube:
-    """Taken from the master's profile: the images its box pre-pulled are the ones kubeadm must use."""
-    data = profiles.load(cfg.master.box).data
-    k = data.kubernetes
-    docker = data.get("components", {}).get("docker", {})
-    return Kube(
-        version=k.version,
-        kubeadm_api=k.kubeadm_api,
-        os_label=k.node_os_label,
-        pause_image=k.get("pause_image", ""),
-        image_repository=k.get("image_repository", "registry.k8s.io"),
-        # None when a profile lacks them; the templates that need them fail naming the key.
-        cgroup_driver=docker.get("cgroup_driver"),
-        flannel_image=k.get("flannel_image"),
-    )
-
-
-def _paths(out: Path, box: str | None) -> dict:
+def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
+    repo = cluster.sources
     paths = {
-        "root": str(sources.REPO.root),
+        "root": str(repo.root),
         "out": str(out),
-        "guest": str(sources.REPO.guest),
-        "vagrant": str(sources.REPO.vagrant),
+        "guest": str(repo.guest),
+        "vagrant": str(repo.vagrant),
         "boxes": str(out / "boxes"),
         "logs": str(out / "logs"),
         "http": str(out / "http" / box) if box else None,
@@ -100,15 +71,19 @@ def _paths(out: Path, box: str | None) -> dict:
         "iso_sha256": None,
     }
     if box:
-        prof = profiles.load(box)
+        prof = cluster.profile(box)
         paths["iso"] = str(iso.iso_path(prof))
         paths["iso_sha256"] = iso.iso_sha256(prof)
     return paths
 
 
+def secrets_path(out: Path, box: str) -> Path:
+    return out / "secrets" / f"{box}.json"
+
+
 def load_secrets(out: Path, box: str) -> dict:
     """Per-build secrets of a box, created on first use and kept (0600) until a build rotates them."""
-    path = out / "secrets" / f"{box}.json"
+    path = secrets_path(out, box)
     if path.is_file():
         data = json.loads(path.read_text())
     else:
@@ -125,16 +100,16 @@ def load_secrets(out: Path, box: str) -> dict:
 
 
 def rotate_secrets(out: Path, box: str) -> dict:
-    (out / "secrets" / f"{box}.json").unlink(missing_ok=True)
+    secrets_path(out, box).unlink(missing_ok=True)
     return load_secrets(out, box)
 
 
-def cluster_json(cfg: Config, out: Path) -> dict:
+def cluster_json(cluster: Cluster, out: Path) -> dict:
     """What the static vagrant/Vagrantfile reads. Plain data, no Ruby is generated."""
-    net = derive_network(cfg)
+    cfg, net = cluster.config, cluster.network
     machines = []
     for node in cfg.nodes:
-        prof = profiles.load(node.box)
+        prof = cluster.profile(node.box)
         machines.append(
             {
                 "name": node.name,
@@ -160,20 +135,21 @@ def cluster_json(cfg: Config, out: Path) -> dict:
     }
 
 
-def render_files(cfg: Config, out: Path, secrets_for=None) -> dict[str, str]:
-    """Render every artifact in memory: {path relative to out: text}.
+def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str]:
+    """Render every artifact in memory: {path relative to out: text}. Writes nothing.
 
-    secrets_for(box) gives a box's secrets; None means placeholders (for stamps and tests).
+    secrets_for(box) gives a box's secrets; None means placeholders (for stamps, dry runs and tests).
     """
     out = Path(out).resolve()
-    templates = sources.REPO.templates
-    env = _environment()
-    base = {"cfg": cfg, "net": derive_network(cfg), "proxy": derive_proxy(cfg), "kube": _kube(cfg)}
+    cfg = cluster.config
+    templates = cluster.sources.templates
+    env = _environment(templates)
+    base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube}
     files: dict[str, str] = {}
 
     def emit(template: Path, target: str, **extra) -> None:
         rel = template.relative_to(templates).as_posix()
-        context = {"box": None, "node": None, "paths": _paths(out, None), "secrets": PLACEHOLDER_SECRETS}
+        context = {"box": None, "node": None, "paths": _paths(cluster, out, None), "secrets": PLACEHOLDER_SECRETS}
         context.update(base)
         context.update(extra)
         try:
@@ -184,13 +160,12 @@ def render_files(cfg: Config, out: Path, secrets_for=None) -> dict[str, str]:
             line = getattr(exc, "lineno", None)
             raise K4wError(f"template {rel}{f' line {line}' if line else ''}: {exc}") from exc
 
-    for box_name in cfg.boxes():
-        prof = profiles.load(box_name)
+    for box_name, prof in cluster.profiles.items():
         box = profiles.Attr(prof.data)
         box["name"] = box_name
         extra = {
             "box": box,
-            "paths": _paths(out, box_name),
+            "paths": _paths(cluster, out, box_name),
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
         }
         packer_template = templates / "packer" / f"{prof.os_family}.json.j2"
@@ -207,13 +182,13 @@ def render_files(cfg: Config, out: Path, secrets_for=None) -> dict[str, str]:
     for tpl in sorted((templates / "kubeadm").glob("*.j2")):
         emit(tpl, f"kubeadm/{tpl.stem}")
     for node in cfg.nodes:
-        prof = profiles.load(node.box)
+        prof = cluster.profile(node.box)
         for tpl in sorted((templates / "nodes" / prof.os_family).glob("*.j2")):
             box = profiles.Attr(prof.data)
             box["name"] = node.box
-            emit(tpl, f"nodes/{node.name}/{tpl.stem}", node=node, box=box, paths=_paths(out, node.box))
+            emit(tpl, f"nodes/{node.name}/{tpl.stem}", node=node, box=box, paths=_paths(cluster, out, node.box))
 
-    files["vagrant/cluster.json"] = json.dumps(cluster_json(cfg, out), indent=2) + "\n"
+    files["vagrant/cluster.json"] = json.dumps(cluster_json(cluster, out), indent=2) + "\n"
     return files
 
 
@@ -223,10 +198,7 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
     try:
-        for rel, text in files.items():
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+        _write_tree(files, staging)
         trash = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
         for name in MANAGED:
             current, fresh = out / name, staging / name
@@ -239,15 +211,29 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def render(cfg: Config, out: Path) -> dict[str, str]:
+@contextmanager
+def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
+    """An in-memory render as a private temporary folder, deleted afterwards: for a dry run's
+    readers that only take a folder, so that nothing is written under --out."""
+    with tempfile.TemporaryDirectory(prefix="k4w-dry-run-") as folder:
+        _write_tree(files, Path(folder))
+        yield Path(folder)
+
+
+def _write_tree(files: dict[str, str], folder: Path) -> None:
+    for rel, text in files.items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def render(cluster: Cluster, out: Path) -> dict[str, str]:
     """Render with real per-build secrets and write. Returns the files written."""
     out = Path(out).resolve()
-    files = render_files(cfg, out, secrets_for=lambda box: _secrets_if_needed(out, box))
+
+    def secrets_for(box: str) -> dict:
+        return load_secrets(out, box) if cluster.profile(box).is_windows else PLACEHOLDER_SECRETS
+
+    files = render_files(cluster, out, secrets_for=secrets_for)
     write_atomically(files, out)
     return files
-
-
-def _secrets_if_needed(out: Path, box: str) -> dict:
-    if profiles.load(box).is_windows:
-        return load_secrets(out, box)
-    return PLACEHOLDER_SECRETS

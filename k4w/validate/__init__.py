@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .. import proc, profiles, sources
-from ..config import Config
-from ..derive import derive_proxy
+from .. import proc, sources
+from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..tools import require
+
+# Rendered artifacts the external validators read, as globs relative to OUT.
+PACKER_TEMPLATES = "packer/*.json"
+PRESEEDS = "http/*/preseed.cfg"
+# Only the variable's presence matters to validate; the real value is generated per build.
+PACKER_VALIDATE_ENV = {"K4W_ADMIN_PASSWORD": "validate-only-placeholder", "CHECKPOINT_DISABLE": "1"}
 
 
 @dataclass
@@ -40,63 +48,90 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def packer_templates(cfg: Config, out: Path) -> Result:
+def _packer_validate(packer: str, template: Path) -> list[str]:
+    return [packer, "validate", str(template)]
+
+
+def _preseed_check(tool: str, seed: Path) -> list[str]:
+    return [tool, "--checkonly", str(seed)]
+
+
+def _shellcheck(tool: str, script: Path) -> list[str]:
+    return [tool, "-x", "--source-path=SCRIPTDIR", "--severity=style", str(script)]
+
+
+def _ruby_syntax(ruby: str, vagrantfile: Path) -> list[str]:
+    return [ruby, "-c", str(vagrantfile)]
+
+
+def _shell_script_files(repo: sources.Sources) -> list[Path]:
+    scripts = sorted(repo.guest.rglob("*.sh")) + sorted(repo.host.rglob("*.sh")) + sorted((repo.root / "scripts").glob("*.sh"))
+    return scripts + [p for p in (repo.root / ".ci").glob("*") if p.is_file()]
+
+
+def _powershell_files(repo: sources.Sources) -> list[Path]:
+    return sorted(repo.guest.rglob("*.ps1")) + sorted(repo.host.rglob("*.ps1"))
+
+
+def _vagrantfiles(repo: sources.Sources) -> list[Path]:
+    return [repo.vagrant / "Vagrantfile", *sorted((repo.vagrant / "box").glob("*.Vagrantfile"))]
+
+
+def _windows_boxes(cluster: Cluster) -> list[str]:
+    return [box for box, prof in cluster.profiles.items() if prof.is_windows]
+
+
+def packer_templates(cluster: Cluster, out: Path) -> Result:
     res = Result("Packer templates", "packer validate")
     packer = require("packer")
-    # Only the variable's presence matters to validate; the real value is generated per build.
-    env = {**os.environ, "K4W_ADMIN_PASSWORD": "validate-only-placeholder", "CHECKPOINT_DISABLE": "1"}
-    for tpl in sorted((out / "packer").glob("*.json")):
+    env = {**os.environ, **PACKER_VALIDATE_ENV}
+    for tpl in sorted(out.glob(PACKER_TEMPLATES)):
         res.checked.append(_rel(tpl))
-        code, text = _run([packer, "validate", str(tpl)], env=env)
+        code, text = _run(_packer_validate(packer, tpl), env=env)
         if code != 0:
             res.problems.append(f"{_rel(tpl)}: {text}")
     return res
 
 
-def preseeds(cfg: Config, out: Path) -> Result:
+def preseeds(cluster: Cluster, out: Path) -> Result:
     res = Result("preseed", "debconf-set-selections --checkonly")
     tool = require("debconf-set-selections")
-    for seed in sorted((out / "http").glob("*/preseed.cfg")):
+    for seed in sorted(out.glob(PRESEEDS)):
         res.checked.append(_rel(seed))
-        code, text = _run([tool, "--checkonly", str(seed)])
+        code, text = _run(_preseed_check(tool, seed))
         if code != 0 or text:
             res.problems.append(f"{_rel(seed)}: {text or f'exit {code}'}")
     return res
 
 
-def shell_scripts(cfg: Config, out: Path) -> Result:
+def shell_scripts(cluster: Cluster, out: Path) -> Result:
     res = Result("bash scripts", "shellcheck")
     tool = require("shellcheck")
-    repo = sources.REPO
-    scripts = sorted(repo.guest.rglob("*.sh")) + sorted(repo.host.rglob("*.sh")) + sorted((repo.root / "scripts").glob("*.sh"))
-    scripts += [p for p in (repo.root / ".ci").glob("*") if p.is_file()]
-    for script in scripts:
+    for script in _shell_script_files(cluster.sources):
         res.checked.append(_rel(script))
-        code, text = _run([tool, "-x", "--source-path=SCRIPTDIR", "--severity=style", str(script)])
+        code, text = _run(_shellcheck(tool, script))
         if code != 0:
             res.problems.append(f"{_rel(script)}:\n{text}")
     return res
 
 
-def powershell_scripts(cfg: Config, out: Path) -> Result:
+def powershell_scripts(cluster: Cluster, out: Path) -> Result:
     res = Result("PowerShell scripts", "tree-sitter-powershell")
     from . import powershell_rules as powershell
 
-    for script in sorted(sources.REPO.guest.rglob("*.ps1")) + sorted(sources.REPO.host.rglob("*.ps1")):
+    for script in _powershell_files(cluster.sources):
         res.checked.append(_rel(script))
         # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
         res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
     return res
 
 
-def unattend_files(cfg: Config, out: Path) -> Result:
+def unattend_files(cluster: Cluster, out: Path) -> Result:
     res = Result("Autounattend.xml", "lxml + structural rules")
     from . import unattend_rules as unattend
 
-    for box in cfg.boxes():
-        prof = profiles.load(box)
-        if not prof.is_windows:
-            continue
+    for box in _windows_boxes(cluster):
+        prof = cluster.profile(box)
         path = out / "http" / box / "Autounattend.xml"
         res.checked.append(_rel(path))
         if not path.is_file():
@@ -104,60 +139,119 @@ def unattend_files(cfg: Config, out: Path) -> Result:
             continue
         build = prof.data.get("build", {})
         problems = unattend.check_unattend(
-            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=derive_proxy(cfg)
+            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=cluster.proxy
         )
         res.problems += [f"{_rel(path)}: {p}" for p in problems]
     return res
 
 
-def manifests(cfg: Config, out: Path) -> Result:
+def manifests(cluster: Cluster, out: Path) -> Result:
     res = Result("Kubernetes manifests and node configs", "kubernetes-validate + structural rules")
     from . import manifest_rules as manifest_checks
 
     res.checked = [_rel(p) for p in sorted((out / "manifests").rglob("*.yaml"))]
     res.checked += [_rel(p) for p in sorted((out / "kubeadm").glob("*"))]
     res.checked += [_rel(p) for p in sorted((out / "nodes").rglob("*")) if p.is_file()]
-    res.problems = manifest_checks.check_manifests(out, cfg)
+    res.problems = manifest_checks.check_manifests(out, cluster)
     return res
 
 
-def vagrantfiles(cfg: Config, out: Path) -> Result:
+def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
-    files = [sources.REPO.vagrant / "Vagrantfile", *sorted((sources.REPO.vagrant / "box").glob("*.Vagrantfile"))]
-    for vf in files:
+    for vf in _vagrantfiles(cluster.sources):
         res.checked.append(_rel(vf))
         if not vf.is_file():
             res.problems.append(f"{_rel(vf)}: missing")
             continue
-        code, text = _run([ruby, "-c", str(vf)])
+        code, text = _run(_ruby_syntax(ruby, vf))
         if code != 0:
             res.problems.append(f"{_rel(vf)}: {text}")
     return res
 
 
-VALIDATORS: list[Callable[[Config, Path], Result]] = [
-    packer_templates,
-    preseeds,
-    shell_scripts,
-    powershell_scripts,
-    unattend_files,
-    manifests,
-    vagrantfiles,
+# ------------------------------------------------------------------ what a dry run shows
+
+
+def _tool(name: str) -> str:
+    """The program a real run would start; its bare name when this host lacks it (a dry run
+    must not fail for a missing tool, the real run names its install command)."""
+    return shutil.which(name) or name
+
+
+def _matching(rendered: Collection[str], out: Path, pattern: str) -> list[Path]:
+    return [out / rel for rel in sorted(rendered) if PurePosixPath(rel).match(pattern)]
+
+
+def _would_validate_packer(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in PACKER_VALIDATE_ENV.items())
+    return [f"env {env} {shlex.join(_packer_validate(_tool('packer'), t))}" for t in _matching(rendered, out, PACKER_TEMPLATES)]
+
+
+def _would_check_preseeds(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    tool = _tool("debconf-set-selections")
+    return [shlex.join(_preseed_check(tool, seed)) for seed in _matching(rendered, out, PRESEEDS)]
+
+
+def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    tool = _tool("shellcheck")
+    return [shlex.join(_shellcheck(tool, script)) for script in _shell_script_files(cluster.sources)]
+
+
+def _would_parse_powershell(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    names = [str(p) for p in _powershell_files(cluster.sources)]
+    return [f"# in this process: parse and lint {name}" for name in names]
+
+
+def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: structural rules on {out / 'http' / box / 'Autounattend.xml'}" for box in _windows_boxes(cluster)]
+
+
+def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
+
+
+def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    ruby = _tool("ruby")
+    return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
+
+
+@dataclass(frozen=True)
+class Validator:
+    """One consumer of the artifacts: the check of a rendered OUT, and the commands a dry run
+    shows instead (from the in-memory render's file names, since OUT is not written then)."""
+
+    check: Callable[[Cluster, Path], Result]
+    would_run: Callable[[Cluster, Path, Collection[str]], list[str]]
+
+
+VALIDATORS: list[Validator] = [
+    Validator(packer_templates, _would_validate_packer),
+    Validator(preseeds, _would_check_preseeds),
+    Validator(shell_scripts, _would_shellcheck),
+    Validator(powershell_scripts, _would_parse_powershell),
+    Validator(unattend_files, _would_check_unattend),
+    Validator(manifests, _would_check_manifests),
+    Validator(vagrantfiles, _would_check_vagrantfiles),
 ]
 
 
-def validate_all(cfg: Config, out: Path, report: Callable[[Result], None] | None = None) -> list[Result]:
+def validate_all(cluster: Cluster, out: Path, report: Callable[[Result], None] | None = None) -> list[Result]:
     """Run every validator on an already rendered out dir. A missing tool is a failed result."""
     results = []
     for validator in VALIDATORS:
         started = time.monotonic()
         try:
-            res = validator(cfg, Path(out))
+            res = validator.check(cluster, Path(out))
         except K4wError as exc:
-            res = Result(validator.__name__, "-", problems=[str(exc)])
+            res = Result(validator.check.__name__, "-", problems=[str(exc)])
         res.seconds = time.monotonic() - started
         results.append(res)
         if report:
             report(res)
     return results
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    """Every command validate_all would run on OUT once `rendered` is written there, in order."""
+    return [line for validator in VALIDATORS for line in validator.would_run(cluster, Path(out), rendered)]

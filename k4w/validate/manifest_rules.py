@@ -44,16 +44,17 @@ class Expected:
     source: str = "cluster.yml"
 
 
-def check_manifests(out_dir, cfg=None) -> list[str]:
+def check_manifests(out_dir, cluster=None) -> list[str]:
     """Every problem found in OUT/manifests, OUT/kubeadm and OUT/nodes (empty = all good).
 
-    With cfg (a k4w.config.Config) the artifacts are compared with the config; without it, with
-    the kubeadm config and vagrant/cluster.json, so cross-artifact agreement is still checked.
+    With cluster (a k4w.cluster_model.Cluster) the artifacts are compared with its derived values
+    and Kubernetes era; without it, with the kubeadm config and vagrant/cluster.json, so
+    cross-artifact agreement is still checked.
     """
     out = Path(out_dir)
     problems: list[str] = []
     kubeadm_docs = _load_yaml_docs(out / "kubeadm" / "kubeadm-config.yaml", problems)
-    expected = _expected(out, cfg, kubeadm_docs, problems)
+    expected = _expected(out, cluster, kubeadm_docs, problems)
     problems += _check_manifest_schemas(out)
     if expected is None:
         return problems
@@ -68,14 +69,11 @@ def check_manifests(out_dir, cfg=None) -> list[str]:
 
 # ------------------------------------------------------------------ what to compare against
 
-def _expected(out: Path, cfg, kubeadm_docs: list[dict], problems: list[str]) -> Expected | None:
-    if cfg is not None:
-        from ..derive import derive_network
-        from ..render import _kube
-
-        net = derive_network(cfg)
+def _expected(out: Path, cluster, kubeadm_docs: list[dict], problems: list[str]) -> Expected | None:
+    if cluster is not None:
+        net = cluster.network
         return Expected(net.pod_cidr, net.service_cidr, net.dns_ip, net.backend, net.cluster_domain,
-                        {n.name: str(n.ip) for n in cfg.nodes}, _kube(cfg).os_label)
+                        {n.name: str(n.ip) for n in net.nodes}, cluster.kube.os_label)
     cluster = _load_json(out / "vagrant" / "cluster.json", problems) or {}
     networking = _kubeadm_networking(kubeadm_docs)
     netconf = _flannel_netconf(out / "manifests" / "kube-flannel.yaml", [])

@@ -20,6 +20,7 @@ import yaml
 from .. import profiles, ui
 from ..bake import catalogue
 from ..cluster.machines import cluster_vagrant, load_cluster
+from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
 from ..proc import Runner
@@ -119,7 +120,8 @@ def _box_ref(out: Path, profile, dry_run: bool) -> throwaway.BoxRef:
     return throwaway.BoxRef(catalogue.BOX_PREFIX + profile.name, "<newest version in the catalogue>", missing.as_uri())
 
 
-def test_box(cfg: Config, box: str, out: Path, dry_run: bool = False) -> dict:
+def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> dict:
+    cfg = cluster.config
     profile = profiles.load(box)
     out = Path(out).resolve()
     stamp = _stamp()
@@ -212,7 +214,8 @@ def _node_hosts(cluster, vagrant: Vagrant, folder: Path) -> tuple[dict, Path]:
     return urls, ssh_config
 
 
-def cluster_test(cfg: Config, out: Path, dry_run: bool = False) -> dict[str, dict]:
+def cluster_test(model: Cluster, out: Path, dry_run: bool = False) -> dict[str, dict]:
+    cfg = model.config  # named model: `cluster` below is cluster.json's machines, as in cluster-up
     out = Path(out).resolve()
     reports = out / "reports"
     folder = out / "cluster-test"

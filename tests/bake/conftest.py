@@ -14,6 +14,7 @@ import yaml
 from rich.console import Console
 
 from k4w import config, profiles
+from k4w.cluster_model import Cluster
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources
 
@@ -35,7 +36,7 @@ class Repo:
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         profiles._load.cache_clear()  # profiles are cached per (name, folder)
 
-    def config(self, proxy: str | None = None) -> config.Config:
+    def cluster(self, proxy: str | None = None) -> Cluster:
         text = f"""
 proxy:
   http: {proxy or 'null'}
@@ -44,7 +45,7 @@ nodes:
   - {{name: master, role: master, box: ubuntu-1604, ip: 192.168.250.10, memory: 2048}}
   - {{name: worker-win, role: worker, box: windows-1803, ip: 192.168.250.21, memory: 4096}}
 """
-        return config.parse(text, "test-cluster.yml")
+        return Cluster.resolve(config.parse(text, "test-cluster.yml"))
 
 
 def _sha(data: bytes) -> str:

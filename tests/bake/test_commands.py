@@ -10,7 +10,7 @@ from k4w.errors import K4wError
 
 def test_build_windows_builds_only_the_windows_box(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-success.txt")
-    results = commands.build(repo.config(), repo.out, node_os="windows", console=console)
+    results = commands.build(repo.cluster(), repo.out, node_os="windows", console=console)
     assert [r.box for r in results] == ["windows-1803"]
     assert [c["argv"][-1].rsplit("/", 1)[1] for c in fake_packer.builds()] == ["windows-1803.json"]
 
@@ -20,13 +20,13 @@ def test_build_ubuntu_with_an_iso_elsewhere(repo, fake_packer, console, tmp_path
     elsewhere.write_bytes(repo.isos["ubuntu-1604"].read_bytes())
     repo.isos["ubuntu-1604"].unlink()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    results = commands.build(repo.config(), repo.out, node_os="linux", iso=str(elsewhere), console=console)
+    results = commands.build(repo.cluster(), repo.out, node_os="linux", iso=str(elsewhere), console=console)
     assert results[0].status == "built" and str(elsewhere) in console.text
 
 
 def test_one_iso_for_several_boxes_is_refused(repo, fake_packer, console):
     with pytest.raises(K4wError, match="--iso names one ISO but 2 boxes"):
-        commands.build(repo.config(), repo.out, iso="x.iso", console=console)
+        commands.build(repo.cluster(), repo.out, iso="x.iso", console=console)
     assert fake_packer.calls() == []
 
 

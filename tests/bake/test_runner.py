@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 
 from k4w import config, profiles, render
+from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, packer_cli
 from k4w.bake.transcript import plan_steps
 from k4w.sources import REPO_ROOT as ROOT
@@ -30,7 +31,7 @@ from .conftest import PROXY, PROXY_PASSWORD
 
 def test_windows_build_lands_box_catalogue_and_record(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-success.txt")
-    result = build_box(repo.config(), "windows-1803", repo.out, console=console)
+    result = build_box(repo.cluster(), "windows-1803", repo.out, console=console)
 
     box = repo.out / "boxes" / "windows-1803-hyperv.box"
     assert result.status == "built" and box.is_file()
@@ -64,11 +65,11 @@ def test_windows_build_lands_box_catalogue_and_record(repo, fake_packer, console
 
 
 def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, console):
-    cfg = repo.config()
-    render.render(cfg, repo.out)
+    cluster = repo.cluster()
+    render.render(cluster, repo.out)
     before = render.load_secrets(repo.out, "windows-1803")["admin_password"]
     fake_packer.scenario("windows-1803", "windows-success.txt")
-    build_box(cfg, "windows-1803", repo.out, console=console)
+    build_box(cluster, "windows-1803", repo.out, console=console)
 
     call = fake_packer.builds()[0]
     assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.json")]
@@ -82,7 +83,7 @@ def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, c
 
 def test_log_has_full_transcript_with_credentials_redacted(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-success.txt")
-    build_box(repo.config(proxy=PROXY), "windows-1803", repo.out, console=console)
+    build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, console=console)
     log = (repo.out / "logs" / "windows-1803.log").read_text()
     password = fake_packer.builds()[0]["admin_password"]
     assert "machine proxy set to http://***@proxy.corp.example:3128" in log
@@ -93,13 +94,13 @@ def test_log_has_full_transcript_with_credentials_redacted(repo, fake_packer, co
 
 
 def test_up_to_date_box_is_skipped_without_running_packer(repo, fake_packer, console):
-    cfg = repo.config()
+    cluster = repo.cluster()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
     calls = len(fake_packer.calls())
     box_mtime = (repo.out / "boxes" / "ubuntu-1604-hyperv.box").stat().st_mtime_ns
 
-    result = build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    result = build_box(cluster, "ubuntu-1604", repo.out, console=console)
     assert result.status == "up to date"
     assert "up to date" in console.text
     assert len(fake_packer.calls()) == calls  # packer not invoked at all, not even for its version
@@ -107,19 +108,19 @@ def test_up_to_date_box_is_skipped_without_running_packer(repo, fake_packer, con
 
 
 def test_force_rebuilds_an_up_to_date_box(repo, fake_packer, console):
-    cfg = repo.config()
+    cluster = repo.cluster()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    build_box(cfg, "ubuntu-1604", repo.out, console=console)
-    result = build_box(cfg, "ubuntu-1604", repo.out, force=True, console=console)
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    result = build_box(cluster, "ubuntu-1604", repo.out, force=True, console=console)
     assert result.status == "built" and len(fake_packer.builds()) == 2
 
 
 def test_changed_provision_script_triggers_a_rebuild_and_says_why(repo, fake_packer, console):
-    cfg = repo.config()
+    cluster = repo.cluster()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
     (repo.root / "guest" / "ubuntu" / "bake" / "kubernetes.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\necho changed\n")
-    result = build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    result = build_box(cluster, "ubuntu-1604", repo.out, console=console)
     assert result.status == "built" and len(fake_packer.builds()) == 2
     assert "inputs changed: guest/ubuntu/bake/kubernetes.sh" in console.text
 
@@ -128,7 +129,7 @@ def test_failed_provisioner_cleans_up_and_names_log_and_step(repo, fake_packer, 
     fake_packer.scenario("windows-1803", "windows-provisioner-failure.txt", exit=1, write_box=True)
     (repo.out / "packer-vm" / "windows-1803").mkdir(parents=True)
     with pytest.raises(BuildFailed) as failure:
-        build_box(repo.config(), "windows-1803", repo.out, console=console)
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     message = str(failure.value)
     log = repo.out / "logs" / "windows-1803.log"
     assert str(log) in message
@@ -144,7 +145,7 @@ def test_failed_provisioner_cleans_up_and_names_log_and_step(repo, fake_packer, 
 def test_interrupted_build_is_reported_as_interrupted(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-interrupted.txt", exit=1, write_box=False)
     with pytest.raises(BuildFailed) as failure:
-        build_box(repo.config(), "windows-1803", repo.out, console=console)
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert failure.value.results[0].status == "interrupted"
     assert "build interrupted at 'Waiting for WinRM to become available...'" in str(failure.value)
 
@@ -154,7 +155,7 @@ def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_pac
     fake_packer.scenario("windows-1803", "windows-success.txt", line_delay=0.01)
     fake_packer.scenario("ubuntu-1604", "ubuntu-ssh-timeout.txt", exit=1, write_box=False, line_delay=0.01)
     with pytest.raises(BuildFailed) as failure:
-        build_boxes(repo.config(), ["windows-1803", "ubuntu-1604"], repo.out, console=console)
+        build_boxes(repo.cluster(), ["windows-1803", "ubuntu-1604"], repo.out, console=console)
     results = {r.box: r for r in failure.value.results}
     assert results["windows-1803"].status == "built" and results["ubuntu-1604"].status == "failed"
     assert (repo.out / "boxes" / "windows-1803-hyperv.box").is_file()
@@ -170,7 +171,7 @@ def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_pac
 
 
 def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console):
-    build_box(repo.config(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
+    build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
     text = console.text
     assert fake_packer.calls() == []
     assert not repo.out.exists()
@@ -184,11 +185,11 @@ def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console)
 
 
 def test_dry_run_says_it_would_skip_an_up_to_date_box(repo, fake_packer, console):
-    cfg = repo.config()
+    cluster = repo.cluster()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    build_box(cfg, "ubuntu-1604", repo.out, console=console)
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
     calls = len(fake_packer.calls())
-    result = build_box(cfg, "ubuntu-1604", repo.out, dry_run=True, console=console)
+    result = build_box(cluster, "ubuntu-1604", repo.out, dry_run=True, console=console)
     assert result.status == "would skip" and "would skip, up to date" in console.text
     assert len(fake_packer.calls()) == calls
 
@@ -196,7 +197,7 @@ def test_dry_run_says_it_would_skip_an_up_to_date_box(repo, fake_packer, console
 def test_iso_problem_fails_that_box_before_packer(repo, fake_packer, console):
     repo.isos["windows-1803"].write_bytes(b"a different image")
     with pytest.raises(BuildFailed) as failure:
-        build_box(repo.config(), "windows-1803", repo.out, console=console)
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert "checksum mismatch" in str(failure.value)
     assert fake_packer.builds() == []
 
@@ -205,7 +206,7 @@ def test_packer_too_old_is_refused_before_building(repo, fake_packer, console, m
     monkeypatch.setenv("FAKE_PACKER_VERSION", "1.5.6")
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
     with pytest.raises(Exception, match=r"packer 1\.5\.6 is too old"):
-        build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+        build_box(repo.cluster(), "ubuntu-1604", repo.out, console=console)
     assert fake_packer.builds() == []
 
 
@@ -217,11 +218,11 @@ def test_record_carries_git_revision_and_dirty_flag(repo, fake_packer, console, 
         subprocess.run(cmd, cwd=repo.root, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo.root, capture_output=True, text=True).stdout.strip()
     fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
-    build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+    build_box(repo.cluster(), "ubuntu-1604", repo.out, console=console)
     record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
     assert record["git"] == {"commit": head, "dirty": False}
     (repo.root / "guest" / "ubuntu" / "bake" / "base.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\necho edited\n")
-    build_box(repo.config(), "ubuntu-1604", repo.out, console=console)
+    build_box(repo.cluster(), "ubuntu-1604", repo.out, console=console)
     record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
     assert record["git"] == {"commit": head, "dirty": True}
 
@@ -244,7 +245,7 @@ def test_ctrl_c_is_forwarded_once_and_the_partial_box_removed(repo, fake_packer,
     presser = threading.Thread(target=press_ctrl_c)
     presser.start()
     with pytest.raises(BuildFailed) as failure:
-        build_box(repo.config(), "windows-1803", repo.out, console=console)
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     presser.join()
     assert failure.value.results[0].status == "interrupted"
     assert "interrupted: asking Packer to cancel" in console.text
@@ -256,7 +257,7 @@ def test_ctrl_c_is_forwarded_once_and_the_partial_box_removed(repo, fake_packer,
 def test_terminal_gets_a_live_status_table(repo, fake_packer):
     terminal = Console(file=io.StringIO(), width=160, force_terminal=True, color_system=None)
     fake_packer.scenario("windows-1803", "windows-success.txt", line_delay=0.005)
-    build_box(repo.config(), "windows-1803", repo.out, console=terminal)
+    build_box(repo.cluster(), "windows-1803", repo.out, console=terminal)
     screen = terminal.file.getvalue()
     assert "\x1b[" in screen  # cursor control: the table is redrawn in place
     assert re.search(r"windows-1803\s+\d\dm\d\ds\s+4/4\s+built in", screen)
@@ -273,7 +274,7 @@ OUT = Path("/nonexistent/k4w-out")  # rendered in memory only
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    return render.render_files(config.load(ROOT / "cluster.yml"), OUT, secrets_for=None)
+    return render.render_files(Cluster.load(ROOT / "cluster.yml"), OUT, secrets_for=None)
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +347,7 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
     script.chmod(0o755)
     (repo.root / "guest" / "ubuntu" / "bake" / "base.sh").chmod(0o755)
 
-    result = build_box(repo.config(proxy=PROXY), "ubuntu-1604", repo.out, console=console)
+    result = build_box(repo.cluster(proxy=PROXY), "ubuntu-1604", repo.out, console=console)
     assert result.status == "built"
     assert "provisioner 2/2: local shell" in console.text
     record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())

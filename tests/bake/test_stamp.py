@@ -9,8 +9,8 @@ from .conftest import PROXY
 
 
 def _stamp(repo, box="windows-1803", proxy=None) -> stamp.Stamp:
-    cfg = repo.config(proxy=proxy)
-    rendered = render.render_files(cfg, repo.out, secrets_for=None)
+    cluster = repo.cluster(proxy=proxy)
+    rendered = render.render_files(cluster, repo.out, secrets_for=None)
     profile = profiles.load(box)
     return stamp.compute(box, profile, rendered, iso.iso_sha256(profile))
 
@@ -53,11 +53,11 @@ def test_stamp_changes_with_the_iso_checksum(repo):
 
 
 def test_stamp_ignores_the_rotated_administrator_password(repo):
-    cfg = repo.config()
-    render.render(cfg, repo.out)
+    cluster = repo.cluster()
+    render.render(cluster, repo.out)
     before = _stamp(repo)
     render.rotate_secrets(repo.out, "windows-1803")
-    render.render(cfg, repo.out)
+    render.render(cluster, repo.out)
     assert _stamp(repo) == before
 
 

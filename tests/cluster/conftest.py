@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,20 +10,24 @@ import pytest
 import yaml
 
 from k4w import config as config_mod, render
+from k4w.cluster_model import Cluster
 from tests.helpers import config_dict
 
 
-def render_to(out: Path, data: dict) -> config_mod.Config:
-    cfg = config_mod.parse(yaml.safe_dump(data), "test.yml")
-    render.write_atomically(render.render_files(cfg, out), out)
-    return cfg
+def render_to(out: Path, data: dict, **kube) -> Cluster:
+    """Render a config dict into out; kube overrides fields of its Kubernetes era (another kubeadm API, ...)."""
+    cluster = Cluster.resolve(config_mod.parse(yaml.safe_dump(data), "test.yml"))
+    if kube:
+        cluster = dataclasses.replace(cluster, kube=dataclasses.replace(cluster.kube, **kube))
+    render.write_atomically(render.render_files(cluster, out), out)
+    return cluster
 
 
 @pytest.fixture
 def default_render(tmp_path):
     out = tmp_path / "build"
-    cfg = render_to(out, config_dict())
-    return cfg, out
+    cluster = render_to(out, config_dict())
+    return cluster, out
 
 
 LINUX_ONLY_VXLAN = {

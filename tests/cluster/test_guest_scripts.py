@@ -166,10 +166,8 @@ def test_every_node_json_field_start_node_reads_is_rendered(default_render):
 
 
 def test_node_json_agrees_with_the_rest_of_the_node_config(default_render):
-    cfg, out = default_render
-    from k4w.derive import derive_network
-
-    net = derive_network(cfg)
+    cluster, out = default_render
+    net = cluster.network
     node_dir = out / "nodes" / "worker-win"
     node = json.loads((node_dir / "node.json").read_text())
     assert (node["pod_cidr"], node["node_cidr"], node["dns_ip"], node["backend"]) == (net.pod_cidr, net.node_cidr, net.dns_ip, net.backend)

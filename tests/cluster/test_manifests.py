@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import profiles, render, sources
+from k4w import sources
 from k4w.validate import manifest_rules as checks
 from k4w.errors import K4wError
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
@@ -18,15 +18,15 @@ from tests.helpers import config_dict, use_sources
 
 
 def test_default_host_gw_render_passes_every_check(default_render):
-    cfg, out = default_render
-    assert checks.check_manifests(out, cfg) == []
+    cluster, out = default_render
+    assert checks.check_manifests(out, cluster) == []
     # and without the config, artifacts are still compared with each other
     assert checks.check_manifests(out) == []
 
 
 def test_linux_only_vxlan_render_passes_every_check(tmp_path):
-    cfg = render_to(tmp_path, LINUX_ONLY_VXLAN)
-    assert checks.check_manifests(tmp_path, cfg) == []
+    cluster = render_to(tmp_path, LINUX_ONLY_VXLAN)
+    assert checks.check_manifests(tmp_path, cluster) == []
     netconf = _flannel_netconf(tmp_path)
     assert netconf == {"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan", "VNI": 4096, "Port": 4789}}
 
@@ -46,54 +46,30 @@ def vxlan_windows_profile(tmp_path, monkeypatch):
 def test_vxlan_windows_node_configs_use_overlay(tmp_path, vxlan_windows_profile):
     data = config_dict(**{"network.backend": "vxlan", "nodes.2.box": vxlan_windows_profile})
     out = tmp_path / "out"
-    cfg = render_to(out, data)
-    assert checks.check_manifests(out, cfg) == []
+    cluster = render_to(out, data)
+    assert checks.check_manifests(out, cluster) == []
     node = out / "nodes" / "worker-win"
     cni = json.loads((node / "cni.conf").read_text())
     assert (cni["name"], cni["delegate"]["type"]) == ("vxlan0", "win-overlay")
     assert json.loads((node / "net-conf.json").read_text())["Backend"] == {"Type": "vxlan", "VNI": 4096, "Port": 4789, "name": "vxlan0"}
 
 
-def test_empty_cgroup_driver_is_reported_naming_the_profile_key(tmp_path, monkeypatch):
+def test_empty_cgroup_driver_is_reported_naming_the_profile_key(tmp_path):
     # e.g. `cgroup_driver: null` in the master's profile
-    monkeypatch.setattr(render, "_kube", _kube_without_cgroup_driver(render._kube))
-    cfg = render_to(tmp_path, config_dict())
-    problems = checks.check_manifests(tmp_path, cfg)
+    cluster = render_to(tmp_path, config_dict(), cgroup_driver=None)
+    problems = checks.check_manifests(tmp_path, cluster)
     assert len(problems) == 1 and "components.docker.cgroup_driver" in problems[0]
-
-
-def _kube_without_cgroup_driver(original):
-    def kube(cfg):
-        import dataclasses
-        import types
-
-        values = dataclasses.asdict(original(cfg))
-        values["cgroup_driver"] = None
-        return types.SimpleNamespace(**values)
-
-    return kube
 
 
 # ------------------------------------------------------------------ kubeadm API versions
 
-def _with_kubeadm_api(monkeypatch, api):
-    original = render._kube
-
-    def kube(cfg):
-        import dataclasses
-        import types
-
-        k = original(cfg)
-        values = dataclasses.asdict(k) if dataclasses.is_dataclass(k) else dict(vars(k))
-        values.update(kubeadm_api=api, version="1.25.16", cgroup_driver="systemd")
-        return types.SimpleNamespace(**values)
-
-    monkeypatch.setattr(render, "_kube", kube)
+def _era(api: str) -> dict:
+    """A newer Kubernetes era than the profiles pin, for the kubeadm API under test."""
+    return {"kubeadm_api": api, "version": "1.25.16", "cgroup_driver": "systemd"}
 
 
-def test_v1beta3_kubeadm_config_has_init_cluster_and_component_configs(tmp_path, monkeypatch):
-    _with_kubeadm_api(monkeypatch, "kubeadm.k8s.io/v1beta3")
-    cfg = render_to(tmp_path, config_dict())
+def test_v1beta3_kubeadm_config_has_init_cluster_and_component_configs(tmp_path):
+    render_to(tmp_path, config_dict(), **_era("kubeadm.k8s.io/v1beta3"))
     docs = list(yaml.safe_load_all((tmp_path / "kubeadm" / "kubeadm-config.yaml").read_text()))
     kinds = [(d["apiVersion"], d["kind"]) for d in docs]
     assert kinds == [("kubeadm.k8s.io/v1beta3", "InitConfiguration"), ("kubeadm.k8s.io/v1beta3", "ClusterConfiguration"),
@@ -118,10 +94,9 @@ def test_v1alpha2_kubeadm_config_is_one_master_configuration(default_render):
     assert master["imageRepository"] == "registry.k8s.io" and master["kubernetesVersion"] == "v1.11.10"
 
 
-def test_unsupported_kubeadm_api_fails_the_render_naming_it(tmp_path, monkeypatch):
-    _with_kubeadm_api(monkeypatch, "kubeadm.k8s.io/v1beta4")
+def test_unsupported_kubeadm_api_fails_the_render_naming_it(tmp_path):
     with pytest.raises(K4wError, match=r"kubeadm API 'kubeadm.k8s.io/v1beta4'.*not supported"):
-        render_to(tmp_path, config_dict())
+        render_to(tmp_path, config_dict(), **_era("kubeadm.k8s.io/v1beta4"))
 
 
 # ------------------------------------------------------------------ every rule fires
@@ -207,17 +182,17 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_each_rule_fires_on_a_broken_variant(case, default_render):
-    cfg, out = default_render
+    cluster, out = default_render
     rel, breaker, expected = BROKEN[case]
     breaker(out / rel)
-    problems = checks.check_manifests(out, cfg)
+    problems = checks.check_manifests(out, cluster)
     assert any(expected in p for p in problems), problems
 
 
 def test_vxlan_needs_vni_4096_and_port_4789(tmp_path):
-    cfg = render_to(tmp_path, LINUX_ONLY_VXLAN)
+    cluster = render_to(tmp_path, LINUX_ONLY_VXLAN)
     _edit_yaml(tmp_path / "manifests" / "kube-flannel.yaml", lambda d: _set_netconf(d, VNI=1))
-    problems = checks.check_manifests(tmp_path, cfg)
+    problems = checks.check_manifests(tmp_path, cluster)
     assert any("vxlan needs VNI 4096 and Port 4789" in p for p in problems), problems
 
 

@@ -18,15 +18,15 @@ from tests.fakes.vagrant import VagrantOnPath
 
 @pytest.fixture
 def fake_vagrant(default_render, tmp_path, monkeypatch):
-    cfg, out = default_render
+    cluster, out = default_render
 
     class Fake(VagrantOnPath):
         def __init__(self):
             super().__init__(tmp_path, monkeypatch)
-            self.cfg, self.out = cfg, out
+            self.cluster, self.out = cluster, out
 
         def up(self, **kw):
-            return up_mod.cluster_up(cfg, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
+            return up_mod.cluster_up(cluster, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
 
     return Fake()
 

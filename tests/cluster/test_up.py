@@ -22,14 +22,14 @@ from tests.fakes.cluster_world import FakeClock, FakeWorld
 
 @pytest.fixture
 def world(default_render):
-    cfg, out = default_render
+    cluster, out = default_render
     w = FakeWorld(machines_of(out))
-    w.cfg, w.out, w.clock = cfg, out, FakeClock()
+    w.cluster, w.out, w.clock = cluster, out, FakeClock()
     return w
 
 
 def run_up(world, **kw):
-    return up_mod.cluster_up(world.cfg, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
+    return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
                              host=world.host, clock=world.clock, **kw)
 
 
@@ -180,8 +180,8 @@ def test_failed_remote_command_shows_node_command_code_and_tail_with_secrets_red
 
 
 def test_dry_run_prints_commands_and_changes_nothing(default_render, capsys):
-    cfg, out = default_render
-    up_mod.cluster_up(cfg, out, dry_run=True, validate=False, clock=FakeClock())
+    cluster, out = default_render
+    up_mod.cluster_up(cluster, out, dry_run=True, validate=False, clock=FakeClock())
     printed = capsys.readouterr().out
     # The same Vagrant driver as a real run, so the exact command: folder, environment, arguments.
     up = next(line for line in printed.splitlines() if " up --provider=" in line)
@@ -192,16 +192,16 @@ def test_dry_run_prints_commands_and_changes_nothing(default_render, capsys):
 
 
 def test_cluster_up_refuses_artifacts_that_fail_their_checks(default_render):
-    cfg, out = default_render
+    cluster, out = default_render
     (out / "nodes" / "worker-win" / "kube-proxy.args").write_text("--cluster-cidr=10.9.0.0/16\n")
     with pytest.raises(K4wError, match="(?s)fail their checks.*--cluster-cidr"):
-        up_mod.cluster_up(cfg, out, dry_run=True, clock=FakeClock())
+        up_mod.cluster_up(cluster, out, dry_run=True, clock=FakeClock())
 
 
 def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
     run_up(world)
     world.log.clear()
-    up_mod.cluster_reset(world.cfg, world.out, vagrant=world.vagrant, remote=world.remote, host=world.host, clock=world.clock)
+    up_mod.cluster_reset(world.cluster, world.out, vagrant=world.vagrant, remote=world.remote, host=world.host, clock=world.clock)
     log = world.log
     at = index(log, r"^master: kubectl delete node worker-linux --ignore-not-found")
     at = index(log, r"^master: kubectl delete node worker-win --ignore-not-found", at)
@@ -218,6 +218,6 @@ def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
 
 def test_down_destroys_and_forgets(world):
     run_up(world)
-    up_mod.cluster_down(world.cfg, world.out, vagrant=world.vagrant)
+    up_mod.cluster_down(world.cluster, world.out, vagrant=world.vagrant)
     assert world.log[-1] == "vagrant destroy"
     assert not (world.out / "cluster-state.json").exists() and not (world.out / "kubeconfig").exists()

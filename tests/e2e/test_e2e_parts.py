@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from k4w import config, render
+from k4w.cluster_model import Cluster
 from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, rerun, squid
 from tests.helpers import system_tool
 
@@ -295,7 +296,7 @@ def test_base_image_paths_in_the_profile_are_the_cache_layout():
 def rendered_template(tmp_path) -> dict:
     import json
 
-    return json.loads(render.render_files(e2e_cluster(), tmp_path / "out")["packer/debian-12-e2e.json"])
+    return json.loads(render.render_files(Cluster.resolve(e2e_cluster()), tmp_path / "out")["packer/debian-12-e2e.json"])
 
 
 def test_rerun_repeats_the_rendered_provisioners_in_order(tmp_path):
@@ -336,7 +337,7 @@ def test_rerun_refuses_what_it_cannot_repeat():
 def test_packer_validates_the_rendered_e2e_template(tmp_path):
     packer = system_tool("packer")
     out = tmp_path / "out"
-    render.render(e2e_cluster(), out)
+    render.render(Cluster.resolve(e2e_cluster()), out)
     res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.json")], cwd=out,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr

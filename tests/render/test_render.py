@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from k4w import config, render
-from k4w.derive import derive_network
+from k4w.cluster_model import Cluster
 
 OUT = Path("/tmp/k4w-property-out")  # never written: render_files renders in memory
 
@@ -80,8 +80,9 @@ def _env(template: dict) -> dict[str, str]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(configs())
 def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
-    net = derive_network(cfg)
-    files = render.render_files(cfg, OUT)
+    cluster = Cluster.resolve(cfg)
+    net = cluster.network
+    files = render.render_files(cluster, OUT)
     pod, svc, dns = str(cfg.network.pod_cidr), str(cfg.network.service_cidr), net.dns_ip
 
     # kubeadm on the master

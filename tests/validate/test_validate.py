@@ -1,3 +1,4 @@
+import dataclasses
 """`invoke validate` runs every real consumer over the rendered artifacts, and they accept them."""
 
 import re
@@ -44,14 +45,15 @@ def test_every_validator_runs_and_accepts_the_artifacts(name, tmp_path):
 @pytest.mark.tools
 def test_a_broken_artifact_fails_validation(tmp_path):
     """The validators are not rubber stamps: a template Packer rejects makes validate fail."""
-    from k4w import config, render, validate
+    from k4w import render, validate
+    from k4w.cluster_model import Cluster
 
-    cfg = config.load(ROOT / "cluster.yml")
+    cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
-    render.render(cfg, out)
+    render.render(cluster, out)
     tpl = out / "packer" / "ubuntu-1604.json"
     tpl.write_text(tpl.read_text().replace('"builders"', '"builderz"', 1))
-    result = validate.packer_templates(cfg, out)
+    result = validate.packer_templates(cluster, out)
     assert not result.ok and "builderz" in " ".join(result.problems)
 
 
@@ -59,16 +61,18 @@ def test_host_scripts_are_parsed_and_linted_like_guest_scripts(tmp_path, monkeyp
     """host/network-up.ps1 is a file like any guest script, so validate checks it (it used to be a
     string in Python that nothing parsed)."""
     from k4w import config, validate
+    from k4w.cluster_model import Cluster
 
     cfg = config.load(ROOT / "cluster.yml")
-    real = validate.powershell_scripts(cfg, tmp_path / "out")
+    cluster = Cluster.resolve(cfg)
+    real = validate.powershell_scripts(cluster, tmp_path / "out")
     assert "host/network-up.ps1" in real.checked and real.ok, real.problems
 
-    use_sources(monkeypatch, root=tmp_path)
+    scratch = use_sources(monkeypatch, root=tmp_path)
     (tmp_path / "guest").mkdir()
     (tmp_path / "host").mkdir()
     (tmp_path / "host" / "network-up.ps1").write_text('Write-Host "at $Gateway: now"\nif ($x {\n')
-    broken = validate.powershell_scripts(cfg, tmp_path / "out")
+    broken = validate.powershell_scripts(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
     assert broken.checked == ["host/network-up.ps1"]
     assert any("syntax error" in p or "missing" in p for p in broken.problems), broken.problems
     assert any("invalid variable" in p for p in broken.problems), broken.problems

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from k4w import config as config_mod, render, sources
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 
 SPECS = ROOT / "k4w" / "verify" / "specs"
@@ -70,16 +71,16 @@ def closed_port() -> int:
 @pytest.fixture
 def built(tmp_path):
     """A rendered OUT with a box catalogue and a build record, as the build runner leaves them."""
-    cfg = config_mod.load(ROOT / "cluster.yml")
+    cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "build"
-    render.render(cfg, out)
+    render.render(cluster, out)
     boxes = out / "boxes"
     boxes.mkdir()
-    for box in cfg.boxes():
+    for box in cluster.config.boxes():
         versions = [{"version": v, "providers": [{"name": "hyperv", "url": "file:///x.box"}]} for v in ("20261120.101010", "20261121.090000")]
         (boxes / f"{box}.json").write_text(json.dumps({"name": f"k4w/{box}", "versions": versions}))
         (boxes / f"{box}.record.json").write_text(json.dumps({"box": box, "version": "20261121.090000", "test": None}))
-    return cfg, out
+    return cluster, out
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from k4w import render
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from k4w.verify import flows
@@ -24,9 +26,9 @@ def fake_vagrant(tmp_path, monkeypatch, closed_port) -> VagrantOnPath:
 
 
 def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant):
-    cfg, out = built
+    cluster, out = built
     with pytest.raises(K4wError, match="box ubuntu-1604: 0 failed, \\d+ errors"):
-        flows.test_box(cfg, "ubuntu-1604", out)
+        flows.test_box(cluster, "ubuntu-1604", out)
     commands = [c["argv"][0] for c in fake_vagrant.calls()]
     assert commands == ["up", "ssh-config", "destroy"]
     workdir = Path(fake_vagrant.calls()[0]["cwd"])
@@ -40,29 +42,29 @@ def test_test_box_destroys_the_vm_and_records_a_failing_spec(built, fake_vagrant
 
 
 def test_test_box_destroys_the_vm_when_it_does_not_boot(built, fake_vagrant, monkeypatch):
-    cfg, out = built
+    cluster, out = built
     fake_vagrant.scenario({"fail": [{"pattern": "^up", "exit": 1, "output": "Hyper-V import failed"}]})
     with pytest.raises(K4wError, match="could not run"):
-        flows.test_box(cfg, "windows-1803", out)
+        flows.test_box(cluster, "windows-1803", out)
     assert [c["argv"] for c in fake_vagrant.calls()] == [["up", "--provider=hyperv"], ["destroy", "--force"]]
     test = json.loads((out / "boxes" / "windows-1803.record.json").read_text())["test"]
     assert test["result"] == "failed" and "vagrant up --provider=hyperv exited 1" in test["error"]
 
 
 def test_ssh_target_run_records_against_the_box(built, closed_port, tmp_path):
-    cfg, out = built
+    cluster, out = built
     key = tmp_path / "key"
     key.write_text("x")
     with pytest.raises(K4wError, match=r"box ubuntu-1604 \(ssh vagrant@127.0.0.1:\d+\): 0 failed"):
-        flows.test_ssh_target(cfg, "ubuntu-1604", "127.0.0.1", closed_port, "vagrant", key, out)
+        flows.test_ssh_target(cluster.config, "ubuntu-1604", "127.0.0.1", closed_port, "vagrant", key, out)
     test = json.loads((out / "boxes" / "ubuntu-1604.record.json").read_text())["test"]
     assert test["target"] == f"ssh vagrant@127.0.0.1:{closed_port}" and test["result"] == "failed"
 
 
 def test_cluster_test_runs_every_suite_and_writes_the_summary(built, fake_vagrant):
-    cfg, out = built
+    cluster, out = built
     with pytest.raises(K4wError, match="cluster-test: .* did not pass"):
-        flows.cluster_test(cfg, out)
+        flows.cluster_test(cluster, out)
     calls = fake_vagrant.calls()
     assert [c["argv"] for c in calls] == [["ssh-config", "master", "worker-linux"], ["winrm-config", "worker-win"]]
     assert all(c["cluster_json"] == str(out / "vagrant" / "cluster.json") for c in calls)
@@ -77,10 +79,10 @@ def test_cluster_test_runs_every_suite_and_writes_the_summary(built, fake_vagran
 
 
 def test_dry_runs_print_commands_and_change_nothing(built, capsys):
-    cfg, out = built
+    cluster, out = built
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    flows.test_box(cfg, "ubuntu-1604", out, dry_run=True)
-    flows.cluster_test(cfg, out, dry_run=True)
+    flows.test_box(cluster, "ubuntu-1604", out, dry_run=True)
+    flows.cluster_test(cluster, out, dry_run=True)
     printed = capsys.readouterr().out
     assert "vagrant up --provider=hyperv" in printed and "vagrant destroy --force" in printed
     assert "--hosts=ssh://default" in printed and "--k4w-stage=node" in printed

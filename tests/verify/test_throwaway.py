@@ -14,9 +14,9 @@ from tests.helpers import system_tool
 
 
 def test_generated_vagrantfile_is_valid_ruby_and_pins_the_new_box(built, tmp_path):
-    cfg, out = built
+    cluster, out = built
     ruby = system_tool("ruby")
-    for box in cfg.boxes():
+    for box in cluster.config.boxes():
         profile = profiles.load(box)
         ref = throwaway.box_ref(out, profile)
         assert (ref.name, ref.version) == (f"k4w/{box}", "20261121.090000")

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from k4w import config, profiles, render
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.verify import matrix, workloads as wl
 from tests.helpers import venv_tool
@@ -16,7 +17,7 @@ WINDOWS = profiles.load("windows-1803")
 
 
 def test_demo_is_read_from_the_rendered_manifest(tmp_path):
-    render.render(config.load(ROOT / "cluster.yml"), tmp_path)
+    render.render(Cluster.load(ROOT / "cluster.yml"), tmp_path)
     demo = wl.read_demo(tmp_path / "manifests")
     assert (demo.name, demo.namespace, demo.port) == ("win-webserver", "default", 80)
     assert demo.selector == {"app": "win-webserver"}

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from k4w import config, profiles, render
+from k4w.cluster_model import Cluster
 from tests.helpers import use_sources
 
 from k4w.sources import REPO_ROOT as ROOT
@@ -78,21 +79,21 @@ def resolve_user_variables(template: dict) -> dict:
     return resolve(template)
 
 
-def cluster(proxy_http=None, proxy_https=None, nodes=None) -> config.Config:
+def cluster(proxy_http=None, proxy_https=None, nodes=None) -> Cluster:
     data = yaml.safe_load((ROOT / "cluster.yml").read_text())
     data["proxy"]["http"] = proxy_http
     data["proxy"]["https"] = proxy_https
     if nodes is not None:
         data["nodes"] = nodes
-    return config.parse(yaml.safe_dump(data))
+    return Cluster.resolve(config.parse(yaml.safe_dump(data)))
 
 
 @pytest.fixture
 def render_box(tmp_path):
-    """render_box(cfg) -> {relative path: text} for one render, in memory (no secrets written)."""
+    """render_box(cluster) -> {relative path: text} for one render, in memory (no secrets written)."""
 
-    def _render(cfg: config.Config) -> dict[str, str]:
-        return render.render_files(cfg, tmp_path / "out")
+    def _render(cluster: Cluster) -> dict[str, str]:
+        return render.render_files(cluster, tmp_path / "out")
 
     return _render
 
@@ -120,7 +121,7 @@ def profile_dir(tmp_path, monkeypatch):
     return folder
 
 
-def qemu_cluster() -> config.Config:
+def qemu_cluster() -> Cluster:
     return cluster(
         HTTPS_PROXY,
         HTTPS_PROXY,

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from k4w import profiles, render
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from tests.helpers import use_sources
 
@@ -43,7 +44,7 @@ def render_windows(tmp_path, profile_dir):
         profile_dir(lambda data: data["build"].__setitem__("generation", generation))
         cfg = cluster_config(http, https, no_proxy)
         out = tmp_path / f"out-gen{generation}-{'proxy' if (http or https) else 'direct'}"
-        files = render.render_files(cfg, out, secrets_for=lambda box: {"admin_password": SECRET})
+        files = render.render_files(Cluster.resolve(cfg), out, secrets_for=lambda box: {"admin_password": SECRET})
         if write:
             render.write_atomically(files, out)
         return Rendered(cfg, files, out, generation)

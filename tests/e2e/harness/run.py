@@ -31,6 +31,7 @@ from typing import Callable
 
 from k4w import config, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, packer_cli
+from k4w.cluster_model import Cluster
 from k4w.errors import K4wError
 from k4w.verify import flows
 from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, rerun, squid
@@ -214,7 +215,8 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cluster_yml.write_text(cluster_file.text(proxy.url_for_guests), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         cfg = config.load(cluster_yml)
-        files = render.render(cfg, out)
+        cluster = Cluster.resolve(cfg)
+        files = render.render(cluster, out)
         template = json.loads(files[f"packer/{BOX}.json"])
         ph.note = f"{len(files)} artifacts"
 
@@ -222,7 +224,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         offset = proxy.offset()
         with procs.watchdog(ph, log, protect=set(started)):
             # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
-            built = build_box(cfg, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
+            built = build_box(cluster, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
         result.box_file, result.catalogue = _check_box(out, built.box_files)
         build_log = proxy.text_since(offset)
         ph.note = f"{built.status}: {result.box_file.name}"

@@ -1,0 +1,88 @@
+"""One cluster, resolved once per command: everything a stage needs to know about cluster.yml.
+
+A command loads its config file into a Cluster at its entry point and hands that object down.
+Rendering, planning, validation, the build and cluster-up then read the same validated config,
+the same box profiles, the same derived network and proxy and the same Kubernetes era, and no
+stage re-loads or re-derives any of them.
+
+Named cluster_model, not cluster: k4w.cluster is the cluster-up stage; this is the data it and
+every other stage work from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from . import config as config_mod, profiles, sources as sources_mod
+from .config import Config
+from .derive import Network, Proxy, derive_network, derive_proxy
+from .errors import K4wError
+from .profiles import Profile
+
+
+@dataclass(frozen=True)
+class Kube:
+    """Era-dependent Kubernetes facts, taken from the master's profile."""
+
+    version: str
+    kubeadm_api: str
+    os_label: str
+    pause_image: str
+    image_repository: str
+    cgroup_driver: str | None
+    flannel_image: str | None
+
+
+def kube_era(master: Profile) -> Kube:
+    """Taken from the master's profile: the images its box pre-pulled are the ones kubeadm must use."""
+    data = master.data
+    k = data.kubernetes
+    docker = data.get("components", {}).get("docker", {})
+    return Kube(
+        version=k.version,
+        kubeadm_api=k.kubeadm_api,
+        os_label=k.node_os_label,
+        pause_image=k.get("pause_image", ""),
+        image_repository=k.get("image_repository", "registry.k8s.io"),
+        # None when a profile lacks them; the templates that need them fail naming the key.
+        cgroup_driver=docker.get("cgroup_driver"),
+        flannel_image=k.get("flannel_image"),
+    )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    config: Config
+    profiles: Mapping[str, Profile]  # every box a node uses, by name, in first-use order
+    network: Network
+    proxy: Proxy
+    kube: Kube
+    sources: sources_mod.Sources
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Cluster":
+        """Read and validate a config file, then resolve it (a command's first step)."""
+        return cls.resolve(config_mod.load(path))
+
+    @classmethod
+    def resolve(cls, cfg: Config) -> "Cluster":
+        """Resolve an already validated config against the current source tree."""
+        boxes = {box: profiles.load(box) for box in cfg.boxes()}
+        return cls(
+            config=cfg,
+            profiles=MappingProxyType(boxes),
+            network=derive_network(cfg),
+            proxy=derive_proxy(cfg),
+            kube=kube_era(boxes[cfg.master.box]),
+            sources=sources_mod.REPO,
+        )
+
+    def profile(self, box: str) -> Profile:
+        try:
+            return self.profiles[box]
+        except KeyError:
+            raise K4wError(f"box {box} is not used by any node of cluster {self.config.cluster.name} "
+                           f"(boxes in use: {', '.join(self.profiles)})") from None
