@@ -22,7 +22,7 @@ from .errors import ConfigError, K4wError
 # command line, apt.conf, systemd unit files or Packer's own templating. Percent-encode them.
 _CRED = r"[^/@\s'\"\\<>{}:]+"
 PROXY_URL = re.compile(
-    rf"^(?P<scheme>https?)://(?:{_CRED}(?::[^/@\s'\"\\<>{{}}]*)?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{{1,5}})/?$"
+    rf"^(?P<scheme>https?)://(?:(?P<user>{_CRED})(?::(?P<password>[^/@\s'\"\\<>{{}}]*))?@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{{1,5}})/?$"
 )
 # An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.
 TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
