@@ -21,6 +21,7 @@ import jinja2
 from .. import iso, profiles, sources
 from ..config import Config
 from ..derive import derive_network, derive_proxy
+from ..derive_steps import step_env
 from ..errors import K4wError
 from ..redact import register_secret
 from . import escape
@@ -192,6 +193,7 @@ def render_files(cfg: Config, out: Path, secrets_for=None) -> dict[str, str]:
             "box": box,
             "paths": _paths(out, box_name),
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
+            "step_env": step_env(prof, cfg),
         }
         packer_template = templates / "packer" / f"{prof.os_family}.json.j2"
         if not packer_template.is_file():

@@ -3,6 +3,7 @@ that can be checked without Hyper-V."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -68,9 +69,10 @@ def test_an_unpinned_component_makes_the_build_refuse_before_installing_anything
 def test_box_release_records_exactly_the_profile_components(render_windows):
     env = render_windows(2).env("11-box-release.ps1")
     assert env["K4W_BOX"] == BOX
-    assert env["K4W_COMPONENTS"].split(",") == list(PROFILE["components"])
+    assert json.loads(env["K4W_RELEASE_JSON"]) == {
+        "box": BOX, "components": {name: str(spec["version"]) for name, spec in PROFILE["components"].items()}}
     script = (GUEST / "bake" / "11-box-release.ps1").read_text()
-    assert "box-release.json" in script and "K4W_COMPONENTS" in script
+    assert "box-release.json" in script and "(Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json" in script
 
 
 def test_services_are_registered_as_the_cluster_start_expects():
