@@ -75,6 +75,17 @@ def test_box_release_records_exactly_the_profile_components(render_windows):
     assert "box-release.json" in script and "(Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json" in script
 
 
+def test_the_step_list_names_existing_scripts_and_known_markers():
+    steps = PROFILE["provision"]
+    scripts = [s for s in steps if s not in ("restart", "upload")]
+    for script in scripts:
+        assert (GUEST / "bake" / script).is_file(), script
+    assert scripts == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
+    # The Containers feature needs its reboot before Docker; C:\k\ holds the node scripts before 08.
+    assert steps.index("02-containers-feature.ps1") < steps.index("restart") < steps.index("03-docker.ps1")
+    assert steps.index("upload") < steps.index("08-node-services.ps1")
+
+
 def test_services_are_registered_as_the_cluster_start_expects():
     script = (GUEST / "bake" / "08-node-services.ps1").read_text()
     chain = re.findall(r"Name = '([a-z-]+)'; Program = '[a-z-]+\.exe'; DependsOn = '([a-z-]+)'", script)

@@ -216,6 +216,20 @@ def test_https_proxy_is_never_taken_from_http(render_windows):
     assert "https_proxy" not in rendered.packer["variables"]
 
 
+def test_the_step_list_is_the_profiles(render_windows, profile_dir):
+    """The profile's provision: list decides the provisioners; the template adds only the upload of common.ps1."""
+    profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "restart", "12-cleanup.ps1"]))
+    provisioners = render_windows(2).packer["provisioners"]
+    assert [(p["type"], Path(p.get("script") or p.get("source") or "-").name) for p in provisioners] == [
+        ("file", "common.ps1"), ("powershell", "00-preflight.ps1"), ("windows-restart", "-"), ("powershell", "12-cleanup.ps1")]
+
+
+def test_an_unknown_step_marker_stops_the_render(render_windows, profile_dir):
+    profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "reboot"]))
+    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor restart or upload"):
+        render_windows(2)
+
+
 def test_values_that_may_be_unset_are_read_as_optional(render_windows):
     """Windows deletes an environment variable set to "", so a value the profile or the config may
     leave out arrives *unset*: every K4W_* name that is not set for every build must be read with
