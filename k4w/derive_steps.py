@@ -209,6 +209,12 @@ def _packer_ref(variable: str) -> str:
     return f"{{{{user `{variable}`}}}}"
 
 
+def _blank_separated(pairs: dict[str, str]) -> str:
+    """NAME=value pairs in one variable. Once Packer has filled in its references no value holds
+    a blank: k4w.config allows none in a proxy URL or a NO_PROXY entry."""
+    return " ".join(f"{name}={value}" for name, value in pairs.items())
+
+
 def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict[str, str]:
     """The proxy as each family's steps take it. URLs (which may carry credentials) reach the
     guest only as references to sensitive Packer variables, recorded in secrets."""
@@ -224,9 +230,8 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
     pairs = proxy_env(http, https, proxy.no_proxy_str if proxy.enabled else None)
     if family == UBUNTU:
         return {
-            # NAME=value pairs for /etc/environment and the services' systemd drop-ins, blank
-            # separated: k4w.config allows no blank in a proxy URL or a NO_PROXY entry.
-            "K4W_PROXY_ENV": " ".join(f"{name}={value}" for name, value in pairs.items()),
+            # For /etc/environment and the services' systemd drop-ins.
+            "K4W_PROXY_ENV": _blank_separated(pairs),
             "K4W_APT_PROXY_CONF": apt_proxy_conf(http, https),
             "K4W_PROXY_FILE_MODE": proxy.file_mode,
             # The steps' own downloads (curl, apt) go through the proxy too.
@@ -236,7 +241,7 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
     single_case = {name: value for name, value in pairs.items() if name.isupper()}
     env = {
         "K4W_PROXY_ENABLED": "1" if proxy.enabled else "0",
-        "K4W_PROXY_ENV": " ".join(f"{name}={value}" for name, value in single_case.items()),
+        "K4W_PROXY_ENV": _blank_separated(single_case),
     }
     if proxy.enabled:
         env["K4W_NO_PROXY"] = proxy.no_proxy_str
