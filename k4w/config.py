@@ -23,14 +23,16 @@ from .errors import ConfigError, K4wError
 # non-ASCII...) makes Go's net/url (Docker, kubelet, kube-proxy, flanneld) pick a garbage host or
 # ignore the proxy, and curl refuse the URL; so it must be percent-encoded, and a '%' must start a
 # valid %XX escape, or Go drops HTTP_PROXY without a word.
-_USERINFO = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*"
+# One deviation from RFC 3986: a literal ' is refused too (write %27). pam_env, which reads
+# /etc/environment on the Ubuntu nodes, treats quotes as quoting and would mangle the URL.
+_USERCHAR = r"(?:[A-Za-z0-9\-._~!$&()*+,;=]|%[0-9A-Fa-f]{2})"  # a ':' separates user from password
 PROXY_URL = re.compile(
-    rf"(?P<scheme>https?)://(?:(?P<userinfo>{_USERINFO})@)?"
+    rf"(?P<scheme>https?)://(?:(?P<userinfo>(?P<user>{_USERCHAR}*)(?::(?P<password>(?:{_USERCHAR}|:)*))?)@)?"
     r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?"
 )
 PERCENT_ENCODE_HINT = (
     "percent-encode any other character in the user or password: '@' as %40, '#' as %23, '?' as %3F, "
-    "'/' as %2F, '%' as %25, a space as %20, '[' ']' as %5B %5D (e.g. python3 -c "
+    "'/' as %2F, '%' as %25, a space as %20, a quote as %27, '[' ']' as %5B %5D (e.g. python3 -c "
     "\"import urllib.parse; print(urllib.parse.quote('p@ss#1', safe=''))\")"
 )
 # An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.

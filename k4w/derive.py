@@ -2,14 +2,15 @@
 
 The pod CIDR in kubeadm, Flannel's Network, the Windows CNI config and kube-proxy's
 cluster-cidr all come from Network.pod_cidr; the kubelet's cluster-dns from dns_ip;
-every NO_PROXY from Proxy.no_proxy.
+every NO_PROXY from Proxy.no_proxy; every proxy host:port, environment mapping and apt
+proxy file from Proxy (k4w.derive_steps hands them to the guest steps).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import Config, Node
+from .config import PROXY_URL, Config, Node
 
 API_PORT = 6443  # kube-apiserver secure port, kubeadm default
 # Microsoft's Flannel vxlan on Windows only works with VNI 4096 and UDP 4789 (kubernetes/website
@@ -40,6 +41,60 @@ class Network:
     nodes: list[Node] = field(default_factory=list)
 
 
+# First line of the apt proxy file (/etc/apt/apt.conf.d/90k4w-proxy), so a reader of the
+# guest knows where the values come from.
+APT_PROXY_HEADER = "// k4w: apt proxy from cluster.yml proxy.http / proxy.https"
+
+
+@dataclass(frozen=True)
+class ProxyServer:
+    """One proxy URL of cluster.yml, in the parts that consumers take separately."""
+
+    url: str
+    host_port: str  # what WinHTTP, WinINet and the Windows answer file take: no scheme, no credentials
+    user: str | None  # percent-encoded, as written in the URL
+    password: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> "ProxyServer":
+        """Split a URL that passed k4w.config's validation (the one proxy URL grammar)."""
+        m = PROXY_URL.fullmatch(url)
+        if m is None:
+            raise ValueError(f"not a proxy URL k4w.config accepts: {url!r}")
+        return cls(url=url, host_port=f"{m['host']}:{m['port']}", user=m["user"], password=m["password"])
+
+
+def proxy_env(http: str | None, https: str | None, no_proxy: str | None) -> dict[str, str]:
+    """The variables every downloader understands, upper and lower case, only those set.
+
+    Takes the values as strings so the Packer templates can pass references to their
+    sensitive variables instead of URLs with credentials (k4w.derive_steps).
+    """
+    values = {"HTTP_PROXY": http, "HTTPS_PROXY": https, "NO_PROXY": no_proxy}
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if value:
+            out[key] = value
+            out[key.lower()] = value
+    return out
+
+
+def apt_proxy_conf(http: str | None, https: str | None) -> str:
+    """The text of apt's proxy file for these proxy URLs (no final newline); '' without a proxy.
+
+    The installer's late_command and provisioning step 01 write this same text, so a fresh
+    box finds nothing to change.
+    """
+    if not (http or https):
+        return ""
+    lines = [APT_PROXY_HEADER]
+    if http:
+        lines.append(f'Acquire::http::Proxy "{http}";')
+    if https:
+        lines.append(f'Acquire::https::Proxy "{https}";')
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Proxy:
     enabled: bool
@@ -52,18 +107,39 @@ class Proxy:
         return ",".join(self.no_proxy)
 
     @property
+    def http_server(self) -> ProxyServer | None:
+        return ProxyServer.parse(self.http) if self.http else None
+
+    @property
+    def https_server(self) -> ProxyServer | None:
+        return ProxyServer.parse(self.https) if self.https else None
+
+    @property
+    def http_host_port(self) -> str | None:
+        return self.http_server.host_port if self.http else None
+
+    @property
+    def https_host_port(self) -> str | None:
+        return self.https_server.host_port if self.https else None
+
+    @property
+    def has_credentials(self) -> bool:
+        return any(server and server.user for server in (self.http_server, self.https_server))
+
+    @property
+    def file_mode(self) -> str:
+        """Mode of the guest files that hold the proxy URLs (apt, systemd drop-ins): readable
+        by root only when a URL carries a password (apt and systemd read them as root)."""
+        return "0600" if self.has_credentials else "0644"
+
+    @property
     def env(self) -> dict[str, str]:
         """The variables every downloader understands, upper and lower case, only those set."""
-        values = {"HTTP_PROXY": self.http, "HTTPS_PROXY": self.https}
-        out: dict[str, str] = {}
-        for key, value in values.items():
-            if value:
-                out[key] = value
-                out[key.lower()] = value
-        if self.enabled:
-            out["NO_PROXY"] = self.no_proxy_str
-            out["no_proxy"] = self.no_proxy_str
-        return out
+        return proxy_env(self.http, self.https, self.no_proxy_str if self.enabled else None)
+
+    @property
+    def apt_conf(self) -> str:
+        return apt_proxy_conf(self.http, self.https)
 
 
 def derive_network(cfg: Config) -> Network:

@@ -185,10 +185,11 @@ k4w_published_sha256() {
     printf '%s\n' "$digest"
 }
 
-# k4w_expected_sha256 PREFIX - the pinned K4W_<PREFIX>_SHA256, else the digest published at
-# K4W_<PREFIX>_SHA256_URL. The profile gives one or the other for every download.
+# k4w_expected_sha256 PINNED_VAR PUBLISHED_VAR - the sha256 pinned in PINNED_VAR (e.g.
+# K4W_CNI_SHA256), else the digest published at the URL in PUBLISHED_VAR (K4W_CNI_SHA256_URL).
+# The profile gives one or the other for every download.
 k4w_expected_sha256() {
-    local pinned="K4W_${1}_SHA256" published="K4W_${1}_SHA256_URL"
+    local pinned="$1" published="$2"
     k4w_require_one_of "$pinned" "$published"
     if [[ -n ${!pinned:-} ]]; then
         k4w_is_sha256 "${!pinned}" || k4w_die "${pinned} is not a sha256 hex digest: '${!pinned}'"
@@ -236,16 +237,6 @@ k4w_wait_for() {
         fi
         sleep 1
     done
-}
-
-# k4w_validate_proxy_url NAME VALUE - a proxy URL every consumer can take verbatim: apt.conf
-# and systemd quote it in "...", /etc/environment and the kernel command line split on blanks.
-k4w_validate_proxy_url() {
-    local name="$1" value="$2"
-    [[ -z $value ]] && return 0
-    if [[ ! $value =~ ^https?://[^[:space:]\"\'\\]+$ ]]; then
-        k4w_die "${name} must look like http://[user:password@]host:port with URL-encoded credentials (no blanks, quotes or backslashes)"
-    fi
 }
 
 # k4w_systemd_quote VALUE - VALUE inside Environment="..." of a unit file: systemd expands

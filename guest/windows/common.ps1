@@ -13,6 +13,17 @@ $ProgressPreference = 'SilentlyContinue'
 # Where verified downloads are kept during the build; 12-cleanup.ps1 removes it.
 $script:K4wDownloadDir = 'C:\Windows\Temp\k4w-downloads'
 
+# The step variables of every component the box downloads, as k4w/derive_steps.py names them
+# (PROFILE_VARIABLES; tests/render/test_step_variables.py checks both lists name the same
+# variables). A value the profile leaves null is not set at all.
+$script:K4wComponents = [ordered]@{
+    kubernetes = @{ Version = 'K4W_KUBERNETES_VERSION'; Url = 'K4W_KUBERNETES_URL'; Sha256 = 'K4W_KUBERNETES_SHA256'; Sha256Url = 'K4W_KUBERNETES_SHA256_URL'; Sha512 = 'K4W_KUBERNETES_SHA512' }
+    docker     = @{ Version = 'K4W_DOCKER_VERSION'; Url = 'K4W_DOCKER_URL'; Sha256 = 'K4W_DOCKER_SHA256'; Sha256Url = 'K4W_DOCKER_SHA256_URL'; Sha512 = 'K4W_DOCKER_SHA512' }
+    cni        = @{ Version = 'K4W_CNI_VERSION'; Url = 'K4W_CNI_URL'; Sha256 = 'K4W_CNI_SHA256'; Sha256Url = 'K4W_CNI_SHA256_URL'; Sha512 = 'K4W_CNI_SHA512' }
+    flannel    = @{ Version = 'K4W_FLANNEL_VERSION'; Url = 'K4W_FLANNEL_URL'; Sha256 = 'K4W_FLANNEL_SHA256'; Sha256Url = 'K4W_FLANNEL_SHA256_URL'; Sha512 = 'K4W_FLANNEL_SHA512' }
+    nssm       = @{ Version = 'K4W_NSSM_VERSION'; Url = 'K4W_NSSM_URL'; Sha256 = 'K4W_NSSM_SHA256'; Sha256Url = 'K4W_NSSM_SHA256_URL'; Sha512 = 'K4W_NSSM_SHA512' }
+}
+
 function Write-K4wStep {
     param([Parameter(Mandatory = $true)][string]$Message)
     Write-Host "==> k4w: $Message"
@@ -141,30 +152,46 @@ function Add-K4wMachinePath {
 
 # ------------------------------------------------------------------------------------ proxy
 
-function Get-K4wProxySettings {
-    # The proxy of this build as Packer passed it: full URLs (credentials included) and the
-    # NO_PROXY list. Https is never derived from http.
-    $enabled = (Get-K4wEnv -Name 'K4W_PROXY_ENABLED') -eq '1'
-    $http = Get-K4wEnv -Name 'K4W_HTTP_PROXY' -Optional
-    $https = Get-K4wEnv -Name 'K4W_HTTPS_PROXY' -Optional
-    $noProxy = Get-K4wEnv -Name 'K4W_NO_PROXY' -Optional
-    if ($enabled -and -not $http -and -not $https) {
-        throw 'K4W_PROXY_ENABLED=1 but neither K4W_HTTP_PROXY nor K4W_HTTPS_PROXY is set (templates/packer/windows.json.j2)'
-    }
+function Get-K4wProxyServer {
+    # One proxy server as k4w.derive split its URL: host:port (what WinHTTP, WinINet and
+    # Invoke-WebRequest's -Proxy take) and the credentials, percent-encoded as in cluster.yml.
+    # HostPort is '' when there is no such proxy.
+    param(
+        [Parameter(Mandatory = $true)][string]$HostPortName,
+        [Parameter(Mandatory = $true)][string]$UserName,
+        [Parameter(Mandatory = $true)][string]$PasswordName
+    )
     [pscustomobject]@{
-        Enabled = $enabled
-        Http    = if ($enabled) { $http } else { '' }
-        Https   = if ($enabled) { $https } else { '' }
-        NoProxy = if ($enabled -and $noProxy) { @($noProxy -split ',' | ForEach-Object { $_.Trim() } | Where-Object { $_ }) } else { @() }
+        HostPort = Get-K4wEnv -Name $HostPortName -Optional
+        User     = Get-K4wEnv -Name $UserName -Optional
+        Password = Get-K4wEnv -Name $PasswordName -Optional
     }
 }
 
-function ConvertTo-K4wProxyHostPort {
-    # 'http://user:pass@proxy:3128' -> 'proxy:3128' (WinHTTP/WinINet syntax, no credentials).
-    param([AllowEmptyString()][string]$Url)
-    if (-not $Url) { return '' }
-    $uri = [Uri]$Url
-    return '{0}:{1}' -f $uri.Host, $uri.Port
+function Get-K4wProxySettings {
+    # The proxy of this build as k4w/derive_steps.py passed it: per scheme the server (https is
+    # never derived from http), the NO_PROXY list, and the NAME=value pairs of the machine and
+    # service environments (blank-separated: cluster.yml allows no blank in a proxy URL or a
+    # NO_PROXY entry). Nothing here parses a URL.
+    $enabled = (Get-K4wEnv -Name 'K4W_PROXY_ENABLED') -eq '1'
+    $http = Get-K4wProxyServer -HostPortName 'K4W_HTTP_PROXY_HOSTPORT' -UserName 'K4W_HTTP_PROXY_USER' -PasswordName 'K4W_HTTP_PROXY_PASSWORD'
+    $https = Get-K4wProxyServer -HostPortName 'K4W_HTTPS_PROXY_HOSTPORT' -UserName 'K4W_HTTPS_PROXY_USER' -PasswordName 'K4W_HTTPS_PROXY_PASSWORD'
+    $noProxy = Get-K4wEnv -Name 'K4W_NO_PROXY' -Optional
+    $environment = Get-K4wEnv -Name 'K4W_PROXY_ENV' -Optional
+    if ($enabled -and -not $http.HostPort -and -not $https.HostPort) {
+        throw 'K4W_PROXY_ENABLED=1 but neither K4W_HTTP_PROXY_HOSTPORT nor K4W_HTTPS_PROXY_HOSTPORT is set (templates/packer/windows.json.j2)'
+    }
+    if ($enabled -and -not $environment) {
+        throw 'K4W_PROXY_ENABLED=1 but K4W_PROXY_ENV is not set (templates/packer/windows.json.j2)'
+    }
+    $none = [pscustomobject]@{ HostPort = ''; User = ''; Password = '' }
+    [pscustomobject]@{
+        Enabled     = $enabled
+        Http        = if ($enabled) { $http } else { $none }
+        Https       = if ($enabled) { $https } else { $none }
+        NoProxy     = if ($enabled -and $noProxy) { @($noProxy -split ',' | ForEach-Object { $_.Trim() } | Where-Object { $_ }) } else { @() }
+        Environment = if ($enabled) { @($environment -split ' ' | Where-Object { $_ }) } else { @() }
+    }
 }
 
 function ConvertTo-K4wWinHttpBypass {
@@ -272,19 +299,16 @@ function Get-K4wWebRequestProxyArgs {
     if (-not $proxy.Enabled -or (Test-K4wProxyBypass -HostName $Uri.Host -NoProxy $proxy.NoProxy)) {
         return @{}
     }
-    $url = if ($Uri.Scheme -eq 'https') { $proxy.Https } else { $proxy.Http }
-    if (-not $url) {
+    $server = if ($Uri.Scheme -eq 'https') { $proxy.Https } else { $proxy.Http }
+    if (-not $server.HostPort) {
         # Only the other scheme goes through a proxy: go direct rather than reuse it.
         return @{}
     }
-    $proxyUri = [Uri]$url
     # .NET Framework talks plain HTTP (CONNECT) to a proxy, whatever scheme its URL has.
-    $result = @{ Proxy = [Uri]('http://{0}:{1}' -f $proxyUri.Host, $proxyUri.Port) }
-    if ($proxyUri.UserInfo) {
-        $user, $pass = $proxyUri.UserInfo.Split(':', 2)
-        if ($null -eq $pass) { $pass = '' }
-        $secure = ConvertTo-SecureString -String ([Uri]::UnescapeDataString($pass)) -AsPlainText -Force
-        $result.ProxyCredential = New-Object System.Management.Automation.PSCredential ([Uri]::UnescapeDataString($user), $secure)
+    $result = @{ Proxy = [Uri]('http://{0}' -f $server.HostPort) }
+    if ($server.User) {
+        $secure = ConvertTo-SecureString -String ([Uri]::UnescapeDataString($server.Password)) -AsPlainText -Force
+        $result.ProxyCredential = New-Object System.Management.Automation.PSCredential ([Uri]::UnescapeDataString($server.User), $secure)
     }
     return $result
 }
@@ -349,14 +373,23 @@ function Assert-K4wFileHash {
     }
 }
 
+function Get-K4wComponentVariables {
+    # The step variable names of one component ($script:K4wComponents).
+    param([Parameter(Mandatory = $true)][string]$Component)
+    if (-not $script:K4wComponents.Contains($Component)) {
+        throw "unknown component '$Component': common.ps1 knows $($script:K4wComponents.Keys -join ', ')"
+    }
+    return $script:K4wComponents[$Component]
+}
+
 function Get-K4wComponentChecks {
     # The checksums of a component as pinned in the profile: [pscustomobject]{Algorithm, Expected, Source}.
     param([Parameter(Mandatory = $true)][string]$Component)
-    $prefix = "K4W_$($Component.ToUpperInvariant())_"
+    $variables = Get-K4wComponentVariables -Component $Component
     $checks = @()
-    $sha256 = Get-K4wEnv -Name "${prefix}SHA256" -Optional
-    $sha256Url = Get-K4wEnv -Name "${prefix}SHA256_URL" -Optional
-    $sha512 = Get-K4wEnv -Name "${prefix}SHA512" -Optional
+    $sha256 = Get-K4wEnv -Name $variables.Sha256 -Optional
+    $sha256Url = Get-K4wEnv -Name $variables.Sha256Url -Optional
+    $sha512 = Get-K4wEnv -Name $variables.Sha512 -Optional
     if ($sha256) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $sha256; Source = "components.$Component.sha256" } }
     if ($sha256Url) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $null; Source = $sha256Url } }
     if ($sha512) { $checks += [pscustomobject]@{ Algorithm = 'SHA512'; Expected = $sha512; Source = "components.$Component.sha512" } }
@@ -368,11 +401,10 @@ function Get-K4wComponentChecks {
 }
 
 function Get-K4wVerifiedFile {
-    # Download a profile component (K4W_<NAME>_URL) and check every checksum the profile pins
+    # Download a profile component (its Url variable) and check every checksum the profile pins
     # for it before returning its path. A verified copy from an earlier run is reused.
     param([Parameter(Mandatory = $true)][string]$Component)
-    $prefix = "K4W_$($Component.ToUpperInvariant())_"
-    $url = Get-K4wEnv -Name "${prefix}URL"
+    $url = Get-K4wEnv -Name (Get-K4wComponentVariables -Component $Component).Url
     $checks = @(Get-K4wComponentChecks -Component $Component)
     $pinned = @($checks | Where-Object { $_.Expected })
     foreach ($check in @($checks | Where-Object { -not $_.Expected })) {

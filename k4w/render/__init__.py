@@ -21,6 +21,7 @@ import jinja2
 
 from .. import iso, profiles
 from ..cluster_model import Cluster
+from ..derive_steps import step_env
 from ..errors import K4wError
 from ..redact import register_secret
 from . import escape
@@ -167,6 +168,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "box": box,
             "paths": _paths(cluster, out, box_name),
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
+            "step_env": step_env(prof, cfg),
         }
         packer_template = templates / "packer" / f"{prof.os_family}.json.j2"
         if not packer_template.is_file():

@@ -86,13 +86,9 @@ class ExpectedProxy:
 
 def expected_proxy(proxy) -> ExpectedProxy:
     """From k4w.derive.Proxy: the values Autounattend.xml.j2 is meant to render."""
-
-    def hostport(url: str | None) -> str | None:
-        return url.split("://")[-1].split("@")[-1] if url else None
-
     return ExpectedProxy(
-        http=hostport(proxy.http),
-        https=hostport(proxy.https),
+        http=proxy.http_host_port,
+        https=proxy.https_host_port,
         no_proxy=proxy.no_proxy_str if proxy.enabled else None,
     )
 

@@ -313,7 +313,7 @@ def test_rerun_repeats_the_rendered_provisioners_in_order(tmp_path):
     variables = template.get("variables") or {}
     assert words[6:-2] == [rerun.interpolate(item, variables) for item in template["provisioners"][1]["environment_vars"]]
     assert not any("{{" in word for word in words)
-    assert "K4W_SKIP_KUBERNETES=1" in words and "K4W_HTTPS_PROXY=http://10.0.2.2:40123" in words
+    assert "K4W_SKIP_KUBERNETES=1" in words and "HTTPS_PROXY=http://10.0.2.2:40123" in words
     assert "'K4W_RELEASE_JSON={\"box\": \"debian-12-e2e\", " in step.command  # quoted: it has blanks
 
 

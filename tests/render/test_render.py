@@ -7,6 +7,7 @@ rendered artifact, the way its consumer would parse it.
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -68,12 +69,14 @@ def _args(text: str) -> dict[str, str]:
 
 
 def _env(template: dict) -> dict[str, str]:
-    """The environment every provisioner of a rendered Packer template passes to the guest."""
+    """The environment every provisioner of a rendered Packer template passes to the guest,
+    with Packer's {{user `x`}} references filled in as Packer does."""
     env: dict[str, str] = {}
+    variables = template.get("variables", {})
     for prov in template["provisioners"]:
         for item in prov.get("environment_vars", []):
             key, _, value = item.partition("=")
-            env[key] = value
+            env[key] = re.sub(r"\{\{user `([^`]+)`\}\}", lambda m: variables[m.group(1)], value)
     return env
 
 
@@ -118,10 +121,12 @@ def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
     machines = json.loads(files["vagrant/cluster.json"])["machines"]
     assert {m["name"]: m["ip"] for m in machines} == {n.name: str(n.ip) for n in cfg.nodes}
 
-    # NO_PROXY in every box build carries the pod, service and node CIDRs
+    # NO_PROXY in every box build (the NAME=value pairs the guest writes) carries the pod,
+    # service and node CIDRs
     for box in cfg.boxes():
         env = _env(json.loads(files[f"packer/{box}.json"]))
-        no_proxy = env.get("K4W_NO_PROXY", "").split(",")
+        pairs = dict(pair.split("=", 1) for pair in env["K4W_PROXY_ENV"].split())
+        no_proxy = pairs.get("NO_PROXY", "").split(",")
         if cfg.proxy.http or cfg.proxy.https:
             for cidr in (pod, svc, str(cfg.network.node_cidr)):
                 assert cidr in no_proxy, f"{box}: {cidr} missing from NO_PROXY"

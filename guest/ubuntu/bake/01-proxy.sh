@@ -3,9 +3,12 @@
 # and the docker and kubelet services (systemd drop-ins). Without a proxy, every file this
 # step may have written before is removed, so a box never carries a stale proxy.
 #
-# Env: K4W_HTTP_PROXY, K4W_HTTPS_PROXY (https is never copied from http), K4W_NO_PROXY (the
-# list derived in k4w.derive: cluster CIDRs, node IPs and names, API address, domain).
-# Each may be empty; all three must be set.
+# Env (every value computed by k4w.derive from cluster.yml; each may be empty, all must be set):
+# K4W_PROXY_ENV - the NAME=value pairs every downloader understands (HTTP_PROXY, https_proxy,
+#   NO_PROXY, ...; https is never copied from http), blank-separated: cluster.yml allows no blank
+#   in a proxy URL or NO_PROXY entry. Empty = no proxy.
+# K4W_APT_PROXY_CONF - the text of apt's proxy file, the same the installer's late_command wrote.
+# K4W_PROXY_FILE_MODE - the mode of the files that carry the proxy URLs (0600 with credentials).
 K4W_STEP="01-proxy"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -20,40 +23,25 @@ APT_PROXY_FILE=/etc/apt/apt.conf.d/90k4w-proxy
 INSTALLER_APT_CONF=/etc/apt/apt.conf
 PROXY_SERVICES=(docker kubelet)
 
-k4w_require_defined K4W_HTTP_PROXY K4W_HTTPS_PROXY K4W_NO_PROXY
+k4w_require_defined K4W_PROXY_ENV K4W_APT_PROXY_CONF
+k4w_require K4W_PROXY_FILE_MODE
 k4w_distro >/dev/null
-k4w_validate_proxy_url K4W_HTTP_PROXY "$K4W_HTTP_PROXY"
-k4w_validate_proxy_url K4W_HTTPS_PROXY "$K4W_HTTPS_PROXY"
-if [[ $K4W_NO_PROXY =~ [[:space:]\"\'\\] ]]; then
-    k4w_die "K4W_NO_PROXY must be a comma-separated list without blanks or quotes"
-fi
+[[ $K4W_PROXY_FILE_MODE =~ ^0[0-7]{3}$ ]] || k4w_die "K4W_PROXY_FILE_MODE must be a file mode such as 0600, not '${K4W_PROXY_FILE_MODE}'"
 
+read -r -a proxy_vars <<<"$K4W_PROXY_ENV"
+# ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
+for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
+    # The name only: the value may carry credentials.
+    [[ $pair =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || k4w_die "K4W_PROXY_ENV holds '${pair%%=*}', which is not a NAME=value pair"
+done
 proxy_enabled=0
-[[ -n $K4W_HTTP_PROXY || -n $K4W_HTTPS_PROXY ]] && proxy_enabled=1
-
-# NAME=value pairs every downloader understands, upper and lower case, only those set.
-proxy_vars=()
-if [[ -n $K4W_HTTP_PROXY ]]; then
-    proxy_vars+=("HTTP_PROXY=${K4W_HTTP_PROXY}" "http_proxy=${K4W_HTTP_PROXY}")
-fi
-if [[ -n $K4W_HTTPS_PROXY ]]; then
-    proxy_vars+=("HTTPS_PROXY=${K4W_HTTPS_PROXY}" "https_proxy=${K4W_HTTPS_PROXY}")
-fi
-if ((proxy_enabled)); then
-    proxy_vars+=("NO_PROXY=${K4W_NO_PROXY}" "no_proxy=${K4W_NO_PROXY}")
-fi
-
-# Files that hold a proxy password are readable by root only: apt and systemd read them as
-# root. /etc/environment stays 0644 because PAM gives it to every login session.
-secret_mode=0644
-[[ ${K4W_HTTP_PROXY}${K4W_HTTPS_PROXY} == *@* ]] && secret_mode=0600
+((${#proxy_vars[@]} > 0)) && proxy_enabled=1
 
 # /etc/environment: keep every other line, replace the proxy variables.
 environment_file() {
     local current="" kept line
     [[ -f $(k4w_path "$ENVIRONMENT_FILE") ]] && current="$(cat "$(k4w_path "$ENVIRONMENT_FILE")")"
     kept="$(printf '%s\n' "$current" | grep -Eiv '^[[:space:]]*(export[[:space:]]+)?(http|https|no)_proxy=' | sed '/^$/d' || true)"
-    # ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
     for line in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
         kept+="${kept:+$'\n'}${line%%=*}=\"${line#*=}\""
     done
@@ -65,12 +53,8 @@ environment_file() {
 }
 
 apt_proxy_file() {
-    # The same text the preseed's late_command writes, so a fresh box sees no change here.
-    local content="// k4w: apt proxy from cluster.yml proxy.http / proxy.https"
-    if ((proxy_enabled)); then
-        [[ -n $K4W_HTTP_PROXY ]] && content+=$'\n'"Acquire::http::Proxy \"${K4W_HTTP_PROXY}\";"
-        [[ -n $K4W_HTTPS_PROXY ]] && content+=$'\n'"Acquire::https::Proxy \"${K4W_HTTPS_PROXY}\";"
-        k4w_write_file "$APT_PROXY_FILE" "$secret_mode" "$content"
+    if [[ -n $K4W_APT_PROXY_CONF ]]; then
+        k4w_write_file "$APT_PROXY_FILE" "$K4W_PROXY_FILE_MODE" "$K4W_APT_PROXY_CONF"
     else
         k4w_remove_file "$APT_PROXY_FILE"
     fi
@@ -99,7 +83,7 @@ service_drop_ins() {
             for pair in "${proxy_vars[@]}"; do
                 content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
             done
-            k4w_write_file "$path" "$secret_mode" "$content"
+            k4w_write_file "$path" "$K4W_PROXY_FILE_MODE" "$content"
         else
             k4w_remove_file "$path"
         fi
@@ -124,10 +108,8 @@ if ((${#CHANGED_SERVICES[@]} > 0)); then
 fi
 
 if ((proxy_enabled)); then
-    # Says which are set, never the URLs: they may carry credentials.
-    http_state="${K4W_HTTP_PROXY:+set}"
-    https_state="${K4W_HTTPS_PROXY:+set}"
-    k4w_log "proxy configured (http: ${http_state:-none}, https: ${https_state:-none})"
+    # Names only, never the URLs: they may carry credentials.
+    k4w_log "proxy configured: ${proxy_vars[*]%%=*}"
 else
     k4w_log "no proxy configured; k4w proxy settings absent"
 fi

@@ -4,12 +4,13 @@
 # drop-in (Kubernetes' "install without a package manager" layout), and, when the profile
 # asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
 #
-# Every download is checked against a sha256 before use: the profile pins it
-# (K4W_<NAME>_SHA256) or names the checksum file published beside it (K4W_<NAME>_SHA256_URL).
+# Every download is checked against a sha256 before use: the profile pins it (e.g.
+# K4W_KUBEADM_SHA256) or names the checksum file published beside it (K4W_KUBEADM_SHA256_URL).
 #
 # Env: K4W_SKIP_KUBERNETES=1 skips the whole step (CI cannot reach dl.k8s.io); otherwise
-# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES and,
-# for NAME in KUBEADM KUBELET KUBECTL CNI: K4W_<NAME>_VERSION, K4W_<NAME>_URL and the sha256.
+# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, the
+# binaries' variables listed in BINARIES below and K4W_CNI_VERSION, K4W_CNI_URL and
+# K4W_CNI_SHA256 or K4W_CNI_SHA256_URL.
 K4W_STEP="04-kubernetes"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -30,15 +31,19 @@ KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # kubeadm's preflight checks want these on the node (socat/ebtables/ethtool/conntrack are
 # errors or warnings in 1.11; the kubelet uses them for port-forward and service traffic).
 PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
-BINARIES=(kubeadm kubelet kubectl)
+# Each binary and the names of its step variables: version, url, pinned sha256, published sha256.
+BINARIES=(
+    "kubeadm K4W_KUBEADM_VERSION K4W_KUBEADM_URL K4W_KUBEADM_SHA256 K4W_KUBEADM_SHA256_URL"
+    "kubelet K4W_KUBELET_VERSION K4W_KUBELET_URL K4W_KUBELET_SHA256 K4W_KUBELET_SHA256_URL"
+    "kubectl K4W_KUBECTL_VERSION K4W_KUBECTL_URL K4W_KUBECTL_SHA256 K4W_KUBECTL_SHA256_URL"
+)
 
 k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_CNI_VERSION K4W_CNI_URL
 k4w_require_defined K4W_KUBE_PREPULL_IMAGES
-for name in "${BINARIES[@]}"; do
-    prefix="${name^^}"
-    k4w_require "K4W_${prefix}_VERSION" "K4W_${prefix}_URL"
-    k4w_require_one_of "K4W_${prefix}_SHA256" "K4W_${prefix}_SHA256_URL"
-    version_var="K4W_${prefix}_VERSION"
+for binary in "${BINARIES[@]}"; do
+    read -r name version_var url_var sha256_var sha256_url_var <<<"$binary"
+    k4w_require "$version_var" "$url_var"
+    k4w_require_one_of "$sha256_var" "$sha256_url_var"
     if [[ ${!version_var} != "$K4W_KUBE_VERSION" ]]; then
         k4w_die "${version_var}=${!version_var} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
     fi
@@ -51,11 +56,10 @@ k4w_apt_install "${PREREQUISITES[@]}"
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
 units_changed=0
 kubelet_binary_changed=0
-for name in "${BINARIES[@]}"; do
-    prefix="${name^^}"
-    url_var="K4W_${prefix}_URL"
+for binary in "${BINARIES[@]}"; do
+    read -r name version_var url_var sha256_var sha256_url_var <<<"$binary"
     # Assigned first: a failed checksum lookup must stop the step here (errexit).
-    expected="$(k4w_expected_sha256 "$prefix")"
+    expected="$(k4w_expected_sha256 "$sha256_var" "$sha256_url_var")"
     k4w_download_verified "${!url_var}" "${BIN_DIR}/${name}" "$expected"
     [[ $(stat -c '%a' "$(k4w_path "${BIN_DIR}/${name}")") == 755 ]] || chmod 0755 "$(k4w_path "${BIN_DIR}/${name}")"
     if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
@@ -65,7 +69,7 @@ done
 # A record of what was installed lets a second run verify /opt/cni/bin without downloading.
 cni_record="$(k4w_path "${K4W_STATE}/cni-plugins.sha256sums")"
 cni_source="$(k4w_path "${K4W_STATE}/cni-plugins.source")"
-cni_expected="$(k4w_expected_sha256 CNI)"
+cni_expected="$(k4w_expected_sha256 K4W_CNI_SHA256 K4W_CNI_SHA256_URL)"
 if [[ -f $cni_record && -f $cni_source && $(cat "$cni_source") == "${cni_expected} ${K4W_CNI_URL}" ]] &&
     sha256sum --check --quiet --status "$cni_record"; then
     k4w_log "CNI plugins v${K4W_CNI_VERSION} already installed in ${CNI_BIN_DIR}"

@@ -3,8 +3,8 @@
 # <version>}} with exactly the profile's components (docs/internals.md). The testinfra box
 # spec compares it with the profile.
 #
-# Env: K4W_BOX_NAME, K4W_RELEASE_JSON (rendered from the profile by templates/packer/ubuntu.json.j2, so
-# the record cannot drift from the profile).
+# Env: K4W_BOX, K4W_RELEASE_JSON (computed from the profile by k4w/derive_steps.py, so the record
+# cannot drift from the profile; the Windows box writes the same record).
 K4W_STEP="06-build-record"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -17,12 +17,12 @@ RECORD=/etc/k4w-release.json
 # The exact shape the template renders: one object, a box name and name -> version strings.
 SHAPE='^\{"box": "([A-Za-z0-9._-]+)", "components": \{("[A-Za-z0-9_-]+": "[^"\\]+"(, )?)*\}\}$'
 
-k4w_require K4W_BOX_NAME K4W_RELEASE_JSON
+k4w_require K4W_BOX K4W_RELEASE_JSON
 k4w_distro >/dev/null
 if [[ ! $K4W_RELEASE_JSON =~ $SHAPE ]]; then
     k4w_die "K4W_RELEASE_JSON is not {\"box\": ..., \"components\": {...}}: ${K4W_RELEASE_JSON}"
 fi
-[[ ${BASH_REMATCH[1]} == "$K4W_BOX_NAME" ]] || k4w_die "K4W_RELEASE_JSON names box ${BASH_REMATCH[1]}, not ${K4W_BOX_NAME}"
+[[ ${BASH_REMATCH[1]} == "$K4W_BOX" ]] || k4w_die "K4W_RELEASE_JSON names box ${BASH_REMATCH[1]}, not ${K4W_BOX}"
 
 k4w_write_file "$RECORD" 0644 "$K4W_RELEASE_JSON"
 k4w_log "build record ${RECORD}: ${K4W_RELEASE_JSON}"

@@ -11,19 +11,19 @@ $problems = New-Object System.Collections.Generic.List[string]
 $profilePath = Get-K4wEnv -Name 'K4W_PROFILE'
 
 foreach ($name in 'K4W_BOX', 'K4W_NODE_DIR', 'K4W_BUILD_GENERATION', 'K4W_OS_BUILD', 'K4W_IMAGE_SERVERCORE',
-               'K4W_IMAGE_NANOSERVER', 'K4W_PAUSE_IMAGE', 'K4W_COMPONENTS', 'K4W_PROXY_ENABLED') {
+               'K4W_IMAGE_NANOSERVER', 'K4W_PAUSE_IMAGE', 'K4W_RELEASE_JSON', 'K4W_PROXY_ENABLED') {
     try { [void](Get-K4wEnv -Name $name) } catch { $problems.Add($_.Exception.Message) }
 }
 
-# Every component the box installs needs a URL and at least one checksum pinned in the profile.
-$components = @((Get-K4wEnv -Name 'K4W_COMPONENTS') -split ',' | Where-Object { $_ })
-foreach ($component in 'kubernetes', 'docker', 'cni', 'flannel', 'nssm') {
-    if ($components -notcontains $component) { $problems.Add("components.$component is missing from $profilePath") }
-}
+# Every component the box installs needs a version, a URL and at least one checksum pinned in the
+# profile (their step variables: $script:K4wComponents in common.ps1).
+$components = @($script:K4wComponents.Keys)
 foreach ($component in $components) {
-    $prefix = "K4W_$($component.ToUpperInvariant())_"
-    foreach ($key in 'VERSION', 'URL') {
-        try { [void](Get-K4wEnv -Name "$prefix$key") } catch { $problems.Add("components.$component.$($key.ToLowerInvariant()) is empty in $profilePath") }
+    $variables = Get-K4wComponentVariables -Component $component
+    foreach ($key in 'Version', 'Url') {
+        if (-not (Get-K4wEnv -Name $variables[$key] -Optional)) {
+            $problems.Add("components.$component.$($key.ToLowerInvariant()) is not set in $profilePath ($($variables[$key]) is missing)")
+        }
     }
     try { [void](Get-K4wComponentChecks -Component $component) } catch { $problems.Add($_.Exception.Message) }
 }

@@ -1,9 +1,11 @@
 # 01-proxy.ps1 - the machine-wide proxy, for every later step and for the finished box:
 # - HTTP_PROXY / HTTPS_PROXY / NO_PROXY as machine environment variables, read by Go programs
 #   (docker CLI, kubelet, kube-proxy, flanneld) and curl.exe; they carry the full URLs, credentials
-#   included, because those tools need them.
+#   included, because those tools need them. The pairs come ready-made from k4w.derive
+#   (K4W_PROXY_ENV), so this step writes exactly those.
 # - WinHTTP and the machine-wide WinINet settings (same helper as k4w-bootstrap.ps1, which set them
-#   at first logon): .NET's default proxy reads WinINet, so every PowerShell script uses it.
+#   at first logon), from the proxies' host:port: .NET's default proxy reads WinINet, so every
+#   PowerShell script uses it.
 # Without a configured proxy all of it is removed: the box is direct, nothing stale remains.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -13,17 +15,24 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 
 $proxy = Get-K4wProxySettings
 
-# Windows environment names are case-insensitive, so one variable serves http_proxy and HTTP_PROXY.
-Set-K4wMachineEnv -Name 'HTTP_PROXY' -Value $proxy.Http
-Set-K4wMachineEnv -Name 'HTTPS_PROXY' -Value $proxy.Https
-Set-K4wMachineEnv -Name 'NO_PROXY' -Value ($proxy.NoProxy -join ',')
+# Windows environment names ignore case, so k4w.derive gives one name per variable (HTTP_PROXY
+# serves http_proxy too). A name this step manages that the pairs leave out is removed.
+$values = [ordered]@{}
+foreach ($pair in $proxy.Environment) {
+    $name, $value = $pair.Split('=', 2)
+    $values[$name] = $value
+}
+foreach ($name in 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY') {
+    if (-not $values.Contains($name)) { $values[$name] = '' }
+}
+foreach ($name in $values.Keys) {
+    Set-K4wMachineEnv -Name $name -Value $values[$name]
+}
 
-Set-K4wSystemProxy -HttpProxy (ConvertTo-K4wProxyHostPort -Url $proxy.Http) `
-    -HttpsProxy (ConvertTo-K4wProxyHostPort -Url $proxy.Https) `
-    -NoProxy $proxy.NoProxy
+Set-K4wSystemProxy -HttpProxy $proxy.Http.HostPort -HttpsProxy $proxy.Https.HostPort -NoProxy $proxy.NoProxy
 
 if ($proxy.Enabled) {
-    Write-K4wStep "proxy configured (http: $([bool]$proxy.Http), https: $([bool]$proxy.Https), $($proxy.NoProxy.Count) NO_PROXY entries)"
+    Write-K4wStep "proxy configured (http: $([bool]$proxy.Http.HostPort), https: $([bool]$proxy.Https.HostPort), $($proxy.NoProxy.Count) NO_PROXY entries)"
 } else {
     Write-K4wStep 'no proxy configured: direct access'
 }

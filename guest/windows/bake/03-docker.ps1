@@ -49,13 +49,9 @@ if (-not (Get-Service -Name 'docker' -ErrorAction SilentlyContinue)) {
     Write-K4wStep 'docker service registered'
 }
 
-# 4. Proxy for the daemon (registry pulls). Full URLs: dockerd is a Go program and accepts
-# user:password@ in them.
-$proxy = Get-K4wProxySettings
-$environment = @()
-if ($proxy.Http) { $environment += "HTTP_PROXY=$($proxy.Http)" }
-if ($proxy.Https) { $environment += "HTTPS_PROXY=$($proxy.Https)" }
-if ($proxy.Enabled) { $environment += "NO_PROXY=$($proxy.NoProxy -join ',')" }
+# 4. Proxy for the daemon (registry pulls): exactly the NAME=value pairs k4w.derive computed
+# (K4W_PROXY_ENV). Full URLs: dockerd is a Go program and accepts user:password@ in them.
+$environment = @((Get-K4wProxySettings).Environment)
 if ($environment) {
     $envChanged = Set-K4wRegistryValue -Path $serviceKey -Name 'Environment' -Value ([string[]]$environment) -Type MultiString
 } else {

@@ -1,6 +1,8 @@
 # 11-box-release.ps1 - the build record C:\k\box-release.json (docs/internals.md, "Profile
 # conventions"): {"box": "<name>", "components": {"<component>": "<version>", ...}} with exactly the
-# profile's components. The testinfra box spec compares it with boxes/<box>.yml.
+# profile's components. k4w computes the record (K4W_RELEASE_JSON, the same for every box family);
+# this step writes it in PowerShell's JSON layout. The testinfra box spec compares it with
+# boxes/<box>.yml.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -8,14 +10,9 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 . $env:K4W_COMMON
 
 $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
-$components = [ordered]@{}
-foreach ($component in ((Get-K4wEnv -Name 'K4W_COMPONENTS') -split ',' | Where-Object { $_ })) {
-    $components[$component] = Get-K4wEnv -Name "K4W_$($component.ToUpperInvariant())_VERSION"
-}
-$record = [ordered]@{
-    box        = Get-K4wEnv -Name 'K4W_BOX'
-    components = $components
-}
+$box = Get-K4wEnv -Name 'K4W_BOX'
+$record = (Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json
+if ($record.box -ne $box) { throw "K4W_RELEASE_JSON names box '$($record.box)', not '$box' (K4W_BOX)" }
 $path = Join-Path $nodeDir 'box-release.json'
 if (Set-K4wFileContent -Path $path -Content (($record | ConvertTo-Json -Depth 3) + "`n")) {
     Write-K4wStep "wrote $path"

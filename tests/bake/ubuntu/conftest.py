@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, profiles, render
+from k4w import config, derive_steps, profiles, render
 from k4w.cluster_model import Cluster
 from tests.helpers import use_sources
 
@@ -86,6 +86,19 @@ def cluster(proxy_http=None, proxy_https=None, nodes=None) -> Cluster:
     if nodes is not None:
         data["nodes"] = nodes
     return Cluster.resolve(config.parse(yaml.safe_dump(data)))
+
+
+def step_env(http=None, https=None) -> dict[str, str]:
+    """The environment ubuntu-1604's steps get with this proxy, as Packer hands it to them
+    (its {{user `x`}} references resolved)."""
+    steps = derive_steps.step_env(profiles.load(BOX), cluster(http, https).config)
+    return {name: USER_VARIABLE.sub(lambda m: steps.secrets[m.group(1)], value) for name, value in steps.env.items()}
+
+
+def proxy_step_env(http=None, https=None) -> dict[str, str]:
+    """Exactly the variables step 01 reads, as the template passes them."""
+    env = step_env(http, https)
+    return {name: env[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
 
 
 @pytest.fixture

@@ -15,11 +15,12 @@ import tarfile
 
 import pytest
 
+from k4w import derive
 from tests.helpers import system_tool
 
-from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, make_root, run_step, snapshot
+from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, cluster, make_root, proxy_step_env, run_step, snapshot
 
-NO_PROXY = "localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc"
+NO_PROXY = cluster(HTTP_PROXY, HTTPS_PROXY).proxy.no_proxy_str
 
 # ------------------------------------------------------------------ every required variable is named when missing
 
@@ -47,13 +48,13 @@ DOCKER_ENV = {
     "K4W_DOCKER_GPG_FINGERPRINT": "9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
 }
 REQUIRED = {
-    "01-proxy.sh": ({"K4W_HTTP_PROXY": "", "K4W_HTTPS_PROXY": "", "K4W_NO_PROXY": ""}, None),
+    "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644"}, None),
     "03-docker.sh": (DOCKER_ENV, None),
     "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBEADM_SHA256_URL": "K4W_KUBEADM_SHA256 or K4W_KUBEADM_SHA256_URL",
                                     "K4W_KUBELET_SHA256_URL": "K4W_KUBELET_SHA256 or K4W_KUBELET_SHA256_URL",
                                     "K4W_KUBECTL_SHA256_URL": "K4W_KUBECTL_SHA256 or K4W_KUBECTL_SHA256_URL",
                                     "K4W_CNI_SHA256": "K4W_CNI_SHA256 or K4W_CNI_SHA256_URL"}),
-    "06-build-record.sh": ({"K4W_BOX_NAME": "b", "K4W_RELEASE_JSON": '{"box": "b", "components": {}}'}, None),
+    "06-build-record.sh": ({"K4W_BOX": "b", "K4W_RELEASE_JSON": '{"box": "b", "components": {}}'}, None),
     "07-cleanup.sh": ({"K4W_FREE_SPACE": "skip"}, None),
 }
 CASES = [(script, var) for script, (env, _) in REQUIRED.items() for var in env]
@@ -103,22 +104,24 @@ def test_proxy_files_with_a_proxy_and_nothing_rewritten_on_a_second_run(tmp_path
     root = make_root(tmp_path)
     (root / "etc" / "apt").mkdir()
     (root / "etc" / "apt" / "apt.conf").write_text('Acquire::http::Proxy "http://installer:3128";\n')
-    env = {"K4W_HTTP_PROXY": HTTP_PROXY, "K4W_HTTPS_PROXY": HTTPS_PROXY, "K4W_NO_PROXY": NO_PROXY}
+    env = proxy_step_env(HTTP_PROXY, HTTPS_PROXY)
     assert run_step("01-proxy.sh", root, **env).returncode == 0
 
     environment = (root / "etc" / "environment").read_text()
     assert environment.startswith('PATH="')  # other lines kept
     assert f'HTTP_PROXY="{HTTP_PROXY}"' in environment and f'https_proxy="{HTTPS_PROXY}"' in environment
     assert f'NO_PROXY="{NO_PROXY}"' in environment
-    apt = (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").read_text()
-    assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt
+    apt = root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy"
+    assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt.read_text() and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt.read_text()
+    assert apt.stat().st_mode & 0o777 == 0o600  # it holds the proxy password
     assert not (root / "etc" / "apt" / "apt.conf").exists()  # the installer's copy is gone
     for service in ("docker", "kubelet"):
-        drop_in = (root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf").read_text()
+        drop_in = root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf"
         # systemd expands %-specifiers inside Environment=: the URL-encoded '%40' must be doubled.
-        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in
-        assert f'Environment="HTTPS_PROXY={HTTPS_PROXY}"' in drop_in
-        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in
+        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
+        assert f'Environment="HTTPS_PROXY={HTTPS_PROXY}"' in drop_in.read_text()
+        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in.read_text()
+        assert drop_in.stat().st_mode & 0o777 == 0o600
 
     before = snapshot(root)
     res = run_step("01-proxy.sh", root, **env)
@@ -127,28 +130,43 @@ def test_proxy_files_with_a_proxy_and_nothing_rewritten_on_a_second_run(tmp_path
     assert "bob" not in res.stdout + res.stderr  # credentials never logged
 
 
+def test_files_without_credentials_stay_world_readable(tmp_path):
+    root = make_root(tmp_path)
+    assert run_step("01-proxy.sh", root, **proxy_step_env(None, HTTPS_PROXY)).returncode == 0
+    apt = root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy"
+    assert apt.stat().st_mode & 0o777 == 0o644
+
+
 def test_http_only_proxy_never_sets_https(tmp_path):
     root = make_root(tmp_path)
-    run_step("01-proxy.sh", root, K4W_HTTP_PROXY=HTTP_PROXY, K4W_HTTPS_PROXY="", K4W_NO_PROXY=NO_PROXY)
+    run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, None))
     written = "".join(p.read_text() for p in root.rglob("*") if p.is_file())
     assert "https_proxy" not in written.lower() and "Acquire::https" not in written
+    assert f'http_proxy="{HTTP_PROXY}"' in written
 
 
 def test_without_a_proxy_every_k4w_proxy_file_is_removed(tmp_path):
     root = make_root(tmp_path)
-    env = {"K4W_HTTP_PROXY": HTTP_PROXY, "K4W_HTTPS_PROXY": HTTPS_PROXY, "K4W_NO_PROXY": NO_PROXY}
-    run_step("01-proxy.sh", root, **env)
-    res = run_step("01-proxy.sh", root, K4W_HTTP_PROXY="", K4W_HTTPS_PROXY="", K4W_NO_PROXY="")
+    run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))
+    res = run_step("01-proxy.sh", root, **proxy_step_env())
     assert res.returncode == 0
     assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
     assert not list((root / "etc" / "systemd").rglob("http-proxy.conf"))
     assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
 
 
-@pytest.mark.parametrize("bad", ["http://a b@proxy:3128", "http://x'y@proxy:3128", 'http://x"y@proxy:3128', "proxy:3128"])
-def test_proxy_urls_no_consumer_can_take_are_refused(tmp_path, bad):
-    res = run_step("01-proxy.sh", make_root(tmp_path), K4W_HTTP_PROXY=bad, K4W_HTTPS_PROXY="", K4W_NO_PROXY="")
-    assert res.returncode == 1 and "K4W_HTTP_PROXY must look like" in res.stderr
+def test_a_proxy_env_entry_that_is_not_a_pair_is_refused(tmp_path):
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    env = {**proxy_step_env(HTTP_PROXY, None), "K4W_PROXY_ENV": "HTTP_PROXY=http://proxy:3128 not-a-pair"}
+    res = run_step("01-proxy.sh", root, **env)
+    assert res.returncode == 1 and "holds 'not-a-pair', which is not a NAME=value pair" in res.stderr
+    assert snapshot(root) == before  # refused before writing anything
+
+
+def test_a_file_mode_that_is_not_one_is_refused(tmp_path):
+    res = run_step("01-proxy.sh", make_root(tmp_path), **{**proxy_step_env(), "K4W_PROXY_FILE_MODE": "rw-------"})
+    assert res.returncode == 1 and "K4W_PROXY_FILE_MODE must be a file mode" in res.stderr
 
 
 # ------------------------------------------------------------------ 02 kernel
@@ -337,12 +355,12 @@ def test_an_edited_vagrant_key_fails_its_fingerprint_check(tmp_path):
 def test_build_record_written_once_and_checked_against_the_box(tmp_path):
     root = make_root(tmp_path)
     record = '{"box": "ubuntu-1604", "components": {"docker": "17.03.2", "cni": "0.6.0"}}'
-    assert run_step("06-build-record.sh", root, K4W_BOX_NAME="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
+    assert run_step("06-build-record.sh", root, K4W_BOX="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
     assert json.loads((root / "etc" / "k4w-release.json").read_text()) == json.loads(record)
     before = snapshot(root)
-    assert run_step("06-build-record.sh", root, K4W_BOX_NAME="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
+    assert run_step("06-build-record.sh", root, K4W_BOX="ubuntu-1604", K4W_RELEASE_JSON=record).returncode == 0
     assert snapshot(root) == before
-    res = run_step("06-build-record.sh", root, K4W_BOX_NAME="other", K4W_RELEASE_JSON=record)
+    res = run_step("06-build-record.sh", root, K4W_BOX="other", K4W_RELEASE_JSON=record)
     assert res.returncode == 1 and "names box ubuntu-1604, not other" in res.stderr
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from k4w import render
+from k4w import derive, render
+from k4w.derive_steps import PROFILE_VARIABLES
 from k4w.errors import K4wError
 
 from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, cluster, qemu_cluster
@@ -126,14 +127,16 @@ def test_steps_run_as_root_with_their_environment(ubuntu):
         assert "sudo" in command and "env {{ .Vars }}" in command and "{{ .Path }}" in command
 
 
-def test_every_component_value_reaches_the_guest(ubuntu):
+def test_every_component_value_reaches_the_guest_under_its_table_name(ubuntu):
     env = env_of(shell_steps(ubuntu()[0])[0])
-    for name, component in PROFILE_DATA["components"].items():
-        for key, value in component.items():
-            assert env[f"K4W_{name.upper()}_{key.upper()}"] == str(value), (name, key)
+    by_key = {spec.key: name for name, spec in PROFILE_VARIABLES.items() if "ubuntu" in spec.families}
+    for component, spec in PROFILE_DATA["components"].items():
+        for key, value in spec.items():
+            assert env[by_key[f"components.{component}.{key}"]] == str(value), (component, key)
     assert env["K4W_KUBE_VERSION"] == PROFILE_DATA["kubernetes"]["version"]
     assert env["K4W_KUBE_IMAGE_REPOSITORY"] == PROFILE_DATA["kubernetes"]["image_repository"]
-    assert env["K4W_KUBE_PREPULL_IMAGES"] == "1"
+    assert env["K4W_KUBE_PREPULL_IMAGES"] == "1"  # a YAML boolean reaches the guest as 1/0
+    assert env["K4W_BOX"] == BOX
 
 
 def test_build_record_is_exactly_the_profiles_components(ubuntu):
@@ -149,26 +152,42 @@ def test_all_steps_share_one_environment(ubuntu):
     assert all(e == envs[0] for e in envs)
 
 
+STANDARD_PROXY_NAMES = {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"}
+
+
+def _pairs(env: dict[str, str]) -> dict[str, str]:
+    """K4W_PROXY_ENV as the guest splits it (blank-separated NAME=value)."""
+    return dict(pair.split("=", 1) for pair in env["K4W_PROXY_ENV"].split())
+
+
 def test_no_proxy_variables_without_a_proxy(ubuntu):
     env = env_of(shell_steps(ubuntu()[0])[0])
-    assert env["K4W_HTTP_PROXY"] == env["K4W_HTTPS_PROXY"] == env["K4W_NO_PROXY"] == ""
-    assert not {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"} & env.keys()
+    assert env["K4W_PROXY_ENV"] == env["K4W_APT_PROXY_CONF"] == ""
+    assert not STANDARD_PROXY_NAMES & env.keys()
 
 
 def test_http_proxy_only_is_never_copied_to_https(ubuntu):
     env = env_of(shell_steps(ubuntu(http=HTTP_PROXY)[0])[0])
-    assert env["K4W_HTTP_PROXY"] == env["HTTP_PROXY"] == env["http_proxy"] == HTTP_PROXY
-    assert env["K4W_HTTPS_PROXY"] == ""
+    assert _pairs(env) == {"HTTP_PROXY": HTTP_PROXY, "http_proxy": HTTP_PROXY, "NO_PROXY": env["NO_PROXY"], "no_proxy": env["NO_PROXY"]}
+    assert env["HTTP_PROXY"] == env["http_proxy"] == HTTP_PROXY
     assert "HTTPS_PROXY" not in env and "https_proxy" not in env
+    assert "Acquire::https" not in env["K4W_APT_PROXY_CONF"]
+
+
+def test_the_guest_gets_the_derived_proxy_values_verbatim(ubuntu):
+    env = env_of(shell_steps(ubuntu(http=HTTP_PROXY, https=HTTPS_PROXY)[0])[0])
+    proxy = cluster(HTTP_PROXY, HTTPS_PROXY).proxy
+    assert _pairs(env) == proxy.env == {name: env[name] for name in STANDARD_PROXY_NAMES}
+    assert env["K4W_APT_PROXY_CONF"] == proxy.apt_conf  # the preseed writes this same text
+    assert env["K4W_PROXY_FILE_MODE"] == "0600"  # the URL carries a password
 
 
 def test_proxy_exceptions_cover_the_cluster(ubuntu):
     env = env_of(shell_steps(ubuntu(http=HTTP_PROXY, https=HTTPS_PROXY)[0])[0])
-    assert env["K4W_HTTPS_PROXY"] == env["HTTPS_PROXY"] == HTTPS_PROXY
-    exceptions = env["K4W_NO_PROXY"].split(",")
+    exceptions = env["NO_PROXY"].split(",")
     for entry in ("10.244.0.0/16", "10.96.0.0/12", "192.168.250.0/24", "192.168.250.10", "master", ".svc"):
         assert entry in exceptions
-    assert env["NO_PROXY"] == env["no_proxy"] == env["K4W_NO_PROXY"]
+    assert _pairs(env)["NO_PROXY"] == _pairs(env)["no_proxy"] == env["no_proxy"] == env["NO_PROXY"]
 
 
 def test_box_goes_to_the_partial_folder_with_the_family_vagrantfile(ubuntu, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import system_tool
 
-from .conftest import HTTP_PROXY, HTTPS_PROXY, make_root, run_step, snapshot
+from .conftest import HTTP_PROXY, HTTPS_PROXY, make_root, proxy_step_env, run_step, snapshot
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/90k4w-proxy"
 
@@ -115,7 +115,7 @@ def test_installer_apt_proxy_file_is_what_step_01_writes(ubuntu, tmp_path, http,
     script = " && ".join(apt_lines).replace("/target/", f"{root}/")
     subprocess.run(["sh", "-c", script], check=True)
     before = snapshot(root)[APT_PROXY_FILE.lstrip("/")]
-    res = run_step("01-proxy.sh", root, K4W_HTTP_PROXY=http or "", K4W_HTTPS_PROXY=https or "", K4W_NO_PROXY="localhost")
+    res = run_step("01-proxy.sh", root, **proxy_step_env(http, https))
     assert res.returncode == 0, res.stderr
     assert snapshot(root)[APT_PROXY_FILE.lstrip("/")] == before  # same content, mode and mtime
 
@@ -126,10 +126,11 @@ def test_installer_apt_file_equals_step_01_output_byte_for_byte(ubuntu, tmp_path
     (installer_root / "etc" / "apt" / "apt.conf.d").mkdir(parents=True)
     script = " && ".join(c for c in late_commands(seed) if APT_PROXY_FILE in c).replace("/target/", f"{installer_root}/")
     subprocess.run(["sh", "-c", script], check=True)
-    res = run_step("01-proxy.sh", step_root, K4W_HTTP_PROXY=HTTP_PROXY, K4W_HTTPS_PROXY=HTTPS_PROXY, K4W_NO_PROXY="localhost")
+    res = run_step("01-proxy.sh", step_root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))
     assert res.returncode == 0, res.stderr
     rel = APT_PROXY_FILE.lstrip("/")
     assert (installer_root / rel).read_bytes() == (step_root / rel).read_bytes()
+    assert (installer_root / rel).stat().st_mode == (step_root / rel).stat().st_mode
 
 
 def test_qemu_boxes_get_an_inert_preseed(profile_dir, tmp_path):

@@ -3,6 +3,7 @@ that can be checked without Hyper-V."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -68,9 +69,21 @@ def test_an_unpinned_component_makes_the_build_refuse_before_installing_anything
 def test_box_release_records_exactly_the_profile_components(render_windows):
     env = render_windows(2).env("11-box-release.ps1")
     assert env["K4W_BOX"] == BOX
-    assert env["K4W_COMPONENTS"].split(",") == list(PROFILE["components"])
+    assert json.loads(env["K4W_RELEASE_JSON"]) == {
+        "box": BOX, "components": {name: str(spec["version"]) for name, spec in PROFILE["components"].items()}}
     script = (GUEST / "bake" / "11-box-release.ps1").read_text()
-    assert "box-release.json" in script and "K4W_COMPONENTS" in script
+    assert "box-release.json" in script and "(Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json" in script
+
+
+def test_the_step_list_names_existing_scripts_and_known_markers():
+    steps = PROFILE["provision"]
+    scripts = [s for s in steps if s not in ("restart", "upload")]
+    for script in scripts:
+        assert (GUEST / "bake" / script).is_file(), script
+    assert scripts == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
+    # The Containers feature needs its reboot before Docker; C:\k\ holds the node scripts before 08.
+    assert steps.index("02-containers-feature.ps1") < steps.index("restart") < steps.index("03-docker.ps1")
+    assert steps.index("upload") < steps.index("08-node-services.ps1")
 
 
 def test_services_are_registered_as_the_cluster_start_expects():

@@ -3,6 +3,7 @@ box would notice (secure boot, switch, provisioner order, proxy, secrets)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,7 +16,7 @@ from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
 from tests.helpers import system_tool
 
-from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
+from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, PROXY_USER, SECRET
 
 GUEST = ROOT / "guest" / "windows"
 # What the Packer build runs or uploads: Setup bootstrap, bake steps, the shared library.
@@ -166,64 +167,87 @@ def test_no_secret_in_the_rendered_template(render_windows, generation):
 def test_without_a_proxy_no_proxy_value_reaches_the_guest(render_windows):
     rendered = render_windows(2)
     env = rendered.env("03-docker.ps1")
-    assert env["K4W_PROXY_ENABLED"] == "0"
-    assert not {"K4W_HTTP_PROXY", "K4W_HTTPS_PROXY", "K4W_NO_PROXY"} & set(env)
-    assert not {"http_proxy", "https_proxy"} & set(rendered.packer["variables"])
+    assert env["K4W_PROXY_ENABLED"] == "0" and env["K4W_PROXY_ENV"] == ""
+    assert not {name for name in env if name.startswith(("K4W_HTTP_PROXY", "K4W_HTTPS_PROXY", "K4W_NO_PROXY"))}
+    assert set(rendered.packer["variables"]) == {"admin_password"}
+
+
+def _resolved(rendered, value: str) -> str:
+    """An environment value as the guest sees it: Packer's {{user `x`}} references filled in."""
+    variables = rendered.packer["variables"]
+    return re.sub(r"\{\{user `([^`]+)`\}\}", lambda m: variables[m.group(1)], value)
 
 
 def test_proxy_values_reach_every_script_and_are_masked(render_windows):
     rendered = render_windows(2, http=HTTP_PROXY, https=HTTPS_PROXY)
+    proxy = rendered.proxy
     variables = rendered.packer["variables"]
     assert variables["http_proxy"] == HTTP_PROXY and variables["https_proxy"] == HTTPS_PROXY
-    assert {"http_proxy", "https_proxy"} <= set(rendered.packer["sensitive-variables"])
     for prov in rendered.packer["provisioners"]:
         if prov["type"] != "powershell":
             continue
         env = dict(item.split("=", 1) for item in prov["environment_vars"])
         assert env["K4W_PROXY_ENABLED"] == "1"
-        assert env["K4W_HTTP_PROXY"] == "{{user `http_proxy`}}"
-        assert env["K4W_HTTPS_PROXY"] == "{{user `https_proxy`}}"
-        assert env["K4W_NO_PROXY"] == rendered.proxy.no_proxy_str
-    # The credentials live only in the sensitive variable, never in an environment line.
-    assert rendered.packer_text.count(PROXY_PASSWORD) == 1
+        # Machine and Docker service environment: one name per variable (Windows ignores case).
+        assert _resolved(rendered, env["K4W_PROXY_ENV"]).split(" ") == [
+            f"{name}={value}" for name, value in proxy.env.items() if name.isupper()]
+        assert env["K4W_NO_PROXY"] == proxy.no_proxy_str
+        # WinHTTP/WinINet and Invoke-WebRequest: host:port and the credentials, split by k4w.derive.
+        assert env["K4W_HTTP_PROXY_HOSTPORT"] == "proxy.corp.example:3128"
+        assert env["K4W_HTTPS_PROXY_HOSTPORT"] == "secure-proxy.corp.example:8443"
+        assert _resolved(rendered, env["K4W_HTTP_PROXY_USER"]) == PROXY_USER
+        assert _resolved(rendered, env["K4W_HTTP_PROXY_PASSWORD"]) == PROXY_PASSWORD
+        assert "K4W_HTTPS_PROXY_USER" not in env  # that proxy takes no credentials
+    # Every value that holds a credential is a sensitive variable, never an environment line.
+    assert set(variables) - {"admin_password"} == set(rendered.packer["sensitive-variables"]) - {"admin_password"}
+    assert all(PROXY_PASSWORD not in item for prov in rendered.packer["provisioners"]
+               for item in prov.get("environment_vars", []))
+    assert PROXY_PASSWORD not in json.dumps({k: v for k, v in rendered.packer.items() if k != "variables"})
 
 
 def test_https_proxy_is_never_taken_from_http(render_windows):
     rendered = render_windows(2, http=HTTP_PROXY)
     env = rendered.env("01-proxy.ps1")
-    assert "K4W_HTTP_PROXY" in env and "K4W_HTTPS_PROXY" not in env
+    assert "K4W_HTTP_PROXY_HOSTPORT" in env and "K4W_HTTPS_PROXY_HOSTPORT" not in env
+    assert "HTTPS_PROXY=" not in env["K4W_PROXY_ENV"]
     assert "https_proxy" not in rendered.packer["variables"]
 
 
-def test_every_value_a_script_reads_is_provided(render_windows):
-    """Each K4W_* name a guest script asks for is in the provisioner environment."""
-    rendered = render_windows(2, http=HTTP_PROXY, https=HTTPS_PROXY)
-    env = rendered.env("00-preflight.ps1")
-    optional = {"K4W_HTTP_PROXY", "K4W_HTTPS_PROXY", "K4W_NO_PROXY"}
-    for script in BOX_BUILD_SCRIPTS:
-        if script.name.startswith("cluster-"):
-            continue  # cluster-up scripts, not part of the box build
-        for name in set(re.findall(r"'(K4W_[A-Z0-9_]+)'", script.read_text())):
-            assert name in env or name in optional, f"{script.name} reads {name}, which templates/packer/windows.json.j2 does not set"
-    components = rendered.profile.components
-    assert env["K4W_COMPONENTS"] == ",".join(components)
-    for name, spec in components.items():
-        prefix = f"K4W_{name.upper()}_"
-        assert env[prefix + "VERSION"] == str(spec["version"]) and env[prefix + "URL"] == spec["url"]
-        for key in ("sha256", "sha256_url", "sha512"):
-            assert env[prefix + key.upper()] == (spec.get(key) or "")
+def test_the_step_list_is_the_profiles(render_windows, profile_dir):
+    """The profile's provision: list decides the provisioners; the template adds only the upload of common.ps1."""
+    profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "restart", "12-cleanup.ps1"]))
+    provisioners = render_windows(2).packer["provisioners"]
+    assert [(p["type"], Path(p.get("script") or p.get("source") or "-").name) for p in provisioners] == [
+        ("file", "common.ps1"), ("powershell", "00-preflight.ps1"), ("windows-restart", "-"), ("powershell", "12-cleanup.ps1")]
 
 
-def test_values_that_may_be_empty_are_read_as_optional(render_windows):
-    """Windows deletes an environment variable set to "", so a null checksum arrives *unset*:
-    every K4W_* name the template may render empty must be read with Get-K4wEnv -Optional."""
-    env = render_windows(2).env("00-preflight.ps1")
-    empty = {name for name, value in env.items() if value == ""}
-    assert empty, "the default profile has null checksums; this test needs one"
-    # Names a script may build at run time ("K4W_$X_SHA256"): match on what they end with.
-    endings = {re.sub(r"^K4W_[A-Z0-9]+?_(SHA256_URL|SHA256|SHA512)$", r"\1", name) for name in empty}
+def test_an_unknown_step_marker_stops_the_render(render_windows, profile_dir):
+    profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "reboot"]))
+    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor restart or upload"):
+        render_windows(2)
+
+
+def test_values_that_may_be_unset_are_read_as_optional(render_windows):
+    """Windows deletes an environment variable set to "", so a value the profile or the config may
+    leave out arrives *unset*: every K4W_* name that is not set for every build must be read with
+    Get-K4wEnv -Optional, directly or through the component table of common.ps1."""
+    builds = [render_windows(2).env("00-preflight.ps1"), render_windows(2, http=HTTP_PROXY, https=HTTPS_PROXY).env("00-preflight.ps1")]
+    always = {name for name in builds[0] if all(env.get(name) for env in builds)}
+    common = (GUEST / "common.ps1").read_text()
+    fields: dict[str, set[str]] = {}
+    for field, name in re.findall(r"(\w+) = '(K4W_[A-Z0-9_]+)'", common[common.index("$script:K4wComponents"):]):
+        fields.setdefault(field, set()).add(name)
+    assert {"Sha256", "Sha256Url", "Sha512"} <= set(fields)
+    checked = 0
     for script in BOX_BUILD_SCRIPTS:
         for line in script.read_text().splitlines():
-            named = re.search(r"Get-K4wEnv\s+-Name\s+['\"]([^'\"]+)['\"]", line)
-            if named and (named.group(1) in empty or named.group(1).endswith(tuple(endings))):
+            call = re.search(r"Get-K4wEnv\s+-Name\s+(\S+)", line)
+            if not call:
+                continue
+            literal = re.fullmatch(r"'(K4W_[A-Z0-9_]+)'", call.group(1))
+            field = re.search(r"\.(\w+)\)?$", call.group(1))
+            names = {literal.group(1)} if literal else fields.get(field.group(1), set()) if field else set()
+            if names - always:
+                checked += 1
                 assert "-Optional" in line, f"{script.name}: {line.strip()}"
+    assert checked >= 5, "the checksum and proxy reads were not found: this test is stale"

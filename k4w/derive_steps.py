@@ -1,0 +1,262 @@
+"""The step variables of a box: every value its guest steps read, computed once and named once.
+
+Guest scripts (guest/<family>/**) are static files that take every value from the environment
+of the Packer provisioner that runs them (docs/internals.md, "Step variables"). This module is
+the one place that names those variables and computes their values; the Packer templates only
+serialise the result (`<< step_env.environment_vars | json >>`). Every name is spelt out here
+and in the script that reads it, so `grep -r K4W_FLANNEL_URL` finds both ends, and
+tests/render/test_step_variables.py checks that a box gets exactly the names its scripts read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import sources
+from .config import Config
+from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
+from .errors import K4wError
+from .profiles import Profile
+
+UBUNTU = "ubuntu"
+WINDOWS = "windows"
+FAMILIES = (UBUNTU, WINDOWS)
+
+# Where templates/packer/ubuntu.json.j2 uploads guest/ubuntu/lib.sh; every step sources $K4W_LIB.
+LIB_PATH = "/tmp/k4w-lib.sh"
+# Where templates/packer/windows.json.j2 uploads guest/windows/common.ps1: Packer runs each
+# script from its own random temp path, so the scripts find the helpers through $env:K4W_COMMON.
+# 12-cleanup.ps1 deletes it at the end.
+COMMON_PATH = "C:\\Windows\\Temp\\k4w-common.ps1"
+# The Windows node folder (docs/internals.md, "Windows box <-> cluster-up").
+NODE_DIR = "C:\\k"
+
+
+@dataclass(frozen=True)
+class FromProfile:
+    """A step variable whose value is one key of the box profile."""
+
+    key: str  # dotted path in boxes/<box>.yml
+    families: tuple[str, ...] = FAMILIES  # whose guest steps read it
+    default: object = None  # when the profile leaves the key out; None = the variable is not set
+
+
+# Step variable -> profile key. One table for every family, so a profile key always reaches the
+# guest under the same name. A key the profile leaves null is not set at all (Windows drops an
+# empty variable anyway), so a step that needs it fails naming it.
+PROFILE_VARIABLES: dict[str, FromProfile] = {
+    "K4W_BOX": FromProfile("name"),
+    "K4W_KUBE_VERSION": FromProfile("kubernetes.version", (UBUNTU,)),
+    "K4W_KUBEADM_API": FromProfile("kubernetes.kubeadm_api", (UBUNTU,)),
+    "K4W_KUBE_IMAGE_REPOSITORY": FromProfile("kubernetes.image_repository", (UBUNTU,)),
+    "K4W_KUBE_PREPULL_IMAGES": FromProfile("kubernetes.prepull_images", (UBUNTU,), default=False),
+    "K4W_FREE_SPACE": FromProfile("build.free_space", (UBUNTU,), default="trim-or-zero"),
+    "K4W_BUILD_GENERATION": FromProfile("build.generation", (WINDOWS,)),
+    "K4W_OS_BUILD": FromProfile("guest.os_build", (WINDOWS,)),
+    "K4W_IMAGE_SERVERCORE": FromProfile("images.servercore", (WINDOWS,)),
+    "K4W_IMAGE_NANOSERVER": FromProfile("images.nanoserver", (WINDOWS,)),
+    "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image", (WINDOWS,)),
+    # components: what each download is and how it is verified
+    "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version", (WINDOWS,)),
+    "K4W_KUBERNETES_URL": FromProfile("components.kubernetes.url", (WINDOWS,)),
+    "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256", (WINDOWS,)),
+    "K4W_KUBERNETES_SHA256_URL": FromProfile("components.kubernetes.sha256_url", (WINDOWS,)),
+    "K4W_KUBERNETES_SHA512": FromProfile("components.kubernetes.sha512", (WINDOWS,)),
+    "K4W_DOCKER_VERSION": FromProfile("components.docker.version"),
+    "K4W_DOCKER_URL": FromProfile("components.docker.url", (WINDOWS,)),
+    "K4W_DOCKER_SHA256": FromProfile("components.docker.sha256", (WINDOWS,)),
+    "K4W_DOCKER_SHA256_URL": FromProfile("components.docker.sha256_url", (WINDOWS,)),
+    "K4W_DOCKER_SHA512": FromProfile("components.docker.sha512", (WINDOWS,)),
+    "K4W_DOCKER_PACKAGE": FromProfile("components.docker.package", (UBUNTU,)),
+    "K4W_DOCKER_PACKAGE_VERSION": FromProfile("components.docker.package_version", (UBUNTU,)),
+    "K4W_DOCKER_APT_URL": FromProfile("components.docker.apt_url", (UBUNTU,)),
+    "K4W_DOCKER_APT_SUITE": FromProfile("components.docker.apt_suite", (UBUNTU,)),
+    "K4W_DOCKER_APT_COMPONENT": FromProfile("components.docker.apt_component", (UBUNTU,)),
+    "K4W_DOCKER_GPG_URL": FromProfile("components.docker.gpg_url", (UBUNTU,)),
+    "K4W_DOCKER_GPG_FINGERPRINT": FromProfile("components.docker.gpg_fingerprint", (UBUNTU,)),
+    "K4W_DOCKER_CGROUP_DRIVER": FromProfile("components.docker.cgroup_driver", (UBUNTU,)),
+    "K4W_DOCKER_STORAGE_DRIVER": FromProfile("components.docker.storage_driver", (UBUNTU,)),
+    "K4W_CNI_VERSION": FromProfile("components.cni.version"),
+    "K4W_CNI_URL": FromProfile("components.cni.url"),
+    "K4W_CNI_SHA256": FromProfile("components.cni.sha256"),
+    "K4W_CNI_SHA256_URL": FromProfile("components.cni.sha256_url"),
+    "K4W_CNI_SHA512": FromProfile("components.cni.sha512", (WINDOWS,)),
+    "K4W_FLANNEL_VERSION": FromProfile("components.flannel.version", (WINDOWS,)),
+    "K4W_FLANNEL_URL": FromProfile("components.flannel.url", (WINDOWS,)),
+    "K4W_FLANNEL_SHA256": FromProfile("components.flannel.sha256", (WINDOWS,)),
+    "K4W_FLANNEL_SHA256_URL": FromProfile("components.flannel.sha256_url", (WINDOWS,)),
+    "K4W_FLANNEL_SHA512": FromProfile("components.flannel.sha512", (WINDOWS,)),
+    "K4W_NSSM_VERSION": FromProfile("components.nssm.version", (WINDOWS,)),
+    "K4W_NSSM_URL": FromProfile("components.nssm.url", (WINDOWS,)),
+    "K4W_NSSM_SHA256": FromProfile("components.nssm.sha256", (WINDOWS,)),
+    "K4W_NSSM_SHA256_URL": FromProfile("components.nssm.sha256_url", (WINDOWS,)),
+    "K4W_NSSM_SHA512": FromProfile("components.nssm.sha512", (WINDOWS,)),
+    "K4W_KUBEADM_VERSION": FromProfile("components.kubeadm.version", (UBUNTU,)),
+    "K4W_KUBEADM_URL": FromProfile("components.kubeadm.url", (UBUNTU,)),
+    "K4W_KUBEADM_SHA256": FromProfile("components.kubeadm.sha256", (UBUNTU,)),
+    "K4W_KUBEADM_SHA256_URL": FromProfile("components.kubeadm.sha256_url", (UBUNTU,)),
+    "K4W_KUBELET_VERSION": FromProfile("components.kubelet.version", (UBUNTU,)),
+    "K4W_KUBELET_URL": FromProfile("components.kubelet.url", (UBUNTU,)),
+    "K4W_KUBELET_SHA256": FromProfile("components.kubelet.sha256", (UBUNTU,)),
+    "K4W_KUBELET_SHA256_URL": FromProfile("components.kubelet.sha256_url", (UBUNTU,)),
+    "K4W_KUBECTL_VERSION": FromProfile("components.kubectl.version", (UBUNTU,)),
+    "K4W_KUBECTL_URL": FromProfile("components.kubectl.url", (UBUNTU,)),
+    "K4W_KUBECTL_SHA256": FromProfile("components.kubectl.sha256", (UBUNTU,)),
+    "K4W_KUBECTL_SHA256_URL": FromProfile("components.kubectl.sha256_url", (UBUNTU,)),
+}
+
+@dataclass(frozen=True)
+class StepEnv:
+    """The environment of every guest step of one box build."""
+
+    env: dict[str, str]
+    # Packer user variable -> its value. A value that may hold credentials reaches env only as a
+    # reference to one of these ({{user `name`}}); the template declares them sensitive, so Packer
+    # masks them wherever they appear in its output.
+    secrets: dict[str, str]
+
+    @property
+    def environment_vars(self) -> list[str]:
+        """env as Packer's environment_vars list."""
+        return [f"{name}={value}" for name, value in self.env.items()]
+
+    def ref(self, variable: str) -> str:
+        """The Packer reference to one of secrets, for template text outside the environment."""
+        if variable not in self.secrets:
+            raise K4wError(f"no Packer variable {variable!r} for this box (known: {', '.join(self.secrets) or 'none'})")
+        return _packer_ref(variable)
+
+
+_FAMILY_CONSTANTS = {
+    UBUNTU: {"DEBIAN_FRONTEND": "noninteractive", "K4W_LIB": LIB_PATH},
+    WINDOWS: {"K4W_COMMON": COMMON_PATH, "K4W_NODE_DIR": NODE_DIR},
+}
+
+
+def step_env(profile: Profile, cfg: Config) -> StepEnv:
+    """Every variable the guest steps of this box read, with its value."""
+    family = profile.os_family
+    if family not in FAMILIES:
+        raise K4wError(f"{profile.path}: no guest steps for os_family {family!r} (known: {', '.join(FAMILIES)})")
+    env = dict(_FAMILY_CONSTANTS[family])
+    if family == WINDOWS:
+        env["K4W_PROFILE"] = _profile_location(profile)
+    env.update(_from_profile(profile, family))
+    env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
+    secrets: dict[str, str] = {}
+    env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
+    # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
+    env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
+    return StepEnv(env=env, secrets=secrets)
+
+
+def release_record(profile: Profile) -> dict:
+    """The build record the box writes inside the guest (docs/internals.md, "Profile conventions")."""
+    components = profile.data.get("components") or {}
+    return {"box": profile.name, "components": {name: str(spec.get("version")) for name, spec in components.items()}}
+
+
+def _profile_location(profile: Profile) -> str:
+    """The profile as the guest's error messages name it: relative to the repository when it is in it."""
+    try:
+        return profile.path.relative_to(sources.REPO.root).as_posix()
+    except ValueError:
+        return str(profile.path)
+
+
+_MISSING = object()
+
+
+def _lookup(data: dict, dotted: str):
+    value = data
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _text(value) -> str:
+    """A profile value as the guest reads it: YAML booleans as 1/0, numbers as written."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _from_profile(profile: Profile, family: str) -> dict[str, str]:
+    named = {spec.key for spec in PROFILE_VARIABLES.values()}
+    for component, spec in (profile.data.get("components") or {}).items():
+        for key in spec:
+            if f"components.{component}.{key}" not in named:
+                raise K4wError(
+                    f"{profile.path}: components.{component}.{key} reaches no guest step: name its step variable "
+                    "in k4w/derive_steps.py PROFILE_VARIABLES (and read it in the step that needs it)"
+                )
+    env = {}
+    for name, spec in PROFILE_VARIABLES.items():
+        if family not in spec.families:
+            continue
+        value = _lookup(profile.data, spec.key)
+        if value is _MISSING:
+            value = spec.default
+        if value is not None:
+            env[name] = _text(value)
+    return env
+
+
+def _packer_ref(variable: str) -> str:
+    return f"{{{{user `{variable}`}}}}"
+
+
+def _blank_separated(pairs: dict[str, str]) -> str:
+    """NAME=value pairs in one variable. Once Packer has filled in its references no value holds
+    a blank: k4w.config allows none in a proxy URL or a NO_PROXY entry."""
+    return " ".join(f"{name}={value}" for name, value in pairs.items())
+
+
+def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict[str, str]:
+    """The proxy as each family's steps take it. URLs (which may carry credentials) reach the
+    guest only as references to sensitive Packer variables, recorded in secrets."""
+
+    def secret(variable: str, value: str | None) -> str | None:
+        if not value:
+            return None
+        secrets[variable] = value
+        return _packer_ref(variable)
+
+    http = secret("http_proxy", proxy.http)
+    https = secret("https_proxy", proxy.https)
+    pairs = proxy_env(http, https, proxy.no_proxy_str if proxy.enabled else None)
+    if family == UBUNTU:
+        return {
+            # For /etc/environment and the services' systemd drop-ins.
+            "K4W_PROXY_ENV": _blank_separated(pairs),
+            "K4W_APT_PROXY_CONF": apt_proxy_conf(http, https),
+            "K4W_PROXY_FILE_MODE": proxy.file_mode,
+            # The steps' own downloads (curl, apt) go through the proxy too.
+            **pairs,
+        }
+    # Windows environment names ignore case: one variable serves HTTP_PROXY and http_proxy.
+    single_case = {name: value for name, value in pairs.items() if name.isupper()}
+    env = {
+        "K4W_PROXY_ENABLED": "1" if proxy.enabled else "0",
+        "K4W_PROXY_ENV": _blank_separated(single_case),
+    }
+    if proxy.enabled:
+        env["K4W_NO_PROXY"] = proxy.no_proxy_str
+    # WinHTTP, WinINet and Invoke-WebRequest take host:port and the credentials separately. The
+    # credentials stay percent-encoded as in cluster.yml: Packer would read a decoded '{{' as its
+    # own template syntax.
+    servers = (
+        (proxy.http_server, "K4W_HTTP_PROXY_HOSTPORT",
+         "K4W_HTTP_PROXY_USER", "http_proxy_user", "K4W_HTTP_PROXY_PASSWORD", "http_proxy_password"),
+        (proxy.https_server, "K4W_HTTPS_PROXY_HOSTPORT",
+         "K4W_HTTPS_PROXY_USER", "https_proxy_user", "K4W_HTTPS_PROXY_PASSWORD", "https_proxy_password"),
+    )
+    for server, host_port, user, user_variable, password, password_variable in servers:
+        if server:
+            env[host_port] = server.host_port
+            env[user] = secret(user_variable, server.user)
+            env[password] = secret(password_variable, server.password)
+    return {name: value for name, value in env.items() if value is not None}
