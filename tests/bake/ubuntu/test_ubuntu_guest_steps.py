@@ -15,7 +15,6 @@ import tarfile
 
 import pytest
 
-from k4w import derive
 from tests.helpers import system_tool
 
 from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, cluster, make_root, proxy_step_env, run_step, snapshot

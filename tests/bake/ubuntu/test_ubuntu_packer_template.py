@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from k4w import derive, render
+from k4w import render
 from k4w.derive_steps import PROFILE_VARIABLES
 from k4w.errors import K4wError
 
