@@ -202,24 +202,39 @@ k4w_expected_sha256() {
 # k4w_download_verified URL PATH SHA256 - PATH holds URL's content, verified. An existing
 # PATH with the right digest is kept as is (no download on a second run); a mismatch deletes
 # the download and stops the build.
+# The one verification routine for Linux guests: the digest's length picks the algorithm
+# (64 hex digits: sha256; 128: sha512, as Kubernetes' release notes print for tarballs).
+k4w_digest_of() {
+    local file="$1" expected="$2"
+    case ${#expected} in
+        64) sha256sum "$file" | cut -d' ' -f1 ;;
+        128) sha512sum "$file" | cut -d' ' -f1 ;;
+        *) k4w_die "'${expected}' is neither a sha256 nor a sha512 hex digest" ;;
+    esac
+}
+k4w_algorithm_of() {
+    if ((${#1} == 128)); then echo sha512; else echo sha256; fi
+}
 k4w_download_verified() {
-    local url target expected part actual
+    local url target expected part actual algorithm
     url="$1"
     target="$(k4w_path "$2")"
     expected="$3"
-    k4w_is_sha256 "$expected" || k4w_die "refusing to download ${url}: expected sha256 '${expected}' is not a sha256 digest"
+    [[ $expected =~ ^([0-9a-f]{64}|[0-9a-f]{128})$ ]] ||
+        k4w_die "refusing to download ${url}: expected checksum '${expected}' is not a sha256 or sha512 digest"
+    algorithm="$(k4w_algorithm_of "$expected")"
     K4W_CHANGED=0
-    if [[ -f $target && $(k4w_sha256_of "$target") == "$expected" ]]; then
+    if [[ -f $target && $(k4w_digest_of "$target" "$expected") == "$expected" ]]; then
         return 0
     fi
     mkdir -p "$(dirname "$target")"
     part="${target}.part"
     k4w_log "downloading ${url}"
     k4w_fetch "$url" "$part"
-    actual="$(k4w_sha256_of "$part")"
+    actual="$(k4w_digest_of "$part" "$expected")"
     if [[ $actual != "$expected" ]]; then
         rm -f "$part"
-        k4w_die "sha256 mismatch for ${url}: expected ${expected}, got ${actual}"
+        k4w_die "${algorithm} mismatch for ${url}: expected ${expected}, got ${actual}"
     fi
     mv -f "$part" "$target"
     K4W_CHANGED=1

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Step 4: kubeadm, kubelet and kubectl from dl.k8s.io (apt.kubernetes.io is gone), the CNI
+# Step 4: kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball on dl.k8s.io
+# (apt.kubernetes.io is gone), the CNI
 # plugins kubeadm's kubelet expects in /opt/cni/bin, a kubelet systemd unit with kubeadm's
 # drop-in (Kubernetes' "install without a package manager" layout), and, when the profile
 # asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
 #
-# Every download is checked against a sha256 before use: the profile pins it (e.g.
-# K4W_KUBEADM_SHA256) or names the checksum file published beside it (K4W_KUBEADM_SHA256_URL).
+# Every download is checked before use against the checksum the profile pins: the node tarball
+# against the sha512 Kubernetes' release notes print (K4W_KUBERNETES_SHA512; dl.k8s.io has no
+# .sha256 files for 1.11), the CNI tarball against its sha256 (or a published checksum file).
 #
 # Env: K4W_SKIP_KUBERNETES=1 skips the whole step (CI cannot reach dl.k8s.io); otherwise
-# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, the
-# binaries' variables listed in BINARIES below and K4W_CNI_VERSION, K4W_CNI_URL and
-# K4W_CNI_SHA256 or K4W_CNI_SHA256_URL.
+# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES,
+# K4W_KUBERNETES_VERSION, K4W_KUBERNETES_URL and K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256,
+# and K4W_CNI_VERSION, K4W_CNI_URL and K4W_CNI_SHA256 or K4W_CNI_SHA256_URL.
 K4W_STEP="04-kubernetes"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -31,23 +33,16 @@ KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # kubeadm's preflight checks want these on the node (socat/ebtables/ethtool/conntrack are
 # errors or warnings in 1.11; the kubelet uses them for port-forward and service traffic).
 PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
-# Each binary and the names of its step variables: version, url, pinned sha256, published sha256.
-BINARIES=(
-    "kubeadm K4W_KUBEADM_VERSION K4W_KUBEADM_URL K4W_KUBEADM_SHA256 K4W_KUBEADM_SHA256_URL"
-    "kubelet K4W_KUBELET_VERSION K4W_KUBELET_URL K4W_KUBELET_SHA256 K4W_KUBELET_SHA256_URL"
-    "kubectl K4W_KUBECTL_VERSION K4W_KUBECTL_URL K4W_KUBECTL_SHA256 K4W_KUBECTL_SHA256_URL"
-)
+# What the node tarball holds under kubernetes/node/bin/ that a kubeadm node needs.
+BINARIES=(kubeadm kubelet kubectl)
 
-k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_CNI_VERSION K4W_CNI_URL
+k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_KUBERNETES_VERSION K4W_KUBERNETES_URL \
+    K4W_CNI_VERSION K4W_CNI_URL
 k4w_require_defined K4W_KUBE_PREPULL_IMAGES
-for binary in "${BINARIES[@]}"; do
-    read -r name version_var url_var sha256_var sha256_url_var <<<"$binary"
-    k4w_require "$version_var" "$url_var"
-    k4w_require_one_of "$sha256_var" "$sha256_url_var"
-    if [[ ${!version_var} != "$K4W_KUBE_VERSION" ]]; then
-        k4w_die "${version_var}=${!version_var} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
-    fi
-done
+k4w_require_one_of K4W_KUBERNETES_SHA512 K4W_KUBERNETES_SHA256
+if [[ $K4W_KUBERNETES_VERSION != "$K4W_KUBE_VERSION" ]]; then
+    k4w_die "K4W_KUBERNETES_VERSION=${K4W_KUBERNETES_VERSION} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
+fi
 k4w_require_one_of K4W_CNI_SHA256 K4W_CNI_SHA256_URL
 k4w_distro >/dev/null
 
@@ -56,14 +51,15 @@ k4w_apt_install "${PREREQUISITES[@]}"
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
 units_changed=0
 kubelet_binary_changed=0
-for binary in "${BINARIES[@]}"; do
-    read -r name version_var url_var sha256_var sha256_url_var <<<"$binary"
-    # Assigned first: a failed checksum lookup must stop the step here (errexit).
-    expected="$(k4w_expected_sha256 "$sha256_var" "$sha256_url_var")"
-    k4w_download_verified "${!url_var}" "${BIN_DIR}/${name}" "$expected"
-    [[ $(stat -c '%a' "$(k4w_path "${BIN_DIR}/${name}")") == 755 ]] || chmod 0755 "$(k4w_path "${BIN_DIR}/${name}")"
+node_tarball="${K4W_CACHE}/${K4W_KUBERNETES_URL##*/}"
+k4w_download_verified "$K4W_KUBERNETES_URL" "$node_tarball" "${K4W_KUBERNETES_SHA512:-${K4W_KUBERNETES_SHA256:-}}"
+unpacked="$(mktemp -d)"
+tar -xzf "$(k4w_path "$node_tarball")" -C "$unpacked" "${BINARIES[@]/#/kubernetes/node/bin/}"
+for name in "${BINARIES[@]}"; do
+    k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${BIN_DIR}/${name}" 0755
     if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
 done
+rm -rf "$unpacked"
 
 # --- CNI plugins ---------------------------------------------------------------------------
 # A record of what was installed lets a second run verify /opt/cni/bin without downloading.

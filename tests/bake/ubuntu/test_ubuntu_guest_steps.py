@@ -31,8 +31,9 @@ KUBE_ENV = {
     "K4W_CNI_VERSION": "0.6.0",
     "K4W_CNI_URL": "file:///nonexistent/cni.tgz",
     "K4W_CNI_SHA256": "0" * 64,
-    **{f"K4W_{b}_{k}": v for b in ("KUBEADM", "KUBELET", "KUBECTL")
-       for k, v in (("VERSION", "1.11.10"), ("URL", "file:///nonexistent"), ("SHA256_URL", "file:///nonexistent.sha256"))},
+    "K4W_KUBERNETES_VERSION": "1.11.10",
+    "K4W_KUBERNETES_URL": "file:///nonexistent/kubernetes-node-linux-amd64.tar.gz",
+    "K4W_KUBERNETES_SHA512": "0" * 128,
 }
 DOCKER_ENV = {
     "K4W_DOCKER_VERSION": "17.03.2",
@@ -49,9 +50,7 @@ DOCKER_ENV = {
 REQUIRED = {
     "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644"}, None),
     "03-docker.sh": (DOCKER_ENV, None),
-    "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBEADM_SHA256_URL": "K4W_KUBEADM_SHA256 or K4W_KUBEADM_SHA256_URL",
-                                    "K4W_KUBELET_SHA256_URL": "K4W_KUBELET_SHA256 or K4W_KUBELET_SHA256_URL",
-                                    "K4W_KUBECTL_SHA256_URL": "K4W_KUBECTL_SHA256 or K4W_KUBECTL_SHA256_URL",
+    "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBERNETES_SHA512": "K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256",
                                     "K4W_CNI_SHA256": "K4W_CNI_SHA256 or K4W_CNI_SHA256_URL"}),
     "06-build-record.sh": ({"K4W_BOX": "b", "K4W_RELEASE_JSON": '{"box": "b", "components": {}}'}, None),
     "07-cleanup.sh": ({"K4W_FREE_SPACE": "skip"}, None),
@@ -253,17 +252,20 @@ def test_debian_uses_its_own_signed_docker_without_a_third_party_repository(tmp_
 
 @pytest.fixture
 def downloads(tmp_path):
-    """Local stand-ins for dl.k8s.io and the CNI release: binaries, .sha256 files and a tarball."""
+    """Local stand-ins for dl.k8s.io and the CNI release: a node tarball laid out like
+    kubernetes-node-linux-amd64.tar.gz (kubernetes/node/bin/...) with its sha512, and the CNI tarball."""
     site = tmp_path / "site"
     site.mkdir()
     env = dict(KUBE_ENV)
-    for name in ("kubeadm", "kubelet", "kubectl"):
-        binary = site / name
-        binary.write_bytes(f"#!/bin/sh\necho {name}\n".encode())
-        digest = hashlib.sha256(binary.read_bytes()).hexdigest()
-        (site / f"{name}.sha256").write_text(digest)  # dl.k8s.io publishes the bare digest
-        env[f"K4W_{name.upper()}_URL"] = f"file://{binary}"
-        env[f"K4W_{name.upper()}_SHA256_URL"] = f"file://{binary}.sha256"
+    node_bin = site / "kubernetes" / "node" / "bin"
+    node_bin.mkdir(parents=True)
+    for name in ("kubeadm", "kubelet", "kubectl", "kube-proxy"):
+        (node_bin / name).write_bytes(f"#!/bin/sh\necho {name}\n".encode())
+    node_tarball = site / "kubernetes-node-linux-amd64.tar.gz"
+    with tarfile.open(node_tarball, "w:gz") as tar:
+        tar.add(site / "kubernetes", arcname="kubernetes")
+    env["K4W_KUBERNETES_URL"] = f"file://{node_tarball}"
+    env["K4W_KUBERNETES_SHA512"] = hashlib.sha512(node_tarball.read_bytes()).hexdigest()
     plugins = site / "plugins"
     plugins.mkdir()
     for plugin in ("bridge", "flannel", "host-local", "loopback", "portmap"):
@@ -299,15 +301,15 @@ def test_kubernetes_binaries_cni_and_kubelet_units_then_idempotent(tmp_path, dow
     assert snapshot(root) == before
 
 
-def test_a_binary_that_does_not_match_its_published_sha256_is_not_installed(tmp_path, downloads):
-    site_binary = downloads["K4W_KUBELET_URL"].removeprefix("file://")
-    with open(site_binary, "a") as fh:
-        fh.write("# tampered\n")
+def test_a_node_tarball_that_does_not_match_its_sha512_installs_nothing(tmp_path, downloads):
+    site_tarball = downloads["K4W_KUBERNETES_URL"].removeprefix("file://")
+    with open(site_tarball, "ab") as fh:
+        fh.write(b"tampered")
     root = make_root(tmp_path)
     res = run_step("04-kubernetes.sh", root, **downloads)
-    assert res.returncode == 1 and "sha256 mismatch for file://" in res.stderr
-    assert not (root / "usr" / "local" / "bin" / "kubelet").exists()
-    assert not list((root / "usr" / "local" / "bin").glob("kubelet*"))  # no .part left behind
+    assert res.returncode == 1 and "sha512 mismatch for file://" in res.stderr
+    assert not (root / "usr" / "local" / "bin").exists() or not list((root / "usr" / "local" / "bin").iterdir())
+    assert not list(root.rglob("*.part"))  # nothing half-downloaded left behind
 
 
 def test_a_pinned_sha256_wins_over_the_published_file(tmp_path, downloads):
@@ -318,8 +320,8 @@ def test_a_pinned_sha256_wins_over_the_published_file(tmp_path, downloads):
 
 
 def test_versions_must_match_the_cluster_version(tmp_path, downloads):
-    res = run_step("04-kubernetes.sh", make_root(tmp_path), **{**downloads, "K4W_KUBELET_VERSION": "1.12.0"})
-    assert res.returncode == 1 and "K4W_KUBELET_VERSION=1.12.0 differs from K4W_KUBE_VERSION=1.11.10" in res.stderr
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), **{**downloads, "K4W_KUBERNETES_VERSION": "1.12.0"})
+    assert res.returncode == 1 and "K4W_KUBERNETES_VERSION=1.12.0 differs from K4W_KUBE_VERSION=1.11.10" in res.stderr
 
 
 # ------------------------------------------------------------------ 05 vagrant key, 06 record, 07 cleanup

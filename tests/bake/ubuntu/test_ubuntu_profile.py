@@ -18,13 +18,14 @@ def test_the_loader_accepts_the_profile():
     assert profile.os_family == "ubuntu" and not profile.is_windows
 
 
-def test_kubernetes_binaries_are_the_cluster_version_from_dl_k8s_io():
+def test_kubernetes_binaries_are_the_cluster_version_from_the_node_tarball():
     version = DATA["kubernetes"]["version"]
-    for name in ("kubeadm", "kubelet", "kubectl"):
-        component = DATA["components"][name]
-        assert component["version"] == version
-        assert component["url"] == f"https://dl.k8s.io/v{version}/bin/linux/amd64/{name}"
-        assert component["sha256_url"] == component["url"] + ".sha256"
+    component = DATA["components"]["kubernetes"]
+    assert component["version"] == version
+    assert component["url"] == f"https://dl.k8s.io/v{version}/kubernetes-node-linux-amd64.tar.gz"
+    # dl.k8s.io publishes no .sha256 for 1.11: the sha512 comes from CHANGELOG-1.11.md.
+    assert re.fullmatch(r"[0-9a-f]{128}", component["sha512"]) and "sha256_url" not in component
+    assert not {"kubeadm", "kubelet", "kubectl"} & set(DATA["components"])
 
 
 def test_docker_is_validated_for_kubernetes_1_11_and_pinned_exactly():

@@ -101,8 +101,8 @@ def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
     """k4w_fetch is only used where the result is verified before anything uses it."""
     lib = (STEPS.parent / "lib.sh").read_text()
     verified = _function(lib, "k4w_download_verified")
-    assert _in_order(verified, "k4w_fetch", "k4w_sha256_of", '!= "$expected"', "k4w_die", 'mv -f "$part"'), \
-        "download -> sha256 -> compare -> fail -> move into place"
+    assert _in_order(verified, "k4w_fetch", 'k4w_digest_of "$part" "$expected"', '!= "$expected"', "k4w_die", 'mv -f "$part"'), \
+        "download -> digest -> compare -> fail -> move into place"
     published = _function(lib, "k4w_published_sha256")
     assert "k4w_fetch" in published and "k4w_is_sha256" in published  # a digest file, checked for shape
     callers = {}
@@ -126,8 +126,10 @@ def test_every_verified_download_names_a_checksum():
 def test_every_download_in_the_profile_has_a_checksum():
     for name, component in yaml.safe_load(PROFILE.read_text())["components"].items():
         if "url" in component:
-            assert component.get("sha256") or component.get("sha256_url"), name
+            assert component.get("sha256") or component.get("sha512") or component.get("sha256_url"), name
             if component.get("sha256"):
                 assert re.fullmatch(r"[0-9a-f]{64}", component["sha256"]), name
+            if component.get("sha512"):
+                assert re.fullmatch(r"[0-9a-f]{128}", component["sha512"]), name
         else:  # apt packages: the repository must be pinned to a signing key
             assert name == "docker" and re.fullmatch(r"[0-9A-F]{40}", component["gpg_fingerprint"])
