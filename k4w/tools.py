@@ -25,6 +25,8 @@ INSTALL = {
     "qemu-img": "apt-get install -y qemu-utils",
     "debootstrap": "apt-get install -y debootstrap",
     "squid": "apt-get install -y squid",
+    # The wget debian-installer fetches preseed.cfg with; a test pins its proxy behaviour.
+    "busybox": "apt-get install -y busybox",
     "kubectl": "choco install kubernetes-cli (Windows host) or see https://kubernetes.io/docs/tasks/tools/",
     "powershell.exe": "part of Windows: add %SystemRoot%\\System32\\WindowsPowerShell\\v1.0 to PATH",
     "kubernetes-validate": "python3 -m pip install kubernetes-validate",
