@@ -172,11 +172,15 @@ def _text(value) -> str:
     return str(value)
 
 
+# Component keys that document a value for people and the validators, never for a guest step.
+DOCUMENTATION_KEYS = ("checksum_source",)
+
+
 def _from_profile(profile: Profile, family: str) -> dict[str, str]:
     named = {spec.key for spec in PROFILE_VARIABLES.values()}
     for component, spec in (profile.data.get("components") or {}).items():
         for key in spec:
-            if f"components.{component}.{key}" not in named:
+            if key not in DOCUMENTATION_KEYS and f"components.{component}.{key}" not in named:
                 raise K4wError(
                     f"{profile.path}: components.{component}.{key} reaches no guest step: name its step variable "
                     "in k4w/derive_steps.py PROFILE_VARIABLES (and read it in the step that needs it)"

@@ -156,6 +156,22 @@ def manifests(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def pinned_flags(cluster: Cluster, out: Path) -> Result:
+    res = Result("flags of the pinned binaries", "flag tables from upstream source")
+    from . import flag_rules
+
+    res.checked, res.problems = flag_rules.check(cluster, out)
+    return res
+
+
+def checksum_sources(cluster: Cluster, out: Path) -> Result:
+    res = Result("box profile checksums", "sources and published-checksum facts")
+    from . import checksum_rules
+
+    res.checked, res.problems = checksum_rules.check(cluster)
+    return res
+
+
 def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
@@ -207,6 +223,15 @@ def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]
     return [f"# in this process: structural rules on {out / 'http' / box / 'Autounattend.xml'}" for box in _windows_boxes(cluster)]
 
 
+def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: every kubelet, kube-proxy, flanneld and kubeadm flag in {out / 'nodes'}, "
+            f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/"]
+
+
+def _would_check_checksum_sources(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every profile checksum names its source; no unpublished checksum file is used"]
+
+
 def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
 
@@ -232,6 +257,8 @@ VALIDATORS: list[Validator] = [
     Validator(powershell_scripts, _would_parse_powershell),
     Validator(unattend_files, _would_check_unattend),
     Validator(manifests, _would_check_manifests),
+    Validator(pinned_flags, _would_check_flags),
+    Validator(checksum_sources, _would_check_checksum_sources),
     Validator(vagrantfiles, _would_check_vagrantfiles),
 ]
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import profiles, sources
-from ..config import Config
+from ..cluster_model import Cluster
 
 FACTS = Path(__file__).resolve().parent / "facts"
 FLAG = re.compile(r"(?<![\w-])--?([a-z][a-z0-9_-]*)")
@@ -117,12 +116,11 @@ def _kubeadm_config(path: Path) -> list[Use]:
 ARGS_FILES = {"kubelet.args": "kubelet", "kube-proxy.args": "kube-proxy", "flanneld.args": "flanneld"}
 
 
-def check(cfg: Config, out: Path) -> tuple[list[str], list[str]]:
+def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
     """(what was checked, problems)."""
     checked: list[str] = []
     problems: list[str] = []
-    master = profiles.load(cfg.master.box)
-    k8s = str(master.data.kubernetes.version)
+    k8s = str(cluster.kube.version)
 
     def judge(uses: list[Use], versions: dict[str, str], os_name: str) -> None:
         for use in uses:
@@ -135,8 +133,8 @@ def check(cfg: Config, out: Path) -> tuple[list[str], list[str]]:
                 problems.append(f"{use.where}: {use.binary} {version} has no flag --{use.flag} "
                                 f"(k4w/validate/facts/, read from upstream source at that tag)")
 
-    for node in cfg.nodes:
-        profile = profiles.load(node.box)
+    for node in cluster.config.nodes:
+        profile = cluster.profiles[node.box]
         folder = out / "nodes" / node.name
         if not folder.is_dir():
             continue
@@ -150,7 +148,7 @@ def check(cfg: Config, out: Path) -> tuple[list[str], list[str]]:
     for path in sorted((out / "kubeadm").glob("*.yaml")):
         checked.append(f"kubeadm/{path.name}")
         judge(_kubeadm_config(path), {"kubelet": k8s}, "linux")
-    repo = sources.REPO
+    repo = cluster.sources
     for os_dir, os_name in (("ubuntu", "linux"), ("windows", "windows")):
         for path in sorted((repo.guest / os_dir).rglob("*")):
             if path.suffix in (".sh", ".ps1"):

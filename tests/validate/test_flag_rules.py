@@ -1,0 +1,98 @@
+"""Every flag k4w passes exists in the pinned binary (facts read from upstream source at the tag)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+import yaml
+
+from k4w.cluster_model import Cluster
+from k4w.render import render_files, write_atomically
+from k4w.sources import REPO_ROOT as ROOT
+from k4w.validate import flag_rules
+from tests.helpers import config_dict, use_sources, write_config
+
+FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml")
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
+    out = tmp_path / "out"
+    write_atomically(render_files(cluster, out), out)
+    return cluster, out
+
+
+def test_the_default_cluster_passes_only_flags_its_binaries_have(rendered):
+    cluster, out = rendered
+    checked, problems = flag_rules.check(cluster, out)
+    assert problems == []
+    assert {"nodes/worker-win/kubelet.args", "nodes/worker-win/kube-proxy.args", "nodes/worker-win/flanneld.args",
+            "kubeadm/kubeadm-config.yaml", "guest/ubuntu/cluster/cluster-join.sh", "guest/windows/cluster/cluster-join.ps1"} <= set(checked)
+
+
+def test_net_config_path_on_flanneld_0_11_is_caught(rendered):
+    # The defect a review found: flanneld v0.11.0 has no --net-config-path (v0.12.0 added it).
+    cluster, out = rendered
+    args = out / "nodes" / "worker-win" / "flanneld.args"
+    args.write_text(args.read_text() + "--net-config-path=C:\\k\\config\\net-conf.json\n")
+    _, problems = flag_rules.check(cluster, out)
+    assert problems == ["nodes/worker-win/flanneld.args:4: flanneld 0.11.0 has no flag --net-config-path "
+                        "(k4w/validate/facts/, read from upstream source at that tag)"]
+
+
+def test_source_vip_on_kube_proxy_1_11_is_caught(rendered):
+    # --source-vip (and --network-name) arrived in kube-proxy 1.14 (kubernetes/kubernetes#70896).
+    cluster, out = rendered
+    args = out / "nodes" / "worker-win" / "kube-proxy.args"
+    args.write_text(args.read_text() + "--source-vip=10.244.1.2\n--network-name=vxlan0\n")
+    _, problems = flag_rules.check(cluster, out)
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "kube-proxy 1.11.10 has no flag --source-vip (k4w/validate/facts/, read from upstream source at that tag)",
+        "kube-proxy 1.11.10 has no flag --network-name (k4w/validate/facts/, read from upstream source at that tag)"]
+
+
+def test_kubelet_extra_args_in_the_kubeadm_config_are_checked(rendered):
+    cluster, out = rendered
+    config = out / "kubeadm" / "kubeadm-config.yaml"
+    config.write_text(config.read_text().replace("node-ip:", "no-such-flag: x\n    node-ip:", 1))
+    _, problems = flag_rules.check(cluster, out)
+    assert len(problems) == 1 and "kubelet 1.11.10 has no flag --no-such-flag" in problems[0]
+
+
+def test_kubeadm_join_flags_in_guest_scripts_are_checked(rendered, tmp_path, monkeypatch):
+    cluster, out = rendered
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "guest", root / "guest")
+    script = root / "guest" / "ubuntu" / "cluster" / "cluster-join.sh"
+    # kubeadm join has no --apiserver-advertise-address in 1.11 (only init does).
+    script.write_text(script.read_text().replace('--node-name "$K4W_NODE_NAME"', '--node-name "$K4W_NODE_NAME" --apiserver-advertise-address 1.2.3.4'))
+    scratch = use_sources(monkeypatch, root=root)
+    _, problems = flag_rules.check(dataclasses.replace(cluster, sources=scratch), out)
+    assert problems == [f"guest/ubuntu/cluster/cluster-join.sh:{_line_of(script, 'kubeadm join')}: kubeadm join 1.11.10 has no flag "
+                        "--apiserver-advertise-address (k4w/validate/facts/, read from upstream source at that tag)"]
+
+
+def test_a_version_without_a_fact_table_is_refused(rendered, monkeypatch):
+    cluster, out = rendered
+    monkeypatch.setattr(flag_rules, "FACTS", flag_rules.FACTS.parent / "no-facts-here")
+    flag_rules._facts.cache_clear()
+    try:
+        _, problems = flag_rules.check(cluster, out)
+    finally:
+        flag_rules._facts.cache_clear()
+    assert problems and all("no flag table for" in p for p in problems)
+
+
+@pytest.mark.parametrize("path", FACTS, ids=[p.name for p in FACTS])
+def test_every_fact_table_names_its_upstream_source(path):
+    data = yaml.safe_load(path.read_text())
+    source = data["source"]
+    assert source["repo"] and source["tag"] and len(source["commit"]) == 40 and source["files"]
+    assert data.get("flags") or data.get("subcommands")
+
+
+def _line_of(path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line and not line.lstrip().startswith("#"))
