@@ -150,6 +150,20 @@ def iso_add(c, path, box=None):
     commands.add_iso(path, box, console=ui.console)
 
 
+# No short flags: -c and -o mean --config and --out everywhere else, and BOX COMPONENT are positional.
+@task(auto_shortflags=False,
+      help={"box": "box profile, e.g. windows-1803", "component": "component of that profile, e.g. flannel",
+            "config": CONFIG_HELP, "replace": "record a new sha256 even though a different one is pinned",
+            "dry_run": DRY_HELP})
+@cli.user_errors
+def pin(c, box, component, config=None, replace=False, dry_run=False):
+    """Download a component whose publisher prints no checksum, show its sha256, record it in k4w-pins.yml."""
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run)
+    commands.pin_component(s.config, box, component, replace=replace, dry_run=s.dry_run, console=ui.console)
+
+
 @task(name="test-box", help={"box": "box profile to test, e.g. ubuntu-1604 or windows-1803", **COMMON_HELP})
 @cli.user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
@@ -186,5 +200,5 @@ def e2e(c, out="build/e2e", keep=False, dry_run=False):
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, test_box, cluster_test, e2e)
+                build_windows, build_ubuntu, build, iso_add, pin, test_box, cluster_test, e2e)
 ns.configure({"k4w": cli.DEFAULTS})

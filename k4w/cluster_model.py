@@ -61,16 +61,23 @@ class Cluster:
     proxy: Proxy
     kube: Kube
     sources: sources_mod.Sources
+    # The config file it was read from: user pins (k4w-pins.yml) live next to it. None for a
+    # config built in memory, which then has no pins.
+    config_file: Path | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> "Cluster":
         """Read and validate a config file, then resolve it (a command's first step)."""
-        return cls.resolve(config_mod.load(path))
+        return cls.resolve(config_mod.load(path), config_file=Path(path))
 
     @classmethod
-    def resolve(cls, cfg: Config) -> "Cluster":
-        """Resolve an already validated config against the current source tree."""
-        boxes = {box: profiles.load(box) for box in cfg.boxes()}
+    def resolve(cls, cfg: Config, config_file: Path | None = None) -> "Cluster":
+        """Resolve an already validated config against the current source tree, with the user's
+        pins (next to config_file) filled into the box profiles."""
+        from .bake import pins as pins_mod
+
+        user_pins = pins_mod.load(config_file) if config_file else {}
+        boxes = {box: pins_mod.apply(profiles.load(box), user_pins) for box in cfg.boxes()}
         return cls(
             config=cfg,
             profiles=MappingProxyType(boxes),
@@ -78,6 +85,7 @@ class Cluster:
             proxy=derive_proxy(cfg),
             kube=kube_era(boxes[cfg.master.box]),
             sources=sources_mod.REPO,
+            config_file=config_file,
         )
 
     def profile(self, box: str) -> Profile:

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import iso, proc, profiles, ui
+from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
 from .errors import K4wError
@@ -134,9 +135,12 @@ def iso_checks(cluster: Cluster) -> list[Check]:
 def pin_checks(cluster: Cluster) -> list[Check]:
     checks = []
     for box, prof in cluster.profiles.items():
-        unpinned = profiles.unpinned_components(prof)
-        checks.append(Check(f"checksums pinned for {box}", not unpinned, "; ".join(unpinned) or "every download has a checksum",
-                            "download the file on a trusted connection, verify it, and set its sha256 in the profile", ("build",)))
+        config_name = str(cluster.config_file) if cluster.config_file else "cluster.yml"
+        missing = pins.unpinned(prof, {})
+        commands = [pins.pin_command(box, name, config_name) for name in missing]
+        checks.append(Check(f"checksums pinned for {box}", not missing,
+                            f"no checksum for {', '.join(missing)}" if missing else "every download has a checksum",
+                            "run on this host: " + "; ".join(commands) if commands else "", ("build",)))
     return checks
 
 

@@ -6,11 +6,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import iso as iso_mod
+from .. import config as config_mod, iso as iso_mod, profiles
 from ..cluster_model import Cluster
+from ..derive import derive_proxy
 from ..errors import K4wError
 from ..redact import redact
-from .progress import hash_progress
+from . import pins
+from .progress import download_progress, hash_progress
 from .runner import BoxResult, build_boxes
 
 FAMILIES = ("windows", "linux")
@@ -57,3 +59,28 @@ def add_iso(path: str, box: str | None = None, console: Console | None = None) -
     for line in lines:
         console.print(redact(line), markup=False, highlight=False, soft_wrap=True)
     return added
+
+
+def pin_component(config_file: str, box: str, component: str, replace: bool = False, dry_run: bool = False,
+                  console: Console | None = None) -> pins.PinResult | None:
+    """invoke pin BOX COMPONENT: download on this host through cluster.yml's proxy, show URL,
+    size and sha256, and record them as the user's pin next to the config."""
+    console = console or Console()
+    cfg = config_mod.load(config_file)
+    profile = profiles.load(box)
+    spec = (profile.data.get("components") or {}).get(component) or {}
+    path = pins.pins_path(config_file)
+    if dry_run:
+        if not spec.get("url"):
+            raise K4wError(f"box {box} has no downloaded component '{component}'")
+        console.print(redact(f"would download {spec['url']} through {derive_proxy(cfg).http or 'no proxy'}, "
+                             f"show its size and sha256, and record them in {path}"), markup=False, highlight=False)
+        return None
+    with download_progress(console, f"{box} {component}") as progress:
+        result = pins.pin(profile, component, config_file, derive_proxy(cfg), replace=replace, progress=progress)
+    for line in (f"url     {result.url}", f"size    {result.size} bytes ({iso_mod.human_size(result.size)})",
+                 f"sha256  {result.sha256}", result.note):
+        console.print(redact(line), markup=False, highlight=False, soft_wrap=True)
+    if result.recorded:
+        console.print("Check this sha256 against a second source you trust before you build with it.", markup=False)
+    return result

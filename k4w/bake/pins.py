@@ -12,6 +12,8 @@ asked to with --replace, and then says what it replaced.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as _dt
 import os
 import tempfile
@@ -22,7 +24,7 @@ from typing import Callable
 import yaml
 
 from ..errors import K4wError
-from ..profiles import Profile
+from ..profiles import Attr, Profile
 from .download import Expected, download
 
 PINS_FILE = "k4w-pins.yml"
@@ -75,6 +77,23 @@ def checksum_for(profile: Profile, component: str, pins: dict) -> Checksum | Non
             return None
         return Checksum("sha256", str(pin["sha256"]), f"{PINS_FILE} {profile.name}.{component} (pinned {pin.get('pinned', '?')})")
     return None
+
+
+def apply(profile: Profile, pins: dict) -> Profile:
+    """The profile with the user's pins filled in where the profile itself has no checksum, so
+    every later stage (the step variables, the guest's own hash check, the build's refusal)
+    sees one set of checksums."""
+    components = profile.data.get("components") or {}
+    pinned = {name: (pins.get(profile.name) or {}).get(name) for name in components}
+    chosen = {name: pin for name, pin in pinned.items()
+              if pin and not any(components[name].get(k) for k in PROFILE_KEYS) and pin.get("url") == components[name].get("url")}
+    if not chosen:
+        return profile
+    data = Attr.wrap(copy.deepcopy(dict(profile.data)))
+    for name, pin in chosen.items():
+        data["components"][name]["sha256"] = str(pin["sha256"])
+        data["components"][name]["checksum_source"] = f"{PINS_FILE}, measured by invoke pin on {pin.get('pinned', '?')}"
+    return dataclasses.replace(profile, data=data)
 
 
 def pin_command(box: str, component: str, config_file: str | Path = "cluster.yml") -> str:

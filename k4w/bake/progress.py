@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.live import Live
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -144,3 +144,18 @@ def hash_progress(console: Console, label: str, total: int) -> Iterator[Callable
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(label, total=total)
         yield lambda done, size: progress.update(task, completed=done)
+
+
+@contextlib.contextmanager
+def download_progress(console: Console, label: str) -> Iterator[Callable[[int, int | None], None]]:
+    """Bytes, rate and time left for one download (start and end lines when not a terminal)."""
+    if not console.is_terminal:
+        console.print(f"{label}: downloading ...", markup=False, highlight=False)
+        started = time.monotonic()
+        yield lambda done, total: None
+        console.print(f"{label}: downloaded in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)

@@ -29,7 +29,7 @@ from ..errors import K4wError, ToolMissing
 from ..profiles import Profile
 from ..redact import redact, register_secret
 from ..tools import INSTALL
-from . import catalogue, packer_cli, stamp as stamp_mod
+from . import catalogue, packer_cli, pins, stamp as stamp_mod
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
 
@@ -109,9 +109,10 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
         render.render(cluster, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
     rendered = render.render_files(cluster, out, secrets_for=None)
-    plans = [_plan(box, out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box)) for box in boxes]
+    plans = [_plan(cluster.profile(box), out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box))
+             for box in boxes]
     if dry_run:
-        return _dry_run(plans, out, console)
+        return _dry_run(plans, out, console, cluster)
     return _Builder(cluster, out, console).run(plans)
 
 
@@ -128,9 +129,9 @@ def _register_proxy_secrets(cfg: Config) -> None:
                 register_secret(form.replace(",", COMMA))  # as Packer's machine-readable output writes it
 
 
-def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
+def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
           iso_sha256: str | None = None) -> BoxPlan:
-    profile = profiles.load(box)
+    box = profile.name
     key = f"packer/{box}.json"
     try:
         template = json.loads(rendered[key])
@@ -158,11 +159,16 @@ def _plan(box: str, out: Path, rendered: dict[str, str], force: bool, iso_overri
     return plan
 
 
+def _config_name(cluster: Cluster) -> str:
+    """How the user named their config, for the command a message tells them to run."""
+    return str(cluster.config_file) if cluster.config_file else "cluster.yml"
+
+
 def _say(console: Console, text: str) -> None:
     console.print(redact(text), markup=False, highlight=False, soft_wrap=True)
 
 
-def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResult]:
+def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster) -> list[BoxResult]:
     """Print what a build would do; run nothing and write nothing."""
     results: list[BoxResult] = []
     problems: list[str] = []
@@ -187,6 +193,10 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console) -> list[BoxResul
         except iso_mod.IsoError as exc:
             _say(console, f"  iso: WOULD FAIL: {exc}")
             problems.append(f"{box}: {exc}")
+        # The same refusal the real build makes, so a dry run never promises a build that stops.
+        for message in pins.unpinned_messages(plan.profile, {}, _config_name(cluster)):
+            _say(console, f"  checksums: WOULD FAIL: {message}")
+            problems.append(f"{box}: {message}")
         secret_sources = {}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
@@ -226,7 +236,7 @@ class _Builder:
                 continue
             _say(self.console, f"{plan.box}: building, {plan.reason}")
             self._check_iso(plan)
-            unpinned = profiles.unpinned_components(plan.profile)
+            unpinned = pins.unpinned_messages(plan.profile, {}, _config_name(self.cluster))
             if unpinned and not plan.problem:
                 plan.problem = f"{plan.box}: refusing to build with unverifiable downloads:\n" + "\n".join(f"  - {u}" for u in unpinned)
             if plan.problem:

@@ -23,6 +23,7 @@ TASKS = {
     "e2e": {"-d --dry-run", "-k --keep", "-o --out"},
     "iso-add": {"-b --box", "-p --path"},
     "network-up": {"-c --config", "-d --dry-run"},
+    "pin": {"--box", "--component", "--config", "--dry-run", "--replace"},
     "plan": {"-c --config", "-d --dry-run", "-o --out"},
     "render": {"-c --config", "-d --dry-run", "-o --out"},
     "test-box": {"-b --box", "-c --config", "-d --dry-run", "-o --out"},
@@ -41,7 +42,7 @@ def test_each_task_keeps_its_options(task):
     result = invoke("--help", task)
     assert result.returncode == 0, result.stderr
     options = result.stdout.split("Options:", 1)[1]
-    flags = {f"{short} {long}" for short, long in re.findall(r"^\s+(-\w)(?: \w+)?, (--[a-z-]+)", options, re.M)}
+    flags = {f"{short} {long}".strip() for short, long in re.findall(r"^\s+(?:(-\w)(?: \w+)?, )?(--[a-z-]+)", options, re.M)}
     assert flags == TASKS[task]
 
 

@@ -29,15 +29,16 @@ class Proxy:
     url: str = ""
 
 
-def _serve(handler_cls):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+def _serve(handler_cls, host: str = "127.0.0.1"):
+    server = http.server.ThreadingHTTPServer((host, 0), handler_cls)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return server, thread
 
 
 @contextmanager
-def site(files: dict[str, bytes]):
+def site(files: dict[str, bytes], host: str = "127.0.0.1"):
+    """host: another loopback address (127.0.0.2) for a site that must not match NO_PROXY's 127.0.0.1."""
     state = Site(files)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -72,8 +73,8 @@ def site(files: dict[str, bytes]):
                 return
             self.wfile.write(chunk)
 
-    server, thread = _serve(Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    server, thread = _serve(Handler, host)
+    state.url = f"http://{host}:{server.server_address[1]}"
     try:
         yield state
     finally:
