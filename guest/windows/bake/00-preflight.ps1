@@ -42,3 +42,7 @@ if ($problems.Count -gt 0) {
     throw "the Windows box cannot be built:`n  - $($problems -join "`n  - ")"
 }
 Write-K4wStep "preflight passed: $($components.Count) components, each with a pinned checksum; Windows build $actualBuild"
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -36,3 +36,7 @@ if ($proxy.Enabled) {
 } else {
     Write-K4wStep 'no proxy configured: direct access'
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -17,3 +17,7 @@ if ($feature.Installed) {
     if (-not $result.Success) { throw "Install-WindowsFeature Containers failed (exit code $($result.ExitCode))" }
     Write-K4wStep "Containers feature installed (restart needed: $($result.RestartNeeded))"
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

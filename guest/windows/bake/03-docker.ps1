@@ -72,3 +72,7 @@ Wait-K4wCondition -Description 'the Docker engine to answer on its named pipe' -
     ($LASTEXITCODE -eq 0) -and ("$serverVersion".Trim() -eq $version)
 }
 Write-K4wStep "Docker engine $version is running"
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -39,3 +39,7 @@ if (Test-KubeletVersion) {
     Write-K4wStep "Kubernetes $version node binaries installed in $nodeDir"
 }
 Add-K4wMachinePath -Directory $nodeDir
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -39,3 +39,7 @@ if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $nodeDir 'fl
 } else {
     Write-K4wStep "flanneld $flannelVersion already installed in $nodeDir"
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -21,3 +21,7 @@ if (Copy-K4wFileIfChanged -Source $source -Destination (Join-Path $nodeDir 'nssm
     Write-K4wStep "NSSM $version already installed in $nodeDir"
 }
 Remove-Item -LiteralPath $unpack -Recurse -Force
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

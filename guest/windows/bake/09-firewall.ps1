@@ -36,3 +36,7 @@ if ($disabled) {
     Set-NetFirewallProfile -Name ($disabled | ForEach-Object { $_.Name }) -Enabled True
     Write-K4wStep "firewall: re-enabled profile(s) $(($disabled | ForEach-Object { $_.Name }) -join ', ')"
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -31,3 +31,7 @@ if ($missingProcesses) {
 if (-not $missingPaths -and -not $missingProcesses) {
     Write-K4wStep 'Defender exclusions already in place'
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -19,3 +19,7 @@ if (Set-K4wFileContent -Path $path -Content (($record | ConvertTo-Json -Depth 3)
 } else {
     Write-K4wStep "$path already up to date"
 }
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

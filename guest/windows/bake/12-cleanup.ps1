@@ -70,3 +70,7 @@ if ($generation -eq '2') {
 # 4. Last: the build-time helper module (this process has already loaded it).
 Remove-Item -LiteralPath $env:K4W_COMMON -Force
 Write-K4wStep 'cleanup done'
+
+# Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
+# tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
+exit 0

@@ -124,3 +124,11 @@ def test_the_download_analysis_catches(case):
     name, source, expected = BAD_SCRIPTS[case]
     problems = download_problems(source, name)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("script", sorted((GUEST / "bake").glob("*.ps1")), ids=lambda p: p.name)
+def test_every_bake_step_ends_with_an_explicit_success(script):
+    """Packer's powershell provisioner ends its wrapper with `exit $LastExitCode`: a native tool's
+    last code (DISM's 3010, "reboot required") would fail the step unless the script exits 0."""
+    lines = [line.strip() for line in script.read_text().splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert lines[-1] == "exit 0"
