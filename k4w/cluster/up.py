@@ -81,10 +81,23 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
 
 
+def refuse_gen1_windows(cluster: Cluster) -> None:
+    """The cluster NIC is hot-added to running VMs (the Vagrantfile's after-up trigger), and
+    Hyper-V hot-adds network adapters only to Generation 2 VMs: a Gen1 Windows box can be built
+    and tested alone, but never joins a cluster."""
+    gen1 = [f"{box} ({prof.path.name}: build.generation {prof.data.build.get('generation')})"
+            for box, prof in cluster.profiles.items()
+            if prof.is_windows and prof.data.build.get("generation", 2) != 2]
+    if gen1:
+        raise K4wError("cluster-up needs Generation 2 Windows boxes, because the cluster NIC is hot-added and Hyper-V "
+                       "allows that only on Gen2; rebuild with build.generation: 2: " + ", ".join(gen1))
+
+
 def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: bool = True,
                artifacts: Path | None = None, **deps) -> S.Context:
     """Bring the cluster up, resuming after the last finished step. Returns the context used."""
     out = Path(out).resolve()
+    refuse_gen1_windows(cluster)
     if validate:
         from ..validate.manifest_rules import check_manifests
 

@@ -221,3 +221,28 @@ def test_down_destroys_and_forgets(world):
     up_mod.cluster_down(world.cluster, world.out, vagrant=world.vagrant)
     assert world.log[-1] == "vagrant destroy"
     assert not (world.out / "cluster-state.json").exists() and not (world.out / "kubeconfig").exists()
+
+
+def test_cluster_up_refuses_a_gen1_windows_box(tmp_path, monkeypatch):
+    """Hyper-V hot-adds a NIC only to Gen2 VMs, and the cluster NIC is added after `vagrant up`."""
+    import shutil
+
+    import yaml as _yaml
+
+    from k4w import profiles
+    from k4w.cluster import up as up_module
+    from k4w.cluster_model import Cluster
+    from k4w.errors import K4wError
+    from k4w.sources import REPO_ROOT
+    from tests.helpers import config_dict, use_sources, write_config
+
+    folder = tmp_path / "boxes"
+    shutil.copytree(REPO_ROOT / "boxes", folder)
+    data = _yaml.safe_load((folder / "windows-1803.yml").read_text())
+    data["build"]["generation"] = 1
+    (folder / "windows-1803.yml").write_text(_yaml.safe_dump(data))
+    use_sources(monkeypatch, box_folders=(folder,))
+    profiles._load.cache_clear()
+    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
+    with pytest.raises(K4wError, match="Generation 2 Windows boxes.*windows-1803 \\(windows-1803.yml: build.generation 1\\)"):
+        up_module.cluster_up(cluster, tmp_path / "out")
