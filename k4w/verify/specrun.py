@@ -95,7 +95,9 @@ def run(request: SpecRequest, runner) -> dict:
     result = json.loads(request.result.read_text(encoding="utf-8")) if request.result.is_file() else None
     if result is None or result["exit_status"] in NOT_RUN:
         # pytest stopped before running the checks (usage error, crash, interrupt): nothing ran.
-        last = [line for line in tail.strip().splitlines() if line.strip()][-3:]
+        lines = [line for line in tail.strip().splitlines() if line.strip()]
+        # The spec's own word on why it stopped (its result file) beats guessing from output.
+        last = [result["usage_error"]] if result and result.get("usage_error") else lines[-3:]
         raise K4wError(
             f"{request.suite}: pytest exited {code} ({EXIT_MEANING.get(code, 'unknown')}) without running the spec"
             + (": " + " / ".join(last) if last else "")

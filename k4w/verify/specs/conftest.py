@@ -127,6 +127,16 @@ def _check_of(item) -> selection.Check:
 
 @pytest.hookimpl(tryfirst=True)  # before -k/-m, so check names are validated against the whole spec
 def pytest_collection_modifyitems(session, config, items):
+    try:
+        _select(config, items)
+    except pytest.UsageError as exc:
+        # Kept for the result file: pytest prints the message on stderr at exit, which a caller
+        # reading merged output may see out of order or not at all.
+        config._k4w_usage_error = str(exc)
+        raise
+
+
+def _select(config, items):
     if not items:
         return
     settings = _settings(config)
@@ -209,6 +219,8 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
     result = specrun.result_from_stats(stats, getattr(session.config, "_k4w_deselected", []), int(exitstatus))
+    if getattr(session.config, "_k4w_usage_error", None):
+        result["usage_error"] = session.config._k4w_usage_error
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
