@@ -132,30 +132,26 @@ def make_view(console: Console) -> PlainView | RichView:
 
 
 @contextlib.contextmanager
-def hash_progress(console: Console, label: str, total: int) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar for hashing a big file (a plain start/end line when not a terminal)."""
+def _byte_progress(console: Console, label: str, total: int | None, doing: str, done_text: str,
+                   *columns) -> Iterator[Callable[[int, int | None], None]]:
+    """A bar over bytes on a terminal; a plain start and end line when output is piped."""
     if not console.is_terminal:
-        console.print(f"{label}: computing sha256 of {human_size(total)} ...", markup=False, highlight=False)
+        console.print(f"{label}: {doing} ...", markup=False, highlight=False)
         started = time.monotonic()
         yield lambda done, size: None
-        console.print(f"{label}: sha256 done in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
+        console.print(f"{label}: {done_text} in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), *columns, TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
         task = progress.add_task(label, total=total)
-        yield lambda done, size: progress.update(task, completed=done)
+        yield lambda done, size: progress.update(task, completed=done, total=size or total)
 
 
-@contextlib.contextmanager
-def download_progress(console: Console, label: str) -> Iterator[Callable[[int, int | None], None]]:
-    """Bytes, rate and time left for one download (start and end lines when not a terminal)."""
-    if not console.is_terminal:
-        console.print(f"{label}: downloading ...", markup=False, highlight=False)
-        started = time.monotonic()
-        yield lambda done, total: None
-        console.print(f"{label}: downloaded in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(label, total=None)
-        yield lambda done, total: progress.update(task, completed=done, total=total)
+def hash_progress(console: Console, label: str, total: int):
+    """A progress bar for hashing a big file."""
+    return _byte_progress(console, label, total, f"computing sha256 of {human_size(total)}", "sha256 done")
+
+
+def download_progress(console: Console, label: str):
+    """Bytes, rate and time left for one download."""
+    return _byte_progress(console, label, None, "downloading", "downloaded", TransferSpeedColumn())

@@ -81,38 +81,34 @@ def _windows_boxes(cluster: Cluster) -> list[str]:
     return [box for box, prof in cluster.profiles.items() if prof.is_windows]
 
 
-def packer_templates(cluster: Cluster, out: Path) -> Result:
-    res = Result("Packer templates", "packer validate")
-    packer = require("packer")
-    env = {**os.environ, **PACKER_VALIDATE_ENV}
-    for tpl in sorted(out.glob(PACKER_TEMPLATES)):
-        res.checked.append(_rel(tpl))
-        code, text = _run(_packer_validate(packer, tpl), env=env)
-        if code != 0:
-            res.problems.append(f"{_rel(tpl)}: {text}")
+def _run_each(res: Result, files: list[Path], argv_of: Callable[[Path], list[str]], env: dict | None = None,
+              quiet_when_ok: bool = False, separator: str = ": ") -> Result:
+    """Run one consumer per file; a non-zero exit (or, with quiet_when_ok, any output) is a problem."""
+    for path in files:
+        res.checked.append(_rel(path))
+        code, text = _run(argv_of(path), env=env)
+        if code != 0 or (quiet_when_ok and text):
+            res.problems.append(f"{_rel(path)}{separator}{text or f'exit {code}'}")
     return res
+
+
+def packer_templates(cluster: Cluster, out: Path) -> Result:
+    packer = require("packer")
+    return _run_each(Result("Packer templates", "packer validate"), sorted(out.glob(PACKER_TEMPLATES)),
+                     lambda tpl: _packer_validate(packer, tpl), env={**os.environ, **PACKER_VALIDATE_ENV})
 
 
 def preseeds(cluster: Cluster, out: Path) -> Result:
-    res = Result("preseed", "debconf-set-selections --checkonly")
     tool = require("debconf-set-selections")
-    for seed in sorted(out.glob(PRESEEDS)):
-        res.checked.append(_rel(seed))
-        code, text = _run(_preseed_check(tool, seed))
-        if code != 0 or text:
-            res.problems.append(f"{_rel(seed)}: {text or f'exit {code}'}")
-    return res
+    # debconf-set-selections --checkonly prints its complaints and may still exit 0.
+    return _run_each(Result("preseed", "debconf-set-selections --checkonly"), sorted(out.glob(PRESEEDS)),
+                     lambda seed: _preseed_check(tool, seed), quiet_when_ok=True)
 
 
 def shell_scripts(cluster: Cluster, out: Path) -> Result:
-    res = Result("bash scripts", "shellcheck")
     tool = require("shellcheck")
-    for script in _shell_script_files(cluster.sources):
-        res.checked.append(_rel(script))
-        code, text = _run(_shellcheck(tool, script))
-        if code != 0:
-            res.problems.append(f"{_rel(script)}:\n{text}")
-    return res
+    return _run_each(Result("bash scripts", "shellcheck"), _shell_script_files(cluster.sources),
+                     lambda script: _shellcheck(tool, script), separator=":\n")
 
 
 def powershell_scripts(cluster: Cluster, out: Path) -> Result:
@@ -175,15 +171,10 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
 def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
-    for vf in _vagrantfiles(cluster.sources):
-        res.checked.append(_rel(vf))
-        if not vf.is_file():
-            res.problems.append(f"{_rel(vf)}: missing")
-            continue
-        code, text = _run(_ruby_syntax(ruby, vf))
-        if code != 0:
-            res.problems.append(f"{_rel(vf)}: {text}")
-    return res
+    files = _vagrantfiles(cluster.sources)
+    res.checked += [_rel(vf) for vf in files if not vf.is_file()]
+    res.problems += [f"{_rel(vf)}: missing" for vf in files if not vf.is_file()]
+    return _run_each(res, [vf for vf in files if vf.is_file()], lambda vf: _ruby_syntax(ruby, vf))
 
 
 # ------------------------------------------------------------------ what a dry run shows

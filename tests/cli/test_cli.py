@@ -58,14 +58,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    out = tmp_path_factory.mktemp("out")
-    good = invoke("render", "--out", str(out))
-    assert good.returncode == 0, good.stderr
-    return out
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_refused_with_field_and_line_and_out_untouched(case, rendered, tmp_path):
     text, message, line_needle = CASES[case]
