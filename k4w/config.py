@@ -292,16 +292,16 @@ MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 16
 
 
-def _refuse_aliases_and_depth(text: str) -> None:
+def _refuse_aliases_and_depth(text: str, source: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             line = event.start_mark.line + 1
-            raise ConfigError.single(f"line {line}: YAML anchors and aliases (&name, *name) are not allowed in this file; write the values out")
+            raise ConfigError(source, [f"line {line}: YAML anchors and aliases (&name, *name) are not allowed in this file; write the values out"])
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise ConfigError.single(f"line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; cluster.yml is at most a few levels")
+                raise ConfigError(source, [f"line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; cluster.yml is at most a few levels"])
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
 
@@ -310,9 +310,7 @@ def parse(text: str, source: str = "cluster.yml") -> Config:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise ConfigError(source, [f"the file is larger than {MAX_BYTES // 1024} KiB; this is not a cluster.yml"])
     try:
-        _refuse_aliases_and_depth(text)
-    except ConfigError as exc:
-        raise ConfigError(source, exc.problems) from None
+        _refuse_aliases_and_depth(text, source)
     except yaml.YAMLError:
         pass  # reported with its line by the full parse below
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, proc, profiles, ui
+from . import iso, proc, ui
 from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
@@ -135,9 +135,8 @@ def iso_checks(cluster: Cluster) -> list[Check]:
 def pin_checks(cluster: Cluster) -> list[Check]:
     checks = []
     for box, prof in cluster.profiles.items():
-        config_name = str(cluster.config_file) if cluster.config_file else "cluster.yml"
         missing = pins.unpinned(prof, {})
-        commands = [pins.pin_command(box, name, config_name) for name in missing]
+        commands = [pins.pin_command(box, name, cluster.config_file) for name in missing]
         checks.append(Check(f"checksums pinned for {box}", not missing,
                             f"no checksum for {', '.join(missing)}" if missing else "every download has a checksum",
                             "run on this host: " + "; ".join(commands) if commands else "", ("build",)))

@@ -14,11 +14,6 @@ class ConfigError(K4wError):
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
 
-    @classmethod
-    def single(cls, problem: str) -> "ConfigError":
-        """A problem found before the source name is known; parse() re-raises it with the name."""
-        return cls("", [problem])
-
 
 class ToolMissing(K4wError):
     """A program k4w needs is not installed. The message names the install command."""

@@ -48,10 +48,9 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
         ui.command(packer_cli.build_command(out / "packer" / f"{box}.json", packer="packer"))
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
-        config_name = str(cluster.config_file) if cluster.config_file else "cluster.yml"
         for name in pins.unpinned(prof, {}):
             ui.say(f"   BLOCKED: components.{name} has no checksum; the build refuses until you run: "
-                   f"{pins.pin_command(box, name, config_name)}", style="yellow")
+                   f"{pins.pin_command(box, name, cluster.config_file)}", style="yellow")
 
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
     workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]

@@ -66,16 +66,12 @@ class Checksum:
 
 def checksum_for(profile: Profile, component: str, pins: dict) -> Checksum | None:
     """The profile's checksum of a component, else the user's pin, else None."""
-    spec = (profile.data.get("components") or {}).get(component) or {}
+    own = (profile.data.get("components") or {}).get(component) or {}
+    spec = (apply(profile, pins).data.get("components") or {}).get(component) or {}
     for key in PROFILE_KEYS:
         if spec.get(key):
-            return Checksum(key, str(spec[key]), f"{profile.path.name} components.{component}.{key}")
-    pin = (pins.get(profile.name) or {}).get(component)
-    if pin and pin.get("sha256"):
-        if pin.get("url") != spec.get("url"):
-            # A pin is for one file: a profile that moved to another URL needs a new pin.
-            return None
-        return Checksum("sha256", str(pin["sha256"]), f"{PINS_FILE} {profile.name}.{component} (pinned {pin.get('pinned', '?')})")
+            source = f"{profile.path.name} components.{component}.{key}" if own.get(key) else spec["checksum_source"]
+            return Checksum(key, str(spec[key]), source)
     return None
 
 
@@ -85,19 +81,23 @@ def apply(profile: Profile, pins: dict) -> Profile:
     sees one set of checksums."""
     components = profile.data.get("components") or {}
     pinned = {name: (pins.get(profile.name) or {}).get(name) for name in components}
+    # A pin is for one file: a profile that moved to another URL needs a new pin.
     chosen = {name: pin for name, pin in pinned.items()
-              if pin and not any(components[name].get(k) for k in PROFILE_KEYS) and pin.get("url") == components[name].get("url")}
+              if pin and pin.get("sha256") and not any(components[name].get(k) for k in PROFILE_KEYS)
+              and pin.get("url") == components[name].get("url")}
     if not chosen:
         return profile
     data = Attr.wrap(copy.deepcopy(dict(profile.data)))
     for name, pin in chosen.items():
         data["components"][name]["sha256"] = str(pin["sha256"])
-        data["components"][name]["checksum_source"] = f"{PINS_FILE}, measured by invoke pin on {pin.get('pinned', '?')}"
+        data["components"][name]["checksum_source"] = f"{PINS_FILE} {profile.name}.{name} (pinned {pin.get('pinned', '?')})"
     return dataclasses.replace(profile, data=data)
 
 
-def pin_command(box: str, component: str, config_file: str | Path = "cluster.yml") -> str:
-    cfg_arg = "" if Path(config_file).name == "cluster.yml" and Path(config_file).parent == Path(".") else f" --config {config_file}"
+def pin_command(box: str, component: str, config_file: str | Path | None = None) -> str:
+    """config_file None: the default cluster.yml, which needs no --config."""
+    config_file = Path(config_file or "cluster.yml")
+    cfg_arg = "" if config_file == Path("cluster.yml") else f" --config {config_file}"
     return f"invoke pin {box} {component}{cfg_arg}"
 
 
@@ -110,7 +110,7 @@ def unpinned(profile: Profile, pins: dict) -> list[str]:
     ]
 
 
-def unpinned_messages(profile: Profile, pins: dict, config_file: str | Path = "cluster.yml") -> list[str]:
+def unpinned_messages(profile: Profile, pins: dict, config_file: str | Path | None = None) -> list[str]:
     """One line per unpinned component, naming the exact command that fixes it."""
     components = profile.data.get("components") or {}
     return [

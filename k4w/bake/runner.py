@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import proc, profiles, render, sources
+from .. import proc, render, sources
 from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError, ToolMissing
@@ -159,11 +159,6 @@ def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, is
     return plan
 
 
-def _config_name(cluster: Cluster) -> str:
-    """How the user named their config, for the command a message tells them to run."""
-    return str(cluster.config_file) if cluster.config_file else "cluster.yml"
-
-
 def _say(console: Console, text: str) -> None:
     console.print(redact(text), markup=False, highlight=False, soft_wrap=True)
 
@@ -194,7 +189,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"  iso: WOULD FAIL: {exc}")
             problems.append(f"{box}: {exc}")
         # The same refusal the real build makes, so a dry run never promises a build that stops.
-        for message in pins.unpinned_messages(plan.profile, {}, _config_name(cluster)):
+        for message in pins.unpinned_messages(plan.profile, {}, cluster.config_file):
             _say(console, f"  checksums: WOULD FAIL: {message}")
             problems.append(f"{box}: {message}")
         secret_sources = {}
@@ -236,7 +231,7 @@ class _Builder:
                 continue
             _say(self.console, f"{plan.box}: building, {plan.reason}")
             self._check_iso(plan)
-            unpinned = pins.unpinned_messages(plan.profile, {}, _config_name(self.cluster))
+            unpinned = pins.unpinned_messages(plan.profile, {}, self.cluster.config_file)
             if unpinned and not plan.problem:
                 plan.problem = f"{plan.box}: refusing to build with unverifiable downloads:\n" + "\n".join(f"  - {u}" for u in unpinned)
             if plan.problem:

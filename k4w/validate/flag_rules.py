@@ -60,12 +60,12 @@ def known_flags(binary: str, version: str, os_name: str) -> set[str] | None:
     return flags
 
 
-def _args_file(path: Path, binary: str) -> list[Use]:
+def _args_file(path: Path, binary: str, where: str) -> list[Use]:
     uses = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = line.strip()
         if line.startswith("-"):
-            uses.append(Use(binary, FLAG.match(line).group(1), f"{path.name}:{n}"))
+            uses.append(Use(binary, FLAG.match(line).group(1), f"{where}:{n}"))
     return uses
 
 
@@ -143,8 +143,7 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         for name, binary in ARGS_FILES.items():
             if (folder / name).is_file():
                 checked.append(f"nodes/{node.name}/{name}")
-                judge([Use(u.binary, u.flag, f"nodes/{node.name}/{u.where}") for u in _args_file(folder / name, binary)],
-                      versions, profile.data.node_os)
+                judge(_args_file(folder / name, binary, f"nodes/{node.name}/{name}"), versions, profile.data.node_os)
     for path in sorted((out / "kubeadm").glob("*.yaml")):
         checked.append(f"kubeadm/{path.name}")
         judge(_kubeadm_config(path), {"kubelet": k8s}, "linux")

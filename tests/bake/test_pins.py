@@ -7,7 +7,7 @@ import hashlib
 import pytest
 import yaml
 
-from k4w import profiles
+from k4w import profiles, sources
 from k4w.bake import pins
 from k4w.errors import K4wError
 from tests.fakes import local_http
@@ -21,7 +21,7 @@ def box(tmp_path, monkeypatch):
     """A copy of the Windows profile whose flannel URL points at a local site."""
     folder = tmp_path / "boxes"
     folder.mkdir()
-    data = yaml.safe_load((profiles.sources.REPO.boxes / "windows-1803.yml").read_text())
+    data = yaml.safe_load((sources.REPO.boxes / "windows-1803.yml").read_text())
 
     def make(url: str) -> profiles.Profile:
         data["components"]["flannel"]["url"] = url
