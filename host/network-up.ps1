@@ -1,7 +1,8 @@
 <#
 .SYNOPSIS
   The cluster network on this Hyper-V host: an Internal switch, the host's gateway address on it
-  and a NetNat (run by `invoke network-up`, elevated, idempotent).
+  and a NetNat, plus the firewall rule that lets build VMs reach Packer's HTTP server (run by
+  `invoke network-up`, elevated, idempotent).
 
 .DESCRIPTION
   Each VM's cluster NIC sits on the Internal switch; the host's vNIC on it holds the gateway
@@ -16,7 +17,9 @@ param(
     [Parameter(Mandatory = $true)][string]$Gateway,
     [Parameter(Mandatory = $true)][ValidateRange(1, 30)][int]$PrefixLength,
     [Parameter(Mandatory = $true)][string]$NatName,
-    [Parameter(Mandatory = $true)][string]$NatPrefix
+    [Parameter(Mandatory = $true)][string]$NatPrefix,
+    [Parameter(Mandatory = $true)][string]$PackerRuleName,
+    [Parameter(Mandatory = $true)][string]$PackerPorts
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -90,4 +93,8 @@ if ($mine.Count -gt 0) {
     New-NetNat -Name $NatName -InternalIPInterfaceAddressPrefix $NatPrefix | Out-Null
     Write-Host "network-up: created NetNat '$NatName' for $NatPrefix"
 }
+# 4. The inbound rule for Packer's HTTP server: without it Windows Firewall may drop the Ubuntu
+#    installer's fetch of preseed.cfg on the Default Switch, and the build waits for SSH for hours.
+& (Join-Path $PSScriptRoot 'packer-http-rule.ps1') -RuleName $PackerRuleName -Ports $PackerPorts
+if ($LASTEXITCODE -ne 0) { throw "host/packer-http-rule.ps1 failed (exit $LASTEXITCODE)" }
 Write-Host 'network-up: ready'

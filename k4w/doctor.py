@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, proc, ui
+from . import iso, packer_http, proc, sources, ui
 from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
@@ -113,6 +113,15 @@ def switch_checks(cfg: Config) -> list[Check]:
     return checks
 
 
+def firewall_checks(cluster: Cluster) -> list[Check]:
+    """The inbound rule for Packer's HTTP server, when a box's installer fetches from it."""
+    if not _is_windows() or not packer_http.uses_http_server(cluster):
+        return []
+    code, out = _powershell(packer_http.check_command(sources.REPO.host / packer_http.SCRIPT))
+    return [Check(f"firewall: Packer HTTP server (TCP {packer_http.port_range()})", code == 0, out or f"exit {code}",
+                  packer_http.doctor_fix(code), ("build",))]
+
+
 def iso_checks(cluster: Cluster) -> list[Check]:
     checks = []
     for box, prof in cluster.profiles.items():
@@ -170,7 +179,7 @@ def proxy_checks(cfg: Config) -> list[Check]:
 
 def run(cluster: Cluster, out: Path) -> list[Check]:
     cfg = cluster.config
-    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *iso_checks(cluster), *pin_checks(cluster),
+    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster), *pin_checks(cluster),
             disk_check(cluster, out), *proxy_checks(cfg)]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 
-from .. import proc, sources, ui
+from .. import packer_http, proc, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -34,6 +34,8 @@ def network_up_parameters(cfg: Config) -> dict[str, str]:
         "PrefixLength": str(net.node_prefixlen),
         "NatName": nat_name(cfg),
         "NatPrefix": net.node_cidr,
+        "PackerRuleName": packer_http.RULE_NAME,
+        "PackerPorts": packer_http.port_range(),
     }
 
 

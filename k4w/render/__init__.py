@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import iso, profiles
+from .. import iso, packer_http, profiles
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
@@ -145,7 +145,8 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     cfg = cluster.config
     templates = cluster.sources.templates
     env = _environment(templates)
-    base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube}
+    base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
+            "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
     files: dict[str, str] = {}
 
     def emit(template: Path, target: str, **extra) -> None:

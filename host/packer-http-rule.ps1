@@ -1,0 +1,83 @@
+<#
+.SYNOPSIS
+  The inbound Windows Firewall rule that lets build VMs reach Packer's HTTP server on this host
+  (the Ubuntu installer fetches preseed.cfg from it). Run by network-up (create or repair,
+  elevated) and by doctor (-Check, any user).
+
+.DESCRIPTION
+  Packer listens on a port in -Ports (k4w pins http_port_min/http_port_max to that range). The
+  rule allows TCP to those ports from LocalSubnet only: the Default Switch's subnet changes at
+  each host boot, and LocalSubnet follows it. An enabled inbound Block rule for packer.exe (what
+  a 'Cancel' on the first-run firewall prompt leaves) wins over any allow rule, so -Check
+  reports it.
+  Exit codes: 0 ready, 1 failed, 2 not elevated (create mode), 3 rule missing or different,
+  4 a Block rule for packer.exe.
+#>
+[CmdletBinding()]
+param(
+    [Parameter(Mandatory = $true)][string]$RuleName,
+    [Parameter(Mandatory = $true)][ValidatePattern('^\d+-\d+$')][string]$Ports,
+    [switch]$Check
+)
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap {
+    Write-Host ('packer-http-rule failed: ' + $_.Exception.Message)
+    exit 1
+}
+
+function Get-RuleProblem {
+    # Why the rule is not as wanted, or $null when it is.
+    $rule = Get-NetFirewallRule -Name $RuleName -ErrorAction SilentlyContinue
+    if ($null -eq $rule) { return "no firewall rule '$RuleName'" }
+    if ("$($rule.Enabled)" -ne 'True' -or "$($rule.Action)" -ne 'Allow' -or "$($rule.Direction)" -ne 'Inbound') {
+        return "rule '$RuleName' is not an enabled inbound Allow rule"
+    }
+    $ports = Get-NetFirewallPortFilter -AssociatedNetFirewallRule $rule
+    if ("$($ports.Protocol)" -ne 'TCP' -or "$($ports.LocalPort)" -ne $Ports) {
+        return "rule '$RuleName' allows $($ports.Protocol) $($ports.LocalPort), not TCP $Ports"
+    }
+    return $null
+}
+
+function Get-PackerBlockRule {
+    @(Get-NetFirewallRule -Direction Inbound -Action Block -Enabled True -ErrorAction SilentlyContinue |
+        Where-Object { (Get-NetFirewallApplicationFilter -AssociatedNetFirewallRule $_).Program -like '*\packer.exe' })
+}
+
+if ($Check) {
+    $blocks = @(Get-PackerBlockRule)
+    if ($blocks.Count -gt 0) {
+        Write-Host ("inbound Block rule for packer.exe: " + (($blocks | ForEach-Object { $_.DisplayName }) -join ', '))
+        exit 4
+    }
+    $problem = Get-RuleProblem
+    if ($null -ne $problem) {
+        Write-Host $problem
+        exit 3
+    }
+    Write-Host "rule '$RuleName' allows TCP $Ports from LocalSubnet"
+    exit 0
+}
+
+$identity = [Security.Principal.WindowsIdentity]::GetCurrent()
+$principal = New-Object Security.Principal.WindowsPrincipal($identity)
+if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
+    Write-Host 'packer-http-rule needs Administrator rights: start the terminal with "Run as administrator"'
+    exit 2
+}
+
+$problem = Get-RuleProblem
+if ($null -eq $problem) {
+    Write-Host "network-up: firewall rule '$RuleName' for Packer's HTTP server (TCP $Ports) exists"
+} else {
+    # Replace rather than patch: a rule with our name but other settings was not made by this script.
+    Remove-NetFirewallRule -Name $RuleName -ErrorAction SilentlyContinue
+    New-NetFirewallRule -Name $RuleName -DisplayName "k4w: Packer HTTP server for build VMs (TCP $Ports)" `
+        -Direction Inbound -Action Allow -Protocol TCP -LocalPort $Ports -RemoteAddress LocalSubnet -Profile Any | Out-Null
+    Write-Host "network-up: created firewall rule '$RuleName' for Packer's HTTP server (TCP $Ports, from LocalSubnet)"
+}
+if (@(Get-PackerBlockRule).Count -gt 0) {
+    Write-Host 'network-up: warning: an inbound Block rule for packer.exe exists and wins over this rule; remove it'
+}
+exit 0

@@ -1,0 +1,90 @@
+"""Issue 11 item 9: Windows Firewall must let build VMs reach Packer's HTTP server.
+
+The Packer template pins the port range, network-up creates an inbound rule for exactly that
+range, and doctor checks it (and a Block rule for packer.exe, which wins over any allow rule).
+The PowerShell cannot run here: it is parsed and linted, and the Python side is tested at the
+powershell.exe boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from k4w import doctor, packer_http, sources
+from k4w.cluster import network
+from k4w.cluster_model import Cluster
+from k4w.validate import powershell_rules as powershell
+from tests.helpers import config_dict, invoke, write_config
+
+SCRIPT = sources.REPO.host / packer_http.SCRIPT
+DEFAULT_CONFIG = sources.REPO.root / "cluster.yml"
+
+
+def test_the_ubuntu_template_pins_the_port_range_the_rule_admits(tmp_path):
+    cfg = write_config(tmp_path / "cluster.yml", config_dict())
+    result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    builder = json.loads((tmp_path / "out" / "packer" / "ubuntu-1604.json").read_text())["builders"][0]
+    assert (builder["http_port_min"], builder["http_port_max"]) == (packer_http.PORT_MIN, packer_http.PORT_MAX)
+    assert packer_http.port_range() == f"{builder['http_port_min']}-{builder['http_port_max']}"
+
+
+def test_rule_script_parses_lints_and_declares_what_python_passes():
+    text = SCRIPT.read_text(encoding="utf-8")
+    assert powershell.parse_text_errors(text) == [] and powershell.lint_errors(SCRIPT) == []
+    declared = set(re.findall(r"\[Parameter\(Mandatory = \$true\)\](?:\[\w+\(.*?\)\])?\[\w+\]\$(\w+)", text))
+    assert declared == set(packer_http.rule_parameters())
+    assert f"exit {packer_http.MISSING}" in text and f"exit {packer_http.BLOCKED}" in text
+
+
+def test_rule_admits_only_tcp_on_the_pinned_ports_from_local_subnets_and_is_created_only_when_wrong():
+    text = SCRIPT.read_text(encoding="utf-8")
+    create = text.index("New-NetFirewallRule")
+    line = text[create:text.index("| Out-Null", create)]
+    for option in ("-Direction Inbound", "-Action Allow", "-Protocol TCP", "-LocalPort $Ports", "-RemoteAddress LocalSubnet"):
+        assert option in line
+    assert text.index("$problem = Get-RuleProblem\nif ($null -eq $problem)") < create
+    # the check mode never needs rights and never changes anything
+    check_block = text[text.index("if ($Check) {"):text.index("$identity =")]
+    assert "New-NetFirewallRule" not in check_block and "Remove-NetFirewallRule" not in check_block
+
+
+def test_network_up_runs_the_rule_script_with_the_same_values():
+    text = (sources.REPO.host / "network-up.ps1").read_text(encoding="utf-8")
+    assert "& (Join-Path $PSScriptRoot 'packer-http-rule.ps1') -RuleName $PackerRuleName -Ports $PackerPorts" in text
+    cfg = Cluster.load(DEFAULT_CONFIG).config
+    command = network.network_up_command(cfg)
+    assert f"-PackerRuleName '{packer_http.RULE_NAME}' -PackerPorts '{packer_http.port_range()}'" in command
+
+
+@pytest.mark.parametrize("code, fix", [
+    (0, ""),
+    (packer_http.MISSING, "invoke network-up"),
+    (packer_http.BLOCKED, "Block rule"),
+])
+def test_doctor_reports_the_rule_on_a_windows_host(monkeypatch, code, fix):
+    seen = []
+
+    def powershell_exe(script):
+        seen.append(script)
+        return code, {0: "rule ok", 3: "no firewall rule 'k4w-packer-http'", 4: "inbound Block rule for packer.exe: packer"}[code]
+
+    monkeypatch.setattr(doctor, "_is_windows", lambda: True)
+    monkeypatch.setattr(doctor, "_powershell", powershell_exe)
+    cluster = Cluster.load(DEFAULT_CONFIG)
+    [check] = doctor.firewall_checks(cluster)
+    assert seen == [packer_http.check_command(SCRIPT)] and powershell.parse_text_errors(seen[0]) == []
+    assert check.ok == (code == 0) and check.required_for("build") and not check.required_for("cluster")
+    assert fix in check.fix
+
+
+def test_doctor_skips_the_rule_when_no_box_uses_packer_http(monkeypatch):
+    monkeypatch.setattr(doctor, "_is_windows", lambda: True)
+    monkeypatch.setattr(doctor, "_powershell", lambda script: pytest.fail("no PowerShell expected"))
+    cluster = Cluster.load(DEFAULT_CONFIG)
+    windows_only = {box: prof for box, prof in cluster.profiles.items() if prof.is_windows}
+    assert doctor.firewall_checks(dataclasses.replace(cluster, profiles=windows_only)) == []
