@@ -327,3 +327,96 @@ k4w_hold() {
         apt-mark hold "$1"
     fi
 }
+
+# --- proxy -----------------------------------------------------------------------------------
+# k4w_configure_proxy PROXY_ENV APT_PROXY_CONF FILE_MODE - make every place that downloads use
+# exactly this proxy: login sessions (/etc/environment), apt, and the docker and kubelet services
+# (systemd drop-ins; a running one is restarted). Empty PROXY_ENV and APT_PROXY_CONF remove
+# every file k4w wrote for a proxy. Used by bake step 01 (the build's proxy), by step 07 (which
+# removes it, so a box never carries the build's credentials) and by cluster-up (the node's
+# proxy from cluster.yml).
+# PROXY_ENV is the blank-separated NAME=value pairs k4w.derive computes (cluster.yml allows no
+# blank in a proxy URL or NO_PROXY entry); FILE_MODE is 0600 when a URL carries credentials.
+K4W_ENVIRONMENT_FILE=/etc/environment
+K4W_APT_PROXY_FILE=/etc/apt/apt.conf.d/90k4w-proxy
+# debian-installer writes mirror/http/proxy here; k4w's own file above replaces it.
+K4W_INSTALLER_APT_CONF=/etc/apt/apt.conf
+K4W_PROXY_SERVICES=(docker kubelet)
+
+k4w_configure_proxy() {
+    local proxy_env="$1" apt_conf="$2" mode="$3" pair proxy_vars=() changed=() service
+    [[ $mode =~ ^0[0-7]{3}$ ]] || k4w_die "the proxy file mode must be a mode such as 0600, not '${mode}'"
+    read -r -a proxy_vars <<<"$proxy_env"
+    # ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
+    for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
+        # The name only: the value may carry credentials.
+        [[ $pair =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || k4w_die "the proxy environment holds '${pair%%=*}', which is not a NAME=value pair"
+    done
+
+    # /etc/environment: keep every other line, replace the proxy variables. pam_env reads it
+    # as root, so mode 0600 still reaches every login while hiding credentials from users.
+    local current="" kept
+    [[ -f $(k4w_path "$K4W_ENVIRONMENT_FILE") ]] && current="$(cat "$(k4w_path "$K4W_ENVIRONMENT_FILE")")"
+    kept="$(printf '%s\n' "$current" | grep -Eiv '^[[:space:]]*(export[[:space:]]+)?(http|https|no)_proxy=' | sed '/^$/d' || true)"
+    for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
+        kept+="${kept:+$'\n'}${pair%%=*}=\"${pair#*=}\""
+    done
+    if [[ -z $kept ]]; then
+        k4w_remove_file "$K4W_ENVIRONMENT_FILE"
+    elif ((${#proxy_vars[@]} > 0)); then
+        k4w_write_file "$K4W_ENVIRONMENT_FILE" "$mode" "$kept"
+    else
+        k4w_write_file "$K4W_ENVIRONMENT_FILE" 0644 "$kept"
+    fi
+
+    # apt: k4w's own file, and the installer's copy of mirror/http/proxy dropped, so one place
+    # defines apt's proxy.
+    if [[ -n $apt_conf ]]; then
+        k4w_write_file "$K4W_APT_PROXY_FILE" "$mode" "$apt_conf"
+    else
+        k4w_remove_file "$K4W_APT_PROXY_FILE"
+    fi
+    local installer rest
+    installer="$(k4w_path "$K4W_INSTALLER_APT_CONF")"
+    if [[ -f $installer ]] && grep -q '^Acquire::http::Proxy ' "$installer"; then
+        rest="$(grep -v '^Acquire::http::Proxy ' "$installer" | sed '/^[[:space:]]*$/d' || true)"
+        if [[ -z $rest ]]; then
+            k4w_remove_file "$K4W_INSTALLER_APT_CONF"
+        else
+            k4w_write_file "$K4W_INSTALLER_APT_CONF" 0644 "$rest"
+        fi
+    fi
+
+    # One systemd drop-in per service.
+    local path content
+    for service in "${K4W_PROXY_SERVICES[@]}"; do
+        path="/etc/systemd/system/${service}.service.d/http-proxy.conf"
+        if ((${#proxy_vars[@]} > 0)); then
+            content="# k4w: proxy from cluster.yml for ${service}"$'\n'"[Service]"
+            for pair in "${proxy_vars[@]}"; do
+                content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
+            done
+            k4w_write_file "$path" "$mode" "$content"
+        else
+            k4w_remove_file "$path"
+        fi
+        ((K4W_CHANGED)) && changed+=("$service")
+    done
+    if ((${#changed[@]} > 0)); then
+        k4w_systemctl daemon-reload
+        for service in "${changed[@]}"; do
+            # A running service only sees new Environment= after a restart; a stopped one at start.
+            if k4w_unit_active "$service"; then
+                k4w_log "restarting ${service} for the new proxy settings"
+                systemctl restart "$service"
+            fi
+        done
+    fi
+
+    if ((${#proxy_vars[@]} > 0)); then
+        # Names only, never the URLs: they may carry credentials.
+        k4w_log "proxy configured: ${proxy_vars[*]%%=*}"
+    else
+        k4w_log "no proxy configured; k4w proxy settings absent"
+    fi
+}
