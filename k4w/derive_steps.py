@@ -252,3 +252,13 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
             env[user] = secret(user_variable, server.user)
             env[password] = secret(password_variable, server.password)
     return {name: value for name, value in env.items() if value is not None}
+
+
+def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
+    """The proxy variables a family's steps read, with real values in place of Packer's
+    references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved."""
+    secrets: dict[str, str] = {}
+    env = _proxy_variables(derive_proxy(cfg), family, secrets)
+    for variable, value in secrets.items():
+        env = {name: text.replace(_packer_ref(variable), value) for name, text in env.items()}
+    return env

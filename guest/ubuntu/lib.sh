@@ -328,50 +328,57 @@ k4w_hold() {
     fi
 }
 
-# --- proxy -----------------------------------------------------------------------------------
-# k4w_configure_proxy PROXY_ENV APT_PROXY_CONF FILE_MODE - make every place that downloads use
-# exactly this proxy: login sessions (/etc/environment), apt, and the docker and kubelet services
-# (systemd drop-ins; a running one is restarted). Empty PROXY_ENV and APT_PROXY_CONF remove
-# every file k4w wrote for a proxy. Used by bake step 01 (the build's proxy), by step 07 (which
-# removes it, so a box never carries the build's credentials) and by cluster-up (the node's
-# proxy from cluster.yml).
-# PROXY_ENV is the blank-separated NAME=value pairs k4w.derive computes (cluster.yml allows no
-# blank in a proxy URL or NO_PROXY entry); FILE_MODE is 0600 when a URL carries credentials.
+# --- proxy ---------------------------------------------------------------------------------
+# k4w_configure_proxy PROXY_ENV APT_PROXY_CONF FILE_MODE SCOPE - give the proxy to everything
+# that downloads. PROXY_ENV is the blank-separated NAME=value pairs k4w.derive computes
+# (cluster.yml allows no blank in a proxy URL or NO_PROXY entry); FILE_MODE is 0600 when a URL
+# carries credentials. Empty PROXY_ENV and APT_PROXY_CONF mean no proxy. SCOPE:
+# - node (cluster-up, guest/ubuntu/cluster/cluster-proxy.sh): on disk, for good - login sessions
+#   (/etc/environment), apt, and the docker and kubelet services (drop-ins in /etc/systemd).
+# - build (bake step 01): nothing on disk, so a box never carries the build's proxy or its
+#   credentials. The steps get the proxy in their environment from Packer (apt reads
+#   http_proxy/https_proxy there); docker, which pulls images during the build, gets a runtime
+#   drop-in in /run/systemd, which is gone when the build VM shuts down.
+# Either scope removes what the other wrote, and the installer's apt proxy line (preseed.cfg's
+# mirror/http/proxy, credentials included). A running service whose drop-in changed restarts.
 K4W_ENVIRONMENT_FILE=/etc/environment
 K4W_APT_PROXY_FILE=/etc/apt/apt.conf.d/90k4w-proxy
 # debian-installer writes mirror/http/proxy here; k4w's own file above replaces it.
 K4W_INSTALLER_APT_CONF=/etc/apt/apt.conf
 K4W_PROXY_SERVICES=(docker kubelet)
+K4W_BUILD_PROXY_SERVICES=(docker)
 
 k4w_configure_proxy() {
-    local proxy_env="$1" apt_conf="$2" mode="$3" pair proxy_vars=() changed=() service
+    local proxy_env="$1" apt_conf="$2" mode="$3" scope="$4" pair proxy_vars=() changed=() service
     [[ $mode =~ ^0[0-7]{3}$ ]] || k4w_die "the proxy file mode must be a mode such as 0600, not '${mode}'"
+    [[ $scope == node || $scope == build ]] || k4w_die "the proxy scope must be node or build, not '${scope}'"
     read -r -a proxy_vars <<<"$proxy_env"
     # ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
     for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
         # The name only: the value may carry credentials.
         [[ $pair =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || k4w_die "the proxy environment holds '${pair%%=*}', which is not a NAME=value pair"
     done
+    local persistent=()
+    [[ $scope == node ]] && persistent=(${proxy_vars[@]+"${proxy_vars[@]}"})
 
-    # /etc/environment: keep every other line, replace the proxy variables. pam_env reads it
-    # as root, so mode 0600 still reaches every login while hiding credentials from users.
+    # /etc/environment: keep every other line, replace the proxy variables. pam_env reads it as
+    # root, so mode 0600 still reaches every login while hiding credentials from other users.
     local current="" kept
     [[ -f $(k4w_path "$K4W_ENVIRONMENT_FILE") ]] && current="$(cat "$(k4w_path "$K4W_ENVIRONMENT_FILE")")"
     kept="$(printf '%s\n' "$current" | grep -Eiv '^[[:space:]]*(export[[:space:]]+)?(http|https|no)_proxy=' | sed '/^$/d' || true)"
-    for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
+    for pair in ${persistent[@]+"${persistent[@]}"}; do
         kept+="${kept:+$'\n'}${pair%%=*}=\"${pair#*=}\""
     done
     if [[ -z $kept ]]; then
         k4w_remove_file "$K4W_ENVIRONMENT_FILE"
-    elif ((${#proxy_vars[@]} > 0)); then
+    elif ((${#persistent[@]} > 0)); then
         k4w_write_file "$K4W_ENVIRONMENT_FILE" "$mode" "$kept"
-    else
+    elif [[ $kept != "$current" ]]; then
         k4w_write_file "$K4W_ENVIRONMENT_FILE" 0644 "$kept"
     fi
 
-    # apt: k4w's own file, and the installer's copy of mirror/http/proxy dropped, so one place
-    # defines apt's proxy.
-    if [[ -n $apt_conf ]]; then
+    # apt: k4w's own file on a node; never the installer's copy of mirror/http/proxy.
+    if [[ $scope == node && -n $apt_conf ]]; then
         k4w_write_file "$K4W_APT_PROXY_FILE" "$mode" "$apt_conf"
     else
         k4w_remove_file "$K4W_APT_PROXY_FILE"
@@ -387,20 +394,32 @@ k4w_configure_proxy() {
         fi
     fi
 
-    # One systemd drop-in per service.
-    local path content
+    # One systemd drop-in per service: in /etc on a node, in /run during a build.
+    local path content wanted dir
     for service in "${K4W_PROXY_SERVICES[@]}"; do
-        path="/etc/systemd/system/${service}.service.d/http-proxy.conf"
-        if ((${#proxy_vars[@]} > 0)); then
-            content="# k4w: proxy from cluster.yml for ${service}"$'\n'"[Service]"
-            for pair in "${proxy_vars[@]}"; do
-                content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
-            done
-            k4w_write_file "$path" "$mode" "$content"
-        else
-            k4w_remove_file "$path"
-        fi
-        ((K4W_CHANGED)) && changed+=("$service")
+        for dir in /etc/systemd/system /run/systemd/system; do
+            path="${dir}/${service}.service.d/http-proxy.conf"
+            wanted=0
+            if ((${#proxy_vars[@]} > 0)); then
+                if [[ $scope == node && $dir == /etc/* ]]; then
+                    wanted=1
+                elif [[ $scope == build && $dir == /run/* && " ${K4W_BUILD_PROXY_SERVICES[*]} " == *" ${service} "* ]]; then
+                    wanted=1
+                fi
+            fi
+            if ((wanted)); then
+                content="# k4w: proxy from cluster.yml for ${service} (${scope})"$'\n'"[Service]"
+                for pair in "${proxy_vars[@]}"; do
+                    content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
+                done
+                k4w_write_file "$path" "$mode" "$content"
+            else
+                k4w_remove_file "$path"
+            fi
+            if ((K4W_CHANGED)) && [[ " ${changed[*]-} " != *" ${service} "* ]]; then
+                changed+=("$service")
+            fi
+        done
     done
     if ((${#changed[@]} > 0)); then
         k4w_systemctl daemon-reload
@@ -415,7 +434,7 @@ k4w_configure_proxy() {
 
     if ((${#proxy_vars[@]} > 0)); then
         # Names only, never the URLs: they may carry credentials.
-        k4w_log "proxy configured: ${proxy_vars[*]%%=*}"
+        k4w_log "proxy configured for the ${scope}: ${proxy_vars[*]%%=*}"
     else
         k4w_log "no proxy configured; k4w proxy settings absent"
     fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Step 1: the proxy reaches every place that downloads - login shells (/etc/environment), apt,
-# and the docker and kubelet services (systemd drop-ins): k4w_configure_proxy in lib.sh.
-# Without a proxy, every file this step may have written before is removed. The cleanup step
-# removes the build's proxy again, and cluster-up runs this script with the node's proxy.
+# Step 1: the build's proxy, without putting it on disk (k4w_configure_proxy in lib.sh, scope
+# build): the steps get it in their environment from Packer, docker gets a runtime drop-in in
+# /run that is gone when the build VM shuts down. So a box never carries the build's proxy or
+# its credentials; cluster-up gives each node the proxy of the cluster.yml it is brought up with.
 #
 # Env (every value computed by k4w.derive from cluster.yml; each may be empty, all must be set):
 # K4W_PROXY_ENV - the NAME=value pairs every downloader understands (HTTP_PROXY, https_proxy,
@@ -22,4 +22,4 @@ k4w_require_defined K4W_PROXY_ENV K4W_APT_PROXY_CONF
 k4w_require K4W_PROXY_FILE_MODE
 k4w_distro >/dev/null
 [[ $K4W_PROXY_FILE_MODE =~ ^0[0-7]{3}$ ]] || k4w_die "K4W_PROXY_FILE_MODE must be a file mode such as 0600, not '${K4W_PROXY_FILE_MODE}'"
-k4w_configure_proxy "$K4W_PROXY_ENV" "$K4W_APT_PROXY_CONF" "$K4W_PROXY_FILE_MODE"
+k4w_configure_proxy "$K4W_PROXY_ENV" "$K4W_APT_PROXY_CONF" "$K4W_PROXY_FILE_MODE" build

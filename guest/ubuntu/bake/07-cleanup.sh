@@ -8,7 +8,10 @@
 # - Free space is trimmed (TRIM reaches the VHDX, which Packer then compacts) or, where the
 #   disk does not support discard, zero-filled so the image still compresses.
 #
-# Env: K4W_FREE_SPACE = trim-or-zero (default in the profile) | zero | skip.
+# - No file may hold the build's proxy credentials: checked, the build fails with the paths.
+#
+# Env: K4W_FREE_SPACE = trim-or-zero (default in the profile) | zero | skip;
+#      HTTP_PROXY / HTTPS_PROXY (the build's proxy, from Packer) for the credential scan.
 K4W_STEP="07-cleanup"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -73,6 +76,34 @@ if [[ -d $(dirname "$dbus_id") && ! -e $dbus_id && ! -L $dbus_id ]]; then
 fi
 
 k4w_remove_file "$UPLOADED_LIB"
+
+# --- no proxy credentials in the box -----------------------------------------------------------
+# Step 01 keeps the build's proxy off the disk (docker's drop-in lives in /run); this proves it
+# before the box is sealed, after the logs (installer logs hold preseed answers) were emptied:
+# no file may hold the user:password of a proxy URL this build got.
+SCANNED_DIRS=(/etc /var /root /home /opt /usr/local /srv /boot)
+for variable in HTTP_PROXY HTTPS_PROXY; do
+    url="${!variable:-}"
+    rest="${url#*://}"
+    [[ $rest == *@* ]] || continue
+    userinfo="${rest%@*}"
+    dirs=()
+    for dir in "${SCANNED_DIRS[@]}"; do
+        [[ -d $(k4w_path "$dir") ]] && dirs+=("$(k4w_path "$dir")")
+    done
+    ((${#dirs[@]} > 0)) || continue
+    status=0
+    # --devices=skip: sockets and FIFOs under /var would block the read.
+    found="$(grep -rlsF --devices=skip -e "$userinfo" -- "${dirs[@]}")" || status=$?
+    if [[ -n $found ]]; then
+        # Paths only, never the matching lines: they hold the credentials.
+        k4w_die "the box would keep the build's proxy credentials (${variable}) in: $(printf '%s ' "$found")"
+    elif ((status > 1)); then
+        # Exit 2 with no match: a file vanished or could not be read while scanning.
+        k4w_log "warning: some files could not be read while scanning for the build's ${variable} credentials"
+    fi
+    k4w_log "no file under ${SCANNED_DIRS[*]} holds the build's ${variable} credentials"
+done
 
 # --- free space -----------------------------------------------------------------------------
 zero_fill() {

@@ -10,14 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
+from k4w import derive_steps
 from tests.helpers import system_tool
 
-from .conftest import HTTP_PROXY, HTTPS_PROXY, STEPS, cluster, make_root, proxy_step_env, run_step, snapshot
+from .conftest import HTTP_PROXY, HTTPS_PROXY, ROOT, STEPS, cluster, make_root, proxy_step_env, run_step, snapshot
 
 NO_PROXY = cluster(HTTP_PROXY, HTTPS_PROXY).proxy.no_proxy_str
 
@@ -98,28 +101,40 @@ def test_failures_report_step_line_and_command(tmp_path):
 # ------------------------------------------------------------------ 01 proxy
 
 
-def test_proxy_files_with_a_proxy_and_nothing_rewritten_on_a_second_run(tmp_path):
+def _node_proxy(root: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """guest/ubuntu/cluster/cluster-proxy.sh as cluster-up runs it: the values in a file."""
+    values = tmp_path / "proxy.env"
+    values.write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in env.items()))
+    script = ROOT / "guest" / "ubuntu" / "cluster" / "cluster-proxy.sh"
+    full = {"PATH": os.environ["PATH"], "HOME": str(root), "K4W_ROOT": str(root),
+            "K4W_LIB": str(ROOT / "guest" / "ubuntu" / "lib.sh"), "K4W_PROXY_FILE": str(values)}
+    return subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, check=False, timeout=60)
+
+
+def _holding(root: Path, secret: str) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and secret in p.read_text(errors="replace"))
+
+
+def test_the_build_proxy_never_reaches_the_disk_only_a_runtime_docker_drop_in(tmp_path):
     root = make_root(tmp_path)
     (root / "etc" / "apt").mkdir()
-    (root / "etc" / "apt" / "apt.conf").write_text('Acquire::http::Proxy "http://installer:3128";\n')
+    # The installer's copy of preseed.cfg's mirror/http/proxy, credentials included.
+    (root / "etc" / "apt" / "apt.conf").write_text(f'Acquire::http::Proxy "{HTTP_PROXY}";\n')
     env = proxy_step_env(HTTP_PROXY, HTTPS_PROXY)
-    assert run_step("01-proxy.sh", root, **env).returncode == 0
+    res = run_step("01-proxy.sh", root, **env)
+    assert res.returncode == 0, res.stderr
 
-    environment = (root / "etc" / "environment").read_text()
-    assert environment.startswith('PATH="')  # other lines kept
-    assert f'HTTP_PROXY="{HTTP_PROXY}"' in environment and f'https_proxy="{HTTPS_PROXY}"' in environment
-    assert f'NO_PROXY="{NO_PROXY}"' in environment
-    apt = root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy"
-    assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt.read_text() and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt.read_text()
-    assert apt.stat().st_mode & 0o777 == 0o600  # it holds the proxy password
-    assert not (root / "etc" / "apt" / "apt.conf").exists()  # the installer's copy is gone
-    for service in ("docker", "kubelet"):
-        drop_in = root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf"
-        # systemd expands %-specifiers inside Environment=: the URL-encoded '%40' must be doubled.
-        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
-        assert f'Environment="HTTPS_PROXY={HTTPS_PROXY}"' in drop_in.read_text()
-        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in.read_text()
-        assert drop_in.stat().st_mode & 0o777 == 0o600
+    assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
+    assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
+    assert not (root / "etc" / "apt" / "apt.conf").exists()
+    assert not list((root / "etc").rglob("http-proxy.conf"))
+    # /run is a tmpfs: docker pulls through the proxy during the build, and the box keeps nothing.
+    assert _holding(root, "bob") == ["run/systemd/system/docker.service.d/http-proxy.conf"]
+    drop_in = root / "run" / "systemd" / "system" / "docker.service.d" / "http-proxy.conf"
+    # systemd expands %-specifiers inside Environment=: the URL-encoded '%40' must be doubled.
+    assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
+    assert drop_in.stat().st_mode & 0o777 == 0o600
+    assert not (root / "run" / "systemd" / "system" / "kubelet.service.d").exists()  # no kubelet runs in a build
 
     before = snapshot(root)
     res = run_step("01-proxy.sh", root, **env)
@@ -128,16 +143,48 @@ def test_proxy_files_with_a_proxy_and_nothing_rewritten_on_a_second_run(tmp_path
     assert "bob" not in res.stdout + res.stderr  # credentials never logged
 
 
-def test_files_without_credentials_stay_world_readable(tmp_path):
+def test_a_node_gets_the_proxy_on_disk_readable_only_by_root_and_the_value_file_is_deleted(tmp_path):
     root = make_root(tmp_path)
-    assert run_step("01-proxy.sh", root, **proxy_step_env(None, HTTPS_PROXY)).returncode == 0
+    run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))  # the build's runtime drop-in
+    values = derive_steps.node_proxy_variables(cluster(HTTP_PROXY, HTTPS_PROXY).config, "ubuntu")
+    node_env = {name: values[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
+    assert node_env == proxy_step_env(HTTP_PROXY, HTTPS_PROXY)  # the values Packer gives step 01
+    res = _node_proxy(root, tmp_path, **node_env)
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "proxy.env").exists()  # read once, then deleted
+
+    environment = root / "etc" / "environment"
+    assert environment.read_text().startswith('PATH="')  # other lines kept
+    assert f'HTTP_PROXY="{HTTP_PROXY}"' in environment.read_text() and f'https_proxy="{HTTPS_PROXY}"' in environment.read_text()
+    assert f'NO_PROXY="{NO_PROXY}"' in environment.read_text()
+    assert environment.stat().st_mode & 0o777 == 0o600  # pam_env reads it as root
     apt = root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy"
-    assert apt.stat().st_mode & 0o777 == 0o644
+    assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt.read_text() and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt.read_text()
+    assert apt.stat().st_mode & 0o777 == 0o600
+    for service in ("docker", "kubelet"):
+        drop_in = root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf"
+        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
+        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in.read_text()
+        assert drop_in.stat().st_mode & 0o777 == 0o600
+    assert not list((root / "run").rglob("http-proxy.conf"))  # the build's runtime copy is gone
+
+    before = snapshot(root)
+    res = _node_proxy(root, tmp_path, **node_env)
+    assert res.returncode == 0 and "wrote" not in res.stdout and snapshot(root) == before
+    assert "bob" not in res.stdout + res.stderr
+
+
+def test_node_files_without_credentials_stay_world_readable(tmp_path):
+    root = make_root(tmp_path)
+    env = proxy_step_env(None, HTTPS_PROXY)
+    assert _node_proxy(root, tmp_path, **env).returncode == 0
+    assert (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").stat().st_mode & 0o777 == 0o644
+    assert (root / "etc" / "environment").stat().st_mode & 0o777 == 0o644
 
 
 def test_http_only_proxy_never_sets_https(tmp_path):
     root = make_root(tmp_path)
-    run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, None))
+    _node_proxy(root, tmp_path, **proxy_step_env(HTTP_PROXY, None))
     written = "".join(p.read_text() for p in root.rglob("*") if p.is_file())
     assert "https_proxy" not in written.lower() and "Acquire::https" not in written
     assert f'http_proxy="{HTTP_PROXY}"' in written
@@ -145,11 +192,12 @@ def test_http_only_proxy_never_sets_https(tmp_path):
 
 def test_without_a_proxy_every_k4w_proxy_file_is_removed(tmp_path):
     root = make_root(tmp_path)
+    _node_proxy(root, tmp_path, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))
     run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))
-    res = run_step("01-proxy.sh", root, **proxy_step_env())
+    res = _node_proxy(root, tmp_path, **proxy_step_env())
     assert res.returncode == 0
     assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
-    assert not list((root / "etc" / "systemd").rglob("http-proxy.conf"))
+    assert not list(root.rglob("http-proxy.conf"))
     assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
 
 
@@ -387,3 +435,20 @@ def test_cleanup_leaves_an_anonymous_box(tmp_path):
     before = snapshot(root)
     assert run_step("07-cleanup.sh", root, K4W_FREE_SPACE="trim-or-zero").returncode == 0
     assert snapshot(root) == before
+
+
+def test_cleanup_fails_the_build_when_a_file_keeps_the_proxy_credentials(tmp_path):
+    root = make_root(tmp_path)
+    (root / "var" / "log" / "installer").mkdir(parents=True)
+    # Installer logs quote preseed answers; the cleanup empties logs before it scans.
+    (root / "var" / "log" / "installer" / "syslog").write_text(f"mirror/http/proxy={HTTP_PROXY}\n")
+    proxy = {"HTTP_PROXY": HTTP_PROXY, "HTTPS_PROXY": HTTPS_PROXY}
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip", **proxy)
+    assert res.returncode == 0, res.stderr
+    assert "no file under /etc /var" in res.stdout and "HTTP_PROXY credentials" in res.stdout
+
+    (root / "etc" / "wgetrc").write_text(f"http_proxy = {HTTP_PROXY}\n")
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip", **proxy)
+    assert res.returncode == 1
+    assert "would keep the build's proxy credentials (HTTP_PROXY) in:" in res.stderr and "etc/wgetrc" in res.stderr
+    assert "p%40ss" not in res.stdout + res.stderr  # the paths, never the password
