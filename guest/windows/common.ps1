@@ -194,6 +194,47 @@ function Get-K4wProxySettings {
     }
 }
 
+function Get-K4wDirectProxySettings {
+    # Get-K4wProxySettings' shape for "no proxy": what a box is left with (12-cleanup.ps1).
+    $none = [pscustomobject]@{ HostPort = ''; User = ''; Password = '' }
+    [pscustomobject]@{ Enabled = $false; Http = $none; Https = $none; NoProxy = @(); Environment = @() }
+}
+
+function Set-K4wProxy {
+    # The machine-wide proxy: HTTP_PROXY / HTTPS_PROXY / NO_PROXY as machine environment variables
+    # (Go programs - docker CLI, kubelet, kube-proxy, flanneld - and curl.exe read them; they carry
+    # the full URLs, credentials included, because those tools need them), plus WinHTTP and the
+    # machine-wide WinINet settings from host:port only. Windows environment names ignore case, so
+    # k4w.derive gives one name per variable; a managed name the settings leave out is removed.
+    param([Parameter(Mandatory = $true)]$Proxy)
+    $values = [ordered]@{}
+    foreach ($pair in $Proxy.Environment) {
+        $name, $value = $pair.Split('=', 2)
+        $values[$name] = $value
+    }
+    foreach ($name in 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY') {
+        if (-not $values.Contains($name)) { $values[$name] = '' }
+    }
+    foreach ($name in $values.Keys) {
+        Set-K4wMachineEnv -Name $name -Value $values[$name]
+    }
+    Set-K4wSystemProxy -HttpProxy $Proxy.Http.HostPort -HttpsProxy $Proxy.Https.HostPort -NoProxy $Proxy.NoProxy
+}
+
+function Set-K4wDockerProxy {
+    # The docker service's environment (REG_MULTI_SZ "Environment" of its service key, which the
+    # SCM passes to dockerd.exe): exactly the NAME=value pairs of the proxy settings, or none.
+    # Full URLs: dockerd is a Go program and accepts user:password@ in them. Returns $true when
+    # it changed; a running dockerd sees the change only after a restart.
+    param([Parameter(Mandatory = $true)]$Proxy)
+    $serviceKey = 'HKLM:\SYSTEM\CurrentControlSet\Services\docker'
+    $environment = @($Proxy.Environment)
+    if ($environment) {
+        return (Set-K4wRegistryValue -Path $serviceKey -Name 'Environment' -Value ([string[]]$environment) -Type MultiString)
+    }
+    return (Remove-K4wRegistryValue -Path $serviceKey -Name 'Environment')
+}
+
 function ConvertTo-K4wWinHttpBypass {
     # NO_PROXY (comma list, CIDRs allowed) -> WinHTTP/WinINet bypass list: ';'-separated, host
     # wildcards instead of CIDRs (neither understands CIDR), '*.domain' for '.domain', and

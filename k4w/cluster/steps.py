@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import proc, profiles, sources, ui
+from .. import derive_steps, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -150,7 +153,8 @@ def prepare_dirs(ctx: Context, m: Machine) -> None:
     if m.is_windows:
         ctx.remote.run(m, f"New-Item -ItemType Directory -Force -Path {escape.ps(WINDOWS_DIR)}, {escape.ps(WINDOWS_CONFIG_DIR)} | Out-Null")
     else:
-        ctx.remote.run(m, f"mkdir -p {LINUX_DIR}/manifests/patches")
+        # Private: cluster-proxy.sh's value file may hold the proxy password while it is there.
+        ctx.remote.run(m, f"install -d -m 0700 {LINUX_DIR} && mkdir -p {LINUX_DIR}/manifests/patches")
 
 
 # ------------------------------------------------------------------ the steps
@@ -189,6 +193,41 @@ def step_cluster_ip(ctx: Context) -> None:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
             env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)
             ctx.remote.run(m, f"sudo {env} bash {script}")
+
+
+@contextmanager
+def private_file(name: str, text: str):
+    """A file readable only by this user, deleted afterwards: how a value that may hold a
+    credential reaches a guest (uploaded, never on a command line, which sudo would log)."""
+    with tempfile.TemporaryDirectory(prefix="k4w-") as folder:
+        path = Path(folder) / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        yield path
+
+
+def step_node_proxy(ctx: Context) -> None:
+    """Each node gets the proxy of this cluster.yml before it pulls anything: a box carries none
+    (the build keeps its proxy off the box). The values travel in a private file."""
+    for m in ctx.cluster.machines:
+        prepare_dirs(ctx, m)
+        if m.is_windows:
+            values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS)
+            common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")
+            script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-proxy.ps1")
+            with private_file("proxy.json", json.dumps(values)) as path:
+                values_file = upload_windows(ctx, m, path)
+            ctx.remote.run(m, f"& {escape.ps(script)} -ValuesFile {escape.ps(values_file)} -Common {escape.ps(common)}")
+        else:
+            values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU)
+            wanted = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")
+            text = "".join(f"{name}={shlex.quote(values[name])}\n" for name in wanted)
+            upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")
+            script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-proxy.sh")
+            with private_file("proxy.env", text) as path:
+                values_file = upload_linux(ctx, m, path)
+            ctx.remote.run(m, f"sudo {sh_env(K4W_PROXY_FILE=values_file)} bash {script}")
 
 
 def step_master_init(ctx: Context) -> None:
@@ -284,6 +323,7 @@ def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]
     steps: list[tuple[str, Callable[[Context], None]]] = [
         ("up", step_up),
         ("cluster-ip", step_cluster_ip),
+        ("node-proxy", step_node_proxy),
         ("master-init", step_master_init),
         ("manifests", step_manifests),
     ]

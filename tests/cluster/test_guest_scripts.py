@@ -42,7 +42,7 @@ def test_bash_passes_shellcheck_and_has_the_standard_header(script):
 
 
 def test_bash_scripts_exist():
-    assert {p.name for p in BASH} == {"cluster-init.sh", "cluster-ip.sh", "cluster-join.sh", "cluster-reset.sh"}
+    assert {p.name for p in BASH} == {"cluster-init.sh", "cluster-ip.sh", "cluster-join.sh", "cluster-proxy.sh", "cluster-reset.sh"}
 
 
 # ------------------------------------------------------------------ start-node.ps1 behaviour

@@ -53,6 +53,8 @@ def test_full_run_order(world):
         r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh",
         r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 .*cluster-ip.sh",
         r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24",
+        r"^master: sudo env K4W_PROXY_FILE=/tmp/k4w/proxy.env bash /tmp/k4w/cluster-proxy.sh",
+        r"^worker-win: & 'C:\\k4w\\cluster-proxy.ps1' -ValuesFile 'C:\\k4w\\proxy.json' -Common 'C:\\k4w\\common.ps1'",
         r"^master: upload kubeadm-config.yaml /tmp/k4w/kubeadm-config.yaml",
         r"^master: sudo env K4W_KUBEADM_CONFIG=/tmp/k4w/kubeadm-config.yaml bash /tmp/k4w/cluster-init.sh",
         r"^master: sudo cat /etc/kubernetes/admin.conf",
@@ -74,7 +76,7 @@ def test_full_run_order(world):
         at = index(log, pattern, at) + 1
     assert (world.out / "kubeconfig").read_text().startswith("apiVersion: v1")
     assert oct((world.out / "kubeconfig").stat().st_mode & 0o777) == "0o600"
-    assert list(state(world)["steps"]) == ["up", "cluster-ip", "master-init", "manifests", "join:worker-linux",
+    assert list(state(world)["steps"]) == ["up", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
                                            "join:worker-win", "ready", "demo"]
     # every node's config file went to C:\k\config before the join script ran
     uploads = [line for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line]
@@ -102,6 +104,7 @@ def test_stopped_vms_are_started_again_on_a_finished_cluster(world):
 FAILURES = {
     "up": r"vagrant up",
     "cluster-ip": r"cluster-ip\.ps1",
+    "node-proxy": r"cluster-proxy\.ps1",
     "master-init": r"cluster-init\.sh",
     "manifests": r"patch daemonset kube-proxy",
     "join:worker-linux": r"cluster-join\.sh",
@@ -109,6 +112,29 @@ FAILURES = {
     "ready": None,   # fails through the timeout test below
     "demo": r"apply -f /tmp/k4w/manifests/demo",
 }
+
+
+def test_each_node_gets_the_proxy_from_a_private_file_never_from_a_command_line(tmp_path):
+    from tests.cluster.conftest import render_to
+    from tests.helpers import config_dict
+
+    out = tmp_path / "build"
+    password = "s3cr%21t"
+    cluster = render_to(out, config_dict(**{"proxy.http": f"http://alice:{password}@proxy.corp:3128",
+                                            "proxy.https": f"http://alice:{password}@proxy.corp:3128"}))
+    world = FakeWorld(machines_of(out))
+    world.cluster, world.out, world.clock = cluster, out, FakeClock()
+    run_up(world)
+    assert not [line for line in world.log if password in line]  # sudo and WinRM never see it
+    linux = world.uploaded["/tmp/k4w/proxy.env"]
+    assert f"HTTP_PROXY=http://alice:{password}@proxy.corp:3128" in linux[0] and "K4W_PROXY_FILE_MODE=0600" in linux[0]
+    assert linux[1] == 0o600
+    windows = json.loads(world.uploaded["C:\\k4w\\proxy.json"][0])
+    assert windows["K4W_PROXY_ENABLED"] == "1" and windows["K4W_HTTP_PROXY_PASSWORD"] == password
+    assert not any("{{" in value for value in windows.values())  # no Packer reference left
+    # the proxy is in place before kubeadm pulls its first image
+    assert index(world.log, r"cluster-proxy\.sh") < index(world.log, r"cluster-init\.sh")
+    assert any(line.startswith("master: install -d -m 0700 /tmp/k4w") for line in world.log)
 
 
 @pytest.mark.parametrize("step", [s for s, p in FAILURES.items() if p])

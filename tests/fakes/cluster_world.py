@@ -37,6 +37,8 @@ class FakeWorld:
         self.scenario = scenario or {}
         self.states: dict[str, str] = {}
         self.log: list[str] = []
+        # destination -> (text, mode) of every uploaded file, read at upload time
+        self.uploaded: dict[str, tuple[str, int]] = {}
         self.vagrant = FakeVagrant(self)
         self.remote = FakeRemote(self)
         self.switch_exists = True
@@ -89,3 +91,4 @@ class FakeRemote:
         if failed:
             raise RemoteError(machine.name, f"upload {source} {destination}", failed[0], failed[1])
         assert Path(source).exists(), f"upload of a missing file {source}"
+        self.world.uploaded[destination] = (Path(source).read_text(errors="replace"), Path(source).stat().st_mode & 0o777)

@@ -5,7 +5,8 @@ Load with `-p tests.fakes.windows_host`. It answers the PowerShell queries of
 k4w.verify.windows_queries with the JSON a healthy box built from boxes/windows-1803.yml
 gives (shapes as ConvertTo-Json prints them), so the real Windows spec and conftest run end to
 end here. $FAKE_WINDOWS_DEFECT names defects to plant (comma-separated), to show the matching checks fail;
-$FAKE_WINDOWS_BUILT_WITH names the cluster.yml the box was "built" with (its proxy settings).
+$FAKE_WINDOWS_PROXY_FROM names the cluster.yml whose proxy the machine carries, as cluster-up
+leaves a node; unset, it carries none, as every box does (the build removes its proxy).
 Nothing here can tell whether the PowerShell is right on Windows: that only a Hyper-V host shows.
 """
 
@@ -81,10 +82,10 @@ def _box_state(defect: str | None) -> dict:
                          f"-ExecutionPolicy Bypass -Command \"& '{K}\\start-node.ps1' *>&1 | Out-File -FilePath "
                          f"'{K}\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\""],
     }
-    built_with = os.environ.get("FAKE_WINDOWS_BUILT_WITH")
-    proxy = derive_proxy(config.load(built_with)) if built_with else None
+    proxy_from = os.environ.get("FAKE_WINDOWS_PROXY_FROM")
+    proxy = derive_proxy(config.load(proxy_from)) if proxy_from else None
     if proxy and proxy.enabled:
-        # What 01-proxy.ps1 / 03-docker.ps1 leave: WinHTTP (host:port, ';' bypass list), the
+        # What cluster-proxy.ps1 leaves on a node: WinHTTP (host:port, ';' bypass list), the
         # machine environment and the docker service's Environment value, upper case only.
         hostport = proxy.http.split("://", 1)[1].rsplit("@", 1)[-1]
         state["proxy"] = {

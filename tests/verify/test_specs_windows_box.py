@@ -13,8 +13,11 @@ PLUGIN = ["-p", "tests.fakes.windows_host"]
 
 @pytest.fixture
 def run_windows_spec(run_spec, cluster_yml, monkeypatch):
-    def run(defect: str | None = None, config=cluster_yml, built_with=cluster_yml, stage="box"):
-        monkeypatch.setenv("FAKE_WINDOWS_BUILT_WITH", str(built_with))
+    def run(defect: str | None = None, config=cluster_yml, proxy_from=None, stage="box"):
+        if proxy_from:
+            monkeypatch.setenv("FAKE_WINDOWS_PROXY_FROM", str(proxy_from))
+        else:
+            monkeypatch.delenv("FAKE_WINDOWS_PROXY_FROM", raising=False)
         if defect:
             monkeypatch.setenv("FAKE_WINDOWS_DEFECT", defect)
         else:
@@ -64,12 +67,21 @@ def proxy_yml(tmp_path, cluster_yml):
     return path
 
 
-def test_proxy_settings_present_when_configured(run_windows_spec, proxy_yml):
-    run = run_windows_spec(config=proxy_yml, built_with=proxy_yml)
+def test_a_box_built_behind_a_proxy_carries_none(run_windows_spec, proxy_yml):
+    run = run_windows_spec(config=proxy_yml)
     assert run.proc.returncode == 0, run.output
 
 
-def test_box_built_without_the_configured_proxy_fails_the_proxy_checks_without_leaking_it(run_windows_spec, proxy_yml):
-    run = run_windows_spec(config=proxy_yml)
+def test_a_node_carries_the_proxy_of_its_cluster_yml(run_windows_spec, proxy_yml):
+    run = run_windows_spec(config=proxy_yml, proxy_from=proxy_yml, stage="node")
+    assert not [t for t in _failed(run) if "proxy" in t], run.output
+    assert "proxy" not in {d["check"] for d in run.result["deselected"]}  # the checks ran
+    # and they do fail a node that lacks the proxy:
+    bare = run_windows_spec(config=proxy_yml, stage="node")
+    assert {"test_proxy_environment", "test_winhttp_proxy"} <= set(_failed(bare))
+
+
+def test_a_box_that_kept_the_build_proxy_fails_the_proxy_checks_without_leaking_it(run_windows_spec, proxy_yml):
+    run = run_windows_spec(config=proxy_yml, proxy_from=proxy_yml)
     assert sorted(set(_failed(run))) == ["test_proxy_environment", "test_winhttp_proxy"]
     assert "s3cret" not in run.output

@@ -8,11 +8,12 @@
 # bake step 01 gets from Packer). The values may hold the proxy password, so they come in a
 # file, never on a command line (sudo logs command lines), and the file is deleted once read.
 K4W_STEP="cluster-proxy"
-set -Eeuo pipefail
+set -euo pipefail
+set -E  # errtrace: the ERR trap also fires inside lib.sh's functions
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
 K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/lib.sh}"
 [[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (cluster-up uploads guest/ubuntu/lib.sh beside this script)" >&2; exit 1; }
-# shellcheck source=../lib.sh
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$K4W_LIB"
 
 k4w_require K4W_PROXY_FILE

@@ -1,4 +1,6 @@
-# 01-proxy.ps1 - the machine-wide proxy, for every later step and for the finished box:
+# 01-proxy.ps1 - the machine-wide proxy, for every later step of the build (Set-K4wProxy in
+# common.ps1). 12-cleanup.ps1 removes it again, so a box never keeps the build's proxy or its
+# credentials; cluster-up gives each node the proxy of its cluster.yml (cluster-proxy.ps1).
 # - HTTP_PROXY / HTTPS_PROXY / NO_PROXY as machine environment variables, read by Go programs
 #   (docker CLI, kubelet, kube-proxy, flanneld) and curl.exe; they carry the full URLs, credentials
 #   included, because those tools need them. The pairs come ready-made from k4w.derive
@@ -6,7 +8,7 @@
 # - WinHTTP and the machine-wide WinINet settings (same helper as k4w-bootstrap.ps1, which set them
 #   at first logon), from the proxies' host:port: .NET's default proxy reads WinINet, so every
 #   PowerShell script uses it.
-# Without a configured proxy all of it is removed: the box is direct, nothing stale remains.
+# Without a configured proxy all of it is removed.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -14,22 +16,7 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 . $env:K4W_COMMON
 
 $proxy = Get-K4wProxySettings
-
-# Windows environment names ignore case, so k4w.derive gives one name per variable (HTTP_PROXY
-# serves http_proxy too). A name this step manages that the pairs leave out is removed.
-$values = [ordered]@{}
-foreach ($pair in $proxy.Environment) {
-    $name, $value = $pair.Split('=', 2)
-    $values[$name] = $value
-}
-foreach ($name in 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY') {
-    if (-not $values.Contains($name)) { $values[$name] = '' }
-}
-foreach ($name in $values.Keys) {
-    Set-K4wMachineEnv -Name $name -Value $values[$name]
-}
-
-Set-K4wSystemProxy -HttpProxy $proxy.Http.HostPort -HttpsProxy $proxy.Https.HostPort -NoProxy $proxy.NoProxy
+Set-K4wProxy -Proxy $proxy
 
 if ($proxy.Enabled) {
     Write-K4wStep "proxy configured (http: $([bool]$proxy.Http.HostPort), https: $([bool]$proxy.Https.HostPort), $($proxy.NoProxy.Count) NO_PROXY entries)"

@@ -1,6 +1,6 @@
 # 03-docker.ps1 - Docker engine from Docker's static Windows zip (pinned in the box profile,
 # sha256-checked), registered as the "docker" service, started automatically at boot, with the
-# build's proxy in the service environment so image pulls work behind it.
+# build's proxy in the service environment so the build's image pulls work behind it.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -11,9 +11,6 @@ $version = Get-K4wEnv -Name 'K4W_DOCKER_VERSION'
 $installDir = Join-Path $env:ProgramFiles 'docker'
 $dockerd = Join-Path $installDir 'dockerd.exe'
 $docker = Join-Path $installDir 'docker.exe'
-# Registry key of the service `dockerd --register-service` creates; the SCM passes its
-# "Environment" (REG_MULTI_SZ of NAME=value) to dockerd.exe.
-$serviceKey = 'HKLM:\SYSTEM\CurrentControlSet\Services\docker'
 $daemonJson = Join-Path $env:ProgramData 'docker\config\daemon.json'
 
 function Test-DockerVersion {
@@ -49,14 +46,8 @@ if (-not (Get-Service -Name 'docker' -ErrorAction SilentlyContinue)) {
     Write-K4wStep 'docker service registered'
 }
 
-# 4. Proxy for the daemon (registry pulls): exactly the NAME=value pairs k4w.derive computed
-# (K4W_PROXY_ENV). Full URLs: dockerd is a Go program and accepts user:password@ in them.
-$environment = @((Get-K4wProxySettings).Environment)
-if ($environment) {
-    $envChanged = Set-K4wRegistryValue -Path $serviceKey -Name 'Environment' -Value ([string[]]$environment) -Type MultiString
-} else {
-    $envChanged = Remove-K4wRegistryValue -Path $serviceKey -Name 'Environment'
-}
+# 4. Proxy for the daemon (registry pulls during the build; 12-cleanup.ps1 removes it).
+$envChanged = Set-K4wDockerProxy -Proxy (Get-K4wProxySettings)
 
 # 5. Start at boot, and now; restart when its configuration changed while it was running.
 Set-Service -Name 'docker' -StartupType Automatic

@@ -30,7 +30,14 @@ foreach ($dir in @("$env:SystemRoot\Temp", $env:TEMP, "$env:SystemRoot\SoftwareD
     }
 }
 
-# 3. Free space. How a dynamic VHDX gets its space back depends on the disk controller:
+# 3. The build's proxy goes: machine environment, WinHTTP/WinINet and docker's service
+#    environment. A box never keeps the build's proxy or its credentials; cluster-up gives each
+#    node the proxy of its own cluster.yml (guest/windows/cluster/cluster-proxy.ps1).
+$direct = Get-K4wDirectProxySettings
+Set-K4wProxy -Proxy $direct
+if (Set-K4wDockerProxy -Proxy $direct) { Write-K4wStep "docker service: the build's proxy removed" }
+
+# 4. Free space. How a dynamic VHDX gets its space back depends on the disk controller:
 #    - Gen2 boots from virtual SCSI, which passes TRIM/UNMAP through to the VHDX: a re-trim of the
 #      volume tells Hyper-V every free cluster is unused, and those blocks are released.
 #    - Gen1 boots from virtual IDE, which has no TRIM: overwrite the free space with zeros and
@@ -67,7 +74,7 @@ if ($generation -eq '2') {
     Clear-FreeSpace
 }
 
-# 4. Last: the build-time helper module (this process has already loaded it).
+# 5. Last: the build-time helper module (this process has already loaded it).
 Remove-Item -LiteralPath $env:K4W_COMMON -Force
 Write-K4wStep 'cleanup done'
 

@@ -27,7 +27,7 @@ from k4w import config as config_mod, profiles
 from k4w.errors import K4wError
 from k4w.verify import selection, specrun
 from k4w.verify.kubectl import Kubectl
-from k4w.derive import derive_network, derive_proxy
+from k4w.derive import Proxy, derive_network, derive_proxy
 from k4w.redact import redact
 
 BOX_FAMILIES = ("ubuntu", "windows")
@@ -244,7 +244,12 @@ def cluster_cfg(k4w):
 
 
 @pytest.fixture(scope="session")
-def proxy(cluster_cfg):
+def proxy(cluster_cfg, k4w):
+    """The proxy this machine must carry. A box: none, whatever proxy it was built behind (the
+    build keeps its proxy, and the credentials in it, off the box). A node: cluster.yml's, which
+    cluster-up writes."""
+    if k4w.stage == "box":
+        return Proxy(enabled=False, http=None, https=None, no_proxy=[])
     return derive_proxy(cluster_cfg)
 
 

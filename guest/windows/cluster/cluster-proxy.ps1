@@ -1,0 +1,51 @@
+<#
+.SYNOPSIS
+  Give this node the proxy of the cluster.yml it is brought up with (run by cluster-up over
+  WinRM before the node joins, idempotent).
+
+.DESCRIPTION
+  A box carries no proxy: 12-cleanup.ps1 removes the build's. This sets the machine-wide proxy
+  (environment, WinHTTP, WinINet: Set-K4wProxy) and the docker service's environment
+  (Set-K4wDockerProxy), and restarts a running dockerd whose environment changed.
+  The values are the K4W_* proxy variables of the build's steps (k4w.derive_steps), read from
+  -ValuesFile, a JSON object: they may hold the proxy password, so they never appear on a command
+  line, and the file is deleted once read. Machine environment variables are readable by every
+  local account (Windows has no per-variable access control); a node has only the box's accounts.
+#>
+[CmdletBinding()]
+param(
+    [Parameter(Mandatory = $true)][string]$ValuesFile,
+    [Parameter(Mandatory = $true)][string]$Common
+)
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap {
+    Write-Output ("cluster-proxy.ps1 failed: " + $_.Exception.Message)
+    Write-Output $_.InvocationInfo.PositionMessage
+    exit 1
+}
+. $Common
+
+try {
+    $values = Get-Content -LiteralPath $ValuesFile -Raw | ConvertFrom-Json
+} finally {
+    Remove-Item -LiteralPath $ValuesFile -Force -ErrorAction SilentlyContinue
+}
+foreach ($property in $values.PSObject.Properties) {
+    [Environment]::SetEnvironmentVariable($property.Name, [string]$property.Value, 'Process')
+}
+
+$proxy = Get-K4wProxySettings
+Set-K4wProxy -Proxy $proxy
+$changed = Set-K4wDockerProxy -Proxy $proxy
+$docker = Get-Service -Name 'docker'
+if ($changed -and $docker.Status -eq 'Running') {
+    Write-K4wStep 'docker service environment changed: restarting docker'
+    Restart-Service -Name 'docker' -Force
+}
+if ($proxy.Enabled) {
+    Write-K4wStep "node proxy configured (http: $([bool]$proxy.Http.HostPort), https: $([bool]$proxy.Https.HostPort))"
+} else {
+    Write-K4wStep 'no proxy configured: the node has direct access'
+}
+exit 0
