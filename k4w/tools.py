@@ -25,6 +25,7 @@ INSTALL = {
     "qemu-img": "apt-get install -y qemu-utils",
     "debootstrap": "apt-get install -y debootstrap",
     "squid": "apt-get install -y squid",
+    "openssl": "apt-get install -y openssl",
     # The wget debian-installer fetches preseed.cfg with; a test pins its proxy behaviour.
     "busybox": "apt-get install -y busybox",
     "kubectl": "choco install kubernetes-cli (Windows host) or see https://kubernetes.io/docs/tasks/tools/",

@@ -25,7 +25,7 @@ REUSE_SECONDS = 5
 
 
 @pytest.mark.e2e
-def test_e2e_bake_in_qemu_behind_a_real_proxy(e2e_report):
+def test_e2e_bake_in_qemu_behind_a_real_proxy_with_a_password(e2e_report):
     try:
         result = run_e2e(OUT, say=lambda text: print(text, flush=True))
     except E2EFailed as exc:
@@ -43,6 +43,10 @@ def test_e2e_bake_in_qemu_behind_a_real_proxy(e2e_report):
     assert spec["failed"] == spec["errors"] == spec["skipped"] == 0 and spec["passed"] > 0
     assert {d["check"] for d in spec["deselected"]} <= {"kubernetes_binaries", "kubelet"}
     assert all(d["reason"] for d in spec["deselected"])
+    # The proxy demanded credentials and the bake got through; the box keeps none of it: no file
+    # on its root filesystem holds the password, and the control scan shows the scan works.
+    scan = result.secret_scan
+    assert scan["holding"] == [] and "/etc/passwd" in scan["control"] and scan["files"] > 1000
     # The re-run changed nothing it was not expected to, and fetched nothing.
     assert any(line.startswith("differences:") and line.endswith("0 unexpected)") for line in result.idempotence)
     assert result.proxy_rerun["apt_requests"] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -86,6 +87,39 @@ def test_squid_config_is_private_and_logs_in_our_format(tmp_path):
     assert f"logformat {squid.LOGFORMAT}" in text and text.splitlines()[-2] == "http_access deny all"
     assert "cache_effective_user proxy" in text
     assert "cache_effective_user" not in squid.config_text(40123, tmp_path, None)
+
+
+@pytest.mark.tools
+def test_squid_with_credentials_refuses_anonymous_clients_and_admits_the_account(tmp_path):
+    import os
+    import tempfile
+    import urllib.error
+    import urllib.request
+
+    credentials = squid.Credentials.fresh()
+    # As root squid drops to user proxy, which must reach its folder: pytest's are 0700.
+    base = Path(tempfile.mkdtemp(prefix="k4w-squid-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    work = base / "squid"
+    log = phases.Log(tmp_path / "e2e.log", lambda text: None)
+    # Port 80 (squid's Safe_ports) where nothing listens: past the auth gate squid answers 503.
+    target = "http://127.0.0.1/"
+    with squid.running(work, phases.Phase("proxy", 60), log, credentials) as proxy:
+        assert credentials.password not in (work / "passwd").read_text()  # a hash, not the password
+
+        def status(userinfo: str) -> int:
+            handler = urllib.request.ProxyHandler({"http": f"http://{userinfo}127.0.0.1:{proxy.port}"})
+            try:
+                return urllib.request.build_opener(handler).open(target, timeout=30).status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert status("") == 407
+        assert status(f"{credentials.user}:wrong@") == 407
+        assert status(f"{credentials.userinfo}@") not in (403, 407)
+        assert proxy.url_for_guests == f"http://{credentials.userinfo}@10.0.2.2:{proxy.port}"
+    assert credentials.password not in (tmp_path / "e2e.log").read_text()
+    shutil.rmtree(base)
 
 
 @pytest.mark.tools
@@ -208,7 +242,19 @@ def test_a_restart_a_rewrite_and_a_new_file_are_all_found():
         ("file", "/etc/new"): "added",
     }
     expected, unexpected = idempotence.classify(idempotence.diff(before, after), before, after)
-    assert expected == [] and len(unexpected) == 3
+    # docker's one restart is expected (the build proxy's runtime drop-in); the rest is not.
+    assert [(c.name, "01-proxy.sh" in reason) for c, reason in expected] == [("docker.service", True)]
+    assert sorted(c.name for c in unexpected) == ["/etc/new", "/var/lib/dpkg/status"]
+
+
+def test_a_docker_restart_is_expected_but_a_stop_or_another_unit_restarting_is_not():
+    before = idempotence.parse(snapshot_text())
+    stopped = idempotence.parse(snapshot_text(docker_invocation="bbb").replace("ActiveState=active", "ActiveState=inactive", 1))
+    _, unexpected = idempotence.classify(idempotence.diff(before, stopped), before, stopped)
+    assert [c.name for c in unexpected] == ["docker.service"]
+    reloaded = idempotence.parse(snapshot_text().replace("LoadState=loaded", "LoadState=masked", 1))
+    _, unexpected = idempotence.classify(idempotence.diff(before, reloaded), before, reloaded)
+    assert [c.name for c in unexpected] == ["docker.service"]
 
 
 def test_only_an_emptied_machine_id_is_expected():

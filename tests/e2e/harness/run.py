@@ -3,12 +3,13 @@
 Phases (each with a budget; the timings end up in a table):
   tools         every program the run needs, or a failure naming its install command
   base image    debootstrapped Debian 12 disk + kernel (cached by recipe: "reused" or "built")
-  proxy         a private squid on 127.0.0.1:<free port>
+  proxy         a private squid on 127.0.0.1:<free port> that demands basic-auth credentials
   render        a cluster.yml with proxy.http/https -> k4w.config.load -> k4w.render.render
   packer build  k4w.bake.build_box: the real `packer build` of packer/debian-12-e2e.json
   proxy proof   the squid access log holds the build guest's apt requests
   boot guest    a fresh guest from the produced .box (its box.img, same kernel/initrd)
   box spec      the Ubuntu box spec over SSH (k4w.verify.flows.test_ssh_target)
+  secret scan   no file on the box's root filesystem holds the proxy password
   idempotence   the same provisioning again on that guest; nothing may change
   cleanup       guest and squid stopped, temp files removed, no process left behind
 """
@@ -33,6 +34,7 @@ from k4w import config, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, packer_cli
 from k4w.cluster_model import Cluster
 from k4w.errors import K4wError
+from k4w.redact import register_secret
 from k4w.verify import flows
 from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
@@ -51,13 +53,14 @@ BUDGETS = {
     "proxy proof": 30,
     "boot guest": 420,
     "box spec": 600,
+    "secret scan": 300,
     "idempotence": 600,
     "cleanup": 120,
 }
 # Programs the run calls; k4w.tools.INSTALL names how to install each. Vagrant is not run:
 # its insecure key logs in to the box.
-TOOLS = ("debootstrap", "mkfs.ext4", "chroot", "squid", "packer", "qemu-system-x86_64", "qemu-img", "ssh", "tar",
-         "vagrant")
+TOOLS = ("debootstrap", "mkfs.ext4", "chroot", "squid", "openssl", "packer", "qemu-system-x86_64", "qemu-img", "ssh",
+         "tar", "vagrant")
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 
 
@@ -82,6 +85,7 @@ class E2EResult:
     spec: dict | None = None
     proxy_build: dict | None = None
     proxy_rerun: dict | None = None
+    secret_scan: dict | None = None
     rerun_steps: list[str] = field(default_factory=list)
     idempotence: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
@@ -112,6 +116,12 @@ class E2EResult:
             for d in s["deselected"]:
                 reasons[(d["check"], d["reason"])] = reasons.get((d["check"], d["reason"]), 0) + 1
             lines += [f"  deselected {check} ({n}): {reason}" for (check, reason), n in sorted(reasons.items())]
+        if self.secret_scan:
+            scan = self.secret_scan
+            lines.append(f"secret scan of the booted box: {scan['files']} files on its root filesystem, "
+                         f"{len(scan['holding'])} hold the proxy password"
+                         + (f" ({', '.join(scan['holding'])})" if scan["holding"] else "")
+                         + f"; control: the box user found in {', '.join(scan['control']) or 'nothing'}")
         if self.rerun_steps:
             lines += ["second provisioning run:", *(f"  {step}" for step in self.rerun_steps)]
         if self.idempotence:
@@ -206,9 +216,13 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         ph.note = f"{'reused' if image.reused else 'built'} {image.key}"
 
     with phases.phase("proxy", BUDGETS["proxy"]) as ph:
-        proxy = stack.enter_context(squid.running(workdir / "squid", ph, log))
+        # A proxy that demands credentials, as corporate ones do: the bake must get through it,
+        # and afterwards no file in the box may hold the password (the "secret scan" phase).
+        credentials = squid.Credentials.fresh()
+        register_secret(credentials.password)
+        proxy = stack.enter_context(squid.running(workdir / "squid", ph, log, credentials))
         started.append(proxy.proc.pid)
-        ph.note = f"squid on 127.0.0.1:{proxy.port}"
+        ph.note = f"squid on 127.0.0.1:{proxy.port}, basic auth as {credentials.user}"
 
     with phases.phase("render", BUDGETS["render"]) as ph:
         cluster_yml = workdir / "cluster.yml"
@@ -250,6 +264,10 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             finally:
                 result.spec = result.spec or _spec_result(out)
         ph.note = f"{result.spec['passed']} passed, {len(result.spec['deselected'])} deselected"
+
+    with phases.phase("secret scan", BUDGETS["secret scan"]) as ph:
+        result.secret_scan = _secret_scan(guest, credentials, ph)
+        ph.note = f"{result.secret_scan['files']} files, {len(result.secret_scan['holding'])} hold the proxy password"
 
     with phases.phase("idempotence", BUDGETS["idempotence"]) as ph:
         ph.note = _idempotence(template, guest, proxy, ph, result)
@@ -331,6 +349,35 @@ def _spec_result(out: Path) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+# Every regular file on the guest's root filesystem (-xdev: not /proc, /sys, /dev, /run), searched
+# for the pattern on standard input, so it never appears on a command line that sudo would log.
+SECRET_SCAN = r"""
+pattern="$(cat)"
+echo "files $(find / -xdev -type f | wc -l)"
+find / -xdev -type f -print0 | xargs -0 -r grep -lsF --devices=skip -e "$pattern" || true
+"""
+
+
+def _scan(guest: guest_mod.Guest, pattern: str, ph, what: str) -> tuple[int, list[str]]:
+    res = guest.ssh.run(f"sudo -n bash -c {shlex.quote(SECRET_SCAN)}", ph, what, input=pattern)
+    lines = res.stdout.splitlines()
+    files = int(lines[0].split()[1]) if lines and lines[0].startswith("files ") else 0
+    return files, [line for line in lines[1:] if line.strip()]
+
+
+def _secret_scan(guest: guest_mod.Guest, credentials: squid.Credentials, ph) -> dict:
+    """No file of the box holds the build proxy's password. The same scan for the box user's
+    passwd entry must find /etc/passwd: a scan that finds nothing proves nothing otherwise."""
+    _, control = _scan(guest, f"{base_image.BOX_USER}:x:", ph, "control scan for the box user")
+    files, holding = _scan(guest, credentials.password, ph, "scan the box for the proxy password")
+    found = {"files": files, "holding": holding, "control": control}
+    if "/etc/passwd" not in control or files < 1000:
+        raise E2EError(f"the secret scan does not work: {files} files scanned, the control pattern found {control}")
+    if holding:
+        raise E2EError(f"the box keeps the build proxy's password in: {', '.join(holding)}")
+    return found
 
 
 def _idempotence(template: dict, guest: guest_mod.Guest, proxy: squid.Squid, ph, result: E2EResult) -> str:

@@ -12,8 +12,10 @@ import contextlib
 import os
 import pwd
 import re
+import secrets
 import shutil
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,34 @@ _LINE = re.compile(r'^(?P<time>\d+\.\d+) (?P<client>\S+) (?P<code>\S+)/(?P<statu
                    r'(?P<method>\S+) (?P<url>\S+) "(?P<agent>[^"]*)"$')
 # apt's User-Agent ("Debian APT-HTTP/1.3 (2.6.1)"): how a guest's apt requests are told apart.
 APT_AGENT = "APT-HTTP"
+# squid's NCSA basic-auth helper (Debian package squid); it reads an htpasswd file and accepts
+# Apache MD5 ($apr1$) hashes, which `openssl passwd -apr1` makes.
+NCSA_HELPER = Path("/usr/lib/squid/basic_ncsa_auth")
+PROXY_USER = "k4w-e2e"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The proxy account of one run: a fresh password, so a scan for it finds only this run's
+    traces. '!' and '$' are RFC 3986 sub-delims: legal in a URL's userinfo unencoded, and they
+    exercise shell and systemd quoting on the way to the guest."""
+    user: str
+    password: str
+
+    @classmethod
+    def fresh(cls) -> "Credentials":
+        return cls(PROXY_USER, f"k4w!{secrets.token_hex(8)}$e2e")
+
+    @property
+    def userinfo(self) -> str:
+        return f"{self.user}:{self.password}"
+
+
+def htpasswd_line(credentials: Credentials) -> str:
+    """user:$apr1$... for the NCSA helper; the password reaches openssl on stdin, not argv."""
+    result = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"], input=credentials.password, capture_output=True,
+                            text=True, check=True, timeout=30)
+    return f"{credentials.user}:{result.stdout.strip()}\n"
 
 
 def free_port() -> int:
@@ -42,9 +72,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def config_text(port: int, folder: Path, user: str | None) -> str:
-    """squid.conf for a private instance: loopback only, own cache and logs, access log in LOGFORMAT."""
+def config_text(port: int, folder: Path, user: str | None, passwords: Path | None = None) -> str:
+    """squid.conf for a private instance: loopback only, own cache and logs, access log in
+    LOGFORMAT; with passwords (an htpasswd file), only authenticated clients get through."""
     folder = Path(folder)
+    auth = []
+    if passwords:
+        auth = [
+            f"auth_param basic program {NCSA_HELPER} {passwords}",
+            "auth_param basic realm k4w-e2e",
+            "acl authenticated proxy_auth REQUIRED",
+            # 407 to anyone without the account, before the localhost allow below.
+            "http_access deny !authenticated",
+        ]
     lines = [
         "# k4w e2e: a private squid standing in for a corporate proxy",
         f"http_port 127.0.0.1:{port}",
@@ -66,6 +106,7 @@ def config_text(port: int, folder: Path, user: str | None) -> str:
         "acl SSL_ports port 443",
         "http_access deny !Safe_ports",
         "http_access deny CONNECT !SSL_ports",
+        *auth,
         "http_access allow localhost",
         "http_access deny all",
     ]
@@ -137,10 +178,11 @@ def summary(lines: list[AccessLine]) -> dict:
 class Squid:
     """A running private squid: .url_for_guests, .access_log, .offset() and .lines_since()."""
 
-    def __init__(self, folder: Path, port: int, server: proc.Process):
+    def __init__(self, folder: Path, port: int, server: proc.Process, credentials: Credentials | None = None):
         self.folder = folder
         self.port = port
         self.proc = server
+        self.credentials = credentials
 
     @property
     def access_log(self) -> Path:
@@ -149,7 +191,8 @@ class Squid:
     @property
     def url_for_guests(self) -> str:
         # 10.0.2.2: the host's loopback as a QEMU user-mode guest sees it (QEMU docs, -netdev user).
-        return f"http://10.0.2.2:{self.port}"
+        userinfo = f"{self.credentials.userinfo}@" if self.credentials else ""
+        return f"http://{userinfo}10.0.2.2:{self.port}"
 
     def offset(self) -> int:
         return self.access_log.stat().st_size if self.access_log.exists() else 0
@@ -174,8 +217,9 @@ def _wait_listening(port: int, server: proc.Process, phase: Phase, cache_log: Pa
 
 
 @contextlib.contextmanager
-def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
-    """Start squid in the foreground (-N) in folder; stop it (and check it stopped) on exit."""
+def running(folder: Path, phase: Phase, log: Log, credentials: Credentials | None = None) -> Iterator[Squid]:
+    """Start squid in the foreground (-N) in folder; stop it (and check it stopped) on exit.
+    With credentials, squid requires them (basic auth), as many corporate proxies do."""
     exe = shutil.which("squid") or shutil.which("squid", path="/usr/sbin:/sbin")
     if not exe:
         raise tools.missing("squid")
@@ -198,18 +242,27 @@ def running(folder: Path, phase: Phase, log: Log) -> Iterator[Squid]:
             if not os.stat(parent).st_mode & 0o001:
                 raise E2EError(f"{parent} is not searchable by user {SQUID_USER}; put the e2e work folder elsewhere")
     port = free_port()
+    passwords = None
+    if credentials:
+        if not NCSA_HELPER.is_file():
+            raise E2EError(f"{NCSA_HELPER} is missing: it comes with the squid package ({tools.INSTALL['squid']})")
+        passwords = folder / "passwd"
+        passwords.write_text(htpasswd_line(credentials), encoding="utf-8")
     conf = folder / "squid.conf"
-    conf.write_text(config_text(port, folder, user), encoding="utf-8")
+    conf.write_text(config_text(port, folder, user, passwords), encoding="utf-8")
     if user:
-        os.chown(conf, pw.pw_uid, pw.pw_gid)
+        for path in (conf, passwords):
+            if path:
+                os.chown(path, pw.pw_uid, pw.pw_gid)
     # -z creates the cache_dir's swap folders, then exits; -N keeps it in the foreground.
     run([exe, "-N", "-z", "-f", str(conf)], phase, log, "squid -z (create the cache folders)")
     log.write(f"$ {exe} -N -f {conf}\n")
     server = proc.start([exe, "-N", "-f", str(conf)], group=True, capture=False)
-    squid = Squid(folder, port, server)
+    squid = Squid(folder, port, server, credentials)
     try:
         _wait_listening(port, server, phase, folder / "cache.log")
-        log.event(f"squid {server.pid} listening on 127.0.0.1:{port}; guests use {squid.url_for_guests}; access log {squid.access_log}")
+        auth = f"basic auth as {credentials.user}" if credentials else "no auth"
+        log.event(f"squid {server.pid} listening on 127.0.0.1:{port} ({auth}); guests use 10.0.2.2:{port}; access log {squid.access_log}")
         yield squid
     finally:
         stop(server, log)
