@@ -20,7 +20,9 @@ from .. import proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
+from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
+from ..vagrant import PROVIDER
 from .machines import ClusterInfo, Machine, VagrantDriver
 from .network import switch_check_script
 from .remote import RemoteExec, sh_env
@@ -74,7 +76,12 @@ class Context:
 # ------------------------------------------------------------------ helpers
 
 def wait_for(ctx: Context, what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> None:
-    """proc.wait_for on the context's clock (a fake one in tests) and poll interval."""
+    """proc.wait_for on the context's clock (a fake one in tests) and poll interval. A dry run
+    shows the check's command once and says what it would wait for: it never pretends success."""
+    if ctx.dry_run:
+        check()
+        ui.say(f"would wait up to {timeout:.0f} s for {what}, checking every {ctx.poll_seconds:.0f} s")
+        return
     proc.wait_for(what, check, timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
 
 
@@ -170,10 +177,47 @@ def machines_not_running(ctx: Context) -> list[str]:
     return [m.name for m in ctx.cluster.machines if states.get(m.name) != "running"]
 
 
+def build_task(m: Machine) -> str:
+    return "build-windows" if m.is_windows else "build-ubuntu"
+
+
+def newest_box_version(catalogue: Path) -> str | None:
+    """The version the Vagrantfile pins (its newest_box_version): the highest in the catalogue.
+    k4w's versions are numeric segments (bake.catalogue.box_version), compared as numbers."""
+    try:
+        versions = [v["version"] for v in json.loads(catalogue.read_text(encoding="utf-8")).get("versions", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise K4wError(f"{catalogue} is not a readable box catalogue ({exc}); rebuild the box") from None
+    return max(versions, key=lambda v: tuple(int(p) if p.isdigit() else -1 for p in str(v).split(".")), default=None)
+
+
+def step_boxes(ctx: Context, machines: list[Machine]) -> None:
+    """Add each box the machines to be created need, once, before they boot at once: concurrent
+    `vagrant up`s adding the same box collide on Vagrant's download lock (k4w.vagrant.Vagrant.up)."""
+    catalogues = {m.box: (Path(m.box_catalogue), m) for m in machines if m.box}
+    if not catalogues:
+        return
+    installed = ctx.vagrant.boxes()
+    for box, (catalogue, m) in sorted(catalogues.items()):
+        name = BOX_PREFIX + box
+        if not catalogue.is_file():
+            if ctx.dry_run:
+                ui.say(f"box {box} is not built yet ({catalogue} does not exist): run `invoke {build_task(m)}` "
+                       "first, or the real run stops here", style="yellow")
+            elif not any(n == name and p == PROVIDER for n, p, _ in installed):
+                raise K4wError(f"box {box} is not built: {catalogue} does not exist and Vagrant has no {name} box. "
+                               f"Run `invoke {build_task(m)}` first")
+            continue
+        if (name, PROVIDER, newest_box_version(catalogue)) not in installed:
+            ctx.vagrant.box_add(catalogue)
+
+
 def step_up(ctx: Context) -> None:
-    pending = machines_not_running(ctx)
+    states = ctx.vagrant.status()
+    pending = [m for m in ctx.cluster.machines if states.get(m.name) != "running"]
     if pending:
-        ctx.vagrant.up(pending)
+        step_boxes(ctx, [m for m in pending if states.get(m.name, "not_created") == "not_created"])
+        ctx.vagrant.up([m.name for m in pending])
     still = machines_not_running(ctx)
     if still and not ctx.dry_run:
         raise K4wError(f"vagrant up finished but these machines are not running: {', '.join(still)}")
