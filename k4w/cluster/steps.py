@@ -25,7 +25,7 @@ from ..redact import register_secret
 from ..vagrant import PROVIDER
 from .machines import ClusterInfo, Machine, VagrantDriver
 from .network import switch_check_script
-from .remote import RemoteExec, sh_env
+from .remote import RemoteError, RemoteExec, sh_env
 from .state import State
 
 LINUX_DIR = "/tmp/k4w"              # where scripts and manifests are uploaded on Linux guests
@@ -41,6 +41,10 @@ _JOIN = re.compile(
     r"kubeadm join\s+(?P<api>\S+:\d+)\s+--token\s+(?P<token>[a-z0-9]{6}\.[a-z0-9]{16})\s+"
     r"--discovery-token-ca-cert-hash\s+(?P<hash>sha256:[0-9a-f]{64})"
 )
+
+
+class UnreadableAnswer(K4wError):
+    """A guest answered, but not in the form asked for (e.g. kubectl -o json printed no JSON)."""
 
 
 class Clock:
@@ -82,7 +86,19 @@ def wait_for(ctx: Context, what: str, check: Callable[[], tuple[bool, str]], tim
         check()
         ui.say(f"would wait up to {timeout:.0f} s for {what}, checking every {ctx.poll_seconds:.0f} s")
         return
-    proc.wait_for(what, check, timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
+    proc.wait_for(what, not_yet_on_failure(check), timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
+
+
+def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    """A check whose remote command failed (sshd not up yet after a reboot, the API server
+    restarting, half a JSON answer) has simply not seen the condition yet: poll again until the
+    deadline, and let the timeout message carry the last failure."""
+    def polled() -> tuple[bool, str]:
+        try:
+            return check()
+        except (RemoteError, UnreadableAnswer) as exc:
+            return False, f"the check itself failed: {exc}"
+    return polled
 
 
 def kubectl(ctx: Context, args: str) -> str:
@@ -95,7 +111,7 @@ def node_conditions(ctx: Context) -> dict[str, dict]:
     try:
         items = json.loads(raw or "{}").get("items", [])
     except json.JSONDecodeError:
-        raise K4wError(f"{ctx.cluster.master.name}: kubectl get nodes -o json returned no JSON: {raw[-300:]!r}") from None
+        raise UnreadableAnswer(f"{ctx.cluster.master.name}: kubectl get nodes -o json returned no JSON: {raw[-300:]!r}") from None
     result = {}
     for item in items:
         ready = next((c for c in item.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {})
@@ -308,11 +324,33 @@ def step_demo(ctx: Context) -> None:
 
     def available() -> tuple[bool, str]:
         raw = kubectl(ctx, f"get deployment {DEMO_DEPLOYMENT} -o json")
-        status = (json.loads(raw or "{}").get("status") or {})
+        try:
+            status = (json.loads(raw or "{}").get("status") or {})
+        except json.JSONDecodeError:
+            raise UnreadableAnswer(f"kubectl get deployment {DEMO_DEPLOYMENT} -o json returned no JSON: {raw[-300:]!r}") from None
         count = int(status.get("availableReplicas") or 0)
         return count >= 1, f"deployment {DEMO_DEPLOYMENT} has {count} available replicas ({status.get('conditions', [])})"
 
     wait_for(ctx, f"the demo deployment {DEMO_DEPLOYMENT}", available, ctx.ready_timeout)
+
+
+FLANNEL_DEFAULT_VNI = 1   # flannel's vxlan backend without a "VNI" (backend/vxlan/vxlan.go, defaultVNI)
+
+
+def flannel_vxlan_device(out: Path) -> str:
+    """The vxlan link flanneld creates on Linux nodes, flannel.<VNI> (backend/vxlan/vxlan.go), for
+    the VNI of the net-conf the cluster was given: OUT/manifests/kube-flannel.yaml's ConfigMap."""
+    import yaml
+
+    manifest = Path(out) / "manifests" / "kube-flannel.yaml"
+    try:
+        documents = list(yaml.safe_load_all(manifest.read_text(encoding="utf-8")))
+        netconf = next(json.loads(d["data"]["net-conf.json"]) for d in documents
+                       if isinstance(d, dict) and d.get("kind") == "ConfigMap" and "net-conf.json" in (d.get("data") or {}))
+    except (OSError, yaml.YAMLError, ValueError, StopIteration) as exc:
+        raise K4wError(f"cannot read Flannel's net-conf.json from {manifest} ({exc or 'no ConfigMap holds it'}): "
+                       "run `invoke render`") from None
+    return f"flannel.{netconf.get('Backend', {}).get('VNI', FLANNEL_DEFAULT_VNI)}"
 
 
 def write_private(path: Path, text: str) -> None:

@@ -18,7 +18,7 @@ from ..errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell
-from .remote import DryRunRemote, VagrantRemote
+from .remote import DryRunRemote, VagrantRemote, sh_env
 from .state import State
 
 # Steps that survive cluster-reset: the VMs and their cluster NIC addresses stay.
@@ -58,7 +58,7 @@ def _dry_answers(cluster) -> dict[str, str]:
 
 
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 poll_seconds: float = 5.0, artifacts: Path | None = None) -> S.Context:
+                 poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
     copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
@@ -68,11 +68,11 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
     # A dry run is the same Vagrant driver, printing the exact commands instead of running them.
     vagrant = vagrant or cluster_vagrant(artifacts, proc.Runner(dry_run=dry_run))
     if dry_run:
-        state = DryRunState.load(out, digest)
+        state = DryRunState.load(out, digest, config_changed_ok)
         remote = remote or DryRunRemote(_dry_answers(cluster))
         host = host or show_powershell
     else:
-        state = State.load(out, digest)
+        state = State.load(out, digest, config_changed_ok)
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
     clock = clock or S.Clock()
@@ -198,13 +198,15 @@ def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=Non
 
 
 def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) -> None:
-    """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it."""
-    ctx = make_context(cluster.config, out, dry_run, **deps)
+    """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it.
+    It works after a config change too: that is when cluster-up sends you here."""
+    ctx = make_context(cluster.config, out, dry_run, config_changed_ok=True, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")
     master = ctx.cluster.master
     workers = [m for m in ctx.cluster.machines if not m.is_master]
+    vxlan_device = S.flannel_vxlan_device(ctx.out)
     if ctx.state.done("master-init"):
         for m in workers:  # so a re-join registers a fresh Node object
             S.kubectl(ctx, f"delete node {m.name} --ignore-not-found")
@@ -217,7 +219,7 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
             ctx.remote.run(m, f"& {escape.ps(script)}")
         else:
             script = S.upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-reset.sh")
-            ctx.remote.run(m, f"sudo bash {script}")
+            ctx.remote.run(m, f"sudo {sh_env(K4W_FLANNEL_VXLAN_DEVICE=vxlan_device)} bash {script}")
     ctx.state.clear_after(KEPT_BY_RESET)
     if not dry_run:
         (ctx.out / "kubeconfig").unlink(missing_ok=True)

@@ -249,9 +249,9 @@ def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
     log = world.log
     at = index(log, r"^master: kubectl delete node worker-linux --ignore-not-found")
     at = index(log, r"^master: kubectl delete node worker-win --ignore-not-found", at)
-    at = index(log, r"^worker-linux: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    at = index(log, r"^worker-linux: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     at = index(log, r"^worker-win: & 'C:\\k4w\\cluster-reset.ps1'", at)
-    index(log, r"^master: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    index(log, r"^master: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     assert list(state(world)["steps"]) == ["up", "cluster-ip"]
     assert not (world.out / "kubeconfig").exists()
     world.log.clear()
@@ -305,3 +305,24 @@ def test_real_cli_dry_run_ends_with_the_plan_and_the_unbuilt_boxes_not_a_ready_c
     assert f"`invoke build-windows` ({out / 'boxes' / 'windows-1803.json'} does not exist)" in printed
     assert "kubeconfig: " not in printed and "seconds to Ready" not in printed
     assert not out.exists()
+
+
+def test_readiness_wait_retries_a_failed_ssh_until_it_answers(world):
+    """sshd or the API server not up yet is "not Ready yet", not the end of cluster-up."""
+    world.scenario["fail"] = [{"pattern": r"^kubectl get nodes -o json$", "times": 3, "exit": 255,
+                               "output": "ssh: connect to host 172.20.0.5 port 22: Connection refused"}]
+    run_up(world)
+    assert "ready" in state(world)["steps"]
+    assert sum(line == "master: kubectl get nodes -o json" for line in world.log) >= 4
+
+
+def test_readiness_wait_reports_the_last_ssh_failure_at_its_deadline(world):
+    world.scenario["fail"] = [{"pattern": r"^kubectl get nodes -o json$", "times": 10_000, "exit": 255,
+                               "output": "ssh: connect to host 172.20.0.5 port 22: Connection refused"}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    message = str(err.value)
+    assert message.startswith("timed out after 900 s waiting for master to be Ready")
+    assert "the check itself failed: master: command failed with exit code 255" in message
+    assert "Connection refused" in message
+    assert 900 <= world.clock.slept <= 910
