@@ -33,6 +33,7 @@ WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
 WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
+JOIN_TOKEN_FILE = "join-token"      # its file on a Windows node, under WINDOWS_DIR, deleted by cluster-join.ps1
 DEMO_DEPLOYMENT = "win-webserver"
 DEMO_NODE_PORT = 30080              # templates/manifests/demo-win-webserver.yaml.j2
 SWITCH_MISSING = 3                  # exit code of network.switch_check_script when the switch is absent
@@ -169,6 +170,18 @@ def upload_windows(ctx: Context, m: Machine, source: Path, dest_dir: str = WINDO
     return dest
 
 
+def upload_secret(ctx: Context, m: Machine, secret: str, name: str) -> str:
+    """Hand a Windows guest a secret as a file (`vagrant winrm` has no standard input, and a command
+    line is visible to every process on both ends): written 0600 in a private host folder, uploaded,
+    deleted here at once; the guest script reads and deletes its copy (cluster-join.ps1 -TokenFile)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="k4w-secret-") as folder:   # mode 0700
+        path = Path(folder) / name
+        write_private(path, secret)
+        return upload_windows(ctx, m, path)
+
+
 def prepare_dirs(ctx: Context, m: Machine) -> None:
     if m.is_windows:
         ctx.remote.run(m, f"New-Item -ItemType Directory -Force -Path {escape.ps(WINDOWS_DIR)}, {escape.ps(WINDOWS_CONFIG_DIR)} | Out-Null")
@@ -290,8 +303,9 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     # name the pause image the box pre-pulled, or the kubelet pulls k8s.gcr.io/pause itself.
     pause = profiles.load(node.box).data.kubernetes.pause_image
     env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_API_SERVER=join["api"],
-                 K4W_JOIN_TOKEN=join["token"], K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
-    ctx.remote.run(m, f"sudo {env} bash {script}")
+                 K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
+    # The token goes on standard input: sudo logs its whole command line to auth.log.
+    ctx.remote.run(m, f"sudo {env} bash {script}", stdin=join["token"] + "\n")
 
 
 def step_join_windows(ctx: Context, m: Machine) -> None:
@@ -305,7 +319,8 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
     script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-join.ps1")
-    ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -Token {escape.ps(join['token'])} "
+    token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
+    ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
                       f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")
 
 

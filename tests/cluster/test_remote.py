@@ -103,3 +103,20 @@ def test_vagrant_remote_uses_the_given_executable(tmp_path, fake_vagrant, monkey
     remote = VagrantRemote(Vagrant(tmp_path, machines.vagrant_env(fake_vagrant.out), exe=str(fake_vagrant.exe)))
     master = machines.load_cluster(fake_vagrant.out).master
     assert "kubeadm join 192.168.250.10:6443" in remote.run(master, "sudo kubeadm token create --print-join-command --ttl 1h")
+
+
+def test_join_token_never_reaches_a_command_line(fake_vagrant):
+    """sudo logs its command line to auth.log, and argv is visible to every process: the Linux join
+    reads the token on standard input, the Windows join from a file it deletes."""
+    from tests.fakes.cluster_answers import TOKEN
+
+    fake_vagrant.up()
+    calls = fake_vagrant.calls()
+    assert not [c["argv"] for c in calls if any(TOKEN in a for a in c["argv"])]
+    linux_join = next(c for c in calls if c["argv"][0] == "ssh" and "cluster-join.sh" in c["argv"][-1])
+    assert linux_join["stdin"] == TOKEN + "\n" and "K4W_JOIN_TOKEN" not in linux_join["argv"][-1]
+    assert all(c["stdin"] == "" for c in calls if c["argv"][0] == "ssh" and c is not linux_join)
+    upload = next(c["argv"] for c in calls if c["argv"][0] == "upload" and c["argv"][2] == "C:\\k4w\\join-token")
+    assert upload[-1] == "worker-win" and not __import__("os").path.exists(upload[1])   # the host copy is gone
+    windows_join = next(c["argv"][-1] for c in calls if c["argv"][0] == "winrm" and "cluster-join.ps1" in c["argv"][-1])
+    assert "-TokenFile 'C:\\k4w\\join-token'" in windows_join
