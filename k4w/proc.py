@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -234,19 +234,23 @@ class Runner:
 
     log: Path | None = None
     dry_run: bool = False
+    # Several programs may run at once (cluster-up's one `vagrant up` per VM): whole lines only.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def show(self, argv: list, cwd: Path | None = None, env: dict | None = None) -> None:
         show(argv, cwd, env)
 
     def _write(self, text: str) -> None:
         if self.log:
-            self.log.parent.mkdir(parents=True, exist_ok=True)
-            with self.log.open("a", encoding="utf-8") as fh:
-                fh.write(redact(text))
+            with self._lock:
+                self.log.parent.mkdir(parents=True, exist_ok=True)
+                with self.log.open("a", encoding="utf-8") as fh:
+                    fh.write(redact(text))
 
     def _echo(self, line: str) -> None:
         self._write(line)
-        ui.say(line.rstrip("\n"))
+        with self._lock:
+            ui.say(line.rstrip("\n"))
 
     def run(self, argv: list, cwd: Path | None = None, env: dict | None = None, extra_env: dict | None = None,
             capture: bool = False, check: bool = True) -> tuple[int, str]:

@@ -13,11 +13,31 @@ part of the cluster, and the stages below k4w.cluster must not depend on it.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import proc, tools
+from . import proc, tools, ui
+from .errors import K4wError
 
 PROVIDER = "hyperv"
+
+
+def parse_boxes(text: str) -> set[tuple[str, str, str]]:
+    """{(name, provider, version)} from `vagrant box list --machine-readable`: each box is a
+    box-name line followed by its box-provider and box-version lines (plugins/commands/box/command/list.rb)."""
+    boxes, current = set(), {}
+    for line in text.splitlines():
+        parts = line.split(",", 3)
+        if len(parts) != 4 or not parts[2].startswith("box-"):
+            continue
+        key, value = parts[2], parts[3].strip()
+        if key == "box-name":
+            current = {"box-name": value}
+        else:
+            current[key] = value
+        if {"box-name", "box-provider", "box-version"} <= current.keys():
+            boxes.add((current["box-name"], current["box-provider"], current["box-version"]))
+    return boxes
 
 
 def parse_status(text: str) -> dict[str, str]:
@@ -55,10 +75,39 @@ class Vagrant:
         return parse_status(text)
 
     def up(self, names: list[str] = ()) -> None:
-        # Vagrant brings machines up in parallel only for providers that declare it; Hyper-V does
-        # not (plugins/providers/hyperv/plugin.rb registers no parallel: true), so the machines
-        # named come up one after another there.
-        self._run("up", f"--provider={PROVIDER}", *names)
+        """Bring the machines up: one `vagrant up NAME` process per machine, all at once.
+
+        Vagrant itself boots machines in parallel only for providers that declare it, and Hyper-V
+        does not (plugins/providers/hyperv/plugin.rb registers no parallel: true): one
+        `vagrant up a b c` boots them one after another. Separate processes are safe because
+        Vagrant locks each machine on its own. They are NOT safe while a box is still to be added:
+        two processes adding the same box collide on its download lock (box_add.rb,
+        DownloadAlreadyInProgress), so the caller adds missing boxes first (box_add).
+        A failed machine does not stop the others (stopping a Hyper-V import half-way leaves a
+        VM Vagrant no longer knows); every failure is reported once all have finished."""
+        if len(names) <= 1:
+            self._run("up", f"--provider={PROVIDER}", *names)
+            return
+        if self.dry_run:
+            ui.say(f"# these {len(names)} run at once, one process per machine:")
+            for name in names:
+                self._run("up", f"--provider={PROVIDER}", name)
+            return
+        with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="vagrant-up") as pool:
+            futures = {name: pool.submit(self._run, "up", f"--provider={PROVIDER}", name) for name in names}
+        failures = []
+        for name, future in futures.items():
+            try:
+                future.result()
+            except K4wError as exc:  # proc.Failed: the command, its exit code and last lines
+                failures.append(f"{name}: {exc}")
+        if failures:
+            raise K4wError(f"vagrant up failed for {len(failures)} of {len(names)} machines "
+                           f"(the others finished):\n" + "\n".join(failures))
+
+    def boxes(self) -> set[tuple[str, str, str]]:
+        """The installed boxes as (name, provider, version); empty in a dry run."""
+        return parse_boxes(self._run("box", "list", "--machine-readable", capture=True)[1])
 
     def destroy(self, names: list[str] = (), check: bool = True) -> int:
         """Destroy the machines (all without names); returns Vagrant's exit code."""
@@ -75,6 +124,8 @@ class Vagrant:
         """Add a box from a k4w box catalogue (OUT/boxes/<box>.json); Vagrant checks its sha256."""
         return self._run("box", "add", str(catalogue), check=check)
 
-    def call(self, *args: str, timeout: float | None = None) -> proc.Result:
-        """Run a command quietly (nothing shown or logged) and keep its output."""
-        return proc.run([self.exe, *args], cwd=self.root, env={**os.environ, **self.env}, timeout=timeout)
+    def call(self, *args: str, timeout: float | None = None, input: str = "") -> proc.Result:
+        """Run a command quietly (nothing shown or logged) and keep its output. input is its
+        standard input: `vagrant ssh -c` hands it to the remote command (ssh inherits Vagrant's
+        stdin, util/ssh.rb _raw_subprocess), and an empty one keeps it off the user's terminal."""
+        return proc.run([self.exe, *args], cwd=self.root, env={**os.environ, **self.env}, timeout=timeout, input=input)

@@ -27,6 +27,8 @@ class Machine:
     os: str
     ip: str
     vmname: str
+    box: str = ""
+    box_catalogue: str = ""    # OUT/boxes/<box>.json, written when the box is built
 
     @property
     def is_windows(self) -> bool:
@@ -61,7 +63,8 @@ def load_cluster(out: Path) -> ClusterInfo:
     if not path.is_file():
         raise K4wError(f"{path} not found: run `invoke render` first")
     data = json.loads(path.read_text(encoding="utf-8"))
-    machines = tuple(Machine(m["name"], m["role"], m["os"], m["ip"], m["vmname"]) for m in data["machines"])
+    machines = tuple(Machine(m["name"], m["role"], m["os"], m["ip"], m["vmname"], m["box"], m["box_catalogue"])
+                     for m in data["machines"])
     return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines)
 
 
@@ -85,5 +88,9 @@ class VagrantDriver(Protocol):
     def status(self) -> dict[str, str]: ...
 
     def up(self, names: list[str]) -> None: ...
+
+    def boxes(self) -> set[tuple[str, str, str]]: ...
+
+    def box_add(self, catalogue: Path, check: bool = True) -> tuple[int, str]: ...
 
     def destroy(self) -> int: ...

@@ -38,7 +38,7 @@ class RemoteError(K4wError):
 
 
 class RemoteExec(Protocol):
-    def run(self, machine: Machine, command: str) -> str: ...
+    def run(self, machine: Machine, command: str, stdin: str = "") -> str: ...
 
     def upload(self, machine: Machine, source: Path, destination: str) -> None: ...
 
@@ -59,22 +59,26 @@ class VagrantRemote:
     vagrant: Vagrant
     timeout: float = 3600
 
-    def _call(self, argv: list[str]) -> tuple[int, str]:
+    def _call(self, argv: list[str], stdin: str = "") -> tuple[int, str]:
         try:
-            result = self.vagrant.call(*argv, timeout=self.timeout)
+            result = self.vagrant.call(*argv, timeout=self.timeout, input=stdin)
         except proc.TimedOut as exc:
             return 124, f"timed out after {self.timeout:.0f} s\n{exc.output}"
         return result.returncode, result.output
 
-    def run(self, machine: Machine, command: str) -> str:
+    def run(self, machine: Machine, command: str, stdin: str = "") -> str:
+        """stdin reaches a Linux command's standard input (for secrets: never on a command line,
+        which sudo logs to auth.log); `vagrant winrm` has no such channel, so Windows takes none."""
         if machine.is_windows:
+            if stdin:
+                raise ValueError("vagrant winrm cannot pass standard input; upload a file instead")
             code, output = self._call(["winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
             found = _EXIT_LINE.findall(output)
             if found:
                 code = int(found[-1])
                 output = _EXIT_LINE.sub("", output).rstrip() + "\n"
         else:
-            code, output = self._call(["ssh", machine.name, "--no-tty", "--command", command])
+            code, output = self._call(["ssh", machine.name, "--no-tty", "--command", command], stdin)
         if code != 0:
             raise RemoteError(machine.name, command, code, output)
         return output
@@ -93,9 +97,9 @@ class DryRunRemote:
         self.answers = answers or {}
         self.commands: list[tuple[str, str]] = []
 
-    def run(self, machine: Machine, command: str) -> str:
+    def run(self, machine: Machine, command: str, stdin: str = "") -> str:
         self.commands.append((machine.name, command))
-        ui.say(f"[{machine.name}] $ {command}", style="cyan")
+        ui.say(f"[{machine.name}] $ {command}" + ("   (secret on its standard input)" if stdin else ""), style="cyan")
         for pattern, answer in self.answers.items():
             if re.search(pattern, command):
                 return answer

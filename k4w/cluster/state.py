@@ -26,7 +26,9 @@ class State:
         self.data = data or {"version": VERSION, "digest": digest, "steps": {}, "nodes": {}}
 
     @classmethod
-    def load(cls, out: Path, digest: str) -> "State":
+    def load(cls, out: Path, digest: str, config_changed_ok: bool = False) -> "State":
+        """config_changed_ok: cluster-reset, the very command the refusal below names, which
+        undoes kubeadm whatever config built it and then records the new one."""
         path = Path(out) / STATE_FILE
         if not path.is_file():
             return cls(path, digest)
@@ -36,7 +38,7 @@ class State:
             raise K4wError(f"{path} is not valid JSON ({exc}); delete it to start over (invoke cluster-down)") from None
         if data.get("version") != VERSION:
             raise K4wError(f"{path} was written by another k4w version; run invoke cluster-down (or delete it)")
-        if data.get("digest") != digest and data.get("steps"):
+        if data.get("digest") != digest and data.get("steps") and not config_changed_ok:
             raise K4wError(
                 f"the rendered cluster config changed since {path} was written (steps done: "
                 f"{', '.join(data['steps'])}). Run `invoke cluster-reset` (keeps the VMs) or "

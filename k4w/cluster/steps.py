@@ -14,7 +14,6 @@ import re
 import shlex
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,10 +22,12 @@ from .. import derive_steps, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
+from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
+from ..vagrant import PROVIDER
 from .machines import ClusterInfo, Machine, VagrantDriver
 from .network import switch_check_script
-from .remote import RemoteExec, sh_env
+from .remote import RemoteError, RemoteExec, sh_env
 from .state import State
 
 LINUX_DIR = "/tmp/k4w"              # where scripts and manifests are uploaded on Linux guests
@@ -34,6 +35,7 @@ WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
 WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
+JOIN_TOKEN_FILE = "join-token"      # its file on a Windows node, under WINDOWS_DIR, deleted by cluster-join.ps1
 DEMO_DEPLOYMENT = "win-webserver"
 DEMO_NODE_PORT = 30080              # templates/manifests/demo-win-webserver.yaml.j2
 SWITCH_MISSING = 3                  # exit code of network.switch_check_script when the switch is absent
@@ -42,6 +44,10 @@ _JOIN = re.compile(
     r"kubeadm join\s+(?P<api>\S+:\d+)\s+--token\s+(?P<token>[a-z0-9]{6}\.[a-z0-9]{16})\s+"
     r"--discovery-token-ca-cert-hash\s+(?P<hash>sha256:[0-9a-f]{64})"
 )
+
+
+class UnreadableAnswer(K4wError):
+    """A guest answered, but not in the form asked for (e.g. kubectl -o json printed no JSON)."""
 
 
 class Clock:
@@ -77,8 +83,25 @@ class Context:
 # ------------------------------------------------------------------ helpers
 
 def wait_for(ctx: Context, what: str, check: Callable[[], tuple[bool, str]], timeout: float) -> None:
-    """proc.wait_for on the context's clock (a fake one in tests) and poll interval."""
-    proc.wait_for(what, check, timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
+    """proc.wait_for on the context's clock (a fake one in tests) and poll interval. A dry run
+    shows the check's command once and says what it would wait for: it never pretends success."""
+    if ctx.dry_run:
+        check()
+        ui.say(f"would wait up to {timeout:.0f} s for {what}, checking every {ctx.poll_seconds:.0f} s")
+        return
+    proc.wait_for(what, not_yet_on_failure(check), timeout, clock=ctx.clock.now, sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
+
+
+def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    """A check whose remote command failed (sshd not up yet after a reboot, the API server
+    restarting, half a JSON answer) has simply not seen the condition yet: poll again until the
+    deadline, and let the timeout message carry the last failure."""
+    def polled() -> tuple[bool, str]:
+        try:
+            return check()
+        except (RemoteError, UnreadableAnswer) as exc:
+            return False, f"the check itself failed: {exc}"
+    return polled
 
 
 def kubectl(ctx: Context, args: str) -> str:
@@ -91,7 +114,7 @@ def node_conditions(ctx: Context) -> dict[str, dict]:
     try:
         items = json.loads(raw or "{}").get("items", [])
     except json.JSONDecodeError:
-        raise K4wError(f"{ctx.cluster.master.name}: kubectl get nodes -o json returned no JSON: {raw[-300:]!r}") from None
+        raise UnreadableAnswer(f"{ctx.cluster.master.name}: kubectl get nodes -o json returned no JSON: {raw[-300:]!r}") from None
     result = {}
     for item in items:
         ready = next((c for c in item.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {})
@@ -149,6 +172,17 @@ def upload_windows(ctx: Context, m: Machine, source: Path, dest_dir: str = WINDO
     return dest
 
 
+def upload_secret(ctx: Context, m: Machine, secret: str, name: str) -> str:
+    """Hand a guest a secret as a file (`vagrant winrm` has no standard input, a command line is
+    visible to every process on both ends and sudo logs it): written 0600 in a private host
+    folder, uploaded, deleted here at once; the guest script reads and deletes its copy
+    (cluster-join.ps1 -TokenFile, cluster-proxy.*)."""
+    with tempfile.TemporaryDirectory(prefix="k4w-secret-") as folder:   # mode 0700
+        path = Path(folder) / name
+        write_private(path, secret)
+        return upload_windows(ctx, m, path) if m.is_windows else upload_linux(ctx, m, path)
+
+
 def prepare_dirs(ctx: Context, m: Machine) -> None:
     if m.is_windows:
         ctx.remote.run(m, f"New-Item -ItemType Directory -Force -Path {escape.ps(WINDOWS_DIR)}, {escape.ps(WINDOWS_CONFIG_DIR)} | Out-Null")
@@ -174,10 +208,47 @@ def machines_not_running(ctx: Context) -> list[str]:
     return [m.name for m in ctx.cluster.machines if states.get(m.name) != "running"]
 
 
+def build_task(m: Machine) -> str:
+    return "build-windows" if m.is_windows else "build-ubuntu"
+
+
+def newest_box_version(catalogue: Path) -> str | None:
+    """The version the Vagrantfile pins (its newest_box_version): the highest in the catalogue.
+    k4w's versions are numeric segments (bake.catalogue.box_version), compared as numbers."""
+    try:
+        versions = [v["version"] for v in json.loads(catalogue.read_text(encoding="utf-8")).get("versions", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise K4wError(f"{catalogue} is not a readable box catalogue ({exc}); rebuild the box") from None
+    return max(versions, key=lambda v: tuple(int(p) if p.isdigit() else -1 for p in str(v).split(".")), default=None)
+
+
+def step_boxes(ctx: Context, machines: list[Machine]) -> None:
+    """Add each box the machines to be created need, once, before they boot at once: concurrent
+    `vagrant up`s adding the same box collide on Vagrant's download lock (k4w.vagrant.Vagrant.up)."""
+    catalogues = {m.box: (Path(m.box_catalogue), m) for m in machines if m.box}
+    if not catalogues:
+        return
+    installed = ctx.vagrant.boxes()
+    for box, (catalogue, m) in sorted(catalogues.items()):
+        name = BOX_PREFIX + box
+        if not catalogue.is_file():
+            if ctx.dry_run:
+                ui.say(f"box {box} is not built yet ({catalogue} does not exist): run `invoke {build_task(m)}` "
+                       "first, or the real run stops here", style="yellow")
+            elif not any(n == name and p == PROVIDER for n, p, _ in installed):
+                raise K4wError(f"box {box} is not built: {catalogue} does not exist and Vagrant has no {name} box. "
+                               f"Run `invoke {build_task(m)}` first")
+            continue
+        if (name, PROVIDER, newest_box_version(catalogue)) not in installed:
+            ctx.vagrant.box_add(catalogue)
+
+
 def step_up(ctx: Context) -> None:
-    pending = machines_not_running(ctx)
+    states = ctx.vagrant.status()
+    pending = [m for m in ctx.cluster.machines if states.get(m.name) != "running"]
     if pending:
-        ctx.vagrant.up(pending)
+        step_boxes(ctx, [m for m in pending if states.get(m.name, "not_created") == "not_created"])
+        ctx.vagrant.up([m.name for m in pending])
     still = machines_not_running(ctx)
     if still and not ctx.dry_run:
         raise K4wError(f"vagrant up finished but these machines are not running: {', '.join(still)}")
@@ -195,18 +266,6 @@ def step_cluster_ip(ctx: Context) -> None:
             ctx.remote.run(m, f"sudo {env} bash {script}")
 
 
-@contextmanager
-def private_file(name: str, text: str):
-    """A file readable only by this user, deleted afterwards: how a value that may hold a
-    credential reaches a guest (uploaded, never on a command line, which sudo would log)."""
-    with tempfile.TemporaryDirectory(prefix="k4w-") as folder:
-        path = Path(folder) / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        yield path
-
-
 def step_node_proxy(ctx: Context) -> None:
     """Each node gets the proxy of this cluster.yml before it pulls anything: a box carries none
     (the build keeps its proxy off the box). The values travel in a private file."""
@@ -216,8 +275,7 @@ def step_node_proxy(ctx: Context) -> None:
             values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS)
             common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-proxy.ps1")
-            with private_file("proxy.json", json.dumps(values)) as path:
-                values_file = upload_windows(ctx, m, path)
+            values_file = upload_secret(ctx, m, json.dumps(values), "proxy.json")
             ctx.remote.run(m, f"& {escape.ps(script)} -ValuesFile {escape.ps(values_file)} -Common {escape.ps(common)}")
         else:
             values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU)
@@ -225,8 +283,7 @@ def step_node_proxy(ctx: Context) -> None:
             text = "".join(f"{name}={shlex.quote(values[name])}\n" for name in wanted)
             upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-proxy.sh")
-            with private_file("proxy.env", text) as path:
-                values_file = upload_linux(ctx, m, path)
+            values_file = upload_secret(ctx, m, text, "proxy.env")
             ctx.remote.run(m, f"sudo {sh_env(K4W_PROXY_FILE=values_file)} bash {script}")
 
 
@@ -269,8 +326,9 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     # name the pause image the box pre-pulled, or the kubelet pulls k8s.gcr.io/pause itself.
     pause = profiles.load(node.box).data.kubernetes.pause_image
     env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_API_SERVER=join["api"],
-                 K4W_JOIN_TOKEN=join["token"], K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
-    ctx.remote.run(m, f"sudo {env} bash {script}")
+                 K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
+    # The token goes on standard input: sudo logs its whole command line to auth.log.
+    ctx.remote.run(m, f"sudo {env} bash {script}", stdin=join["token"] + "\n")
 
 
 def step_join_windows(ctx: Context, m: Machine) -> None:
@@ -284,7 +342,8 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
     script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-join.ps1")
-    ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -Token {escape.ps(join['token'])} "
+    token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
+    ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
                       f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")
 
 
@@ -303,11 +362,33 @@ def step_demo(ctx: Context) -> None:
 
     def available() -> tuple[bool, str]:
         raw = kubectl(ctx, f"get deployment {DEMO_DEPLOYMENT} -o json")
-        status = (json.loads(raw or "{}").get("status") or {})
+        try:
+            status = (json.loads(raw or "{}").get("status") or {})
+        except json.JSONDecodeError:
+            raise UnreadableAnswer(f"kubectl get deployment {DEMO_DEPLOYMENT} -o json returned no JSON: {raw[-300:]!r}") from None
         count = int(status.get("availableReplicas") or 0)
         return count >= 1, f"deployment {DEMO_DEPLOYMENT} has {count} available replicas ({status.get('conditions', [])})"
 
     wait_for(ctx, f"the demo deployment {DEMO_DEPLOYMENT}", available, ctx.ready_timeout)
+
+
+FLANNEL_DEFAULT_VNI = 1   # flannel's vxlan backend without a "VNI" (backend/vxlan/vxlan.go, defaultVNI)
+
+
+def flannel_vxlan_device(out: Path) -> str:
+    """The vxlan link flanneld creates on Linux nodes, flannel.<VNI> (backend/vxlan/vxlan.go), for
+    the VNI of the net-conf the cluster was given: OUT/manifests/kube-flannel.yaml's ConfigMap."""
+    import yaml
+
+    manifest = Path(out) / "manifests" / "kube-flannel.yaml"
+    try:
+        documents = list(yaml.safe_load_all(manifest.read_text(encoding="utf-8")))
+        netconf = next(json.loads(d["data"]["net-conf.json"]) for d in documents
+                       if isinstance(d, dict) and d.get("kind") == "ConfigMap" and "net-conf.json" in (d.get("data") or {}))
+    except (OSError, yaml.YAMLError, ValueError, StopIteration) as exc:
+        raise K4wError(f"cannot read Flannel's net-conf.json from {manifest} ({exc or 'no ConfigMap holds it'}): "
+                       "run `invoke render`") from None
+    return f"flannel.{netconf.get('Backend', {}).get('VNI', FLANNEL_DEFAULT_VNI)}"
 
 
 def write_private(path: Path, text: str) -> None:

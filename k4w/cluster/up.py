@@ -18,11 +18,14 @@ from ..errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell
-from .remote import DryRunRemote, VagrantRemote
+from .remote import DryRunRemote, VagrantRemote, sh_env
 from .state import State
 
 # Steps that survive cluster-reset: the VMs and their cluster NIC addresses stay.
 KEPT_BY_RESET = ("up", "cluster-ip")
+# Run again on every cluster-up once done: a node's static IP must hold after a host reboot or a
+# `vagrant halt` + `up` (the guest scripts are idempotent: nothing changes when it is in place).
+REAPPLIED = "cluster-ip"
 
 
 def artifacts_digest(out: Path) -> str:
@@ -45,21 +48,17 @@ class DryRunState(State):
 
 
 def _dry_answers(cluster) -> dict[str, str]:
-    """What a healthy cluster would answer, so a dry run walks every step."""
-    import json
-
-    nodes = {"items": [{"metadata": {"name": m.name}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-                       for m in cluster.machines]}
+    """The one answer a dry run needs to walk every step: a join command to parse (its token is
+    a placeholder, redacted like a real one). Readiness is never pretended: waits say what they
+    would wait for (steps.wait_for)."""
     return {
         r"kubeadm token create": f"kubeadm join {cluster.master.ip}:6443 --token abcdef.0123456789abcdef "
                                  f"--discovery-token-ca-cert-hash sha256:{'0' * 64}\n",
-        r"get nodes -o json": json.dumps(nodes),
-        r"get deployment .* -o json": json.dumps({"status": {"availableReplicas": 1}}),
     }
 
 
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 poll_seconds: float = 5.0, artifacts: Path | None = None) -> S.Context:
+                 poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
     copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
@@ -69,11 +68,11 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
     # A dry run is the same Vagrant driver, printing the exact commands instead of running them.
     vagrant = vagrant or cluster_vagrant(artifacts, proc.Runner(dry_run=dry_run))
     if dry_run:
-        state = DryRunState.load(out, digest)
+        state = DryRunState.load(out, digest, config_changed_ok)
         remote = remote or DryRunRemote(_dry_answers(cluster))
         host = host or show_powershell
     else:
-        state = State.load(out, digest)
+        state = State.load(out, digest, config_changed_ok)
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
     clock = clock or S.Clock()
@@ -108,27 +107,42 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     ctx = make_context(cluster.config, out, dry_run, artifacts=artifacts, **deps)
     S.step_network(ctx)
     plan = S.step_list(ctx.cluster)
-    if all(ctx.state.done(key) for key, _ in plan):
-        not_running = S.machines_not_running(ctx)
-        if not not_running:
-            ui.say("cluster is already up: nothing to do")
-            summary(ctx)
-            return ctx
-        ui.say(f"cluster was up; starting stopped machines: {', '.join(not_running)}")
-        S.step_up(ctx)
-        summary(ctx)
+    finished = all(ctx.state.done(key) for key, _ in plan)
+    restarted = []
+    if ctx.state.done("up"):
+        # VMs stopped since the last run (a host reboot leaves them off: Vagrant's Hyper-V
+        # auto_start_action defaults to Nothing): start them, the triggers reconnect the cluster NIC.
+        restarted = S.machines_not_running(ctx)
+        if restarted:
+            ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
+                   else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
+            S.step_up(ctx)
+    if ctx.state.done(REAPPLIED):
+        ui.say(f"==> {REAPPLIED} (re-applied on every run; unchanged where already in place)", style="bold")
+        S.step_cluster_ip(ctx)
+    if finished:
+        if restarted:
+            S.step_ready(ctx)  # a restarted node is back only once it is Ready again
+        else:
+            ui.say("cluster is already up: nothing else to do")
+        finish(ctx)
         return ctx
     for key, step in plan:
         if ctx.state.done(key):
-            if key == "up" and S.machines_not_running(ctx):
-                S.step_up(ctx)  # VMs stopped since (host reboot): start them, the rest resumes
             continue
         ui.say(f"==> {key}", style="bold")
         started = ctx.clock.now()
         step(ctx)
         ctx.state.mark(key, ctx.clock.now() - started)
-    summary(ctx)
+    finish(ctx)
     return ctx
+
+
+def finish(ctx: S.Context) -> None:
+    if ctx.dry_run:
+        dry_run_summary(ctx)
+    else:
+        summary(ctx)
 
 
 def summary(ctx: S.Context) -> list[list[str]]:
@@ -148,6 +162,28 @@ def summary(ctx: S.Context) -> list[list[str]]:
     return rows
 
 
+def dry_run_summary(ctx: S.Context) -> list[list[str]]:
+    """What a dry run ends with: the plan, and what stands in its way, never a cluster that is not there."""
+    rows, unbuilt = [], {}
+    for m in ctx.cluster.machines:
+        catalogue = Path(m.box_catalogue)
+        if not catalogue.is_file():
+            unbuilt[m.box] = f"`invoke {S.build_task(m)}` ({catalogue} does not exist)"
+        rows.append([m.name, m.os, m.ip, m.box, "built" if catalogue.is_file() else "NOT BUILT YET"])
+    ui.table("cluster-up dry run: the planned nodes (nothing was started, uploaded or written)",
+             ["node", "OS", "IP", "box", "box state"], rows)
+    ui.say("dry run: no VM was started, so no node is Ready and there is no kubeconfig.")
+    if unbuilt:
+        ui.say("boxes not built yet, so a real cluster-up would stop at `vagrant up`; build them first with "
+               + "; ".join(f"{box}: {how}" for box, how in sorted(unbuilt.items())), style="yellow")
+    ending = f"a real run waits up to {ctx.ready_timeout} s for every node to be Ready, then writes {ctx.out / 'kubeconfig'} (mode 0600)"
+    if ctx.cluster.windows_workers:
+        entry = (ctx.cluster.linux_workers or [ctx.cluster.master])[0]
+        ending += f" and serves the demo at http://{entry.ip}:{S.DEMO_NODE_PORT}/"
+    ui.say(ending)
+    return rows
+
+
 def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None) -> None:
     """Destroy every VM of the cluster and forget its state."""
     out = Path(out).resolve()
@@ -162,13 +198,15 @@ def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=Non
 
 
 def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) -> None:
-    """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it."""
-    ctx = make_context(cluster.config, out, dry_run, **deps)
+    """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it.
+    It works after a config change too: that is when cluster-up sends you here."""
+    ctx = make_context(cluster.config, out, dry_run, config_changed_ok=True, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")
     master = ctx.cluster.master
     workers = [m for m in ctx.cluster.machines if not m.is_master]
+    vxlan_device = S.flannel_vxlan_device(ctx.out)
     if ctx.state.done("master-init"):
         for m in workers:  # so a re-join registers a fresh Node object
             S.kubectl(ctx, f"delete node {m.name} --ignore-not-found")
@@ -181,7 +219,7 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
             ctx.remote.run(m, f"& {escape.ps(script)}")
         else:
             script = S.upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-reset.sh")
-            ctx.remote.run(m, f"sudo bash {script}")
+            ctx.remote.run(m, f"sudo {sh_env(K4W_FLANNEL_VXLAN_DEVICE=vxlan_device)} bash {script}")
     ctx.state.clear_after(KEPT_BY_RESET)
     if not dry_run:
         (ctx.out / "kubeconfig").unlink(missing_ok=True)

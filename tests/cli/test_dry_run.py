@@ -16,7 +16,7 @@ SHOWS = {
     "validate": "packer validate",
     "plan": "Would render",
     "all": "shellcheck",
-    "cluster-up": "vagrant up --provider=hyperv master worker-linux worker-win",
+    "cluster-up": "vagrant up --provider=hyperv worker-win",
     "build-windows": "packer build -machine-readable -force -on-error=cleanup",
     "build-ubuntu": "packer build -machine-readable -force -on-error=cleanup",
 }

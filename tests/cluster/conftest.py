@@ -42,3 +42,12 @@ LINUX_ONLY_VXLAN = {
 
 def machines_of(out: Path) -> list[dict]:
     return json.loads((out / "vagrant" / "cluster.json").read_text())["machines"]
+
+
+def write_box_catalogues(out: Path, version: str = "20240101.120000") -> None:
+    """OUT/boxes/<box>.json as a finished build leaves them (k4w.bake.catalogue), for the fake vagrant's `box add`."""
+    for box in ("ubuntu-1604", "windows-1803"):
+        catalogue = out / "boxes" / f"{box}.json"
+        catalogue.parent.mkdir(parents=True, exist_ok=True)
+        catalogue.write_text(json.dumps({"name": f"k4w/{box}", "versions": [
+            {"version": version, "providers": [{"name": "hyperv", "url": "file:///x.box"}]}]}))

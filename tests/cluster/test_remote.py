@@ -12,6 +12,7 @@ from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
 from k4w.errors import K4wError
 from k4w.vagrant import Vagrant
 from k4w.validate.powershell_rules import parse_text_errors
+from tests.cluster.conftest import write_box_catalogues
 from tests.fakes.cluster_world import FakeClock
 from tests.fakes.vagrant import VagrantOnPath
 
@@ -24,6 +25,7 @@ def fake_vagrant(default_render, tmp_path, monkeypatch):
         def __init__(self):
             super().__init__(tmp_path, monkeypatch)
             self.cluster, self.out = cluster, out
+            write_box_catalogues(out)
 
         def up(self, **kw):
             return up_mod.cluster_up(cluster, out, validate=False, host=lambda s: (0, ""), clock=FakeClock(), **kw)
@@ -35,7 +37,10 @@ def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
     fake_vagrant.up()
     calls = fake_vagrant.argvs()
     assert calls[0] == ["status", "--machine-readable"]
-    assert calls[1] == ["up", "--provider=hyperv", "master", "worker-linux", "worker-win"]
+    assert calls[1] == ["box", "list", "--machine-readable"]
+    assert [c[:2] for c in calls[2:4]] == [["box", "add"]] * 2   # each box once, before the VMs boot at once
+    # one `vagrant up NAME` per machine, started at once (tests/cluster/test_concurrent_up.py)
+    assert sorted(calls[4:7]) == [["up", "--provider=hyperv", name] for name in ("master", "worker-linux", "worker-win")]
     ssh = [c for c in calls if c[0] == "ssh"]
     assert all(c[2:4] == ["--no-tty", "--command"] for c in ssh)
     winrm = [c for c in calls if c[0] == "winrm"]
@@ -48,18 +53,22 @@ def test_full_run_reaches_vagrant_with_the_expected_commands(fake_vagrant):
     assert env["K4W_CLUSTER_JSON"].endswith("vagrant/cluster.json") and env["VAGRANT_DOTFILE_PATH"].endswith("vagrant-state")
 
 
-def test_second_run_sends_only_status_checks(fake_vagrant):
+def test_second_run_checks_status_and_reapplies_the_cluster_ips(fake_vagrant):
     fake_vagrant.up()
     before = len(fake_vagrant.argvs())
     fake_vagrant.up()
     second = fake_vagrant.argvs()[before:]
-    assert [c[0] for c in second] == ["status", "ssh"]
-    assert second[1][-1] == "kubectl get nodes -o json"
+    assert second[0][0] == "status" and {c[0] for c in second[1:]} <= {"ssh", "winrm", "upload"}
+    # every node's static IP again (a host reboot may have dropped it), nothing else of the build
+    assert [c[1] for c in second if c[0] in ("ssh", "winrm") and "cluster-ip" in c[-1]] == ["master", "worker-linux", "worker-win"]
+    assert not any("kubeadm" in c[-1] or "cluster-join" in c[-1] for c in second)
+    assert second[-1][-1] == "kubectl get nodes -o json"
 
 
 def test_resume_after_vagrant_up_fails(fake_vagrant):
-    fake_vagrant.scenario({"fail": [{"pattern": "^up", "times": 1, "exit": 1, "output": "Hyper-V import failed"}]})
-    with pytest.raises(K4wError, match="(?s)vagrant up --provider=hyperv master worker-linux worker-win exited 1:.*Hyper-V import failed"):
+    fake_vagrant.scenario({"fail": [{"pattern": "^up .*worker-win", "times": 1, "exit": 1, "output": "Hyper-V import failed"}]})
+    with pytest.raises(K4wError, match="(?s)vagrant up failed for 1 of 3 machines.*worker-win: .*vagrant up --provider=hyperv "
+                                       "worker-win exited 1:.*Hyper-V import failed"):
         fake_vagrant.up()
     assert not (fake_vagrant.out / "cluster-state.json").exists()
     fake_vagrant.up()
@@ -94,3 +103,20 @@ def test_vagrant_remote_uses_the_given_executable(tmp_path, fake_vagrant, monkey
     remote = VagrantRemote(Vagrant(tmp_path, machines.vagrant_env(fake_vagrant.out), exe=str(fake_vagrant.exe)))
     master = machines.load_cluster(fake_vagrant.out).master
     assert "kubeadm join 192.168.250.10:6443" in remote.run(master, "sudo kubeadm token create --print-join-command --ttl 1h")
+
+
+def test_join_token_never_reaches_a_command_line(fake_vagrant):
+    """sudo logs its command line to auth.log, and argv is visible to every process: the Linux join
+    reads the token on standard input, the Windows join from a file it deletes."""
+    from tests.fakes.cluster_answers import TOKEN
+
+    fake_vagrant.up()
+    calls = fake_vagrant.calls()
+    assert not [c["argv"] for c in calls if any(TOKEN in a for a in c["argv"])]
+    linux_join = next(c for c in calls if c["argv"][0] == "ssh" and "cluster-join.sh" in c["argv"][-1])
+    assert linux_join["stdin"] == TOKEN + "\n" and "K4W_JOIN_TOKEN" not in linux_join["argv"][-1]
+    assert all(c["stdin"] == "" for c in calls if c["argv"][0] == "ssh" and c is not linux_join)
+    upload = next(c["argv"] for c in calls if c["argv"][0] == "upload" and c["argv"][2] == "C:\\k4w\\join-token")
+    assert upload[-1] == "worker-win" and not __import__("os").path.exists(upload[1])   # the host copy is gone
+    windows_join = next(c["argv"][-1] for c in calls if c["argv"][0] == "winrm" and "cluster-join.ps1" in c["argv"][-1])
+    assert "-TokenFile 'C:\\k4w\\join-token'" in windows_join

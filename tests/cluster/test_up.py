@@ -83,12 +83,46 @@ def test_full_run_order(world):
     assert len(uploads) == 8
 
 
-def test_second_run_only_checks_status(world, capsys):
+CLUSTER_IP_RUNS = [
+    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24$",
+]
+
+
+def test_second_run_checks_status_and_reapplies_every_static_ip(world, capsys):
     run_up(world)
     world.log.clear()
     run_up(world)
-    assert world.log == ["host: switch check", "vagrant status", "master: kubectl get nodes -o json"]
+    assert world.log[:2] == ["host: switch check", "vagrant status"]
+    at = 0
+    for pattern in CLUSTER_IP_RUNS:
+        at = index(world.log, pattern, at) + 1
+    assert world.log[-1] == "master: kubectl get nodes -o json"
+    assert not any("vagrant up" in line or "kubeadm" in line or "cluster-join" in line for line in world.log)
     assert "already up" in capsys.readouterr().out
+
+
+def test_after_a_host_reboot_vms_start_ips_are_reapplied_and_every_node_is_awaited(world):
+    """A host reboot leaves the VMs off (Vagrant's Hyper-V auto_start_action: Nothing); the next
+    cluster-up starts them, re-applies each static IP after the trigger reconnected the cluster NIC,
+    and ends only when every node is Ready again."""
+    run_up(world)
+    for name in ("master", "worker-linux", "worker-win"):
+        world.states[name] = "off"
+    world.scenario["not_ready"] = {"worker-win": {"reason": "KubeletNotReady", "message": "node is rebooting"}}
+    world.log.clear()
+    with pytest.raises(K4wError, match="timed out after 900 s waiting for master, worker-linux, worker-win to be Ready"):
+        run_up(world)
+    up_at = index(world.log, r"^vagrant up master worker-linux worker-win$")
+    at = up_at
+    for pattern in CLUSTER_IP_RUNS:
+        at = index(world.log, pattern, at) + 1
+    assert not any("kubeadm" in line for line in world.log)
+    world.scenario["not_ready"] = {}
+    world.log.clear()
+    run_up(world)   # now all are running and Ready: only the checks and the IPs again
+    assert not any("vagrant up" in line for line in world.log)
 
 
 def test_stopped_vms_are_started_again_on_a_finished_cluster(world):
@@ -149,9 +183,9 @@ def test_resume_after_a_failure_at_each_step(world, step):
     world.log.clear()
     run_up(world)
     assert list(state(world)["steps"]) == keys
-    # nothing that finished before the failure runs again
+    # nothing that finished before the failure runs again, except the static IPs (re-applied on every run)
     for earlier, pattern in FAILURES.items():
-        if pattern and keys.index(earlier) < keys.index(step):
+        if pattern and earlier != "cluster-ip" and keys.index(earlier) < keys.index(step):
             assert not any(re.search(pattern, line) for line in world.log), (earlier, world.log)
     assert any(re.search(FAILURES[step], line) for line in world.log) and any(re.search(FAILURES[step], l) for l in first_log)
 
@@ -210,11 +244,21 @@ def test_dry_run_prints_commands_and_changes_nothing(default_render, capsys):
     up_mod.cluster_up(cluster, out, dry_run=True, validate=False, clock=FakeClock())
     printed = capsys.readouterr().out
     # The same Vagrant driver as a real run, so the exact command: folder, environment, arguments.
-    up = next(line for line in printed.splitlines() if " up --provider=" in line)
-    assert up.startswith("$ cd ") and up.endswith(" vagrant up --provider=hyperv master worker-linux worker-win")
+    ups = [line for line in printed.splitlines() if " up --provider=" in line]
+    up = ups[0]
+    assert [line.rsplit(" ", 1)[1] for line in ups] == ["master", "worker-linux", "worker-win"]  # one process each
+    assert "# these 3 run at once, one process per machine:" in printed
+    assert up.startswith("$ cd ") and up.endswith(" vagrant up --provider=hyperv master")
+    # The boxes are not built here: it says so, and what builds them.
+    assert "box windows-1803 is not built yet" in printed and "`invoke build-windows`" in printed
     assert f"K4W_CLUSTER_JSON={out.resolve() / 'vagrant' / 'cluster.json'} " in up
-    assert "[worker-win] $ & 'C:\\k4w\\cluster-join.ps1'" in printed and "-Token '***'" in printed
+    assert "[worker-win] $ & 'C:\\k4w\\cluster-join.ps1'" in printed
     assert not (out / "cluster-state.json").exists() and not (out / "kubeconfig").exists()
+    # It ends with what would happen, never with nodes Ready or a kubeconfig that does not exist.
+    assert "would wait up to 900 s for master, worker-linux, worker-win to be Ready" in printed
+    assert "no node is Ready and there is no kubeconfig" in printed
+    assert not re.search(r"(?m)^\s*master\s+linux\s+192\.168\.250\.10\s+Ready", printed)
+    assert "kubeconfig: " not in printed
 
 
 def test_cluster_up_refuses_artifacts_that_fail_their_checks(default_render):
@@ -231,14 +275,14 @@ def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
     log = world.log
     at = index(log, r"^master: kubectl delete node worker-linux --ignore-not-found")
     at = index(log, r"^master: kubectl delete node worker-win --ignore-not-found", at)
-    at = index(log, r"^worker-linux: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    at = index(log, r"^worker-linux: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     at = index(log, r"^worker-win: & 'C:\\k4w\\cluster-reset.ps1'", at)
-    index(log, r"^master: sudo bash /tmp/k4w/cluster-reset.sh", at)
+    index(log, r"^master: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     assert list(state(world)["steps"]) == ["up", "cluster-ip"]
     assert not (world.out / "kubeconfig").exists()
     world.log.clear()
     run_up(world)
-    assert not any("vagrant up" in line or "cluster-ip" in line for line in world.log)
+    assert not any("vagrant up" in line for line in world.log)
     assert any("cluster-init.sh" in line for line in world.log)
 
 
@@ -272,3 +316,39 @@ def test_cluster_up_refuses_a_gen1_windows_box(tmp_path, monkeypatch):
     cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
     with pytest.raises(K4wError, match="Generation 2 Windows boxes.*windows-1803 \\(windows-1803.yml: build.generation 1\\)"):
         up_module.cluster_up(cluster, tmp_path / "out")
+
+
+def test_real_cli_dry_run_ends_with_the_plan_and_the_unbuilt_boxes_not_a_ready_cluster(tmp_path):
+    from tests.helpers import invoke
+
+    out = tmp_path / "build"
+    result = invoke("cluster-up", "--out", str(out), "--dry-run")
+    printed = result.stdout + result.stderr
+    assert result.returncode == 0, printed
+    assert "Traceback" not in printed
+    assert "no node is Ready and there is no kubeconfig" in printed
+    assert re.search(r"(?m)^\s*worker-win\s+windows\s+192\.168\.250\.21\s+windows-1803\s+NOT BUILT YET$", printed), printed
+    assert f"`invoke build-windows` ({out / 'boxes' / 'windows-1803.json'} does not exist)" in printed
+    assert "kubeconfig: " not in printed and "seconds to Ready" not in printed
+    assert not out.exists()
+
+
+def test_readiness_wait_retries_a_failed_ssh_until_it_answers(world):
+    """sshd or the API server not up yet is "not Ready yet", not the end of cluster-up."""
+    world.scenario["fail"] = [{"pattern": r"^kubectl get nodes -o json$", "times": 3, "exit": 255,
+                               "output": "ssh: connect to host 172.20.0.5 port 22: Connection refused"}]
+    run_up(world)
+    assert "ready" in state(world)["steps"]
+    assert sum(line == "master: kubectl get nodes -o json" for line in world.log) >= 4
+
+
+def test_readiness_wait_reports_the_last_ssh_failure_at_its_deadline(world):
+    world.scenario["fail"] = [{"pattern": r"^kubectl get nodes -o json$", "times": 10_000, "exit": 255,
+                               "output": "ssh: connect to host 172.20.0.5 port 22: Connection refused"}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    message = str(err.value)
+    assert message.startswith("timed out after 900 s waiting for master to be Ready")
+    assert "the check itself failed: master: command failed with exit code 255" in message
+    assert "Connection refused" in message
+    assert 900 <= world.clock.slept <= 910

@@ -39,6 +39,8 @@ class FakeWorld:
         self.log: list[str] = []
         # destination -> (text, mode) of every uploaded file, read at upload time
         self.uploaded: dict[str, tuple[str, int]] = {}
+        self.stdins: list[tuple[str, str, str]] = []   # (node, command, its standard input)
+        self.boxes: set[tuple[str, str, str]] | None = None  # None: every k4w box is installed
         self.vagrant = FakeVagrant(self)
         self.remote = FakeRemote(self)
         self.switch_exists = True
@@ -69,6 +71,16 @@ class FakeVagrant:
         for name in names:
             self.world.states[name] = "running"
 
+    def boxes(self) -> set[tuple[str, str, str]]:
+        self.world.log.append("vagrant box list")
+        if self.world.boxes is None:
+            return {(f"k4w/{m['box']}", "hyperv", "0") for m in self.world.machines}
+        return set(self.world.boxes)
+
+    def box_add(self, catalogue: Path, check: bool = True) -> tuple[int, str]:
+        self.world.log.append(f"vagrant box add {catalogue}")
+        return 0, ""
+
     def destroy(self) -> None:
         self.world.log.append("vagrant destroy")
         self.world.states.clear()
@@ -78,8 +90,9 @@ class FakeRemote:
     def __init__(self, world: FakeWorld):
         self.world = world
 
-    def run(self, machine, command: str) -> str:
+    def run(self, machine, command: str, stdin: str = "") -> str:
         self.world.log.append(f"{machine.name}: {command}")
+        self.world.stdins.append((machine.name, command, stdin))
         code, output = cluster_answers.answer(self.world.scenario, self.world.machines, command)
         if code:
             raise RemoteError(machine.name, command, code, output)

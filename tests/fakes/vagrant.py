@@ -6,7 +6,12 @@ with VagrantOnPath. It appends every call to $FAKE_VAGRANT_LOG as a JSON line (a
 $K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and answers:
 
   status [NAME...]                 machine-readable states (not_created until `up`)
-  up / destroy [NAME...]           change the states
+  up / destroy [NAME...]           change the states; `up` of a machine takes scenario["boot_seconds"][NAME]
+                                   seconds (default 0) and logs its start and end ("span"), so tests can
+                                   measure concurrency; creating a machine whose box is not installed adds it
+                                   from its catalogue under a non-blocking lock, as Vagrant's HandleBox does:
+                                   a second process adding the same box at once fails (DownloadAlreadyInProgress)
+  box list --machine-readable      the boxes added; box add CATALOGUE adds its newest version
   ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py); winrm adds the
                                    k4w wrapper's exit-code marker and exits 1 on failure, as Vagrant does
   upload SOURCE DESTINATION NAME   checks SOURCE exists
@@ -20,10 +25,13 @@ Vagrantfile (test-box). Failures are injected with the scenario in $FAKE_VAGRANT
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from . import cluster_answers
@@ -39,14 +47,88 @@ class _State:
     def __init__(self, folder: str):
         self.machines_path = os.path.join(folder, "machines.json")
         self.scenario_path = os.path.join(folder, "scenario.json")
+        self.boxes_path = os.path.join(folder, "boxes.json")
         self.machines = _read_json(self.machines_path, {})
         self.scenario = _read_json(self.scenario_path, {})
+        self.boxes = _read_json(self.boxes_path, [])
 
     def save(self) -> None:
         with open(self.machines_path, "w", encoding="utf-8") as fh:
             json.dump(self.machines, fh)
+        with open(self.boxes_path, "w", encoding="utf-8") as fh:
+            json.dump(self.boxes, fh)
         with open(self.scenario_path, "w", encoding="utf-8") as fh:
             json.dump(self.scenario, fh)
+
+
+@contextlib.contextmanager
+def _locked(folder: str, name: str = "state", blocking: bool = True):
+    """An flock on folder/<name>.lock: concurrent fake processes share one machines.json."""
+    with open(os.path.join(folder, f"{name}.lock"), "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _log(entry: dict) -> None:
+    with open(os.environ["FAKE_VAGRANT_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
+def _newest(catalogue: dict) -> str:
+    return max((v["version"] for v in catalogue["versions"]), key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def _add_box(state: "_State", catalogue_path: str) -> tuple[int, str]:
+    catalogue = _read_json(catalogue_path, None)
+    if catalogue is None:
+        return 1, f"The box '{catalogue_path}' could not be found"
+    box = [catalogue["name"], "hyperv", _newest(catalogue)]
+    if box in state.boxes:
+        return 1, f"The box you're attempting to add already exists: {box}"
+    state.boxes.append(box)
+    return 0, f"==> box: Successfully added box '{box[0]}' (v{box[2]}) for 'hyperv'!"
+
+
+def _up_one(folder: str, machine: dict, args: list[str]) -> int:
+    """One machine's `vagrant up`: its box (if missing), its boot time, its new state."""
+    name = machine["name"]
+    with _locked(folder):
+        state = _State(folder)
+        failed = cluster_answers.check_failure(state.scenario, " ".join(args))
+        state.save()
+        boot = float(state.scenario.get("boot_seconds", {}).get(name, 0))
+        needs_box = (state.machines.get(name, "not_created") == "not_created" and machine.get("box_catalogue")
+                     and os.path.exists(machine["box_catalogue"])
+                     and not any(b[0] == f"k4w/{machine['box']}" for b in state.boxes))
+    if failed:
+        print(failed[1])
+        return failed[0]
+    started = time.time()
+    if needs_box:
+        with _locked(folder, f"box-{machine['box']}", blocking=False) as got:
+            if not got:
+                print("An existing download of this box is in progress (DownloadAlreadyInProgress)", file=sys.stderr)
+                return 1
+            time.sleep(float(state.scenario.get("box_add_seconds", 0.2)))
+            with _locked(folder):
+                state = _State(folder)
+                _add_box(state, machine["box_catalogue"])
+                state.save()
+    print(f"Bringing machine '{name}' up with 'hyperv' provider...")
+    time.sleep(boot)
+    with _locked(folder):
+        state = _State(folder)
+        state.machines[name] = "running"
+        state.save()
+    _log({"span": name, "start": started, "end": time.time()})
+    return 0
 
 
 def _read_json(path: str, default):
@@ -75,13 +157,32 @@ def _recorded_config(verb: str, names: list[str]) -> str:
 
 
 def main(args: list[str]) -> int:
-    with open(os.environ["FAKE_VAGRANT_LOG"], "a", encoding="utf-8") as log:
-        log.write(json.dumps({"argv": args, "cwd": os.getcwd(), "cluster_json": os.environ.get("K4W_CLUSTER_JSON")}) + "\n")
-    state = _State(os.environ["FAKE_VAGRANT_DIR"])
+    verb = args[0] if args else ""
+    entry = {"argv": args, "cwd": os.getcwd(), "cluster_json": os.environ.get("K4W_CLUSTER_JSON")}
+    if verb in ("ssh", "winrm"):
+        entry["stdin"] = sys.stdin.read()  # k4w always gives remote commands a stdin of their own
+    _log(entry)
+    folder = os.environ["FAKE_VAGRANT_DIR"]
     machines = _machines()
     names = [m["name"] for m in machines]
-    verb = args[0] if args else ""
     targets = [a for a in args[1:] if a in names] or names
+    if verb == "up" and len(targets) == 1:
+        return _up_one(folder, next(m for m in machines if m["name"] == targets[0]), args)
+    with _locked(folder):
+        return _main_locked(args, verb, _State(folder), machines, targets)
+
+
+def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict], targets: list[str]) -> int:
+    if verb == "box":
+        if args[1:3] == ["list", "--machine-readable"]:
+            for name, provider, version in state.boxes:
+                print(f"1,,box-name,{name}\n1,,box-provider,{provider}\n1,,box-version,{version}")
+            return 0
+        if args[1] == "add":
+            code, output = _add_box(state, args[2])
+            state.save()
+            print(output)
+            return code
 
     if verb == "status":
         for name in targets:
@@ -149,9 +250,16 @@ class VagrantOnPath:
         monkeypatch.setenv("FAKE_VAGRANT_DIR", str(self.dir))
         monkeypatch.setenv("FAKE_VAGRANT_LOG", str(self.log))
 
-    def calls(self) -> list[dict]:
-        """Every call so far: {"argv", "cwd", "cluster_json"}."""
+    def _entries(self) -> list[dict]:
         return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.is_file() else []
+
+    def calls(self) -> list[dict]:
+        """Every call so far: {"argv", "cwd", "cluster_json"} (ssh and winrm: also "stdin")."""
+        return [e for e in self._entries() if "argv" in e]
+
+    def spans(self) -> dict[str, tuple[float, float]]:
+        """{machine: (start, end)} of every finished `vagrant up NAME`, in wall-clock seconds."""
+        return {e["span"]: (e["start"], e["end"]) for e in self._entries() if "span" in e}
 
     def argvs(self) -> list[list[str]]:
         return [call["argv"] for call in self.calls()]

@@ -79,8 +79,8 @@ def _box_state(defect: str | None) -> dict:
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
         # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
         "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
-                         f"-ExecutionPolicy Bypass -Command \"& '{K}\\start-node.ps1' *>&1 | Out-File -FilePath "
-                         f"'{K}\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\""],
+                         f"-ExecutionPolicy Bypass -Command \"& '{K}\\start-node-at-boot.ps1' -StartNode "
+                         f"'{K}\\start-node.ps1' -Log '{K}\\logs\\start-node.log'; exit $LASTEXITCODE\""],
     }
     proxy_from = os.environ.get("FAKE_WINDOWS_PROXY_FROM")
     proxy = derive_proxy(config.load(proxy_from)) if proxy_from else None

@@ -59,8 +59,14 @@ if [ "$(cat "$CONFIG" 2>/dev/null || true)" != "$wanted" ]; then
   echo "cluster-ip.sh: wrote $CONFIG for $nic"
   ifdown "$nic" 2>/dev/null || true   # it may not be configured yet; ifup below reports real errors
   ifup "$nic"
-elif ! has_address; then
-  ifup "$nic"
+fi
+# Re-applied on every cluster-up: the config above brings the address back at boot, but not when it
+# went missing since (a NIC reconnected to the cluster switch by the Vagrant trigger, an `ip addr
+# flush`), and ifup then does nothing for an interface ifupdown already counts as configured.
+if ! has_address; then
+  ip link set "$nic" up
+  ip addr replace "$K4W_NODE_IP/$K4W_PREFIX_LENGTH" dev "$nic"
+  echo "cluster-ip.sh: re-applied $K4W_NODE_IP/$K4W_PREFIX_LENGTH on $nic"
 fi
 
 deadline=$((SECONDS + TIMEOUT_SECONDS))

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Join this Linux worker with kubeadm, idempotently. Run by cluster-up as root.
-# Input: K4W_NODE_NAME, K4W_NODE_IP, K4W_API_SERVER (ip:port), K4W_JOIN_TOKEN,
-# K4W_CA_CERT_HASH (sha256:...), from a fresh `kubeadm token create --print-join-command`;
-# K4W_PAUSE_IMAGE, the pause image the box pre-pulled (from the box profile).
+# Input: K4W_NODE_NAME, K4W_NODE_IP, K4W_API_SERVER (ip:port), K4W_CA_CERT_HASH (sha256:...),
+# from a fresh `kubeadm token create --print-join-command`; K4W_PAUSE_IMAGE, the pause image the
+# box pre-pulled (from the box profile). The join token comes on standard input, one line: never on
+# the sudo command line, which sudo logs to /var/log/auth.log.
 set -euo pipefail
 trap 'echo "cluster-join.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
+K4W_JOIN_TOKEN=""
+IFS= read -r K4W_JOIN_TOKEN || true   # a last line without a newline still counts
 for var in K4W_NODE_NAME K4W_NODE_IP K4W_API_SERVER K4W_JOIN_TOKEN K4W_CA_CERT_HASH K4W_PAUSE_IMAGE; do
-  if [ -z "${!var:-}" ]; then echo "cluster-join.sh: $var must be set" >&2; exit 1; fi
+  if [ -z "${!var:-}" ]; then echo "cluster-join.sh: $var must be set (the join token: on standard input)" >&2; exit 1; fi
 done
 
 # The kubeadm drop-in of 1.11 reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian

@@ -16,10 +16,11 @@ $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
 $nssm = Join-Path $nodeDir 'nssm.exe'
 $logDir = Join-Path $nodeDir 'logs'
 $startNode = Join-Path $nodeDir 'start-node.ps1'
+$startNodeAtBoot = Join-Path $nodeDir 'start-node-at-boot.ps1'
 $startNodeLog = Join-Path $logDir 'start-node.log'
 $taskName = 'k4w-node-start'
 
-foreach ($required in $nssm, $startNode, (Join-Path $nodeDir 'kube-cleanup.ps1')) {
+foreach ($required in $nssm, $startNode, $startNodeAtBoot, (Join-Path $nodeDir 'kube-cleanup.ps1')) {
     if (-not (Test-Path -LiteralPath $required)) {
         throw "$required is missing: 07-nssm.ps1 installs nssm.exe and the file provisioner copies guest/windows/node/ into $nodeDir"
     }
@@ -96,22 +97,28 @@ foreach ($svc in $services) {
 
 # The startup task: brings a joined node back after every reboot (stale HNS state is cleaned by
 # start-node.ps1 before the services start). Does nothing on a box that has not joined yet.
-# A task's output goes nowhere, so the action appends every output stream of start-node.ps1 to
-# C:\k\logs\start-node.log as UTF-8 (Windows PowerShell 5.1's *>> would write UTF-16; -Width
-# keeps Out-File from cutting lines at a console width) and hands the script's exit code on to
-# the task's "Last Run Result". Done in the action rather than by Start-Transcript in the script:
-# cluster-up runs the same script over WinRM and reads its output directly, so the script itself
-# stays a plain writer to standard output.
+# A task's output goes nowhere, so the action runs start-node-at-boot.ps1, which appends every
+# output stream of start-node.ps1 to C:\k\logs\start-node.log as UTF-8 and retries it while
+# the master or the cluster NIC is not back yet (a non-zero exit is no "failure" to Task
+# Scheduler's RestartOnFailure, see that script); its exit code becomes the task's "Last Run
+# Result". Done outside start-node.ps1 rather than by Start-Transcript in it: cluster-up runs the
+# same script over WinRM and reads its output directly, so it stays a plain writer to standard output.
 $powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
+$quotedStartNodeAtBoot = "'" + $startNodeAtBoot.Replace("'", "''") + "'"
 $quotedStartNode = "'" + $startNode.Replace("'", "''") + "'"
 $quotedLog = "'" + $startNodeLog.Replace("'", "''") + "'"
-$arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command `"& $quotedStartNode *>&1 | Out-File -FilePath $quotedLog -Append -Encoding utf8 -Width 4096; exit `$LASTEXITCODE`""
+$arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command `"& $quotedStartNodeAtBoot -StartNode $quotedStartNode -Log $quotedLog; exit `$LASTEXITCODE`""
+# RestartOnFailure covers what the script cannot: the action failing to start at all (MS-TSCH
+# 2.5.4.2). Task Scheduler's shortest interval is one minute (restartType, PT1M).
+$restartCount = 3
+$restartInterval = New-TimeSpan -Minutes 1
 $existing = Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue
 $current = $existing -and
     @($existing.Actions).Count -eq 1 -and $existing.Actions[0].Execute -eq $powershell -and
     $existing.Actions[0].Arguments -eq $arguments -and
     @($existing.Triggers).Count -eq 1 -and $existing.Triggers[0].CimClass.CimClassName -eq 'MSFT_TaskBootTrigger' -and
-    $existing.Principal.UserId -eq 'SYSTEM'
+    $existing.Principal.UserId -eq 'SYSTEM' -and
+    $existing.Settings.RestartCount -eq $restartCount -and $existing.Settings.RestartInterval -eq 'PT1M'
 if ($current) {
     Write-K4wStep "scheduled task $taskName already registered"
 } else {
@@ -119,10 +126,11 @@ if ($current) {
         -Action (New-ScheduledTaskAction -Execute $powershell -Argument $arguments) `
         -Trigger (New-ScheduledTaskTrigger -AtStartup) `
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
-        -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew) `
+        -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew `
+            -RestartCount $restartCount -RestartInterval $restartInterval) `
         -Description 'k4w: apply C:\k\config and start docker, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)'
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
-    Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM)"
+    Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM, start-node.ps1 retried up to 10 times)"
 }
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native

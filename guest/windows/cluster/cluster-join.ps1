@@ -19,7 +19,9 @@
 [CmdletBinding()]
 param(
     [Parameter(Mandatory = $true)][string]$ApiServer,
-    [Parameter(Mandatory = $true)][string]$Token,
+    # A file holding the join token, uploaded by cluster-up and deleted here once read: a token
+    # on the command line would be visible to every process on the node and on the host.
+    [Parameter(Mandatory = $true)][string]$TokenFile,
     [Parameter(Mandatory = $true)][string]$CaCertHash,
     [Parameter(Mandatory = $true)][string]$NodeName,
     [int]$TimeoutSeconds = 300
@@ -31,6 +33,14 @@ trap {
     Write-Output $_.InvocationInfo.PositionMessage
     exit 1
 }
+
+if (-not (Test-Path -LiteralPath $TokenFile)) { throw "join token file $TokenFile is missing: cluster-up uploads it before each join" }
+try {
+    $Token = (Get-Content -LiteralPath $TokenFile -Raw).Trim()
+} finally {
+    Remove-Item -LiteralPath $TokenFile -Force
+}
+if (-not $Token) { throw "join token file $TokenFile was empty" }
 
 $K = 'C:\k'
 $KubeDir = 'C:\etc\kubernetes'

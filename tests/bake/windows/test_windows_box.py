@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from k4w.sources import REPO_ROOT as ROOT
+from k4w.validate.powershell_rules import parse_text_errors
 from tests.helpers import system_tool
 
 from windows_fixtures import BOX
@@ -190,6 +191,7 @@ def _task_arguments(script: str, node_dir: str = "C:\\k") -> str:
     """The boot task's Arguments as 08-node-services.ps1 builds them, expanded the way PowerShell does."""
     line = re.search(r'^\$arguments = "(.*)"$', script, re.M).group(1)
     values = {
+        "$quotedStartNodeAtBoot": "'" + (node_dir + "\\start-node-at-boot.ps1").replace("'", "''") + "'",
         "$quotedStartNode": "'" + (node_dir + "\\start-node.ps1").replace("'", "''") + "'",
         "$quotedLog": "'" + (node_dir + "\\logs\\start-node.log").replace("'", "''") + "'",
     }
@@ -203,8 +205,13 @@ def test_boot_task_appends_start_node_output_to_its_log_and_keeps_the_exit_code(
     script = (GUEST / "bake" / "08-node-services.ps1").read_text()
     assert '$startNodeLog = Join-Path $logDir \'start-node.log\'' in script
     arguments = _task_arguments(script)
-    assert arguments == ("-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command \"& 'C:\\k\\start-node.ps1' *>&1 | "
-                         "Out-File -FilePath 'C:\\k\\logs\\start-node.log' -Append -Encoding utf8 -Width 4096; exit $LASTEXITCODE\"")
+    assert arguments == ("-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command \"& 'C:\\k\\start-node-at-boot.ps1' "
+                         "-StartNode 'C:\\k\\start-node.ps1' -Log 'C:\\k\\logs\\start-node.log'; exit $LASTEXITCODE\"")
+    # What -Command runs is PowerShell the grammar accepts, and it names parameters the wrapper declares.
+    command = arguments.split("-Command ", 1)[1].strip('"')
+    assert parse_text_errors(command) == []
+    wrapper = (GUEST / "node" / "start-node-at-boot.ps1").read_text()
+    assert "[Parameter(Mandatory = $true)][string]$StartNode" in wrapper and "[Parameter(Mandatory = $true)][string]$Log" in wrapper
     # An apostrophe in the node folder stays inside the PowerShell literal.
     assert "'C:\\it''s\\start-node.ps1'" in _task_arguments(script, "C:\\it's")
     # The idempotency check compares exactly these arguments, so an old -File task is replaced.
@@ -248,3 +255,19 @@ def test_external_network_matches_microsofts_l2bridge_placeholder_and_is_idempot
         assert field in body
     assert "192.168.255.0/30" in body[:body.index("param(")]  # the comment names where the values come from
     assert "CreateExternalNetwork" in body and "hostgw_windows.go" in body
+
+
+def test_boot_task_retries_start_node_and_restarts_a_task_that_failed_to_start():
+    """Services recover only through the boot task: one failed start-node.ps1 at boot (master not
+    back yet) must not leave the node down until the next reboot."""
+    script = (GUEST / "bake" / "08-node-services.ps1").read_text()
+    # Task Scheduler restarts only a task that failed to start (MS-TSCH 2.5.4.2): set for that...
+    assert "-RestartCount $restartCount -RestartInterval $restartInterval" in script
+    assert "$restartCount = 3" in script and "$restartInterval = New-TimeSpan -Minutes 1" in script
+    assert "$existing.Settings.RestartCount -eq $restartCount" in script   # an older task is replaced
+    # ...and the action itself retries start-node.ps1 on a non-zero exit, bounded, keeping the last code.
+    wrapper = (GUEST / "node" / "start-node-at-boot.ps1").read_text()
+    assert "[int]$Attempts = 10" in wrapper and "[int]$RetrySeconds = 60" in wrapper
+    loop = wrapper[wrapper.index("for ($attempt = 1;"):]
+    assert "$code = $LASTEXITCODE" in loop and "if ($code -eq 0) { exit 0 }" in loop and loop.rstrip().endswith("exit $code")
+    assert "$startNodeAtBoot" in script.split("foreach ($required in", 1)[1].split("\n", 1)[0]   # the bake checks it is there
