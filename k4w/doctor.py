@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, packer_http, proc, sources, ui
+from . import iso, iso_images, packer_http, proc, sources, ui
 from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
@@ -138,7 +138,23 @@ def iso_checks(cluster: Cluster) -> list[Check]:
         else:
             ok, detail, fix = False, f"{path} missing", f"copy your ISO there or run: invoke iso-add PATH --box {box}"
         checks.append(Check(f"ISO for {box}", ok, detail, fix, ("build",)))
+        if prof.is_windows and path.is_file():
+            checks.append(_image_check(box, prof, path))
     return checks
+
+
+def _image_check(box: str, prof, path: Path) -> Check:
+    """Whether Setup can install the profile's image from this ISO unattended (k4w/iso_images.py)."""
+    name = f"ISO images for {box}"
+    try:
+        verdict = iso_images.verify(prof, path)
+    except iso_images.ImagesUnavailable as exc:
+        fix = ("run invoke doctor in an elevated shell ('Run as administrator')" if _is_windows()
+               else "run invoke doctor on the Windows Hyper-V host; every build checks the images there before Packer starts")
+        return Check(name, False, f"not checked: {exc}", fix, ("build",))
+    except iso_images.ImagesRefused as exc:
+        return Check(name, False, str(exc), "set what the message names in the box profile", ("build",))
+    return Check(name, True, f"{verdict.summary()} (image list from {verdict.origin})", "", ("build",))
 
 
 def pin_checks(cluster: Cluster) -> list[Check]:

@@ -286,6 +286,9 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     if (not profile.data.iso.get("sha256") and target.exists() and not os.path.samefile(target, path)
             and target.stat().st_size != path.stat().st_size):
         raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (nothing was changed)")
+    # Before minutes of hashing, and before anything is written: media Setup cannot install from
+    # unattended (wrong image, a key it needs) are refused here rather than two hours into a build.
+    images_note = _images_note(profile, path)
     sha = sha256_file(path, progress)
     pinned = profile.data.iso.get("sha256")
     if pinned and str(pinned).lower() != sha:
@@ -312,6 +315,7 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     warning = label_warning(path, profile)
     if warning:
         note += f"\n  warning: {warning}"
+    note += images_note
     return IsoAdded(name, profile.name, sha, size, target, placed, note)
 
 
@@ -341,6 +345,21 @@ def label_warning(path: Path, profile: Profile) -> str | None:
     if hint and not hint.search(label):
         return f"its volume label is '{label}', which does not look like {profile.os_family} install media for {profile.name}"
     return None
+
+
+def _images_note(profile: Profile, path: Path) -> str:
+    """iso-add's view of the ISO's images (k4w/iso_images.py): a line for the report, or a refusal."""
+    if not profile.is_windows:
+        return ""
+    from . import iso_images  # it builds on this module's IsoError
+
+    try:
+        verdict = iso_images.verify(profile, path, file_name=path.name)
+    except iso_images.ImagesUnavailable as exc:
+        return f"\n  warning: the ISO's images were not checked here ({exc}); every build checks them before Packer starts"
+    except iso_images.ImagesRefused as exc:
+        raise IsoError(f"iso-add: {exc}\n  Nothing was recorded or linked.") from exc
+    return f"\n  images: {verdict.summary()}\n  (image list from {verdict.origin})"
 
 
 def profile_for(path: Path, box: str | None) -> Profile:

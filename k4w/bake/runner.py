@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
+from .. import iso_images
 from .. import proc, render, sources
 from ..cluster_model import Cluster
 from ..config import Config
@@ -262,6 +263,7 @@ class _Builder:
                 plan.iso = iso_mod.check_iso(plan.profile, self.out, plan.iso_override, progress=callback,
                                              expected_sha256=plan.iso_sha256)
             _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
+            iso_images.preflight_build(plan.profile, plan.iso, lambda line: _say(self.console, f"{plan.box}: {line}"))
         except iso_mod.IsoError as exc:
             plan.problem = str(exc)
 

@@ -135,7 +135,8 @@ def unattend_files(cluster: Cluster, out: Path) -> Result:
             continue
         build = prof.data.get("build", {})
         problems = unattend.check_unattend(
-            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=cluster.proxy
+            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=cluster.proxy,
+            image_name=prof.data.iso.get("image_name"),
         )
         res.problems += [f"{_rel(path)}: {p}" for p in problems]
     return res

@@ -10,7 +10,9 @@ while Packer waits for WinRM forever. These rules catch the classic mistakes bef
   language="neutral" or versionScope="nonSxS";
 - a partition layout that does not fit the Hyper-V generation (GPT with EFI+MSR for Gen2,
   MBR with an active system partition for Gen1) or an InstallTo that points elsewhere;
-- an image selected by anything but /IMAGE/INDEX, or by the wrong index;
+- an image selected by anything but the box profile's choice: /IMAGE/NAME with iso.image_name,
+  or /IMAGE/INDEX with iso.index when the profile names no image (k4w/iso_images.py checks that
+  choice against the ISO itself before a build);
 - leading or trailing whitespace in any value (Setup compares values literally);
 - PlainText passwords, or encoded ones with the wrong suffix;
 - AutoLogon that logs on more than once, a FirstLogonCommand that is too long or expects a
@@ -110,11 +112,12 @@ def _where(el) -> str:
     return f"line {el.sourceline}"
 
 
-def check_unattend(xml_text: str, generation: int, image_index: int, proxy=None) -> list[str]:
+def check_unattend(xml_text: str, generation: int, image_index: int, proxy=None, image_name: str | None = None) -> list[str]:
     """Problems found in an Autounattend.xml for a Hyper-V VM of this generation (1 or 2).
 
-    image_index is the /IMAGE/INDEX the box profile selects. proxy, when given (a
-    k4w.derive.Proxy or ExpectedProxy), is the proxy the file must configure.
+    image_index and image_name are the box profile's iso.index and iso.image_name: the file must
+    select /IMAGE/NAME image_name when a name is given, else /IMAGE/INDEX image_index. proxy, when
+    given (a k4w.derive.Proxy or ExpectedProxy), is the proxy the file must configure.
     """
     problems: list[str] = []
     try:
@@ -129,7 +132,7 @@ def check_unattend(xml_text: str, generation: int, image_index: int, proxy=None)
     problems += _check_whitespace(root)
     components = _check_passes_and_components(root, problems)
     problems += _check_disks(components, generation)
-    problems += _check_image(components, image_index)
+    problems += _check_image(components, image_index, image_name)
     problems += _check_product_key(components)
     problems += _check_passwords(root)
     problems += _check_auto_logon(components)
@@ -290,7 +293,7 @@ def _check_disks(components, generation: int) -> list[str]:
     return problems
 
 
-def _check_image(components, image_index: int) -> list[str]:
+def _check_image(components, image_index: int, image_name: str | None = None) -> list[str]:
     setup = _one(components, "windowsPE", "Microsoft-Windows-Setup")
     if setup is None:
         return []
@@ -298,12 +301,16 @@ def _check_image(components, image_index: int) -> list[str]:
     keys = [(_text(m, "u:Key"), _text(m, "u:Value"), m) for m in metadata]
     if not keys:
         return ["no InstallFrom/MetaData: on media with several images Setup stops to ask which one"]
+    wanted_key, wanted = ("/IMAGE/NAME", image_name) if image_name else ("/IMAGE/INDEX", str(image_index))
+    why = "the box profile's iso.image_name" if image_name else "the box profile's iso.index (it sets no iso.image_name)"
     problems = []
+    if len(keys) > 1:
+        problems.append(f"{len(keys)} InstallFrom/MetaData entries: Setup needs exactly one image selection")
     for key, value, el in keys:
-        if key != "/IMAGE/INDEX":
-            problems.append(f"{_where(el)}: image selected by {key!r}; k4w selects by /IMAGE/INDEX (names differ between media)")
-        elif value != str(image_index):
-            problems.append(f"{_where(el)}: /IMAGE/INDEX is {value!r}, but the box profile selects {image_index}")
+        if key != wanted_key:
+            problems.append(f"{_where(el)}: image selected by {key!r}; it must be {wanted_key}, {why}")
+        elif value != wanted:
+            problems.append(f"{_where(el)}: {key} is {value!r}, but {why} is {wanted!r}")
     return problems
 
 

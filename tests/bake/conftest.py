@@ -13,12 +13,14 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k4w import config, profiles
+from k4w import config, iso_images, profiles
 from k4w.cluster_model import Cluster
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# Image lists of Windows Server 1803 media (their README.md says where the values come from).
+ISO_IMAGES = Path(__file__).resolve().parent.parent / "fixtures" / "iso-images"
 PROXY_PASSWORD = "Pr0xyS3cret"
 PROXY = f"http://builder:{PROXY_PASSWORD}@proxy.corp.example:3128"
 
@@ -58,6 +60,8 @@ def repo(tmp_path, monkeypatch) -> Repo:
     shutil.copytree(FIXTURES / "repo", root)
     use_sources(monkeypatch, root=root)
     profiles._load.cache_clear()
+    # No host here can mount an ISO: the image preflight reads volume-licence media's recorded list.
+    monkeypatch.setenv(iso_images.FIXTURE_ENV, str(ISO_IMAGES / "windows-server-1803-vl.json"))
     # Small stand-in ISOs: the runner hashes them exactly like a 5 GB one.
     win = root / "iso" / "windows-server-1803.iso"
     win.write_bytes(b"windows iso " * 50_000)

@@ -30,7 +30,8 @@ def _values(xml: str, path: str) -> list[str]:
 @pytest.mark.parametrize("proxied", [False, True], ids=["direct", "proxy"])
 def test_rendered_answer_file_passes_the_checker(render_windows, generation, proxied):
     rendered = render_windows(generation, http=HTTP_PROXY if proxied else None, https=HTTPS_PROXY if proxied else None)
-    assert check_unattend(rendered.unattend, generation, rendered.profile.iso.index, proxy=rendered.proxy) == []
+    iso = rendered.profile.iso
+    assert check_unattend(rendered.unattend, generation, iso.index, proxy=rendered.proxy, image_name=iso.image_name) == []
 
 
 def test_passwords_decode_to_the_per_build_secret_and_vagrant(render_windows):
@@ -54,16 +55,21 @@ def test_layout_follows_the_generation(render_windows):
     assert _values(gen1, ".//u:InstallTo/u:PartitionID") == ["2"]
 
 
-def test_image_index_and_product_key_come_from_the_profile(render_windows, profile_dir):
+def test_image_selection_and_product_key_come_from_the_profile(render_windows, profile_dir):
     rendered = render_windows(2)
-    assert _values(rendered.unattend, ".//u:MetaData/u:Value") == [str(rendered.profile.iso.index)]
+    # By name where the profile names the image (the preflight checks the name against the ISO).
+    assert _values(rendered.unattend, ".//u:MetaData/u:Key") == ["/IMAGE/NAME"]
+    assert _values(rendered.unattend, ".//u:MetaData/u:Value") == [rendered.profile.iso.image_name]
     assert _values(rendered.unattend, ".//u:ProductKey") == []  # none pinned: no element that could stop Setup
-    profile_dir(lambda data: data["iso"].update(index=1, product_key="2HXDN-KRXHB-GPYC7-YCKFJ-7FVDG"))
+    # image_name: null (media whose names are not unique) falls back to the index.
+    profile_dir(lambda data: data["iso"].update(index=1, image_name=None, product_key="2HXDN-KRXHB-GPYC7-YCKFJ-7FVDG"))
     rendered = render_windows(2)
+    assert _values(rendered.unattend, ".//u:MetaData/u:Key") == ["/IMAGE/INDEX"]
     assert _values(rendered.unattend, ".//u:MetaData/u:Value") == ["1"]
     assert _values(rendered.unattend, ".//u:ProductKey/u:Key") == ["2HXDN-KRXHB-GPYC7-YCKFJ-7FVDG"]
     assert _values(rendered.unattend, ".//u:ProductKey/u:WillShowUI") == ["OnError"]
     assert check_unattend(rendered.unattend, 2, 1) == []
+    assert any("/IMAGE/INDEX is '1', but the box profile's iso.index" in p for p in check_unattend(rendered.unattend, 2, 2))
 
 
 def test_no_proxy_argument_without_a_proxy(render_windows):
@@ -127,17 +133,22 @@ BROKEN = {
         lambda x: _break(x, 'name="Microsoft-Windows-Security-SPP-UX"', 'name="Microsoft-Windows-Security-SPP"'),
         "unknown component 'Microsoft-Windows-Security-SPP'",
     ),
-    "image index does not match the profile": (
-        lambda x: _break(x, "<Value>2</Value>", "<Value>1</Value>"),
-        "/IMAGE/INDEX is '1', but the box profile selects 2",
+    "image name does not match the profile": (
+        lambda x: _break(x, "SERVERDATACENTERACORE</Value>", "SERVERSTANDARDACORE</Value>"),
+        "/IMAGE/NAME is 'Windows Server 2016 SERVERSTANDARDACORE', but the box profile's iso.image_name is "
+        "'Windows Server 2016 SERVERDATACENTERACORE'",
     ),
-    "image selected by name": (
-        lambda x: _break(x, "<Key>/IMAGE/INDEX</Key>", "<Key>/IMAGE/NAME</Key>"),
-        "image selected by '/IMAGE/NAME'",
+    "image selected by index although the profile names it": (
+        lambda x: re.sub(r"<Key>/IMAGE/NAME</Key>\s*<Value>[^<]*</Value>", "<Key>/IMAGE/INDEX</Key><Value>2</Value>", x),
+        "image selected by '/IMAGE/INDEX'; it must be /IMAGE/NAME",
+    ),
+    "two image selections": (
+        lambda x: _break(x, "</MetaData>", "</MetaData><MetaData><Key>/IMAGE/INDEX</Key><Value>2</Value></MetaData>"),
+        "2 InstallFrom/MetaData entries",
     ),
     "trailing whitespace in a value": (
-        lambda x: _break(x, "<Key>/IMAGE/INDEX</Key>", "<Key>/IMAGE/INDEX </Key>"),
-        "'/IMAGE/INDEX ' has leading/trailing whitespace",
+        lambda x: _break(x, "<Key>/IMAGE/NAME</Key>", "<Key>/IMAGE/NAME </Key>"),
+        "'/IMAGE/NAME ' has leading/trailing whitespace",
     ),
     "plain-text password": (
         lambda x: _break(x, "<PlainText>false</PlainText>", "<PlainText>true</PlainText>"),
@@ -193,10 +204,11 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_each_rule_fires_on_a_broken_gen2_file(render_windows, case):
-    xml = render_windows(2).unattend
-    assert check_unattend(xml, 2, 2) == []
+    rendered = render_windows(2)
+    xml, name = rendered.unattend, rendered.profile.iso.image_name
+    assert check_unattend(xml, 2, 2, image_name=name) == []
     mutate, expected = BROKEN[case]
-    problems = check_unattend(mutate(xml), 2, 2)
+    problems = check_unattend(mutate(xml), 2, 2, image_name=name)
     assert any(expected in p for p in problems), problems
 
 
@@ -235,4 +247,4 @@ def test_the_same_proxy_for_both_schemes_is_fine_when_configured_so(render_windo
     rendered = render_windows(2, http=HTTP_PROXY, https=HTTP_PROXY)
     args = bootstrap_arguments(rendered.unattend)
     assert args["HttpProxy"] == args["HttpsProxy"] == "proxy.corp.example:3128"
-    assert check_unattend(rendered.unattend, 2, 2, proxy=rendered.proxy) == []
+    assert check_unattend(rendered.unattend, 2, 2, proxy=rendered.proxy, image_name=rendered.profile.iso.image_name) == []
