@@ -17,6 +17,9 @@ from .errors import K4wError
 # POSIX opens the last component without following a link; Windows has no such flag, so there
 # the explicit check in refuse_links is the only guard.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# Windows' C runtime opens in text mode unless told otherwise, and would translate newlines a
+# second time under Python's own text layer (tempfile.mkstemp passes it for the same reason).
+BINARY = getattr(os, "O_BINARY", 0)
 
 
 class LinkRefused(K4wError):
@@ -69,7 +72,7 @@ def open_for_write(path: Path, *, within: Path | None = None, append: bool = Fal
     path = Path(path)
     refuse_links(path, within)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | _NOFOLLOW
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | _NOFOLLOW | BINARY
     try:
         fd = os.open(path, flags, mode)
     except OSError as exc:

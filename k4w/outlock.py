@@ -44,7 +44,7 @@ def hold(out: Path, command: str | None = None) -> Iterator[None]:
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     outfiles.refuse_links(path, out)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | outfiles.BINARY, 0o644)
     try:
         if not _try_lock(fd):
             raise OutBusy(f"{out} is in use by another k4w command ({_holder(fd)}). "
