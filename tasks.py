@@ -45,7 +45,7 @@ def plan(c, config=None, out=None, dry_run=False):
     """Render and show what build and cluster-up would do: nodes, derived values, commands."""
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
-    plan_mod.show(cluster, s.out, cli.rendered(cluster, s), dry_run=s.dry_run)
+    plan_mod.show(cluster, s.out, cli.rendered(cluster, s))
 
 
 @task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)"})
@@ -54,7 +54,7 @@ def doctor(c, config=None, out=None, stage="build", dry_run=False):
     """Check this host before a long step: Hyper-V, rights, tools, switches, ISOs, disk, proxy."""
     if stage not in doctor_mod.STAGES:
         raise Exit(f"--stage must be one of {', '.join(doctor_mod.STAGES)}", code=2)
-    s = cli.settings(c, config, out, dry_run)
+    s = cli.settings(c, config, out, dry_run, uses_out=False)  # reads only: works while a build holds --out
     failed = doctor_mod.show(doctor_mod.run(cli.load(s), s.out), stage)
     if failed:
         raise Exit(f"{failed} check(s) required for '{stage}' failed", code=1)
@@ -69,7 +69,7 @@ def all_(c, config=None, out=None, dry_run=False):
     cluster = cli.load(s)
     files = cli.rendered(cluster, s)
     cli.validate(cluster, s, files)
-    plan_mod.show(cluster, s.out, files, dry_run=s.dry_run)
+    plan_mod.show(cluster, s.out, files)
     cli.build_on_hyperv(cluster, s)
 
 
@@ -79,7 +79,7 @@ def network_up(c, config=None, dry_run=False):
     """Create the Hyper-V cluster switch, host gateway address and NetNat (idempotent; as Administrator)."""
     from k4w import cluster
 
-    s = cli.settings(c, config, dry_run=dry_run)
+    s = cli.settings(c, config, dry_run=dry_run, uses_out=False)
     cluster.network_up(cli.load(s).config, dry_run=s.dry_run)
 
 
@@ -160,7 +160,7 @@ def pin(c, box, component, config=None, replace=False, dry_run=False):
     """Download a component whose publisher prints no checksum, show its sha256, record it in k4w-pins.yml."""
     from k4w.bake import commands
 
-    s = cli.settings(c, config, None, dry_run)
+    s = cli.settings(c, config, None, dry_run, uses_out=False)
     commands.pin_component(s.config, box, component, replace=replace, dry_run=s.dry_run, console=ui.console)
 
 

@@ -7,6 +7,9 @@ it renders into memory and shows what it would write, and nothing reaches --out.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import errno
 import functools
 import time
 from dataclasses import dataclass
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from . import render as render_mod, ui, validate as validate_mod
+from . import outfiles, outlock, render as render_mod, ui, validate as validate_mod
 from .cluster_model import Cluster
 from .errors import K4wError
 
@@ -30,32 +33,79 @@ class Settings:
     dry_run: bool
 
 
-def settings(c, config: str | None = None, out: str | None = None, dry_run: bool = False) -> Settings:
+# What the running task holds until it returns (the --out lock); user_errors opens it per task.
+_TASK_HOLDS: contextvars.ContextVar[contextlib.ExitStack | None] = contextvars.ContextVar("k4w_task_holds", default=None)
+
+
+def settings(c, config: str | None = None, out: str | None = None, dry_run: bool = False,
+             uses_out: bool = True) -> Settings:
     """A task's settings from its options and c.config.k4w. Invoke's own `invoke --dry` is
-    another spelling of --dry-run."""
+    another spelling of --dry-run.
+
+    uses_out: the task works in --out. Then an --out no command could write is refused here,
+    naming it, and a real run holds the --out lock until the task returns (outlock): a second
+    k4w command on the same folder is refused, told who holds it, and the task sees the managed
+    folders whole (render.finish_swap). A dry run writes nothing, so it takes no lock.
+    """
     k4w = c.config.k4w
-    return Settings(
+    s = Settings(
         config=config or k4w.config,
         out=Path(out or k4w.out).resolve(),
         dry_run=bool(dry_run or k4w.dry_run or c.config.run.dry),
     )
+    if uses_out:
+        outfiles.check_out(s.out)
+        holds = _TASK_HOLDS.get()
+        if holds is not None and not s.dry_run:
+            holds.enter_context(outlock.hold(s.out))
+            # A render that crashed after its commit is finished before this task reads --out.
+            render_mod.finish_swap(s.out)
+    return s
 
 
 def user_errors(fn):
-    """Turn a K4wError into a red message and exit code 1, the way a user expects a CLI to fail."""
+    """Turn a K4wError or an OSError into one red line and exit code 1, the way a user expects a
+    CLI to fail; what the task holds (the --out lock) is released first."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with contextlib.ExitStack() as holds:
+                token = _TASK_HOLDS.set(holds)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    _TASK_HOLDS.reset(token)
         except K4wError as exc:
             ui.error(str(exc))
+            raise Exit(code=1) from None
+        except OSError as exc:
+            ui.error(describe_os_error(exc))
             raise Exit(code=1) from None
         except KeyboardInterrupt:
             ui.error("interrupted")
             raise Exit(code=130) from None
 
     return wrapper
+
+
+# What a user can do about the errors a disk gives; the rest speak for themselves.
+_OS_ERROR_HINTS = {
+    errno.ENOSPC: "free space on that disk, or point --out at another one",
+    errno.EROFS: "that disk is mounted read-only; point --out at a writable folder",
+    errno.EACCES: "this user may not write there; point --out at a folder you own",
+    errno.EPERM: "this user may not write there; point --out at a folder you own",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line naming the path and the reason, e.g. "build/secrets/x.json: No space left on
+    device (free space on that disk, or point --out at another one)"."""
+    reason = exc.strerror or str(exc)
+    where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "") if exc.filename else None
+    hint = _OS_ERROR_HINTS.get(exc.errno)
+    text = f"{where}: {reason}" if where else reason
+    return text + (f" ({hint})" if hint else "")
 
 
 def load(s: Settings) -> Cluster:

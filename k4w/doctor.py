@@ -178,7 +178,8 @@ def disk_check(cluster: Cluster, out: Path) -> Check:
                  "free space or point --out at a bigger disk", ("build",))
 
 
-def proxy_checks(cfg: Config) -> list[Check]:
+def proxy_checks(cfg: Config, config_file: Path | str = "cluster.yml") -> list[Check]:
+    """config_file: the --config the user gave, named in the fix."""
     checks = []
     for label, url in (("http", cfg.proxy.http), ("https", cfg.proxy.https)):
         if not url:
@@ -189,14 +190,14 @@ def proxy_checks(cfg: Config) -> list[Check]:
                 ok, detail = True, f"{parts.hostname}:{parts.port} accepts connections"
         except OSError as exc:
             ok, detail = False, f"{parts.hostname}:{parts.port}: {exc}"
-        checks.append(Check(f"proxy.{label}", ok, detail, "check proxy.{label} in cluster.yml and that the proxy is reachable from this host", ("build", "cluster")))
+        checks.append(Check(f"proxy.{label}", ok, detail, f"check proxy.{label} in {config_file} and that the proxy is reachable from this host", ("build", "cluster")))
     return checks
 
 
 def run(cluster: Cluster, out: Path) -> list[Check]:
     cfg = cluster.config
-    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster), *pin_checks(cluster),
-            disk_check(cluster, out), *proxy_checks(cfg)]
+    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
+            *pin_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml")]
 
 
 def show(checks: list[Check], stage: str) -> int:

@@ -19,7 +19,7 @@ from typing import Callable
 
 import yaml
 
-from . import profiles, sources
+from . import outfiles, profiles, sources
 from .errors import K4wError
 from .profiles import Profile
 
@@ -131,10 +131,7 @@ class HashCache:
         with self._lock:
             data = self._load()
             data[key] = {**ident, "sha256": sha256}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(tmp, self.path)
+            outfiles.write_file(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def sha256(self, path: Path, progress: Progress | None = None) -> str:
         cached = self.lookup(path)

@@ -9,7 +9,7 @@ from .bake import packer_cli, pins
 from .cluster_model import Cluster
 
 
-def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = False) -> None:
+def show(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
     """files: the render the plan describes (written to out, or for a dry run only in memory)."""
     cfg, net, proxy = cluster.config, cluster.network, cluster.proxy
     rows = []
@@ -37,7 +37,8 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     groups: dict[str, int] = {}
     for rel in files:
         groups[rel.split("/")[0]] = groups.get(rel.split("/")[0], 0) + 1
-    ui.say(f"{'Would render' if dry_run else 'Rendered'} {len(files)} artifacts into {out}: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
+    # The render itself already said how many files it wrote (or would write) where.
+    ui.say("Artifacts by folder: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
 
     ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
     for step, (box, prof) in enumerate(cluster.profiles.items(), 1):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from . import tools, ui
+from . import outfiles, tools, ui
 from .errors import K4wError
 from .redact import redact
 
@@ -47,10 +47,13 @@ class Result(subprocess.CompletedProcess):
 class Failed(K4wError):
     """A program exited non-zero where the caller asked for success."""
 
-    def __init__(self, result: Result):
+    def __init__(self, result: Result, unseen: str | None = None):
+        """unseen: the part of the output the user has not seen yet (default: all of it); output
+        already shown live is not repeated in the error."""
         self.result = result
-        last = tail(result.output)
-        super().__init__(redact(f"{shlex.join(result.args)} exited {result.returncode}" + (f":\n{last}" if last else "")))
+        last = tail(result.output if unseen is None else unseen)
+        shown = "" if unseen is None or last else " (its output is above)"
+        super().__init__(redact(f"{shlex.join(result.args)} exited {result.returncode}{shown}" + (f":\n{last}" if last else "")))
 
 
 class TimedOut(K4wError):
@@ -243,8 +246,7 @@ class Runner:
     def _write(self, text: str) -> None:
         if self.log:
             with self._lock:
-                self.log.parent.mkdir(parents=True, exist_ok=True)
-                with self.log.open("a", encoding="utf-8") as fh:
+                with outfiles.open_for_write(self.log, append=True) as fh:
                     fh.write(redact(text))
 
     def _echo(self, line: str) -> None:
@@ -274,7 +276,8 @@ class Runner:
         else:
             result = stream(argv, self._echo, cwd=cwd, env=full_env)
         if check and result.returncode != 0:
-            raise Failed(result)
+            # Streamed output was shown live, and so was a captured run's stderr.
+            raise Failed(result, unseen=result.stdout if capture else "")
         return result.returncode, result.stdout
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
-from .. import proc
+from .. import outfiles, proc
 from ..errors import K4wError
 from ..profiles import Profile
 
@@ -43,10 +42,7 @@ def record_path(out: Path, box: str) -> Path:
 
 def write_json(path: Path, data: dict) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    outfiles.write_file(path, json.dumps(data, indent=2) + "\n")
 
 
 def read_record(out: Path, box: str) -> dict | None:

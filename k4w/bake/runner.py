@@ -23,7 +23,7 @@ from rich.console import Console
 
 from .. import iso as iso_mod
 from .. import iso_images
-from .. import proc, render, sources
+from .. import outfiles, proc, render, sources
 from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError, ToolMissing
@@ -321,8 +321,7 @@ class _Builder:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
             cmd = packer_cli.build_command(plan.template_path, packer_cli.packer_path() or packer_cli.PACKER)
             env = packer_cli.build_env(out, secrets)
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "w", encoding="utf-8") as log:
+            with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")
                 secret_files = {k: str(out / "secrets" / f"{box}.json") for k in secrets}
                 for line in packer_cli.describe_command(cmd, out, secret_files):
@@ -335,8 +334,8 @@ class _Builder:
                 result = self._failed(plan, state, log_path, seconds, f"Packer exited with code {rc}")
         except Exception as exc:  # noqa: BLE001 - any failure of one box must not stop the others
             result = self._failed(plan, state, log_path, time.monotonic() - clock, f"{type(exc).__name__}: {exc}")
-        if log_path.is_file():
-            with open(log_path, "a", encoding="utf-8") as log:
+        if log_path.is_file() and not log_path.is_symlink():
+            with outfiles.open_for_write(log_path, within=out, append=True) as log:
                 log.write("# result: " + redact(result.message).replace("\n", "\n# ") + "\n")
         view.finish(box, f"{result.status} in {elapsed(result.seconds)}")
         return result
@@ -414,9 +413,7 @@ class _Builder:
         _say(self.console, "")
         for row in rows:
             _say(self.console, "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)))
-        for r in results:
-            if not r.ok:
-                _say(self.console, r.message)
+        # A failure's message is not repeated here: BuildFailed carries it, and the CLI prints it once.
 
 
 def _partial_boxes(partial: Path, box: str) -> list[Path]:

@@ -9,7 +9,6 @@ recorded steps, so a rerun after a failure continues where it stopped.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import tempfile
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive_steps, proc, profiles, sources, ui
+from .. import derive_steps, outfiles, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -393,10 +392,7 @@ def flannel_vxlan_device(out: Path) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write a credential file readable only by the user (admin kubeconfig)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    outfiles.write_file(path, text, mode=0o600)
 
 
 def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]]]:

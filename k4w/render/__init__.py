@@ -1,8 +1,9 @@
 """Render every artifact from one validated config, atomically.
 
 Templates are found by convention (docs/internals.md): a new template file is rendered
-without touching this module. Nothing is written until every template rendered, and the
-managed folders of --out are then swapped in, so bad input leaves --out as it was.
+without touching this module. Nothing is written until every template rendered; the render is
+then staged beside the managed folders of --out and committed in one atomic step (see
+write_atomically), so bad input, a crash or Ctrl-C leaves --out wholly old or wholly new.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import iso, packer_http, profiles
+from .. import iso, outfiles, outlock, packer_http, profiles, ui
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
@@ -28,6 +29,15 @@ from . import escape
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
+# The rendered folders whose files may hold a credential, so every file in them is 0600: Packer
+# templates carry the proxy URLs (user:password@) as sensitive-variable defaults, preseed.cfg the
+# apt proxy, Autounattend.xml the Administrator password (base64, which is no protection).
+PRIVATE = ("packer", "http")
+# The commit record of a render swap (write_atomically); not named .render-* so that the sweep of
+# leftover staging folders never takes it for one.
+SWAP_RECORD = ".swap-commit.json"
+# Staging and trash folders of interrupted renders, and a commit record's own temp file.
+LEFTOVERS = (".render-*", ".old-*", f".{SWAP_RECORD}.*.tmp")  # outfiles.write_file's temp name
 # Stands in for per-build secrets when the up-to-date stamp is computed.
 PLACEHOLDER_SECRETS = {"admin_password": "k4w-stamp-placeholder"}
 
@@ -83,26 +93,50 @@ def secrets_path(out: Path, box: str) -> Path:
 
 
 def load_secrets(out: Path, box: str) -> dict:
-    """Per-build secrets of a box, created on first use and kept (0600) until a build rotates them."""
+    """Per-build secrets of a box, created on first use and kept (0600) until a build rotates them.
+
+    An unreadable, empty or corrupt file (a disk that filled up mid-write under an older k4w)
+    is treated as absent, with a warning naming it: a new password is made, as a build would.
+    """
+    out = Path(out)
     path = secrets_path(out, box)
-    if path.is_file():
-        data = json.loads(path.read_text())
-    else:
-        alphabet = string.ascii_letters + string.digits
-        # Windows complexity rules want upper, lower and digit; 24 random chars plus a fixed tail gives all three.
-        data = {"admin_password": "".join(_secrets.choice(alphabet) for _ in range(24)) + "aA1"}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
+    outfiles.refuse_links(path, out)
+    data = _read_secrets(path) if path.exists() else None
+    if data is None:
+        data = _new_secrets()
+        outfiles.write_file(path, json.dumps(data), within=out, mode=0o600)
     for value in data.values():
         register_secret(value)
     return data
 
 
+def _read_secrets(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        ui.say(f"warning: {path} is unreadable ({why}); it is replaced by new secrets", style="yellow")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("admin_password"), str) or not data["admin_password"]:
+        ui.say(f"warning: {path} holds no admin_password; it is replaced by new secrets", style="yellow")
+        return None
+    return data
+
+
+def _new_secrets() -> dict:
+    alphabet = string.ascii_letters + string.digits
+    # Windows complexity rules want upper, lower and digit; 24 random chars plus a fixed tail gives all three.
+    return {"admin_password": "".join(_secrets.choice(alphabet) for _ in range(24)) + "aA1"}
+
+
 def rotate_secrets(out: Path, box: str) -> dict:
-    secrets_path(out, box).unlink(missing_ok=True)
-    return load_secrets(out, box)
+    """New secrets for a box, replacing the old file in one rename (never a moment without one)."""
+    out = Path(out)
+    data = _new_secrets()
+    outfiles.write_file(secrets_path(out, box), json.dumps(data), within=out, mode=0o600)
+    for value in data.values():
+        register_secret(value)
+    return data
 
 
 def cluster_json(cluster: Cluster, out: Path) -> dict:
@@ -196,22 +230,71 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
 
 
 def write_atomically(files: dict[str, str], out: Path) -> None:
-    """Write into a sibling temp folder, then swap each managed folder in by rename."""
+    """Stage the render in OUT/.render-XXXX/, commit it, then move the managed folders in.
+
+    Windows cannot rename a folder over a non-empty one, and folder symlinks need a privilege
+    there, so the switch cannot be one rename of the folders themselves. Its commit is one
+    atomic rename instead: SWAP_RECORD names the staged render. Before it, --out is untouched (a
+    failure only leaves a staging folder, swept by the next render); after it, the swap is
+    finished, by this call even when Ctrl-C interrupts it, or else by the next render under the
+    same lock. A reader holding the --out lock (every k4w task) sees all old or all new.
+    """
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
-    try:
-        _write_tree(files, staging)
-        trash = Path(tempfile.mkdtemp(prefix=".old-", dir=out))
-        for name in MANAGED:
-            current, fresh = out / name, staging / name
-            if current.exists():
-                current.rename(trash / name)
-            if fresh.exists():
-                fresh.rename(current)
-        shutil.rmtree(trash, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with outlock.hold(out):
+        outfiles.refuse_links(out / SWAP_RECORD, out)
+        finish_swap(out)
+        staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
+        try:
+            _write_tree(files, staging, durable=True)
+            trash = out / (".old-" + staging.name.removeprefix(".render-"))
+            fresh = sorted(name for name in MANAGED if (staging / name).exists())
+            record = {"staging": staging.name, "trash": trash.name, "fresh": fresh}
+            outfiles.write_file(out / SWAP_RECORD, json.dumps(record) + "\n", within=out)  # the commit
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        try:
+            finish_swap(out)
+        except KeyboardInterrupt:
+            finish_swap(out)  # committed: complete it before giving up, so --out is never mixed
+            raise
+
+
+def finish_swap(out: Path) -> None:
+    """Complete a committed swap (idempotent), then sweep staging and trash folders left by
+    interrupted renders. Run under the --out lock."""
+    record_path = out / SWAP_RECORD
+    if record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            staging, trash, fresh = out / record["staging"], out / record["trash"], set(record["fresh"])
+            # Only folders of this very --out: a record must never move anything elsewhere.
+            if not (staging.parent == trash.parent == out and staging.name.startswith(".render-")
+                    and trash.name.startswith(".old-")):
+                raise ValueError(record)
+        except (ValueError, KeyError, TypeError):
+            # write_file never leaves half a record; one that does not parse was not written by k4w.
+            ui.say(f"warning: ignoring {record_path}: it is not a render commit record", style="yellow")
+        else:
+            trash.mkdir(exist_ok=True)
+            for name in MANAGED:
+                current, new, old = out / name, staging / name, trash / name
+                if name in fresh and not new.exists():
+                    continue  # already moved in
+                if current.exists() or current.is_symlink():
+                    if old.exists():
+                        shutil.rmtree(old)
+                    current.rename(old)
+                if new.exists():
+                    new.rename(current)
+            outfiles.sync_folder(out)
+        record_path.unlink(missing_ok=True)
+    for pattern in LEFTOVERS:
+        for leftover in out.glob(pattern):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -223,11 +306,18 @@ def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
         yield Path(folder)
 
 
-def _write_tree(files: dict[str, str], folder: Path) -> None:
+def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> None:
+    """Write files into a fresh folder; those under PRIVATE are created 0600 (not chmod-ed after).
+    durable: fsync each file, so that a committed render survives a power cut whole."""
     for rel, text in files.items():
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        mode = 0o600 if rel.split("/", 1)[0] in PRIVATE else 0o644
+        with outfiles.naming(target), outfiles.open_for_write(target, within=folder, mode=mode) as fh:
+            fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
 
 
 def render(cluster: Cluster, out: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import profiles, ui
+from .. import outfiles, profiles, ui
 from ..bake import catalogue
 from ..cluster.machines import cluster_vagrant, load_cluster
 from ..cluster_model import Cluster
@@ -39,8 +39,7 @@ def _write_config(cfg: Config, folder: Path, dry_run: bool) -> Path:
     """The validated config as a file the spec process loads again (same values, same checks)."""
     path = folder / "cluster.yml"
     if not dry_run:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+        outfiles.write_file(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     return path
 
 
@@ -77,7 +76,7 @@ def _connect_args(profile, vagrant: Vagrant, workdir: Path) -> list[str]:
     if vagrant.dry_run:
         return [f"--hosts=ssh://{throwaway.MACHINE}", f"--ssh-config={ssh_config}"]
     hosts = discovery.parse_ssh_config(text)
-    ssh_config.write_text(text, encoding="utf-8")
+    outfiles.write_file(ssh_config, text)
     return ["--hosts=" + ",".join(h.url() for h in hosts), f"--ssh-config={ssh_config}"]
 
 
@@ -135,7 +134,7 @@ def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> di
     if dry_run:
         ui.say(f"would write {workdir / 'Vagrantfile'}:\n{vagrantfile}")
     else:
-        (workdir / "Vagrantfile").write_text(vagrantfile, encoding="utf-8")
+        outfiles.write_file(workdir / "Vagrantfile", vagrantfile)
 
     request = _box_request(out, box, profile.os_family, [])
     started = records.now()
@@ -176,7 +175,7 @@ def test_ssh_target(cfg: Config, box: str, host: str, port: int, user: str, key_
     ssh_config = workdir / "ssh-config"
     config_file = _write_config(cfg, workdir, dry_run)
     if not dry_run:
-        ssh_config.write_text(discovery.ssh_target_config(alias, host, port, user, key_file), encoding="utf-8")
+        outfiles.write_file(ssh_config, discovery.ssh_target_config(alias, host, port, user, key_file))
     target = f"ssh {user}@{host}:{port}"
     request = _box_request(out, box, profile.os_family,
                            [f"--hosts=ssh://{alias}", f"--ssh-config={ssh_config}", *_box_spec_args(box, config_file, stage)],
@@ -200,7 +199,7 @@ def _node_hosts(cluster, vagrant: Vagrant, folder: Path) -> tuple[dict, Path]:
         text = vagrant.ssh_config(linux)
         hosts = {m: f"ssh://{m}" for m in linux} if vagrant.dry_run else {h.alias: h.url() for h in discovery.parse_ssh_config(text)}
         if not vagrant.dry_run:
-            ssh_config.write_text(text, encoding="utf-8")
+            outfiles.write_file(ssh_config, text)
         urls.update(hosts)
     for machine in (m for m in cluster.machines if m.is_windows):
         text = vagrant.winrm_config(machine.name)

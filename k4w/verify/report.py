@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import outfiles
 from ..redact import redact
 from . import specrun
 
@@ -41,6 +42,5 @@ def markdown(results: dict[str, dict], title: str, when: str) -> str:
 
 
 def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    outfiles.write_file(path, text)
     return path

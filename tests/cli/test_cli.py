@@ -103,3 +103,19 @@ def test_a_missing_default_config_says_to_run_from_the_repository_root(tmp_path)
     result = invoke("render", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 1
     assert "run invoke from the repository root" in result.stderr and "copy" not in result.stderr
+
+
+def test_plan_says_once_how_many_artifacts_it_rendered(tmp_path):
+    result = invoke("plan", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert len([line for line in result.stdout.splitlines() if re.search(r"(?i)render(ed)? \d+ artifacts", line)]) == 1
+
+
+def test_doctor_names_the_given_config_in_the_proxy_fix(tmp_path):
+    # Port 9 (discard) on loopback: nothing listens there, so the proxy check fails at once.
+    config = tmp_path / "site.yml"
+    config.write_text(GOOD.replace("  http: null ", "  http: http://127.0.0.1:9 ", 1))
+    result = invoke("doctor", "--config", str(config), "--out", str(tmp_path / "out"))
+    output = result.stdout + result.stderr
+    assert f"check proxy.http in {config} and" in output, output
+    assert "{label}" not in output and "in cluster.yml" not in output

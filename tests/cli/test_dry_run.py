@@ -14,7 +14,7 @@ from tests.helpers import invoke, tree_digest
 SHOWS = {
     "render": "packer/ubuntu-1604.json",
     "validate": "packer validate",
-    "plan": "Would render",
+    "plan": "Build plan (a Hyper-V host runs these",
     "all": "shellcheck",
     "cluster-up": "vagrant up --provider=hyperv worker-win",
     "build-windows": "packer build -machine-readable -force -on-error=cleanup",

@@ -117,3 +117,19 @@ def test_wait_for_returns_the_state_once_done_and_times_out_on_a_fake_clock():
         proc.wait_for("pod x", lambda: (False, "Pending"), 30, clock=lambda: now[0], sleep=sleep, poll=5)
     assert isinstance(err.value, TimeoutError) and isinstance(err.value, K4wError)
     assert 30 <= now[0] <= 35
+
+
+def test_a_runner_failure_does_not_repeat_output_the_user_just_saw(capsys):
+    with pytest.raises(proc.Failed) as err:
+        proc.Runner().run([PY, "-c", "print('shown live'); raise SystemExit(4)"])
+    assert "shown live" in capsys.readouterr().out
+    after_command = str(err.value).split(" exited ", 1)[1]  # the command line itself quotes the script
+    assert after_command == "4 (its output is above)"
+
+
+def test_a_captured_runner_failure_quotes_the_stdout_nobody_saw(capsys):
+    with pytest.raises(proc.Failed) as err:
+        proc.Runner().run([PY, "-c", "import sys; print('kept'); print('shown', file=sys.stderr); sys.exit(5)"], capture=True)
+    assert "shown" in capsys.readouterr().out
+    after_command = str(err.value).split(" exited ", 1)[1]  # the command line itself quotes the script
+    assert after_command == "5:\nkept"

@@ -65,11 +65,12 @@ def test_second_run_checks_status_and_reapplies_the_cluster_ips(fake_vagrant):
     assert second[-1][-1] == "kubectl get nodes -o json"
 
 
-def test_resume_after_vagrant_up_fails(fake_vagrant):
+def test_resume_after_vagrant_up_fails(fake_vagrant, capsys):
     fake_vagrant.scenario({"fail": [{"pattern": "^up .*worker-win", "times": 1, "exit": 1, "output": "Hyper-V import failed"}]})
     with pytest.raises(K4wError, match="(?s)vagrant up failed for 1 of 3 machines.*worker-win: .*vagrant up --provider=hyperv "
                                        "worker-win exited 1:.*Hyper-V import failed"):
         fake_vagrant.up()
+    assert "Hyper-V import failed" in capsys.readouterr().out
     assert not (fake_vagrant.out / "cluster-state.json").exists()
     fake_vagrant.up()
     assert json.loads((fake_vagrant.out / "cluster-state.json").read_text())["steps"]["demo"]
