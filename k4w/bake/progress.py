@@ -134,17 +134,31 @@ def make_view(console: Console) -> PlainView | RichView:
 @contextlib.contextmanager
 def _byte_progress(console: Console, label: str, total: int | None, doing: str, done_text: str,
                    *columns) -> Iterator[Callable[[int, int | None], None]]:
-    """A bar over bytes on a terminal; a plain start and end line when output is piped."""
+    """A bar over bytes on a terminal; a plain start and end line when output is piped. Nothing
+    shows until the first bytes: a refusal before the work starts never says it started."""
+    started: list[float] = []
     if not console.is_terminal:
-        console.print(f"{label}: {doing} ...", markup=False, highlight=False)
-        started = time.monotonic()
-        yield lambda done, size: None
-        console.print(f"{label}: {done_text} in {elapsed(time.monotonic() - started)}", markup=False, highlight=False)
+        def plain(done: int, size: int | None) -> None:
+            if not started:
+                started.append(time.monotonic())
+                console.print(f"{label}: {doing} ...", markup=False, highlight=False)
+
+        yield plain
+        if started:
+            console.print(f"{label}: {done_text} in {elapsed(time.monotonic() - started[0])}", markup=False, highlight=False)
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), *columns, TimeRemainingColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda done, size: progress.update(task, completed=done, total=size or total)
+    with contextlib.ExitStack() as stack:
+        bar: list = []
+
+        def update(done: int, size: int | None) -> None:
+            if not bar:
+                progress = stack.enter_context(Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), *columns,
+                                                        TimeRemainingColumn(), console=console, transient=True))
+                bar.append((progress, progress.add_task(label, total=total)))
+            progress, task = bar[0]
+            progress.update(task, completed=done, total=size or total)
+
+        yield update
 
 
 def hash_progress(console: Console, label: str, total: int):

@@ -242,6 +242,7 @@ def test_iso_add_refuses_retail_media_without_a_key_and_changes_nothing(tmp_path
     assert "Traceback" not in output
     assert str(source) in output and DATACENTER in output and "iso.product_key" in output and DATACENTER_GVLK in output
     assert "Nothing was recorded or linked" in output
+    assert "computing sha256" not in output  # refused before hashing, and it does not claim otherwise
     assert tree_digest(ROOT / "iso") == before
 
 
