@@ -302,8 +302,8 @@ class _Builder:
                     _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
                 problems = decision.boxes.get(plan.box)
                 if problems:
-                    results[plan.box] = BoxResult(plan.box, "failed", message=f"{plan.box}: refusing to build:\n"
-                                                  + "\n".join(f"  - {p}" for p in problems).replace("\n", "\n    ").replace("\n    \n", "\n"))
+                    listed = "\n".join(f"  - {p}".replace("\n", "\n    ") for p in problems)
+                    results[plan.box] = BoxResult(plan.box, "failed", message=f"{plan.box}: refusing to build:\n{listed}")
         to_build = [p for p in to_build if p.box not in results]
         if to_build:
             for plan in to_build:
@@ -395,7 +395,7 @@ class _Builder:
                     log.write(f"# {line}\n")
                 rc = self._stream(plan, cmd, env, log, state, view)
             seconds = time.monotonic() - clock
-            if rc == 0 and box not in self.timed_out and not self.interrupted:
+            if rc == 0 and box not in self.timed_out:
                 result = self._collect(plan, state, started, log_path, seconds)
             else:
                 result = self._failed(plan, state, log_path, seconds, f"Packer exited with code {rc}")
