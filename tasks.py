@@ -45,7 +45,7 @@ def plan(c, config=None, out=None, dry_run=False):
     """Render and show what build and cluster-up would do: nodes, derived values, commands."""
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
-    plan_mod.show(cluster, s.out, cli.rendered(cluster, s))
+    plan_mod.show(cluster, s.out, cli.rendered(cluster, s), dry_run=s.dry_run)
 
 
 @task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)"})
@@ -69,7 +69,7 @@ def all_(c, config=None, out=None, dry_run=False):
     cluster = cli.load(s)
     files = cli.rendered(cluster, s)
     cli.validate(cluster, s, files)
-    plan_mod.show(cluster, s.out, files)
+    plan_mod.show(cluster, s.out, files, dry_run=s.dry_run)
     cli.build_on_hyperv(cluster, s)
 
 

@@ -215,9 +215,11 @@ class Config(Strict):
                 problems.append(f"{where}.ip: {node.ip} is reserved for the host gateway on the cluster switch")
             try:
                 profile = profiles.load(node.box)
-            except K4wError:
+            except K4wError as exc:
                 known = ", ".join(profiles.available())
-                problems.append(f"{where}.box: unknown box '{node.box}' (known boxes: {known})")
+                # A profile that exists but is broken says what is wrong with it, not "unknown".
+                problems.append(f"{where}.box: unknown box '{node.box}' (known boxes: {known})" if str(exc).startswith("unknown box")
+                                else f"{where}.box: {exc}")
                 continue
             data = profile.data
             if node.role == "master" and profile.is_windows:

@@ -97,9 +97,12 @@ def sha256_file(path: Path, progress: Progress | None = None) -> str:
 
 
 class HashCache:
-    """sha256 of big files keyed by (absolute path, size, mtime), kept in OUT/cache/iso-hashes.json.
+    """sha256 of big files keyed by (absolute path, size, mtime, ctime, inode), kept in
+    OUT/cache/iso-hashes.json.
 
-    A 5 GB ISO takes about a minute to hash; it is hashed again only when it changes.
+    A 5 GB ISO takes about a minute to hash; it is hashed again only when it changes. On POSIX
+    any write or `touch -d` moves ctime, so a rewritten file cannot pass as the cached one; on
+    Windows ctime is the creation time, so Packer checks the ISO again against iso_checksum too.
     """
 
     _lock = threading.Lock()
@@ -110,7 +113,8 @@ class HashCache:
     @staticmethod
     def _key(path: Path) -> tuple[str, dict]:
         st = path.stat()
-        return str(path.resolve()), {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        return str(path.resolve()), {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                                     "inode": st.st_ino}
 
     def _load(self) -> dict:
         try:
@@ -122,7 +126,7 @@ class HashCache:
         key, ident = self._key(path)
         with self._lock:
             entry = self._load().get(key)
-        if entry and entry.get("size") == ident["size"] and entry.get("mtime_ns") == ident["mtime_ns"]:
+        if entry and all(entry.get(name) == value for name, value in ident.items()):
             return entry.get("sha256")
         return None
 
@@ -189,10 +193,12 @@ def check_iso(
     progress: Progress | None = None,
     hash_it: bool = True,
     expected_sha256: str | None = None,
+    write_cache: bool = True,
 ) -> IsoCheck:
     """Verify a box's ISO before Packer starts; raise IsoError with what to do.
 
-    hash_it=False (dry run) checks everything but the hash itself and writes nothing.
+    hash_it=False checks everything but the hash itself (a cached mismatch still fails).
+    write_cache=False (a dry run) hashes without recording the result under OUT.
     expected_sha256 overrides the profile's and the catalogue's value.
     """
     box = profile.name
@@ -234,7 +240,7 @@ def check_iso(
         if cached and cached != expected:
             raise IsoError(_mismatch(box, path, expected, source, cached))
         return IsoCheck(box, name, path, expected, source, "local", actual=cached, cached=bool(cached), size=size)
-    actual = cached or cache.sha256(path, progress)
+    actual = cached or (cache.sha256(path, progress) if write_cache else sha256_file(path, progress))
     if actual != expected:
         raise IsoError(_mismatch(box, path, expected, source, actual))
     return IsoCheck(box, name, path, expected, source, "local", actual=actual, cached=bool(cached), size=size)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 from . import iso, ui
-from .bake import packer_cli, pins
+from .bake import gate, packer_cli
 from .cluster_model import Cluster
 
 
-def show(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
+def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = False) -> None:
     """files: the render the plan describes (written to out, or for a dry run only in memory)."""
     cfg, net, proxy = cluster.config, cluster.network, cluster.proxy
     rows = []
@@ -41,6 +43,14 @@ def show(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
     ui.say("Artifacts by folder: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
 
     ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
+    # The build's own refusals (k4w.bake.gate), so the plan never promises a build that stops.
+    targets = [gate.Target(prof, json.loads(files[f"packer/{box}.json"])) for box, prof in cluster.profiles.items()]
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(gate.scratch_render(cluster)) if dry_run else out
+        decision = gate.decide(cluster, targets, out, folder, ui.console, write_cache=not dry_run)
+    for what, problems in (("this host", decision.host), ("packer", decision.packer), ("validate", decision.validation)):
+        for problem in problems:
+            ui.say(f"BLOCKED ({what}, every box): {problem}", style="yellow")
     for step, (box, prof) in enumerate(cluster.profiles.items(), 1):
         task = "build-windows" if prof.is_windows else "build-ubuntu"
         iso_file = iso.iso_path(prof)
@@ -49,9 +59,10 @@ def show(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
         ui.command(packer_cli.build_command(out / "packer" / f"{box}.json", packer="packer"))
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
-        for name in pins.unpinned(prof, {}):
-            ui.say(f"   BLOCKED: components.{name} has no checksum; the build refuses until you run: "
-                   f"{pins.pin_command(box, name, cluster.config_file)}", style="yellow")
+        for problem in decision.boxes.get(box, []):
+            ui.say(f"   BLOCKED: {problem}".replace("\n", "\n   "), style="yellow")
+    if not decision.refused:
+        ui.say("Nothing blocks the builds on this host.")
 
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
     workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]

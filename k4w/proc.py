@@ -130,10 +130,20 @@ class Process(subprocess.Popen):
         yield from self.stdout
 
     def interrupt(self) -> None:
-        """What Ctrl-C would send, to this program only (it stops its own children): SIGINT, or
-        on Windows CTRL_BREAK, which Go programs such as Packer map to os.Interrupt."""
+        """What Ctrl-C in a terminal sends: SIGINT to the program, and with group=True to its whole
+        process group as a terminal does; on Windows CTRL_BREAK (to its group), which Go programs
+        such as Packer map to os.Interrupt."""
         with contextlib.suppress(OSError):
-            self.send_signal(signal.CTRL_BREAK_EVENT if os.name == "nt" else signal.SIGINT)
+            if os.name == "nt":
+                self.send_signal(signal.CTRL_BREAK_EVENT)
+            elif self.group:
+                os.killpg(self.pid, signal.SIGINT)
+            else:
+                self.send_signal(signal.SIGINT)
+
+    def kill_all(self) -> None:
+        """SIGKILL it and, in its own group, everything it started, even after it exited; no wait."""
+        self._signal_all(kill=True)
 
     def stop(self, grace: float = STOP_GRACE) -> bool:
         """Stop it (and, in its own group, everything it started): SIGTERM, then SIGKILL after

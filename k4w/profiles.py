@@ -77,7 +77,23 @@ def _load(name: str, box_dirs: tuple[Path, ...]) -> Profile:
         raise K4wError(f"{path}: missing keys {', '.join(missing)}")
     if raw["name"] != name:
         raise K4wError(f"{path}: 'name' is {raw['name']!r}, expected {name!r} (the file name)")
+    timeout = (raw.get("build") or {}).get("timeout_minutes")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise K4wError(f"{path}: build.timeout_minutes must be a positive number of minutes, not {timeout!r}")
     return Profile(name=name, path=path, data=Attr.wrap(raw))
+
+
+# The whole `packer build` of one box, so a build that hangs (a VM that never answers WinRM or SSH)
+# ends instead of blocking for ever. Used when a profile sets no build.timeout_minutes. Windows:
+# the README estimates 1.5-3 h and winrm_timeout alone is 2 h. Ubuntu: ssh_timeout is 2 h, then
+# the provisioning steps.
+DEFAULT_BUILD_TIMEOUT_MINUTES = {"windows": 240, "linux": 180}
+
+
+def build_timeout_minutes(profile: Profile) -> float:
+    """The overall limit of one box build (build.timeout_minutes, else the default of its OS)."""
+    value = (profile.data.get("build") or {}).get("timeout_minutes")
+    return float(value) if value is not None else float(DEFAULT_BUILD_TIMEOUT_MINUTES[profile.data.node_os])
 
 
 # Any one of these proves a download is the file we meant (README.md, Boxes: a download without one is refused).

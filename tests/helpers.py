@@ -41,12 +41,24 @@ def write_config(path: Path, data: dict | str) -> Path:
     return path
 
 
+def _invoke_argv(args: tuple[str, ...], cwd: Path) -> list[str]:
+    # -m invoke finds tasks.py from the working directory; from elsewhere, name the collection.
+    return [sys.executable, "-m", "invoke"] + (["--search-root", str(ROOT)] if Path(cwd) != ROOT else []) + list(args)
+
+
+def start_invoke(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.Popen:
+    """Start the real CLI and return at once, for a test that signals it while it runs. Its
+    output goes to the returned process's stdout (stderr merged), as text."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.Popen(_invoke_argv(args, cwd), cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 def invoke(*args: str, cwd: Path = ROOT, env: dict | None = None, memory_mb: int | None = None,
            timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real CLI, exactly as a user types it; memory_mb caps its address space."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    # -m invoke finds tasks.py from the working directory; from elsewhere, name the collection.
-    argv = [sys.executable, "-m", "invoke"] + (["--search-root", str(ROOT)] if Path(cwd) != ROOT else []) + list(args)
+    argv = _invoke_argv(args, cwd)
 
     def cap():
         import resource

@@ -99,6 +99,7 @@ def build_record(
     provider: str,
     box_file: Path,
     box_sha256: str,
+    box_size: int,
     started: dt.datetime,
     finished: dt.datetime,
     packer_version: str | None,
@@ -113,6 +114,7 @@ def build_record(
         "provider": provider,
         "box_file": Path(box_file).name,
         "box_sha256": box_sha256,
+        "box_size": box_size,  # checked, then box_sha256, before a build skips the box as up to date
         "profile": profile.path.name,
         "components": components(profile),
         "kubernetes": profile.data.get("kubernetes", {}).get("version"),

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import proc
+from ..derive import Proxy
 from ..errors import K4wError
+from ..redact import redact
 from ..tools import INSTALL
 
 PACKER = "packer"
@@ -37,6 +39,15 @@ ADK_OSCDIMG = Path(r"C:\Program Files (x86)\Windows Kits\10\Assessment and Deplo
 # PACKER_LOG turns on Packer's debug log on stderr, which we merge into the transcript:
 # it floods the progress view and can echo provisioner environment values.
 ENV_REMOVED = ("PACKER_LOG", "PACKER_LOG_PATH")
+# The proxy variables Packer's downloads read (Go's net/http ProxyFromEnvironment: either case).
+# cluster.yml alone decides them, as for every host-side download (k4w/bake/download.py): the
+# host's own values are dropped, cluster.yml's set.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+# Packer reaches the build VM over WinRM at the address the management switch's DHCP gave it,
+# and its WinRM client (masterzen/winrm) sends requests through the environment's proxy
+# (http.ProxyFromEnvironment). That address is private (RFC 1918), and Packer needs the proxy
+# only for public downloads (the Ubuntu ISO): private ranges always bypass it.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
 def build_command(template: Path, packer: str = PACKER) -> list[str]:
@@ -45,10 +56,24 @@ def build_command(template: Path, packer: str = PACKER) -> list[str]:
     return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", str(template)]
 
 
-def build_env(out: Path, secrets: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+def proxy_env(proxy: Proxy) -> dict[str, str]:
+    """cluster.yml's proxy as Packer's environment (empty without one): Packer downloads the
+    Ubuntu ISO itself when iso/ has none."""
+    env = dict(proxy.env)
+    if proxy.enabled:
+        no_proxy = ",".join([*PRIVATE_RANGES, *(n for n in proxy.no_proxy if n not in PRIVATE_RANGES)])
+        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy)
+    return env
+
+
+def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None = None,
+              base: dict[str, str] | None = None) -> dict[str, str]:
+    """Packer's whole environment. proxy: proxy_env(cluster.proxy); the host's own proxy
+    variables never reach Packer."""
     env = dict(os.environ if base is None else base)
-    for name in ENV_REMOVED:
+    for name in ENV_REMOVED + PROXY_VARIABLES:
         env.pop(name, None)
+    env.update(proxy or {})
     # HashiCorp's checkpoint service phones home for update notices; behind a proxy it only stalls.
     env["CHECKPOINT_DISABLE"] = "1"
     # Keep downloaded ISOs (Ubuntu's remote fallback) under OUT, not in the current directory.
@@ -57,15 +82,19 @@ def build_env(out: Path, secrets: dict[str, str], base: dict[str, str] | None = 
     return env
 
 
-def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str]) -> list[str]:
-    """Lines that show exactly what would run, naming secret variables but never their values."""
-    settings = build_env(out, {}, base={})
+def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str],
+                     proxy: dict[str, str] | None = None) -> list[str]:
+    """Lines that show exactly what would run, naming secret variables but never their values
+    (proxy credentials redacted)."""
+    proxy = proxy or {}
+    settings = build_env(out, {}, proxy, base={})
     lines = [f"cd {shlex.quote(str(out))}"]
     for name, where in secret_sources.items():
         lines.append(f"export {name}=<secret from {where}>")
-    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR"):
-        lines.append(f"export {name}={shlex.quote(settings[name])}")
-    lines.append("unset " + " ".join(ENV_REMOVED))
+    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR", *proxy):
+        lines.append(redact(f"export {name}={shlex.quote(settings[name])}"))
+    unset = [name for name in ENV_REMOVED + PROXY_VARIABLES if name not in proxy]
+    lines.append("unset " + " ".join(unset))
     lines.append(shlex.join(cmd))
     return lines
 

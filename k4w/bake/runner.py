@@ -12,31 +12,33 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import iso_images
-from .. import outfiles, proc, render, sources
+from .. import iso_images, outfiles, proc, profiles, render, sources
 from ..cluster_model import Cluster
 from ..config import Config
-from ..errors import K4wError, ToolMissing
+from ..errors import K4wError
 from ..profiles import Profile
 from ..redact import redact, register_secret
-from ..tools import INSTALL
-from . import catalogue, packer_cli, pins, stamp as stamp_mod
+from . import catalogue, gate, packer_cli, stamp as stamp_mod
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
 
 # The variable the Windows template reads the per-build Administrator password from
 # (docs/internals.md, "Packer templates").
 ADMIN_PASSWORD_ENV = "K4W_ADMIN_PASSWORD"
+# Signals that end k4w, each forwarded to Packer as one interrupt (SIGBREAK: Ctrl-Break on Windows).
+FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
 
 
 class BuildFailed(K4wError):
@@ -60,13 +62,16 @@ class BoxPlan:
     iso_override: Path | None = None
     iso_sha256: str | None = None
     iso: iso_mod.IsoCheck | None = None
-    problem: str | None = None  # stops this box before Packer (e.g. the ISO)
+
+    @property
+    def target(self) -> gate.Target:
+        return gate.Target(self.profile, self.template, self.iso_override, self.iso_sha256)
 
 
 @dataclass
 class BoxResult:
     box: str
-    status: str  # built | up to date | failed | interrupted | would build | would skip
+    status: str  # built | up to date | failed | interrupted | timed out | would build | would skip
     seconds: float = 0.0
     log: Path | None = None
     message: str = ""
@@ -110,8 +115,8 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
         render.render(cluster, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
     rendered = render.render_files(cluster, out, secrets_for=None)
-    plans = [_plan(cluster.profile(box), out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box))
-             for box in boxes]
+    plans = [_plan(cluster.profile(box), out, rendered, force, (isos or {}).get(box), (iso_sha256s or {}).get(box),
+                   console) for box in boxes]
     if dry_run:
         return _dry_run(plans, out, console, cluster)
     return _Builder(cluster, out, console).run(plans)
@@ -131,7 +136,7 @@ def _register_proxy_secrets(cfg: Config) -> None:
 
 
 def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
-          iso_sha256: str | None = None) -> BoxPlan:
+          iso_sha256: str | None, console: Console) -> BoxPlan:
     box = profile.name
     key = f"packer/{box}.json"
     try:
@@ -155,21 +160,54 @@ def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, is
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         plan.reason = f"inputs changed: {shown}"
     else:
-        plan.up_to_date = True
-        plan.reason = f"up to date: {existing} (stamp {stamp.sha256[:12]})"
+        differs = _box_differs_from_record(box, existing, record, catalogue.record_path(out, box), console)
+        plan.up_to_date = differs is None
+        plan.reason = differs or f"up to date: {existing} (stamp {stamp.sha256[:12]}, size and sha256 as recorded)"
     return plan
+
+
+def _box_differs_from_record(box: str, path: Path, record: dict, record_file: Path, console: Console) -> str | None:
+    """Why the box on disk is not the one its record describes (truncated, replaced, or moved in
+    by a build that crashed before it wrote its record); None when size and sha256 match. The
+    size is checked first: hashing a 10 GB box takes minutes."""
+    size, expected = record.get("box_size"), record.get("box_sha256")
+    actual_size = path.stat().st_size
+    if not expected:
+        return f"{record_file} has no box_sha256 to check {path} against"
+    if size is not None and size != actual_size:
+        return f"box file {path} is {actual_size} bytes but {record_file} says {size}: it is truncated or another file"
+    with hash_progress(console, f"{box}: {path.name}", actual_size) as progress:
+        actual = iso_mod.sha256_file(path, progress)
+    if actual != expected:
+        return f"box file {path} has sha256 {actual}, but {record_file} says {expected}: it is not the box that was built"
+    return None
 
 
 def _say(console: Console, text: str) -> None:
     console.print(redact(text), markup=False, highlight=False, soft_wrap=True)
 
 
+def _verdict(problems: list[str], ok: str) -> list[str]:
+    return [f"WOULD FAIL: {p}" for p in problems] or [ok]
+
+
 def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster) -> list[BoxResult]:
-    """Print what a build would do; run nothing and write nothing."""
+    """Print what a build would do and every refusal the real build would make (gate.decide,
+    the same call); run nothing and write nothing. Raises BuildFailed when the build would refuse."""
     results: list[BoxResult] = []
-    problems: list[str] = []
-    packer = packer_cli.packer_path()
-    _say(console, f"packer: {packer or 'NOT FOUND - ' + INSTALL['packer']} (version and plugins are checked by a real build and by `invoke doctor`)")
+    to_build = [plan for plan in plans if not plan.up_to_date]
+    # The validators read files: give them a render in a private scratch folder, never --out.
+    with gate.scratch_render(cluster) as scratch:
+        decision = gate.decide(cluster, [plan.target for plan in to_build], out, scratch, console, write_cache=False)
+    if to_build:
+        packer = packer_cli.packer_path()
+        for line in _verdict(decision.packer, f"{packer} {packer_cli.version_str(packer_cli.packer_version())}"):
+            _say(console, f"packer: {line}")
+        for line in _verdict(decision.host, "can run the templates' builders"):
+            _say(console, f"this host: {line}")
+        for line in _verdict(decision.validation, "every validator of `invoke validate` accepts the render"):
+            _say(console, f"validate: {line}")
+    proxy = packer_cli.proxy_env(cluster.proxy)
     for plan in plans:
         box = plan.box
         _say(console, f"== {box}")
@@ -179,38 +217,55 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             results.append(BoxResult(box, "would skip", message=plan.reason))
             continue
         _say(console, f"  would build: {plan.reason}")
-        try:
-            check = iso_mod.check_iso(plan.profile, out, plan.iso_override, hash_it=False, expected_sha256=plan.iso_sha256)
-            if check.mode == "remote":
-                _say(console, f"  iso: {check.describe()}")
-            else:
-                how = "hash cached and matching" if check.cached else "sha256 computed before Packer starts"
-                _say(console, f"  iso: would verify {check.path} against {check.expected} ({check.source}; {how})")
-        except iso_mod.IsoError as exc:
-            _say(console, f"  iso: WOULD FAIL: {exc}")
-            problems.append(f"{box}: {exc}")
-        # The same refusal the real build makes, so a dry run never promises a build that stops.
-        for message in pins.unpinned_messages(plan.profile, {}, cluster.config_file):
-            _say(console, f"  checksums: WOULD FAIL: {message}")
-            problems.append(f"{box}: {message}")
+        check = decision.isos.get(box)
+        if check and check.mode == "remote":
+            _say(console, f"  iso: {check.describe()}")
+        elif check:
+            how = "hash cached and matching" if check.cached else "sha256 matches" if check.actual else \
+                "sha256 computed before Packer starts"
+            _say(console, f"  iso: would verify {check.path} against {check.expected} ({check.source}; {how})")
+        for problem in decision.boxes.get(box, []):
+            _say(console, f"  WOULD FAIL: {problem}")
         secret_sources = {}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
             secret_sources[ADMIN_PASSWORD_ENV] = str(secrets_file)
         _say(console, "  run:")
-        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources):
+        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources, proxy):
             _say(console, f"    {line}")
+        minutes = profiles.build_timeout_minutes(plan.profile)
+        _say(console, f"  timeout: {minutes:g} min (build.timeout_minutes), then Packer is interrupted and stopped")
         _say(console, f"  log: {out / 'logs' / f'{box}.log'}")
         _say(console, f"  then: move {out / 'boxes' / '.partial'}/{box}-<provider>.box to {out / 'boxes'}/, "
                       f"write {catalogue.catalogue_path(out, box)} and {catalogue.record_path(out, box)}")
         results.append(BoxResult(box, "would build", message=plan.reason))
-    if problems:
-        raise BuildFailed("dry run: these boxes would fail before Packer starts:\n" + "\n".join(problems), results)
+    if decision.refused:
+        raise BuildFailed("dry run: the build would refuse before Packer starts:\n"
+                          + "\n".join(f"  - {line}" for line in decision.lines()), results)
     return results
 
 
 # ------------------------------------------------------------------ running
+
+
+@contextlib.contextmanager
+def _forwarding_signals(handler) -> Iterator[None]:
+    """While Packer runs, every terminating signal k4w gets goes to handler (in the main thread):
+    Packer runs in its own process group, so nothing else would tell it, and it would outlive us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for name in FORWARDED_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            previous[number] = signal.signal(number, lambda signum, _frame: handler(signum))
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
 
 
 class _Builder:
@@ -220,7 +275,10 @@ class _Builder:
         self.console = console
         self.procs: dict[str, proc.Process] = {}
         self.lock = threading.Lock()
-        self.interrupted = False
+        self.interrupted: str | None = None  # the signal that interrupted the build
+        self.deadlines: dict[str, float] = {}  # box -> when its build.timeout_minutes runs out
+        self.timed_out: set[str] = set()
+        self.kill_at: dict[str, float] = {}  # box -> when its Packer group is killed if still running
         self.packer_version: str | None = None
 
     def run(self, plans: list[BoxPlan]) -> list[BoxResult]:
@@ -229,17 +287,25 @@ class _Builder:
             if plan.up_to_date:
                 _say(self.console, f"{plan.box}: {plan.reason}")
                 results[plan.box] = BoxResult(plan.box, "up to date", message=plan.reason, box_files=[plan.existing_box])
-                continue
-            _say(self.console, f"{plan.box}: building, {plan.reason}")
-            self._check_iso(plan)
-            unpinned = pins.unpinned_messages(plan.profile, {}, self.cluster.config_file)
-            if unpinned and not plan.problem:
-                plan.problem = f"{plan.box}: refusing to build with unverifiable downloads:\n" + "\n".join(f"  - {u}" for u in unpinned)
-            if plan.problem:
-                results[plan.box] = BoxResult(plan.box, "failed", message=plan.problem)
+            else:
+                _say(self.console, f"{plan.box}: building, {plan.reason}")
         to_build = [p for p in plans if p.box not in results]
         if to_build:
-            self._preflight(to_build)
+            decision = gate.decide(self.cluster, [p.target for p in to_build], self.out, self.out, self.console)
+            if decision.everywhere:
+                everywhere = gate.Decision(host=decision.host, packer=decision.packer, validation=decision.validation)
+                raise K4wError(f"refusing to build {', '.join(p.box for p in to_build)}; Packer was not started:\n"
+                               + "\n".join(f"  - {line}" for line in everywhere.lines()))
+            for plan in to_build:
+                plan.iso = decision.isos.get(plan.box)
+                if plan.iso:
+                    _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
+                problems = decision.boxes.get(plan.box)
+                if problems:
+                    listed = "\n".join(f"  - {p}".replace("\n", "\n    ") for p in problems)
+                    results[plan.box] = BoxResult(plan.box, "failed", message=f"{plan.box}: refusing to build:\n{listed}")
+        to_build = [p for p in to_build if p.box not in results]
+        if to_build:
             for plan in to_build:
                 if plan.profile.is_windows:
                     render.rotate_secrets(self.out, plan.box)
@@ -254,57 +320,56 @@ class _Builder:
             raise BuildFailed("\n".join(r.message for r in failed), ordered)
         return ordered
 
-    def _check_iso(self, plan: BoxPlan) -> None:
-        path = plan.iso_override or iso_mod.iso_path(plan.profile)
-        needs_hash = path.is_file() and iso_mod.HashCache(self.out).lookup(path) is None
-        progress = hash_progress(self.console, f"{plan.box}: {path.name}", path.stat().st_size) if needs_hash else contextlib.nullcontext(None)
-        try:
-            with progress as callback:
-                plan.iso = iso_mod.check_iso(plan.profile, self.out, plan.iso_override, progress=callback,
-                                             expected_sha256=plan.iso_sha256)
-            _say(self.console, f"{plan.box}: iso {plan.iso.describe()}")
-            iso_images.preflight_build(plan.profile, plan.iso, lambda line: _say(self.console, f"{plan.box}: {line}"))
-        except iso_mod.IsoError as exc:
-            plan.problem = str(exc)
-
-    def _preflight(self, plans: list[BoxPlan]) -> None:
-        if not packer_cli.packer_path():
-            raise ToolMissing("packer", INSTALL["packer"])
-        problems = packer_cli.packer_preflight([p.template for p in plans])
-        if problems:
-            raise K4wError("this host cannot build the boxes yet:\n" + "\n".join(f"  - {p}" for p in problems))
-
     def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
         view = make_view(self.console)
-        results: dict[str, BoxResult] = {}
-        with view, ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="packer") as pool:
+        with _forwarding_signals(self._on_signal), view, \
+                ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="packer") as pool:
             futures = {pool.submit(self._run_box, plan, view): plan for plan in plans}
             pending = set(futures)
             while pending:
-                try:
-                    _, pending = wait(pending, timeout=0.5)
-                except KeyboardInterrupt:
-                    self._interrupt()
-            for future, plan in futures.items():
-                results[plan.box] = future.result()
-        return results
+                _, pending = wait(pending, timeout=0.5)
+                self._enforce_deadlines()
+        return {plan.box: future.result() for future, plan in futures.items()}
 
-    def _interrupt(self) -> None:
-        """First Ctrl-C: ask each Packer to cancel (it deletes its VM). Second: kill them."""
+    def _live(self) -> dict[str, proc.Process]:
         with self.lock:
-            procs = [p for p in self.procs.values() if p.poll() is None]
-            second = self.interrupted
-            self.interrupted = True
+            return {box: p for box, p in self.procs.items() if p.poll() is None}
+
+    def _on_signal(self, signum: int) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: ask each Packer to cancel (it deletes its VM), once; a second
+        signal kills them. After SIGTERM or SIGHUP, whoever sent it expects us gone soon: Packer
+        gets proc.STOP_GRACE seconds to cancel, then its whole group is killed."""
+        name = signal.Signals(signum).name
+        with self.lock:
+            second = self.interrupted is not None
+            self.interrupted = self.interrupted or name
+        live = self._live()
         if second:
-            _say(self.console, "interrupted again: killing Packer; a VM may be left in Hyper-V Manager (k4w-*)")
-        else:
+            _say(self.console, f"{name} again: killing Packer; a VM may be left in Hyper-V Manager (k4w-*)")
+            for packer in live.values():
+                packer.kill_all()
+            return
+        if signum == signal.SIGINT:
             _say(self.console, "interrupted: asking Packer to cancel and clean up (Ctrl-C again to kill)")
-        for packer in procs:
-            with contextlib.suppress(OSError):
-                if second:
-                    packer.kill()
-                else:
-                    packer.interrupt()
+        else:
+            _say(self.console, f"{name}: asking Packer to cancel and clean up, killing it after {proc.STOP_GRACE} s")
+            with self.lock:
+                for box in live:
+                    self.kill_at.setdefault(box, time.monotonic() + proc.STOP_GRACE)
+        for packer in live.values():
+            packer.interrupt()
+
+    def _enforce_deadlines(self) -> None:
+        """build.timeout_minutes: interrupt a Packer that ran out of time; kill it after the grace."""
+        now = time.monotonic()
+        for box, packer in self._live().items():
+            if box not in self.timed_out and now >= self.deadlines.get(box, float("inf")):
+                self.timed_out.add(box)
+                with self.lock:
+                    self.kill_at.setdefault(box, now + proc.STOP_GRACE)
+                packer.interrupt()
+            if now >= self.kill_at.get(box, float("inf")):
+                packer.kill_all()
 
     def _run_box(self, plan: BoxPlan, view: PlainView | RichView) -> BoxResult:
         box, out = plan.box, self.out
@@ -320,15 +385,16 @@ class _Builder:
             if plan.profile.is_windows:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
             cmd = packer_cli.build_command(plan.template_path, packer_cli.packer_path() or packer_cli.PACKER)
-            env = packer_cli.build_env(out, secrets)
+            proxy = packer_cli.proxy_env(self.cluster.proxy)
+            env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")
                 secret_files = {k: str(out / "secrets" / f"{box}.json") for k in secrets}
-                for line in packer_cli.describe_command(cmd, out, secret_files):
+                for line in packer_cli.describe_command(cmd, out, secret_files, proxy):
                     log.write(f"# {line}\n")
-                rc = self._stream(box, cmd, env, log, state, view)
+                rc = self._stream(plan, cmd, env, log, state, view)
             seconds = time.monotonic() - clock
-            if rc == 0:
+            if rc == 0 and box not in self.timed_out:
                 result = self._collect(plan, state, started, log_path, seconds)
             else:
                 result = self._failed(plan, state, log_path, seconds, f"Packer exited with code {rc}")
@@ -340,21 +406,28 @@ class _Builder:
         view.finish(box, f"{result.status} in {elapsed(result.seconds)}")
         return result
 
-    def _stream(self, box, cmd, env, log, state, view) -> int:
+    def _stream(self, plan: BoxPlan, cmd, env, log, state, view) -> int:
+        box = plan.box
         # Own process group: a terminal Ctrl-C reaches only us, and we forward exactly one
         # interrupt, so Packer cancels once and cleans up its VM.
         packer = proc.start(cmd, cwd=self.out, env=env, group=True)
         with self.lock:
             self.procs[box] = packer
+            self.deadlines[box] = time.monotonic() + profiles.build_timeout_minutes(plan.profile) * 60
             if self.interrupted:
                 packer.interrupt()
-        for raw in packer.lines():
-            line = redact(raw.rstrip("\r\n"))
-            log.write(line + "\n")
-            log.flush()
-            for event in state.feed(line):
-                view.event(box, event)
-        return packer.wait()
+        try:
+            for raw in packer.lines():
+                line = redact(raw.rstrip("\r\n"))
+                log.write(line + "\n")
+                log.flush()
+                for event in state.feed(line):
+                    view.event(box, event)
+            return packer.wait()
+        finally:
+            # Whatever Packer left in its group (a plugin) goes with it: nothing outlives the build.
+            packer.kill_all()
+            packer.wait()
 
     def _collect(self, plan: BoxPlan, state: BuildState, started: dt.datetime, log_path: Path, seconds: float) -> BoxResult:
         box, out = plan.box, self.out
@@ -367,6 +440,9 @@ class _Builder:
         version = catalogue.box_version(started)
         providers = []
         finals = []
+        # The old record goes first: a crash before the new one is written leaves a box without a
+        # record, which the next build rebuilds, never skips.
+        catalogue.record_path(out, box).unlink(missing_ok=True)
         for partial_box in found:
             provider = partial_box.name[len(box) + 1:-len(".box")]
             state.phase = f"sha256 of {partial_box.name}"  # minutes for a 10 GB box: say so
@@ -381,7 +457,8 @@ class _Builder:
         iso = plan.iso
         record = catalogue.build_record(
             box=box, profile=plan.profile, version=version, provider=providers[0]["name"], box_file=finals[0],
-            box_sha256=providers[0]["checksum"], started=started, finished=finished, packer_version=self.packer_version,
+            box_sha256=providers[0]["checksum"], box_size=finals[0].stat().st_size, started=started, finished=finished,
+            packer_version=self.packer_version,
             iso={"name": plan.profile.data.iso.name, "sha256": iso.expected if iso else None,
                  "source": (f"downloaded by Packer from {iso.url}" if iso and iso.mode == "remote" else str(iso.path) if iso else None)},
             stamp=plan.stamp.as_record(), git=catalogue.git_revision(sources.REPO.root),
@@ -396,8 +473,17 @@ class _Builder:
         box, out = plan.box, self.out
         _remove_partial(out / "boxes" / ".partial", box)
         shutil.rmtree(out / "packer-vm" / box, ignore_errors=True)
-        status = "interrupted" if (state.interrupted or self.interrupted) else "failed"
-        error = state.last_error or fallback
+        if box in self.timed_out:
+            status = "timed out"
+            minutes = profiles.build_timeout_minutes(plan.profile)
+            fallback = (f"the build ran longer than {minutes:g} min (build.timeout_minutes in "
+                        f"{plan.profile.path}); Packer was stopped")
+            error = fallback
+        else:
+            status = "interrupted" if (state.interrupted or self.interrupted) else "failed"
+            error = state.last_error or fallback
+            if self.interrupted and self.interrupted != "SIGINT":
+                error += f" ({self.interrupted} received)"
         message = (
             f"{box}: build {status} at {state.where} after {elapsed(seconds)}\n"
             f"  error: {redact(error)}\n"

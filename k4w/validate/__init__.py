@@ -13,7 +13,7 @@ from typing import Callable
 
 from .. import proc, sources
 from ..cluster_model import Cluster
-from ..errors import K4wError
+from ..errors import K4wError, ToolMissing
 from ..tools import require
 
 # Rendered artifacts the external validators read, as globs relative to OUT.
@@ -30,6 +30,7 @@ class Result:
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    missing_tool: str | None = None  # the validator could not run: this program is not installed
 
     @property
     def ok(self) -> bool:
@@ -262,6 +263,8 @@ def validate_all(cluster: Cluster, out: Path, report: Callable[[Result], None] |
         started = time.monotonic()
         try:
             res = validator.check(cluster, Path(out))
+        except ToolMissing as exc:
+            res = Result(validator.check.__name__, exc.tool, problems=[str(exc)], missing_tool=exc.tool)
         except K4wError as exc:
             res = Result(validator.check.__name__, "-", problems=[str(exc)])
         res.seconds = time.monotonic() - started

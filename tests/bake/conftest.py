@@ -13,8 +13,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k4w import config, iso_images, profiles
+from k4w import config, iso_images, profiles, sources, validate
 from k4w.cluster_model import Cluster
+from k4w.sources import REPO_ROOT
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources
 
@@ -59,6 +60,10 @@ def repo(tmp_path, monkeypatch) -> Repo:
     root = tmp_path / "repo"
     shutil.copytree(FIXTURES / "repo", root)
     use_sources(monkeypatch, root=root)
+    # The miniature repository has no manifests and minimal answer files, which the real
+    # validators rightly reject; the build's validation gate is tested on the real repository
+    # (test_build_gate.py), so builds of the miniature run without validators.
+    monkeypatch.setattr(validate, "VALIDATORS", [])
     profiles._load.cache_clear()
     # No host here can mount an ISO: the image preflight reads volume-licence media's recorded list.
     monkeypatch.setenv(iso_images.FIXTURE_ENV, str(ISO_IMAGES / "windows-server-1803-vl.json"))
@@ -98,3 +103,26 @@ class CapturedConsole(Console):
 @pytest.fixture()
 def console() -> CapturedConsole:
     return CapturedConsole()
+
+
+@pytest.fixture()
+def repo_packer(tmp_path, monkeypatch) -> PackerOnPath:
+    """The fake packer for builds of the repository's own boxes (real validators, real profiles);
+    both boxes build successfully unless a test sets another scenario."""
+    fake = PackerOnPath(tmp_path, monkeypatch, REPO_ROOT)
+    fake.scenario("ubuntu-1604", "ubuntu-success.txt")
+    fake.scenario("windows-1803", "windows-success.txt")
+    return fake
+
+
+def edited_boxes(tmp_path: Path, box: str, old: str, new: str) -> dict[str, str]:
+    """A copy of boxes/ with one text replacement in one profile (comments kept), as the
+    K4W_BOX_DIRS environment of a real `invoke` run."""
+    folder = tmp_path / "boxes"
+    if not folder.exists():
+        shutil.copytree(REPO_ROOT / "boxes", folder)
+    path = folder / f"{box}.yml"
+    text = path.read_text()
+    assert old in text, f"{path} no longer holds {old!r}"
+    path.write_text(text.replace(old, new, 1))
+    return {sources.BOX_DIRS_ENV: str(folder)}

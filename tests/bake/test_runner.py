@@ -21,7 +21,7 @@ from rich.console import Console
 
 from k4w import config, profiles, render
 from k4w.cluster_model import Cluster
-from k4w.bake import BuildFailed, build_box, build_boxes, packer_cli
+from k4w.bake import BuildFailed, build_box, build_boxes, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
 from k4w.sources import REPO_ROOT as ROOT
 from tests.helpers import system_tool
@@ -173,7 +173,8 @@ def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_pac
 def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console):
     build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
     text = console.text
-    assert fake_packer.calls() == []
+    # Only the probes the real build's preflight makes (its version), never a build.
+    assert fake_packer.builds() == [] and all("version" in c["argv"] for c in fake_packer.calls())
     assert not repo.out.exists()
     template = repo.out / "packer" / "windows-1803.json"
     assert f"packer build -machine-readable -force -on-error=cleanup {template}" in text
@@ -181,6 +182,7 @@ def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console)
     assert "unset PACKER_LOG" in text
     assert "would build: no previous build" in text
     assert f"iso: would verify {repo.isos['windows-1803']}" in text
+    assert "export HTTPS_PROXY=http://***@proxy.corp.example:3128" in text
     assert PROXY_PASSWORD not in text
 
 
@@ -199,6 +201,41 @@ def test_iso_problem_fails_that_box_before_packer(repo, fake_packer, console):
     with pytest.raises(BuildFailed) as failure:
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert "checksum mismatch" in str(failure.value)
+    assert fake_packer.builds() == []
+
+
+def test_a_mismatched_iso_is_refused_alike_by_the_dry_run_which_hashes_it_and_records_nothing(repo, fake_packer, console):
+    repo.isos["windows-1803"].write_bytes(b"a different image")
+    with pytest.raises(BuildFailed, match="checksum mismatch") as dry:
+        build_box(repo.cluster(), "windows-1803", repo.out, dry_run=True, console=console)
+    assert "would refuse before Packer starts" in str(dry.value)
+    assert not repo.out.exists()  # no hash cache either
+    with pytest.raises(BuildFailed, match="checksum mismatch"):
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    assert fake_packer.builds() == []
+
+
+def test_an_iso_without_a_known_checksum_is_refused_alike_by_the_dry_run(repo, fake_packer, console):
+    catalogue = repo.root / "iso" / "catalogue.yml"
+    catalogue.write_text(catalogue.read_text().splitlines()[0] + "\n{}\n")
+    for dry_run in (True, False):
+        with pytest.raises(BuildFailed, match="no known sha256 for windows-server-1803.iso"):
+            build_box(repo.cluster(), "windows-1803", repo.out, dry_run=dry_run, console=console)
+    assert fake_packer.builds() == []
+
+
+def test_packer_gets_the_iso_checksum_to_check_again(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    sha = hashlib.sha256(repo.isos["windows-1803"].read_bytes()).hexdigest()
+    assert fake_packer.builds()[0]["iso_checksums"] == [f"sha256:{sha}"]
+
+
+def test_a_template_that_would_not_check_the_iso_is_refused(repo, fake_packer, console):
+    template = repo.root / "templates" / "packer" / "windows.json.j2"
+    template.write_text(template.read_text().replace('"sha256:<< paths.iso_sha256 >>"', '"none"'))
+    with pytest.raises(BuildFailed, match="iso_checksum 'none', not 'sha256:"):
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert fake_packer.builds() == []
 
 
@@ -252,6 +289,69 @@ def test_ctrl_c_is_forwarded_once_and_the_partial_box_removed(repo, fake_packer,
     text = log.read_text()
     assert "Cancelling build after receiving interrupt" in text and "Cleanly cancelled builds" in text
     assert list((repo.out / "boxes").glob("**/*.box")) == []
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-interrupted.txt", exit=1, write_box="before_wait",
+                         wait_for_interrupt=True, plugin=True)
+    partial = repo.out / "boxes" / ".partial" / "windows-1803-hyperv.box"
+
+    def hang_up():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if partial.is_file() and len(fake_packer.pids()) == 2:
+                os.kill(os.getpid(), signal.SIGHUP)  # handled by the runner while Packer runs
+                return
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=hang_up)
+    sender.start()
+    with pytest.raises(BuildFailed) as failure:
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    sender.join()
+    assert failure.value.results[0].status == "interrupted" and "(SIGHUP received)" in str(failure.value)
+    assert [pid for pid in fake_packer.pids() if _alive(pid)] == [] and len(fake_packer.pids()) == 2
+    assert list((repo.out / "boxes").glob("**/*.box")) == []
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the runner's handler is gone again
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_box_replaced_by_another_of_the_same_size_is_rebuilt(repo, fake_packer, console):
+    cluster = repo.cluster()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    box = repo.out / "boxes" / "ubuntu-1604-hyperv.box"
+    box.write_bytes(b"x" * box.stat().st_size)
+    result = build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    assert result.status == "built" and len(fake_packer.builds()) == 2
+    assert f"box file {box} has sha256" in console.text and "it is not the box that was built" in console.text
+
+
+def test_a_crash_before_the_record_is_written_never_makes_the_next_build_skip(repo, fake_packer, console, monkeypatch):
+    cluster = repo.cluster()
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    real_write = catalogue.write_json
+
+    def crash_on_the_record(path, data):
+        if path.name.endswith(".record.json"):
+            raise OSError("disk full")
+        real_write(path, data)
+
+    monkeypatch.setattr(catalogue, "write_json", crash_on_the_record)
+    with pytest.raises(BuildFailed, match="disk full"):
+        build_box(cluster, "ubuntu-1604", repo.out, force=True, console=console)
+    monkeypatch.setattr(catalogue, "write_json", real_write)
+    result = build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    assert result.status == "built" and "no previous build" in console.text and len(fake_packer.builds()) == 3
 
 
 def test_terminal_gets_a_live_status_table(repo, fake_packer):

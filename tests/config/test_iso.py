@@ -43,6 +43,18 @@ def test_changed_iso_is_hashed_again(repo):
         iso.check_iso(profile, repo.out)
 
 
+def test_an_iso_rewritten_with_its_old_size_and_mtime_is_hashed_again(repo):
+    profile = profiles.load("windows-1803")
+    iso.check_iso(profile, repo.out)
+    path = repo.isos["windows-1803"]
+    before = path.stat()
+    path.write_bytes(b"tampered" + path.read_bytes()[8:])
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # what `touch -d` would restore
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(iso.IsoError, match="checksum mismatch"):
+        iso.check_iso(profile, repo.out)
+
+
 def test_missing_iso_says_where_to_put_it(repo):
     repo.isos["windows-1803"].unlink()
     with pytest.raises(iso.IsoError) as failure:

@@ -5,14 +5,20 @@ Tests put it first on PATH with PackerOnPath. It logs every invocation
 $FAKE_PACKER_CALLS, and:
   packer -machine-readable version   prints $FAKE_PACKER_VERSION (default 1.6.6)
   packer plugins installed           prints $FAKE_PACKER_PLUGINS (one path per line)
+  packer validate ...                runs the real Packer (the next `packer` on PATH): validating
+                                     a template needs no Hyper-V, and the build runs it first
   packer build ... TEMPLATE          replays the scenario for box = TEMPLATE's stem from
                                      the JSON file $FAKE_PACKER_SCENARIOS:
       {"<box>": {"transcript": "windows-success.txt", "exit": 0,
                  "write_box": true, "line_delay": 0.0}}
     write_box creates the box where the template's vagrant post-processor says
-    (a real tar.gz holding metadata.json), also on failure, like an interrupted write.
+    (a real tar.gz holding metadata.json), also on failure, like an interrupted write;
+    "before_wait" writes it before waiting for the interrupt, as if Packer was writing it then.
     wait_for_interrupt stops before the transcript's "Cancelling build" line until SIGINT
     arrives (as the runner forwards Ctrl-C), then prints the rest.
+    plugin starts a child in Packer's process group that, like Packer's plugins, ignores
+    SIGINT and has its own output; Packer here exits without stopping it. Its pid and the
+    fake's own are appended to $FAKE_PACKER_PIDS.
 The transcripts are in packer_transcripts/ (its README says where their format comes from).
 """
 
@@ -24,12 +30,25 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
 TRANSCRIPTS = Path(__file__).parent / "packer_transcripts"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+# A plugin process: ignores Ctrl-C (Packer's plugins leave cancelling to Packer) and lives long.
+# It says "ready" once it ignores Ctrl-C, then closes its output, so it never holds the runner's pipe.
+PLUGIN = ("import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+          "sys.stdout.close()\nos.close(1)\ntime.sleep(600)\n")
+
+
+def record_pid(pid: int) -> None:
+    pids = os.environ.get("FAKE_PACKER_PIDS")
+    if pids:
+        with open(pids, "a", encoding="utf-8") as fh:
+            fh.write(f"{pid}\n")
 
 
 def log_call(argv: list[str]) -> None:
@@ -43,7 +62,11 @@ def log_call(argv: list[str]) -> None:
         "packer_log_set": "PACKER_LOG" in os.environ,
         "checkpoint_disable": os.environ.get("CHECKPOINT_DISABLE"),
         "packer_cache_dir": os.environ.get("PACKER_CACHE_DIR"),
+        "proxy_env": {name: os.environ[name] for name in PROXY_VARIABLES if name in os.environ},
     }
+    if argv[:1] == ["build"]:
+        template = json.loads(Path(argv[-1]).read_text(encoding="utf-8"))
+        record["iso_checksums"] = [b.get("iso_checksum") for b in template.get("builders", [])]
     with open(calls, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
 
@@ -88,8 +111,17 @@ def build(argv: list[str]) -> int:
     interrupted = []
     if scenario.get("wait_for_interrupt"):
         signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    record_pid(os.getpid())
+    if scenario.get("plugin"):
+        plugin = subprocess.Popen([sys.executable, "-c", PLUGIN], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        plugin.stdout.readline()  # ready: an interrupt from now on no longer stops it
+        plugin.stdout.close()
+        record_pid(plugin.pid)
     for line in (TRANSCRIPTS / scenario["transcript"]).read_text(encoding="utf-8").splitlines():
         if scenario.get("wait_for_interrupt") and "Cancelling build after receiving" in line:
+            if scenario.get("write_box") == "before_wait":
+                write_box(template)
             deadline = time.monotonic() + 30
             while not interrupted and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -99,9 +131,19 @@ def build(argv: list[str]) -> int:
         print(substitute(line, template, box), flush=True)
         if delay:
             time.sleep(delay)
-    if scenario.get("write_box"):
+    if scenario.get("write_box") is True:
         write_box(template)
     return int(scenario.get("exit", 0))
+
+
+def real_packer(argv: list[str]) -> int:
+    """Run the real Packer: the first `packer` on PATH outside this fake's own folder."""
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(folder) / "packer"
+        if folder and Path(folder) != Path(os.environ["FAKE_PACKER_BIN"]) and os.access(candidate, os.X_OK):
+            return subprocess.run([str(candidate), *argv], check=False).returncode
+    print("fake packer: no real packer on PATH for `packer validate` (apt-get install -y packer)", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str]) -> int:
@@ -115,6 +157,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv and argv[0] == "build":
         return build(argv)
+    if argv and argv[0] == "validate":
+        return real_packer(argv)
     print(f"fake packer: unsupported arguments {argv}", file=sys.stderr)
     return 2
 
@@ -131,6 +175,7 @@ class PackerOnPath:
         self.bin.mkdir()
         self.calls_file = folder / "packer-calls.jsonl"
         self.scenarios_file = folder / "packer-scenarios.json"
+        self.pids_file = folder / "packer-pids.txt"
         self.scenarios: dict = {}
         self._launcher("packer", f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
         # cd_files needs an ISO authoring tool on PATH; the fake build never runs it.
@@ -139,6 +184,11 @@ class PackerOnPath:
         monkeypatch.setenv("FAKE_PACKER_CALLS", str(self.calls_file))
         monkeypatch.setenv("FAKE_PACKER_SCENARIOS", str(self.scenarios_file))
         monkeypatch.setenv("FAKE_PACKER_ROOT", str(repo_root))
+        monkeypatch.setenv("FAKE_PACKER_PIDS", str(self.pids_file))
+        monkeypatch.setenv("FAKE_PACKER_BIN", str(self.bin))
+        # The fake stands in for Packer on a Hyper-V host: the build's host check lets it run
+        # (k4w.doctor.FAKE_HYPERV_HOST_ENV, a test-only stand-in).
+        monkeypatch.setenv("K4W_TEST_FAKE_HYPERV_HOST", "1")
         # A user's debug setting must not reach the build (the runner removes it).
         monkeypatch.setenv("PACKER_LOG", "1")
 
@@ -147,11 +197,15 @@ class PackerOnPath:
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
-    def scenario(self, box: str, transcript: str, exit: int = 0, write_box: bool = True, line_delay: float = 0.0,
-                 wait_for_interrupt: bool = False) -> None:
+    def scenario(self, box: str, transcript: str, exit: int = 0, write_box: bool | str = True, line_delay: float = 0.0,
+                 wait_for_interrupt: bool = False, plugin: bool = False) -> None:
         self.scenarios[box] = {"transcript": transcript, "exit": exit, "write_box": write_box, "line_delay": line_delay,
-                               "wait_for_interrupt": wait_for_interrupt}
+                               "wait_for_interrupt": wait_for_interrupt, "plugin": plugin}
         self.scenarios_file.write_text(json.dumps(self.scenarios))
+
+    def pids(self) -> list[int]:
+        """The fake's own pid and its plugin's, of every build so far."""
+        return [int(p) for p in self.pids_file.read_text().split()] if self.pids_file.exists() else []
 
     def calls(self) -> list[dict]:
         if not self.calls_file.exists():
