@@ -313,7 +313,9 @@ def build_setup(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "boxes", boxes)
     data = yaml.safe_load((boxes / "windows-1803.yml").read_text())
     data["iso"]["sha256"] = hashlib.sha256(image.read_bytes()).hexdigest()
+    data["iso"]["sha256_source"] = "test: the stand-in ISO made by this test"
     data["components"]["flannel"]["sha256"] = "0" * 64  # never downloaded: the fake packer runs no guest step
+    data["components"]["flannel"]["checksum_source"] = "test: never downloaded (the fake packer runs no guest step)"
     (boxes / "windows-1803.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     packer = PackerOnPath(tmp_path, monkeypatch, ROOT)
     packer.scenario("windows-1803", "windows-success.txt")
