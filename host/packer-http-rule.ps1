@@ -10,8 +10,8 @@
   each host boot, and LocalSubnet follows it. An enabled inbound Block rule for packer.exe (what
   a 'Cancel' on the first-run firewall prompt leaves) wins over any allow rule, so -Check
   reports it.
-  Exit codes: 0 ready, 1 failed, 2 not elevated (create mode), 3 rule missing or different,
-  4 a Block rule for packer.exe.
+  The create mode runs from network-up.ps1, which has checked for an elevated session first.
+  Exit codes: 0 ready, 1 failed, 3 rule missing or different, 4 a Block rule for packer.exe.
 #>
 [CmdletBinding()]
 param(
@@ -58,13 +58,6 @@ if ($Check) {
     }
     Write-Host "rule '$RuleName' allows TCP $Ports from LocalSubnet"
     exit 0
-}
-
-$identity = [Security.Principal.WindowsIdentity]::GetCurrent()
-$principal = New-Object Security.Principal.WindowsPrincipal($identity)
-if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
-    Write-Host 'packer-http-rule needs Administrator rights: start the terminal with "Run as administrator"'
-    exit 2
 }
 
 $problem = Get-RuleProblem

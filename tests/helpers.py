@@ -108,3 +108,12 @@ def venv_tool(name: str) -> str:
     if not os.access(path, os.X_OK):
         pytest.fail(f"{name} is not installed in {path.parent}: run bash scripts/setup.sh")
     return str(path)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether pid is a live process (a zombie, exited but not reaped, counts as gone)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -10,19 +10,11 @@ import time
 
 import pytest
 
-from tests.helpers import config_dict, invoke, start_invoke, write_config
+from tests.helpers import config_dict, invoke, process_alive, start_invoke, write_config
 
 from .conftest import edited_boxes
 
 PROXY = "http://alice:S3cret@proxy.corp.example:3128"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def _cancellable(packer) -> None:
@@ -44,7 +36,7 @@ def _wait_until_waiting(process: subprocess.Popen, packer, out) -> None:
 
 
 def _assert_stopped_and_clean(packer, out) -> None:
-    survivors = [pid for pid in packer.pids() if _alive(pid)]
+    survivors = [pid for pid in packer.pids() if process_alive(pid)]
     assert len(packer.pids()) == 2 and survivors == [], f"still running: {survivors}"
     assert list((out / "boxes").glob("**/*.box")) == []
 

@@ -24,7 +24,7 @@ from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
 from k4w.sources import REPO_ROOT as ROOT
-from tests.helpers import system_tool
+from tests.helpers import process_alive, system_tool
 
 from .conftest import PROXY, PROXY_PASSWORD
 
@@ -311,17 +311,9 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     sender.join()
     assert failure.value.results[0].status == "interrupted" and "(SIGHUP received)" in str(failure.value)
-    assert [pid for pid in fake_packer.pids() if _alive(pid)] == [] and len(fake_packer.pids()) == 2
+    assert [pid for pid in fake_packer.pids() if process_alive(pid)] == [] and len(fake_packer.pids()) == 2
     assert list((repo.out / "boxes").glob("**/*.box")) == []
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the runner's handler is gone again
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_a_box_replaced_by_another_of_the_same_size_is_rebuilt(repo, fake_packer, console):

@@ -12,6 +12,7 @@ import pytest
 from k4w import proc
 from k4w.errors import K4wError
 from k4w.redact import register_secret
+from tests.helpers import process_alive
 
 PY = sys.executable
 
@@ -65,17 +66,9 @@ def test_a_stream_timeout_in_its_own_group_stops_everything_it_started():
     assert time.monotonic() - started < 10
     grandchild = int(lines[0])
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(grandchild):
+    while time.monotonic() < deadline and process_alive(grandchild):
         time.sleep(0.1)
-    assert not _alive(grandchild)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    assert not process_alive(grandchild)
 
 
 @pytest.mark.skipif(os.name == "nt", reason="SIGINT delivery is POSIX here")

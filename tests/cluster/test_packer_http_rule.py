@@ -49,7 +49,7 @@ def test_rule_admits_only_tcp_on_the_pinned_ports_from_local_subnets_and_is_crea
         assert option in line
     assert text.index("$problem = Get-RuleProblem\nif ($null -eq $problem)") < create
     # the check mode never needs rights and never changes anything
-    check_block = text[text.index("if ($Check) {"):text.index("$identity =")]
+    check_block = text[text.index("if ($Check) {"):text.index("$problem = Get-RuleProblem\nif ($null -eq $problem)")]
     assert "New-NetFirewallRule" not in check_block and "Remove-NetFirewallRule" not in check_block
 
 
