@@ -282,3 +282,25 @@ def test_a_bad_downloads_key_is_refused_naming_field_and_line(tmp_path):
         result = invoke("fetch", "--config", config, "--dry-run")
         output = " ".join(result.stderr.split())
         assert result.returncode == 1 and re.search(rf"line \d+: {re.escape(key)}: .*{re.escape(says)}", output), (key, value, output)
+
+
+def test_a_checksum_file_beside_the_download_is_read_and_checked(tmp_path):
+    cache = tmp_path / "cache"
+    cni = _path("ubuntu-1604", "cni")
+    files = {**_site_files(), cni + ".sha256": f"{SHA256[('ubuntu-1604', 'cni')]}  cni-ubuntu-1604.bin\n".encode()}
+    with local_http.site(files) as site:
+        env = _profiles(tmp_path, site.url)
+        profile = tmp_path / "boxes" / "ubuntu-1604.yml"
+        data = yaml.safe_load(profile.read_text())
+        data["components"]["cni"].update(sha256=None, sha256_url=site.url + cni + ".sha256")
+        profile.write_text(yaml.safe_dump(data, sort_keys=False))
+        config = _config(tmp_path)
+        first = _fetch(config, cache, env, "--box", "ubuntu-1604")
+        site.files[cni + ".sha256"] = b"0" * 64 + b"  cni-ubuntu-1604.bin\n"  # a changed checksum file is not read again...
+        second = _fetch(config, cache, env, "--box", "ubuntu-1604")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert [r["path"] for r in site.requests].count(cni + ".sha256") == 1
+    # ...because the manifest records the file verified against that checksum URL and the file is unchanged.
+    assert second.returncode == 0 and "(0 files downloaded, 2 already cached)" in second.stdout
+    entry = json.loads((cache / "index.json").read_text())["files"]["cni/0.6.0/cni-ubuntu-1604.bin"]
+    assert entry["checked_against"].startswith(f"sha256_url {site.url}{cni}.sha256")
