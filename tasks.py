@@ -150,6 +150,18 @@ def iso_add(c, path, box=None):
     commands.add_iso(path, box, console=ui.console)
 
 
+@task(help={"box": "only this box of the config (default: every box a node uses)", "config": CONFIG_HELP,
+            "cache": "cache folder (default: $K4W_CACHE, else downloads.cache in the config, else the user cache folder)",
+            "dry_run": "say what would be downloaded, from where, into which file; download and write nothing"})
+@cli.user_errors
+def fetch(c, box=None, config=None, cache=None, dry_run=False):
+    """Download and verify every component the boxes need into the host's cache, once; resumes, in parallel."""
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run, uses_out=False)  # the cache is not under --out
+    commands.fetch_components(cli.load(s), box, cache_option=cache, dry_run=s.dry_run, console=ui.console)
+
+
 # No short flags: -c and -o mean --config and --out everywhere else, and BOX COMPONENT are positional.
 @task(auto_shortflags=False,
       help={"box": "box profile, e.g. windows-1803", "component": "component of that profile, e.g. flannel",
@@ -200,5 +212,5 @@ def e2e(c, out="build/e2e", keep=False, dry_run=False):
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, pin, test_box, cluster_test, e2e)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e)
 ns.configure({"k4w": cli.DEFAULTS})

@@ -35,6 +35,16 @@ PERCENT_ENCODE_HINT = (
     "'/' as %2F, '%' as %25, a space as %20, a quote as %27, '[' ']' as %5B %5D (e.g. python3 -c "
     "\"import urllib.parse; print(urllib.parse.quote('p@ss#1', safe=''))\")"
 )
+# A download mirror's base URL (downloads.mirror): the proxy URL's scheme, userinfo and host
+# rules, but the port is optional and a path follows (Artifactory and Nexus serve repositories
+# under one, e.g. /artifactory or /repository). Path segments are RFC 3986 pchars; no query or
+# fragment, because component paths are appended to it.
+_PCHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})"
+MIRROR_URL = re.compile(
+    rf"(?P<scheme>https?)://(?:(?P<userinfo>(?P<user>{_USERCHAR}*)(?::(?P<password>(?:{_USERCHAR}|:)*))?)@)?"
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?"
+    rf"(?P<path>(?:/{_PCHAR}*)*)"
+)
 # An IANA tz name such as UTC or Europe/Warsaw; the Ubuntu installer and timedatectl take nothing else.
 TIMEZONE = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
 NO_PROXY_ENTRY = re.compile(r"[A-Za-z0-9.*_:/\[\]-]+")
@@ -159,6 +169,37 @@ class HyperV(Strict):
     cluster_switch: str = "k4w-cluster"
 
 
+class Downloads(Strict):
+    """Where `invoke fetch` keeps components (k4w.bake.cache) and where it gets them from."""
+
+    cache: str | None = None  # a folder; relative to cluster.yml's folder; default: the user cache folder
+    mirror: str | None = None  # base URL of an internal mirror; see README "Downloads"
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        if any(ord(ch) < 32 for ch in v) or not v.strip():
+            raise ValueError("must be a folder path on one line, e.g. D:/k4w-cache or ~/.cache/k4w")
+        return v
+
+    @field_validator("mirror")
+    @classmethod
+    def _mirror(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        m = MIRROR_URL.fullmatch(v)
+        if not m:
+            if re.fullmatch(r"https?://[^@/]*@.*", v, flags=re.S):
+                raise ValueError(f"the user:password part has a character a URL cannot carry as is; {PERCENT_ENCODE_HINT}")
+            raise ValueError("must be an http:// or https:// base URL such as https://artifactory.corp.example/artifactory/k4w "
+                             "(no query or fragment: component paths are appended to it)")
+        if m["port"] is not None and not 0 < int(m["port"]) < 65536:
+            raise ValueError(f"port {m['port']} is not between 1 and 65535")
+        return v.rstrip("/")
+
+
 class Node(Strict):
     name: str
     role: Literal["master", "worker"]
@@ -180,6 +221,7 @@ class Config(Strict):
     proxy: Proxy = Proxy()
     network: Network = Network()
     hyperv: HyperV = HyperV()
+    downloads: Downloads = Downloads()
     nodes: list[Node]
 
     @model_validator(mode="after")

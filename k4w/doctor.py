@@ -182,6 +182,51 @@ def pin_checks(cluster: Cluster) -> list[Check]:
     return checks
 
 
+def cache_checks(cluster: Cluster) -> list[Check]:
+    """The host's component cache, offline (no request is made): warnings only, because every
+    build fetches what is missing. Sizes come from the manifest, or from a user pin; else unknown."""
+    from .bake import cache
+
+    root = cache.cache_dir(cluster.config, cluster.config_file)
+    manifest = cache.Manifest(root)
+    user_pins = pins.load(cluster.config_file) if cluster.config_file else {}
+    try:
+        items = cache.plan(cluster)
+    except K4wError as exc:
+        return [Check("component cache", False, str(exc), "fix the box profiles it names", stages=())]
+    checks, to_fetch, unknown = [], 0, 0
+    for item in items:
+        state = manifest.status(item)
+        if item.checksum is None:
+            detail, fix = "missing: no checksum to verify it against", "; ".join(item.pin_commands(cluster.config_file))
+        elif state == "verified":
+            entry = manifest.files[item.relpath]
+            detail, fix = f"cached and verified ({iso.human_size(entry['size'])}, {entry['verified_at']})", ""
+        else:
+            detail = ("cached but changed since it was verified: fetch hashes it again" if state == "changed"
+                      else "missing")
+            fix = "invoke fetch" + (f" --config {cluster.config_file}" if cluster.config_file and str(cluster.config_file) != "cluster.yml" else "")
+        if state != "verified":
+            size = next((p.get("size") for p in ((user_pins.get(b) or {}).get(item.component) for b in item.boxes)
+                         if p and p.get("url") == item.url and p.get("size")), None)
+            if size is None:
+                unknown += 1
+            else:
+                to_fetch += size
+                detail += f" ({iso.human_size(size)} from the pin)"
+        checks.append(Check(f"cache: {item.label}", state == "verified", f"{detail}: {item.path(root)}", fix, stages=()))
+    if checks:
+        missing = sum(not c.ok for c in checks)
+        unknown_text = f"{unknown} file{'s' if unknown != 1 else ''} of unknown size"
+        total = (f"{iso.human_size(to_fetch)} + {unknown_text}" if to_fetch and unknown
+                 else unknown_text if unknown else iso.human_size(to_fetch))
+        checks.append(Check("component cache", missing == 0,
+                            f"{root}: {len(checks) - missing} of {len(checks)} cached and verified"
+                            + (f"; still to download: {total}" if missing else ""),
+                            "invoke fetch (build-* fetches them too)", stages=()))
+    return checks
+
+
 def disk_check(cluster: Cluster, out: Path) -> Check:
     need = sum(DISK_GB["windows" if prof.is_windows else "linux"] for prof in cluster.profiles.values())
     probe = out if out.exists() else out.resolve().parent
@@ -211,7 +256,7 @@ def proxy_checks(cfg: Config, config_file: Path | str = "cluster.yml") -> list[C
 def run(cluster: Cluster, out: Path) -> list[Check]:
     cfg = cluster.config
     return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
-            *pin_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml")]
+            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml")]
 
 
 def show(checks: list[Check], stage: str) -> int:

@@ -11,7 +11,7 @@ from ..cluster_model import Cluster
 from ..derive import derive_proxy
 from ..errors import K4wError
 from ..redact import redact
-from . import pins
+from . import cache, fetch as fetch_mod, pins
 from .progress import download_progress, hash_progress
 from .runner import BoxResult, build_boxes
 
@@ -74,13 +74,40 @@ def pin_component(config_file: str, box: str, component: str, replace: bool = Fa
         if not spec.get("url"):
             raise K4wError(f"box {box} has no downloaded component '{component}'")
         console.print(redact(f"would download {spec['url']} through {derive_proxy(cfg).http or 'no proxy'}, "
-                             f"show its size and sha256, and record them in {path}"), markup=False, highlight=False)
+                             f"show its size and sha256, record them in {path} and keep the file in the component cache "
+                             f"{cache.cache_dir(cfg, config_file)}"), markup=False, highlight=False)
         return None
+    root = cache.cache_dir(cfg, config_file)
+    source = cache.mirror_url(str(spec.get("url", "")), cfg.downloads.mirror) if spec.get("url") else None
+    kept: list[Path] = []
+
+    def keep(got) -> None:
+        # The profile as a build now sees it: with the pin just recorded, so the cache entry is
+        # verified against the same checksum `invoke fetch` and the build use.
+        item = next(i for i in cache.profile_items(pins.apply(profile, pins.load(config_file)), cfg.downloads.mirror)
+                    if i.component == component)
+        if item.checksum is not None:
+            kept.append(cache.adopt(root, item, got))
+
     with download_progress(console, f"{box} {component}") as progress:
-        result = pins.pin(profile, component, config_file, derive_proxy(cfg), replace=replace, progress=progress)
+        result = pins.pin(profile, component, config_file, derive_proxy(cfg), replace=replace, progress=progress,
+                          source_url=source, keep=keep)
     for line in (f"url     {result.url}", f"size    {result.size} bytes ({iso_mod.human_size(result.size)})",
-                 f"sha256  {result.sha256}", result.note):
+                 f"sha256  {result.sha256}", result.note, *(f"cached  {path} (invoke fetch will not download it again)" for path in kept)):
         console.print(redact(line), markup=False, highlight=False, soft_wrap=True)
     if result.recorded:
         console.print("Check this sha256 against a second source you trust before you build with it.", markup=False)
     return result
+
+
+def fetch_components(cluster: Cluster, box: str | None = None, cache_option: str | None = None,
+                     dry_run: bool = False, console: Console | None = None) -> None:
+    """invoke fetch [--box B] [--cache DIR]: fill the host's component cache, once; fail naming
+    each component that could not be fetched (after the others were)."""
+    boxes = [cluster.profile(box).name] if box else None
+    if dry_run:
+        refused = fetch_mod.dry_run(cluster, boxes, cache_option=cache_option)
+        if refused:
+            raise K4wError(f"{refused} component(s) have no checksum; a real run would refuse them (commands above)")
+        return
+    fetch_mod.ensure(cluster, boxes, cache_option=cache_option, console=console)

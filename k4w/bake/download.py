@@ -88,6 +88,19 @@ class _ProxyAuth(urllib.request.BaseHandler):
     https_request = http_request
 
 
+def _request(url: str) -> urllib.request.Request:
+    """A GET for url; credentials in its userinfo (an internal mirror's, downloads.mirror) go in
+    an Authorization header that a redirect to another host does not carry along."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url, headers={"User-Agent": "k4w"})
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=netloc)), headers={"User-Agent": "k4w"})
+    user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+    request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    return request
+
+
 def _bypassed(host: str, no_proxy: list[str]) -> bool:
     host = host.lower()
     for entry in no_proxy:
@@ -125,7 +138,7 @@ def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | Non
     part = dest.with_name(dest.name + ".part")
     h256, h512 = _hash_file(part)
     have = part.stat().st_size if part.is_file() else 0
-    request = urllib.request.Request(url, headers={"User-Agent": "k4w"})
+    request = _request(url)
     if have:
         request.add_header("Range", f"bytes={have}-")
     fetched = 0

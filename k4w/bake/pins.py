@@ -25,7 +25,7 @@ import yaml
 
 from ..errors import K4wError
 from ..profiles import Attr, Profile
-from .download import Expected, download
+from .download import Downloaded, Expected, download
 
 PINS_FILE = "k4w-pins.yml"
 HEADER = """\
@@ -132,8 +132,14 @@ class PinResult:
 
 
 def pin(profile: Profile, component: str, config_file: str | Path, proxy, replace: bool = False,
-        progress: Callable[[int, int | None], None] | None = None) -> PinResult:
-    """Download the component on this host and record its sha256 as the user's pin."""
+        progress: Callable[[int, int | None], None] | None = None, source_url: str | None = None,
+        keep: Callable[[Downloaded], None] | None = None) -> PinResult:
+    """Download the component on this host and record its sha256 as the user's pin.
+
+    source_url: where to download it from, when not the profile's URL (a mirror's copy); the pin
+    still names the profile's URL. keep: handed the downloaded file when it is verified against
+    what a build will use (a profile checksum, the new pin or the same pin), before the temporary
+    folder goes; the component cache takes it that way (k4w.bake.cache.adopt)."""
     components = profile.data.get("components") or {}
     spec = components.get(component)
     if not spec or not spec.get("url"):
@@ -146,7 +152,15 @@ def pin(profile: Profile, component: str, config_file: str | Path, proxy, replac
     if published in ("sha256", "sha512"):
         expected = Expected(published, str(spec[published]))
     with tempfile.TemporaryDirectory(prefix="k4w-pin-") as tmp:
-        got = download(url, Path(tmp) / Path(url).name, expected, proxy, progress)
+        got = download(source_url or url, Path(tmp) / Path(url).name, expected, proxy, progress)
+        result = _record(profile, component, config_file, url, got, pins, published, expected, replace)
+        if keep and (expected or not published):
+            keep(got)
+    return result
+
+
+def _record(profile: Profile, component: str, config_file: str | Path, url: str, got: Downloaded, pins: dict,
+            published: str | None, expected: Expected | None, replace: bool) -> PinResult:
     if published:
         how = "verified against it" if expected else "it is checked against that file at build time"
         return PinResult(profile.name, component, url, got.size, got.sha256, False,

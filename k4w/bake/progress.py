@@ -169,3 +169,57 @@ def hash_progress(console: Console, label: str, total: int):
 def download_progress(console: Console, label: str):
     """Bytes, rate and time left for one download."""
     return _byte_progress(console, label, None, "downloading", "downloaded", TransferSpeedColumn())
+
+
+class FilesProgress:
+    """Several downloads at once: one rich Progress with a bar per file (bytes, rate, time left)
+    on a terminal; a plain start line and end line per file when output is piped. Like
+    _byte_progress, a file shows nothing until its first bytes arrive, so a file that was
+    already cached or was refused never claims a download started."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._lock = threading.Lock()
+        self._started: dict[str, float] = {}
+        self._tasks: dict[str, object] = {}
+        self._bars = None
+        if console.is_terminal:
+            self._bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                  TimeRemainingColumn(), console=console, transient=True)
+
+    def __enter__(self) -> "FilesProgress":
+        if self._bars is not None:
+            self._bars.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bars is not None:
+            self._bars.__exit__(*exc)
+
+    def _plain(self, text: str) -> None:
+        self.console.print(redact(text), markup=False, highlight=False, soft_wrap=True)
+
+    def callback(self, label: str) -> Callable[[int, int | None], None]:
+        def update(done: int, size: int | None) -> None:
+            with self._lock:
+                first = label not in self._started
+                if first:
+                    self._started[label] = time.monotonic()
+                    if self._bars is None:
+                        self._plain(f"{label}: downloading ...")
+                    else:
+                        self._tasks[label] = self._bars.add_task(redact(label), total=size)
+            if self._bars is not None:
+                self._bars.update(self._tasks[label], completed=done, total=size)
+
+        return update
+
+    def finish(self, label: str, text: str) -> None:
+        """The end of one file: its bar goes, and a plain line says how it ended."""
+        with self._lock:
+            started = self._started.get(label)
+            if started is None:
+                return
+            if self._bars is not None:
+                self._bars.remove_task(self._tasks.pop(label))
+            self._plain(f"{label}: {text} in {elapsed(time.monotonic() - started)}")

@@ -21,6 +21,7 @@ TASKS = {
     "cluster-up": {"-c --config", "-d --dry-run", "-o --out"},
     "doctor": {"-c --config", "-d --dry-run", "-o --out", "-s --stage"},
     "e2e": {"-d --dry-run", "-k --keep", "-o --out"},
+    "fetch": {"-a --cache", "-b --box", "-c --config", "-d --dry-run"},
     "iso-add": {"-b --box", "-p --path"},
     "network-up": {"-c --config", "-d --dry-run"},
     "pin": {"--box", "--component", "--config", "--dry-run", "--replace"},

@@ -98,3 +98,16 @@ def test_errors_collect_every_problem_at_once():
     with pytest.raises(ConfigError) as exc:
         parse(data)
     assert len(exc.value.problems) == 2
+
+
+@pytest.mark.parametrize("url", ["https://artifactory.corp.example/artifactory", "http://u:p%40ss@nexus:8081/repository/",
+                                 "https://[fd00::1]/raw/k4w", "http://mirror"])
+def test_valid_mirror_urls(url):
+    assert parse(config_dict(**{"downloads.mirror": url})).downloads.mirror == url.rstrip("/")
+
+
+@pytest.mark.parametrize("url", ["ftp://m/x", "https://m/x?y=1", "https://m/x#f", "https://m:99999/x", "https://m/a b",
+                                 "https://u:p#1@m/x", "https://m/x\n"])
+def test_invalid_mirror_urls(url):
+    with pytest.raises(ConfigError, match="downloads.mirror"):
+        parse(config_dict(**{"downloads.mirror": url}))

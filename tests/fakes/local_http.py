@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.server
 import threading
+import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +19,20 @@ class Site:
     requests: list[dict] = field(default_factory=list)
     honour_range: bool = True
     fail_after: int | None = None  # cut the connection after this many body bytes (once)
+    delay: float = 0.0  # seconds each response waits before its body, so parallel requests overlap
+    max_concurrent: int = 0  # the most GET requests it served at the same time
     url: str = ""
+    _active: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._active += 1
+            self.max_concurrent = max(self.max_concurrent, self._active)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
 
 
 @dataclass
@@ -46,7 +60,17 @@ def site(files: dict[str, bytes], host: str = "127.0.0.1"):
             pass
 
         def do_GET(self):
-            state.requests.append({"path": self.path, "range": self.headers.get("Range")})
+            state._enter()
+            try:
+                self._get()
+            finally:
+                state._leave()
+
+        def _get(self):
+            state.requests.append({"path": self.path, "range": self.headers.get("Range"),
+                                   "authorization": self.headers.get("Authorization")})
+            if state.delay:
+                time.sleep(state.delay)
             body = state.files.get(self.path.split("?")[0])
             if body is None:
                 self.send_error(404)

@@ -1,0 +1,238 @@
+"""The host-side component cache: where each downloaded component of a box lives on this host.
+
+`invoke fetch` (k4w.bake.fetch) fills it, `invoke pin` adds the file it pinned, `invoke doctor`
+reports it offline. The layout is a contract that the guest delivery reads (docs/internals.md,
+"The component cache"):
+
+    <cache>/<component>/<version>/<file name from the URL>
+    <cache>/index.json   {"version": 1, "files": {"<component>/<version>/<file>": entry}}
+
+An entry records what was verified: url (the profile's URL), source (where it came from, a
+mirror's credentials redacted), path (relative, as the key), size, mtime_ns, sha256, sha512,
+checked_against (the checksum key and its source) and verified_at. A file whose size or mtime
+differs from its entry is hashed again before it counts as cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ..cluster_model import Cluster
+from ..config import Config
+from ..errors import K4wError
+from ..profiles import Profile
+from ..redact import redact
+from . import pins
+from .download import Downloaded
+
+CACHE_ENV = "K4W_CACHE"
+MANIFEST = "index.json"
+MANIFEST_VERSION = 1
+# What a path segment may hold: a component name, a version or a URL's file name reach the file
+# system, so anything else (a separator, a drive colon, '..') becomes '_'.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def default_dir() -> Path:
+    """The platform's per-user cache folder: %LOCALAPPDATA%\\k4w\\cache on Windows (Windows'
+    convention puts a product's caches in a subfolder of its own), $XDG_CACHE_HOME/k4w or
+    ~/.cache/k4w elsewhere (XDG Base Directory spec; a relative XDG_CACHE_HOME is ignored, as it says)."""
+    if platform.system() == "Windows":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "k4w" / "cache"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "k4w"
+
+
+def cache_dir(cfg: Config, config_file: str | Path | None, option: str | None = None) -> Path:
+    """--cache, else $K4W_CACHE, else downloads.cache of cluster.yml (relative to that file's
+    folder), else the user cache folder. Only resolves: nothing is created here."""
+    configured = cfg.downloads.cache
+    if option:
+        chosen = Path(option).expanduser()
+    elif os.environ.get(CACHE_ENV):
+        chosen = Path(os.environ[CACHE_ENV]).expanduser()
+    elif configured:
+        chosen = Path(configured).expanduser()
+        if not chosen.is_absolute() and config_file is not None:
+            chosen = Path(config_file).resolve().parent / chosen
+    else:
+        chosen = default_dir()
+    return chosen.resolve()
+
+
+def mirror_url(url: str, mirror: str | None) -> str:
+    """<mirror>/<host>/<path of url>[?query]: one folder per original host, so a mirror holds
+    files from several publishers without clashes (README, "Downloads")."""
+    if not mirror:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    tail = f"?{parts.query}" if parts.query else ""
+    return f"{mirror.rstrip('/')}/{host}{parts.path or '/'}{tail}"
+
+
+def file_name(url: str) -> str:
+    name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
+    return _safe(name or "download")
+
+
+def _safe(segment: str) -> str:
+    segment = _UNSAFE.sub("_", segment)
+    return "_" if segment in ("", ".", "..") else segment
+
+
+@dataclass(frozen=True)
+class Item:
+    """One file the cache should hold, and every box that needs it."""
+
+    boxes: tuple[str, ...]
+    component: str
+    version: str
+    url: str  # the profile's URL: what pins and the manifest record
+    source: str  # where it is downloaded from: url, or its place on the mirror
+    checksum: pins.Checksum | None
+    relpath: str  # <component>/<version>/<file>, the manifest key
+
+    @property
+    def label(self) -> str:
+        return f"{','.join(self.boxes)} {self.component}"
+
+    def path(self, root: Path) -> Path:
+        return root / PurePosixPath(self.relpath)
+
+    def pin_commands(self, config_file) -> list[str]:
+        return [pins.pin_command(box, self.component, config_file) for box in self.boxes]
+
+
+def profile_items(profile: Profile, mirror: str | None) -> list[Item]:
+    """The components of one box that are downloaded (those with a url); the profile should
+    already carry the user's pins (Cluster.resolve applies them)."""
+    items = []
+    for name, spec in (profile.data.get("components") or {}).items():
+        if not spec.get("url"):
+            continue  # installed from a package repository (e.g. docker-ce through apt)
+        url, version = str(spec["url"]), str(spec.get("version") or "unversioned")
+        items.append(Item((profile.name,), name, version, url, mirror_url(url, mirror),
+                          _checksum(profile, name, spec), f"{_safe(name)}/{_safe(version)}/{file_name(url)}"))
+    return items
+
+
+def _checksum(profile: Profile, name: str, spec) -> pins.Checksum | None:
+    """The strongest checksum the profile gives (a user pin included, pins.apply put it there),
+    with its source: the profile's checksum_source (the pins file for a pin), else the key."""
+    key = next((k for k in pins.PROFILE_KEYS if spec.get(k)), None)
+    if key is None:
+        return None
+    return pins.Checksum(key, str(spec[key]), str(spec.get("checksum_source") or f"{profile.path.name} components.{name}.{key}"))
+
+
+def plan(cluster: Cluster, boxes: list[str] | None = None) -> list[Item]:
+    """Every file the given boxes (default: every box the config uses) download, once each."""
+    mirror = cluster.config.downloads.mirror
+    chosen = boxes or list(cluster.profiles)
+    by_path: dict[str, Item] = {}
+    for box in chosen:
+        for item in profile_items(cluster.profile(box), mirror):
+            seen = by_path.get(item.relpath)
+            if seen is None:
+                by_path[item.relpath] = item
+            elif (seen.url, seen.checksum and seen.checksum.value) == (item.url, item.checksum and item.checksum.value):
+                by_path[item.relpath] = dataclasses.replace(seen, boxes=(*seen.boxes, box))
+            else:
+                raise K4wError(f"boxes {', '.join(seen.boxes)} and {box} both name {item.relpath} in the cache "
+                               f"({seen.url} vs {item.url}) with different files or checksums; give the component "
+                               f"another version string or file name in one of the profiles")
+    return list(by_path.values())
+
+
+class Manifest:
+    """index.json: what was verified, so a second run hashes nothing it need not hash. Thread-safe;
+    saved atomically after every change, so an interrupted fetch keeps what it finished."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.file = root / MANIFEST
+        self._lock = threading.Lock()
+        self.files: dict[str, dict] = {}
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("version") == MANIFEST_VERSION and isinstance(data.get("files"), dict):
+                self.files = data["files"]
+        except (OSError, ValueError):
+            pass  # no or unreadable manifest: every cached file is simply hashed again
+
+    def fresh(self, item: Item) -> dict | None:
+        """The entry, when the file is still the one verified against this item's checksum."""
+        entry = self.files.get(item.relpath)
+        path = item.path(self.root)
+        if not entry or item.checksum is None or not path.is_file():
+            return None
+        stat = path.stat()
+        if (entry.get("size"), entry.get("mtime_ns"), entry.get("url")) != (stat.st_size, stat.st_mtime_ns, item.url):
+            return None
+        if item.checksum.key in ("sha256", "sha512"):
+            return entry if entry.get(item.checksum.key) == item.checksum.value.lower() else None
+        return entry if entry.get("checked_against") == _against(item.checksum) else None
+
+    def status(self, item: Item) -> str:
+        """Offline: 'verified', 'changed' (on disk, but not as verified for this checksum) or 'missing'."""
+        if self.fresh(item):
+            return "verified"
+        return "changed" if item.path(self.root).is_file() else "missing"
+
+    def record(self, item: Item, got: Downloaded) -> None:
+        stat = got.path.stat()
+        entry = {"url": item.url, "source": redact(item.source), "path": item.relpath, "size": stat.st_size,
+                 "mtime_ns": stat.st_mtime_ns, "sha256": got.sha256, "sha512": got.sha512,
+                 "checked_against": _against(item.checksum) if item.checksum else None,
+                 "verified_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        with self._lock:
+            self.files[item.relpath] = entry
+            self._save()
+
+    def _save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"version": MANIFEST_VERSION, "files": dict(sorted(self.files.items()))}, indent=2)
+        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=self.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(body + "\n")
+            os.replace(tmp, self.file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _against(checksum: pins.Checksum) -> str:
+    return f"{checksum.key} {checksum.value} ({checksum.source})"
+
+
+def adopt(root: Path, item: Item, got: Downloaded) -> Path:
+    """Move a file downloaded and verified elsewhere (by `invoke pin`) into its cache place.
+    It is moved under a temporary name first, so the final name only ever holds a whole file."""
+    dest = item.path(root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".adopt", dir=dest.parent)
+    os.close(fd)
+    try:
+        shutil.move(str(got.path), tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    Manifest(root).record(item, Downloaded(dest, got.size, got.sha256, got.sha512, 0))
+    return dest
