@@ -13,13 +13,11 @@ part of the cluster, and the stages below k4w.cluster must not depend on it.
 from __future__ import annotations
 
 import os
-import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import proc, tools, ui
 from .errors import K4wError
-from .redact import redact
 
 PROVIDER = "hyperv"
 
@@ -103,8 +101,7 @@ class Vagrant:
                 future.result()
             except proc.Failed as exc:
                 # Several machines printed at once above: quote this one's own last lines.
-                result = exc.result
-                failures.append(redact(f"{name}: {shlex.join(result.args)} exited {result.returncode}:\n{proc.tail(result.output)}"))
+                failures.append(f"{name}: {proc.Failed(exc.result)}")
             except K4wError as exc:
                 failures.append(f"{name}: {exc}")
         if failures:

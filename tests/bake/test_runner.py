@@ -264,23 +264,31 @@ def test_record_carries_git_revision_and_dirty_flag(repo, fake_packer, console, 
     assert record["git"] == {"commit": head, "dirty": True}
 
 
+def _signal_when(ready, signum: int, timeout: float = 20) -> threading.Thread:
+    """A started thread that sends signum to this process once ready() holds, or never."""
+
+    def send():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                os.kill(os.getpid(), signum)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
 def test_ctrl_c_is_forwarded_once_and_the_partial_box_removed(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-interrupted.txt", exit=1, write_box=True, wait_for_interrupt=True)
 
     log = repo.out / "logs" / "windows-1803.log"
 
-    def press_ctrl_c():
-        # Only once Packer is streaming (the runner is then waiting on it); never a stray
-        # SIGINT that would stop the whole test session.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if log.is_file() and "Waiting for WinRM to become available" in log.read_text():
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.05)
-
-    presser = threading.Thread(target=press_ctrl_c)
-    presser.start()
+    # Only once Packer is streaming (the runner is then waiting on it); never a stray SIGINT
+    # that would stop the whole test session.
+    presser = _signal_when(lambda: log.is_file() and "Waiting for WinRM to become available" in log.read_text(),
+                           signal.SIGINT)
     with pytest.raises(BuildFailed) as failure:
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     presser.join()
@@ -297,16 +305,8 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
                          wait_for_interrupt=True, plugin=True)
     partial = repo.out / "boxes" / ".partial" / "windows-1803-hyperv.box"
 
-    def hang_up():
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if partial.is_file() and len(fake_packer.pids()) == 2:
-                os.kill(os.getpid(), signal.SIGHUP)  # handled by the runner while Packer runs
-                return
-            time.sleep(0.05)
-
-    sender = threading.Thread(target=hang_up)
-    sender.start()
+    # Handled by the runner while Packer runs.
+    sender = _signal_when(lambda: partial.is_file() and len(fake_packer.pids()) == 2, signal.SIGHUP)
     with pytest.raises(BuildFailed) as failure:
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     sender.join()

@@ -93,8 +93,6 @@ def test_squid_config_is_private_and_logs_in_our_format(tmp_path):
 def test_squid_with_credentials_refuses_anonymous_clients_and_admits_the_account(tmp_path):
     import os
     import tempfile
-    import urllib.error
-    import urllib.request
 
     credentials = squid.Credentials.fresh()
     # As root squid drops to user proxy, which must reach its folder: pytest's are 0700.
@@ -104,6 +102,17 @@ def test_squid_with_credentials_refuses_anonymous_clients_and_admits_the_account
     log = phases.Log(tmp_path / "e2e.log", lambda text: None)
     # Port 80 (squid's Safe_ports) where nothing listens: past the auth gate squid answers 503.
     target = "http://127.0.0.1/"
+    try:
+        _check_squid_auth(work, log, credentials, target)
+    finally:
+        shutil.rmtree(base)
+    assert credentials.password not in (tmp_path / "e2e.log").read_text()
+
+
+def _check_squid_auth(work, log, credentials, target) -> None:
+    import urllib.error
+    import urllib.request
+
     with squid.running(work, phases.Phase("proxy", 60), log, credentials) as proxy:
         assert credentials.password not in (work / "passwd").read_text()  # a hash, not the password
 
@@ -118,8 +127,6 @@ def test_squid_with_credentials_refuses_anonymous_clients_and_admits_the_account
         assert status(f"{credentials.user}:wrong@") == 407
         assert status(f"{credentials.userinfo}@") not in (403, 407)
         assert proxy.url_for_guests == f"http://{credentials.userinfo}@10.0.2.2:{proxy.port}"
-    assert credentials.password not in (tmp_path / "e2e.log").read_text()
-    shutil.rmtree(base)
 
 
 @pytest.mark.tools
