@@ -330,6 +330,13 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     ctx.remote.run(m, f"sudo {env} bash {script}", stdin=join["token"] + "\n")
 
 
+def windows_join_script(box: str) -> str:
+    """The join script of a Windows box's node recipe: cluster-join.ps1 for the seed recipe,
+    cluster-join-<recipe>.ps1 for a profile naming one (docs/architecture.md, "Node recipes")."""
+    recipe = profiles.load(box).node_recipe
+    return f"cluster-join-{recipe}.ps1" if recipe else "cluster-join.ps1"
+
+
 def step_join_windows(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
@@ -340,7 +347,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
-    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-join.ps1")
+    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / windows_join_script(m.box))
     token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
     ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
                       f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")

@@ -220,7 +220,11 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         emit(tpl, f"kubeadm/{tpl.stem}")
     for node in cfg.nodes:
         prof = cluster.profile(node.box)
-        for tpl in sorted((templates / "nodes" / prof.os_family).glob("*.j2")):
+        recipe = templates / "nodes" / prof.node_templates
+        if prof.node_recipe and not recipe.is_dir():
+            raise K4wError(f"box {node.box}: no node recipe templates/nodes/{prof.node_templates}/ "
+                           f"(node_recipe {prof.node_recipe!r} in {prof.path.name})")
+        for tpl in sorted(recipe.glob("*.j2")):
             box = profiles.Attr(prof.data)
             box["name"] = node.box
             emit(tpl, f"nodes/{node.name}/{tpl.stem}", node=node, box=box, paths=_paths(cluster, out, node.box))
