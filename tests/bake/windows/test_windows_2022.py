@@ -56,6 +56,10 @@ def test_the_build_refuses_until_flanneld_is_pinned_and_says_how(modern_config, 
     output = " ".join((result.stdout + result.stderr).split())
     assert f"components.flannel (0.28.9) of {BOX} has no checksum" in output
     assert f"run: invoke pin {BOX} flannel --config {modern_config}" in output
+    # The published checksum files are for the host's fetch; the guest needs a digest pinned at render time.
+    for component in ("containerd", "cni", "flannel_cni"):
+        assert f"components.{component} of {BOX} is checked only against" in output
+        assert f"run: invoke pin {BOX} {component} --config {modern_config}" in output
     assert "Traceback" not in result.stderr
 
 
