@@ -383,6 +383,18 @@ function Get-K4wVerifiedFile {
     return $path
 }
 
+function Install-K4wFlanneld {
+    # flanneld.exe (component flannel) into the node folder: the CNI step of every era installs it.
+    param([Parameter(Mandatory = $true)][string]$NodeDir)
+    $version = Get-K4wEnv -Name 'K4W_FLANNEL_VERSION'
+    $flanneld = Get-K4wVerifiedFile -Component 'flannel'
+    if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $NodeDir 'flanneld.exe')) {
+        Write-K4wStep "flanneld $version installed in $NodeDir"
+    } else {
+        Write-K4wStep "flanneld $version already installed in $NodeDir"
+    }
+}
+
 function Copy-K4wFileIfChanged {
     # Copy only when the content differs (idempotent installs; running binaries stay untouched).
     param([Parameter(Mandatory = $true)][string]$Source, [Parameter(Mandatory = $true)][string]$Destination)

@@ -49,13 +49,7 @@ if ($installed) {
     Write-K4wStep "CNI plugins installed in ${cniBinDir}: $($wanted.Trim())"
 }
 
-$flannelVersion = Get-K4wEnv -Name 'K4W_FLANNEL_VERSION'
-$flanneld = Get-K4wVerifiedFile -Component 'flannel'
-if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $nodeDir 'flanneld.exe')) {
-    Write-K4wStep "flanneld $flannelVersion installed in $nodeDir"
-} else {
-    Write-K4wStep "flanneld $flannelVersion already installed in $nodeDir"
-}
+Install-K4wFlanneld -NodeDir $nodeDir
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
 # tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.
