@@ -56,7 +56,8 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_OS_BUILD": FromProfile("guest.os_build", (WINDOWS,)),
     "K4W_IMAGE_SERVERCORE": FromProfile("images.servercore", (WINDOWS,)),
     "K4W_IMAGE_NANOSERVER": FromProfile("images.nanoserver", (WINDOWS,)),
-    "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image", (WINDOWS,)),
+    "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image"),
+    "K4W_KUBE_CRI_SOCKET": FromProfile("kubernetes.cri_socket", (UBUNTU,)),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
     "K4W_KUBERNETES_URL": FromProfile("components.kubernetes.url"),
@@ -77,6 +78,13 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_DOCKER_GPG_FINGERPRINT": FromProfile("components.docker.gpg_fingerprint", (UBUNTU,)),
     "K4W_DOCKER_CGROUP_DRIVER": FromProfile("components.docker.cgroup_driver", (UBUNTU,)),
     "K4W_DOCKER_STORAGE_DRIVER": FromProfile("components.docker.storage_driver", (UBUNTU,)),
+    "K4W_CONTAINERD_VERSION": FromProfile("components.containerd.version", (UBUNTU,)),
+    "K4W_CONTAINERD_URL": FromProfile("components.containerd.url", (UBUNTU,)),
+    "K4W_CONTAINERD_SHA256": FromProfile("components.containerd.sha256", (UBUNTU,)),
+    "K4W_CONTAINERD_CGROUP_DRIVER": FromProfile("components.containerd.cgroup_driver", (UBUNTU,)),
+    "K4W_RUNC_VERSION": FromProfile("components.runc.version", (UBUNTU,)),
+    "K4W_RUNC_URL": FromProfile("components.runc.url", (UBUNTU,)),
+    "K4W_RUNC_SHA256": FromProfile("components.runc.sha256", (UBUNTU,)),
     "K4W_CNI_VERSION": FromProfile("components.cni.version"),
     "K4W_CNI_URL": FromProfile("components.cni.url"),
     "K4W_CNI_SHA256": FromProfile("components.cni.sha256"),
@@ -132,11 +140,20 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
         env["K4W_PROFILE"] = _profile_location(profile)
     env.update(_from_profile(profile, family))
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
+    if family == UBUNTU:
+        # Which runtime's service gets the build's proxy (lib.sh k4w_configure_proxy, scope build).
+        env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
+
+
+def container_runtime(profile: Profile) -> str:
+    """The container runtime a Linux box installs, by era: containerd when the profile pins it,
+    else Docker (the 2018 stack)."""
+    return "containerd" if "containerd" in (profile.data.get("components") or {}) else "docker"
 
 
 def release_record(profile: Profile) -> dict:

@@ -76,8 +76,8 @@ k4w_path() {
     printf '%s%s' "${K4W_ROOT:-}" "$1"
 }
 
-# Prints "ubuntu-16.04" or "debian-12". Production boxes are Ubuntu 16.04; CI can only boot
-# Debian 12 in QEMU, and runs these same steps there.
+# Prints "ubuntu-16.04", "ubuntu-24.04" or "debian-12". Production boxes are Ubuntu 16.04 and
+# 24.04; CI can only boot Debian 12 in QEMU, and runs these same steps there.
 k4w_distro() {
     local os_release id version
     os_release="$(k4w_path /etc/os-release)"
@@ -87,8 +87,8 @@ k4w_distro() {
     # shellcheck source=/dev/null
     version="$(. "$os_release" && printf '%s' "${VERSION_ID:-}")"
     case "${id}-${version}" in
-        ubuntu-16.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
-        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 (boxes) and Debian 12 (CI)" ;;
+        ubuntu-16.04 | ubuntu-24.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
+        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 and 24.04 (boxes) and Debian 12 (CI)" ;;
     esac
 }
 
@@ -345,13 +345,27 @@ K4W_ENVIRONMENT_FILE=/etc/environment
 K4W_APT_PROXY_FILE=/etc/apt/apt.conf.d/90k4w-proxy
 # debian-installer writes mirror/http/proxy here; k4w's own file above replaces it.
 K4W_INSTALLER_APT_CONF=/etc/apt/apt.conf
-K4W_PROXY_SERVICES=(docker kubelet)
-K4W_BUILD_PROXY_SERVICES=(docker)
+# subiquity's autoinstall `proxy:` reaches the installed system twice: curtin's apt proxy file
+# (curtin/commands/apt_config.py APT_PROXY_FN) and subiquity's snapd drop-in
+# (subiquity/models/proxy.py at 24.04.4). Both may hold credentials; k4w owns the proxy instead.
+K4W_INSTALLER_PROXY_FILES=(/etc/apt/apt.conf.d/90curtin-aptproxy /etc/systemd/system/snapd.service.d/snap_proxy.conf)
+# The services that download on a node: the container runtime of either era (docker, containerd)
+# and the kubelet; a drop-in for a unit a node does not have is inert. During a build only the
+# runtime the box installs pulls images: K4W_CONTAINER_RUNTIME (docker or containerd, derived from
+# the profile's components by k4w/derive_steps.py).
+K4W_PROXY_SERVICES=(docker containerd kubelet)
 
 k4w_configure_proxy() {
     local proxy_env="$1" apt_conf="$2" mode="$3" scope="$4" pair proxy_vars=() changed=() service
     [[ $mode =~ ^0[0-7]{3}$ ]] || k4w_die "the proxy file mode must be a mode such as 0600, not '${mode}'"
     [[ $scope == node || $scope == build ]] || k4w_die "the proxy scope must be node or build, not '${scope}'"
+    local build_services=()
+    if [[ $scope == build ]]; then
+        k4w_require K4W_CONTAINER_RUNTIME
+        [[ " ${K4W_PROXY_SERVICES[*]} " == *" ${K4W_CONTAINER_RUNTIME} "* && $K4W_CONTAINER_RUNTIME != kubelet ]] ||
+            k4w_die "K4W_CONTAINER_RUNTIME must be docker or containerd, not '${K4W_CONTAINER_RUNTIME}'"
+        build_services=("$K4W_CONTAINER_RUNTIME")
+    fi
     read -r -a proxy_vars <<<"$proxy_env"
     # ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
     for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
@@ -394,6 +408,14 @@ k4w_configure_proxy() {
         fi
     fi
 
+    local leftover
+    for leftover in "${K4W_INSTALLER_PROXY_FILES[@]}"; do
+        k4w_remove_file "$leftover"
+        if ((K4W_CHANGED)) && [[ $leftover == */systemd/* ]]; then
+            changed+=(snapd)
+        fi
+    done
+
     # One systemd drop-in per service: in /etc on a node, in /run during a build.
     local path content wanted dir
     for service in "${K4W_PROXY_SERVICES[@]}"; do
@@ -403,7 +425,7 @@ k4w_configure_proxy() {
             if ((${#proxy_vars[@]} > 0)); then
                 if [[ $scope == node && $dir == /etc/* ]]; then
                     wanted=1
-                elif [[ $scope == build && $dir == /run/* && " ${K4W_BUILD_PROXY_SERVICES[*]} " == *" ${service} "* ]]; then
+                elif [[ $scope == build && $dir == /run/* && " ${build_services[*]-} " == *" ${service} "* ]]; then
                     wanted=1
                 fi
             fi

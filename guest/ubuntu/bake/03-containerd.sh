@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Step 3 (containerd era, e.g. ubuntu-2404): the container runtime the kubelet talks to over CRI.
+# - containerd from its GitHub release tarball: bin/* into /usr/local/bin, and a unit with the
+#   settings of the containerd.service containerd ships at its tag (Type=notify, Delegate=yes,
+#   KillMode=process, no task/process limits, the overlay module loaded first);
+# - runc into /usr/local/sbin: containerd's release tarball carries no runc;
+# - the CNI plugins into /opt/cni/bin, and the CNI conf dir /etc/cni/net.d (Flannel writes there);
+# - /etc/containerd/config.toml, config version 3 (containerd 2.x; docs/cri/config.md at v2.3.2):
+#   runc with the systemd cgroup driver, the pause image under the CRI images plugin's
+#   pinned_images.sandbox (kubelet 1.34+ has no --pod-infra-container-image), the CNI dirs.
+# Then containerd runs, its socket answers, and (on a real containerd 2.x) its effective config
+# shows the pinned pause image.
+#
+# Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_URL, K4W_CONTAINERD_SHA256, K4W_CONTAINERD_CGROUP_DRIVER,
+# K4W_RUNC_VERSION, K4W_RUNC_URL, K4W_RUNC_SHA256, K4W_CNI_VERSION, K4W_CNI_URL, K4W_CNI_SHA256 or
+# K4W_CNI_SHA256_URL, K4W_PAUSE_IMAGE. K4W_CONTAINERD_STAND_IN=1 (CI only, set by its profile): the
+# containerd is a stand-in that cannot read config version 3, so the effective-config check is
+# skipped and says so.
+K4W_STEP="03-containerd"
+set -Eeuo pipefail
+trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (Packer uploads guest/ubuntu/lib.sh there)" >&2; exit 1; }
+# shellcheck source=../lib.sh
+source "$K4W_LIB"
+
+BIN_DIR=/usr/local/bin
+RUNC=/usr/local/sbin/runc
+CNI_BIN_DIR=/opt/cni/bin
+CNI_CONF_DIR=/etc/cni/net.d
+CONFIG=/etc/containerd/config.toml
+UNIT=/etc/systemd/system/containerd.service
+# containerd's default CRI socket on Linux (defaults/defaults_linux.go at v2.3.2).
+SOCKET=/run/containerd/containerd.sock
+# Seconds containerd may take to answer on its socket after a (re)start before the build fails.
+CONTAINERD_READY_TIMEOUT=120
+
+k4w_require K4W_CONTAINERD_VERSION K4W_CONTAINERD_URL K4W_CONTAINERD_SHA256 K4W_CONTAINERD_CGROUP_DRIVER \
+    K4W_RUNC_VERSION K4W_RUNC_URL K4W_RUNC_SHA256 K4W_CNI_VERSION K4W_CNI_URL K4W_PAUSE_IMAGE
+k4w_require_one_of K4W_CNI_SHA256 K4W_CNI_SHA256_URL
+case "$K4W_CONTAINERD_CGROUP_DRIVER" in
+    systemd) systemd_cgroup=true ;;
+    cgroupfs) systemd_cgroup=false ;;
+    *) k4w_die "K4W_CONTAINERD_CGROUP_DRIVER must be systemd or cgroupfs, not '${K4W_CONTAINERD_CGROUP_DRIVER}'" ;;
+esac
+[[ $K4W_PAUSE_IMAGE =~ ^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9./_-]+:[A-Za-z0-9._-]+$ ]] ||
+    k4w_die "K4W_PAUSE_IMAGE is not an image reference such as registry.k8s.io/pause:3.10.1: '${K4W_PAUSE_IMAGE}'"
+k4w_distro >/dev/null
+
+restart=0
+
+# --- containerd ----------------------------------------------------------------------------
+tarball="${K4W_CACHE}/${K4W_CONTAINERD_URL##*/}"
+k4w_download_verified "$K4W_CONTAINERD_URL" "$tarball" "$K4W_CONTAINERD_SHA256"
+unpacked="$(mktemp -d)"
+tar -xzf "$(k4w_path "$tarball")" -C "$unpacked"
+[[ -x ${unpacked}/bin/containerd ]] || k4w_die "${K4W_CONTAINERD_URL} holds no bin/containerd"
+while IFS= read -r -d '' file; do
+    k4w_install_file "$file" "${BIN_DIR}/${file##*/}" 0755
+    ((K4W_CHANGED)) && restart=1
+done < <(find "${unpacked}/bin" -maxdepth 1 -type f -print0 | sort -z)
+rm -rf "$unpacked"
+
+# --- runc ----------------------------------------------------------------------------------
+runc_download="${K4W_CACHE}/runc-${K4W_RUNC_VERSION}"
+k4w_download_verified "$K4W_RUNC_URL" "$runc_download" "$K4W_RUNC_SHA256"
+k4w_install_file "$(k4w_path "$runc_download")" "$RUNC" 0755
+
+# --- CNI plugins -----------------------------------------------------------------------------
+cni_expected="$(k4w_expected_sha256 K4W_CNI_SHA256 K4W_CNI_SHA256_URL)"
+cni_tarball="${K4W_CACHE}/${K4W_CNI_URL##*/}"
+k4w_download_verified "$K4W_CNI_URL" "$cni_tarball" "$cni_expected"
+unpacked="$(mktemp -d)"
+tar -xzf "$(k4w_path "$cni_tarball")" -C "$unpacked"
+found=0
+while IFS= read -r -d '' file; do
+    k4w_install_file "$file" "${CNI_BIN_DIR}/${file#"$unpacked"/}" 0755
+    found=1
+done < <(find "$unpacked" -type f -print0 | sort -z)
+rm -rf "$unpacked"
+((found)) || k4w_die "${K4W_CNI_URL} contained no files"
+mkdir -p "$(k4w_path "$CNI_CONF_DIR")"
+
+# --- configuration -------------------------------------------------------------------------
+# TOML single-quoted strings are literal: the values above were checked to hold no quote.
+k4w_write_file "$CONFIG" 0644 "# k4w: containerd ${K4W_CONTAINERD_VERSION} for kubeadm (written by ${K4W_STEP})
+version = 3
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = '${K4W_PAUSE_IMAGE}'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = ${systemd_cgroup}
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ['${CNI_BIN_DIR}']
+  conf_dir = '${CNI_CONF_DIR}'"
+((K4W_CHANGED)) && restart=1
+
+k4w_write_file "$UNIT" 0644 "# k4w: containerd (the settings of containerd.service at v${K4W_CONTAINERD_VERSION})
+[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target dbus.service
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=${BIN_DIR}/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target"
+if ((K4W_CHANGED)); then
+    restart=1
+    k4w_systemctl daemon-reload
+fi
+k4w_enable containerd
+
+if ! k4w_live; then
+    k4w_log "sandbox: containerd, runc, CNI plugins and config in place; service start and checks skipped"
+    exit 0
+fi
+
+# --- running, answering, and the version and config the profile pins ----------------------
+if ! k4w_unit_active containerd; then
+    systemctl start containerd
+elif ((restart)); then
+    k4w_log "restarting containerd for its new binaries or configuration"
+    systemctl restart containerd
+fi
+k4w_wait_for "containerd to answer on ${SOCKET}" "$CONTAINERD_READY_TIMEOUT" \
+    "${BIN_DIR}/ctr" --address "$SOCKET" version
+version="$("${BIN_DIR}/containerd" --version)"
+[[ $version == *" v${K4W_CONTAINERD_VERSION} "* || $version == *" ${K4W_CONTAINERD_VERSION} "* ]] ||
+    k4w_die "containerd is not ${K4W_CONTAINERD_VERSION}: ${version}"
+[[ $("$RUNC" --version | head -n 1) == "runc version ${K4W_RUNC_VERSION}"* ]] ||
+    k4w_die "runc is not ${K4W_RUNC_VERSION}: $("$RUNC" --version | head -n 1)"
+if k4w_flag K4W_CONTAINERD_STAND_IN; then
+    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI's containerd cannot read config version 3); effective-config check skipped"
+else
+    # containerd warns about, but starts with, a key it does not know: its own view proves the pin.
+    "${BIN_DIR}/containerd" --config "$CONFIG" config dump |
+        grep -qF -e "sandbox = '${K4W_PAUSE_IMAGE}'" -e "sandbox = \"${K4W_PAUSE_IMAGE}\"" ||
+        k4w_die "containerd's effective configuration does not pin ${K4W_PAUSE_IMAGE} as the sandbox image (see ${CONFIG})"
+fi
+k4w_log "containerd ${K4W_CONTAINERD_VERSION}, runc ${K4W_RUNC_VERSION}, CNI plugins v${K4W_CNI_VERSION} installed; sandbox image ${K4W_PAUSE_IMAGE}"
