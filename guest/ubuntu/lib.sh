@@ -238,6 +238,50 @@ k4w_component_file() {
     printf '%s\n' "$target"
 }
 
+# k4w_installed_from NAME SOURCE - true when the files recorded for NAME were installed from
+# SOURCE (a digest and a file name) and are still byte for byte what was installed, so a second
+# run proves an install complete from the disk and needs no build host.
+k4w_installed_from() {
+    local record source
+    record="$(k4w_path "${K4W_STATE}/${1}.sha256sums")"
+    source="$(k4w_path "${K4W_STATE}/${1}.source")"
+    [[ -f $record && -f $source && $(cat "$source") == "$2" ]] && sha256sum --check --quiet --status "$record"
+}
+
+# k4w_record_install NAME SOURCE RECORD - keep what k4w_installed_from checks (RECORD: sha256sum
+# lines of the installed files).
+k4w_record_install() {
+    [[ -n $3 ]] || k4w_die "nothing was installed for $1"
+    k4w_write_file "${K4W_STATE}/${1}.sha256sums" 0644 "${3%$'\n'}"
+    k4w_write_file "${K4W_STATE}/${1}.source" 0644 "$2"
+}
+
+# k4w_install_node_binaries DIGEST BIN_DIR - kubeadm, kubelet and kubectl from the Kubernetes node
+# tarball (component kubernetes; kubernetes/node/bin/ inside) into BIN_DIR, recorded so a second run
+# needs no build host. Sets K4W_CHANGED=1 when the kubelet binary changed (a joined node restarts it).
+K4W_NODE_BINARIES=(kubeadm kubelet kubectl)
+k4w_install_node_binaries() {
+    local digest="$1" bin_dir="$2" source node_tarball unpacked record="" name kubelet_changed=0
+    k4w_require K4W_KUBERNETES_FILE K4W_KUBERNETES_VERSION
+    source="${digest} ${K4W_KUBERNETES_FILE}"
+    if k4w_installed_from kubernetes-node "$source"; then
+        k4w_log "kubeadm, kubelet and kubectl v${K4W_KUBERNETES_VERSION} already installed in ${bin_dir}"
+        K4W_CHANGED=0
+        return 0
+    fi
+    node_tarball="$(k4w_component_file kubernetes)"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$node_tarball" -C "$unpacked" "${K4W_NODE_BINARIES[@]/#/kubernetes/node/bin/}"
+    for name in "${K4W_NODE_BINARIES[@]}"; do
+        k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${bin_dir}/${name}" 0755
+        if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_changed=1; fi
+        record+="$(k4w_sha256_of "${unpacked}/kubernetes/node/bin/${name}")  $(k4w_path "${bin_dir}/${name}")"$'\n'
+    done
+    rm -rf "$unpacked"
+    k4w_record_install kubernetes-node "$source" "$record"
+    K4W_CHANGED=$kubelet_changed
+}
+
 # k4w_wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND... - poll COMMAND once a second until it
 # succeeds; fail with DESCRIPTION when the timeout expires. For readiness, never a fixed sleep.
 k4w_wait_for() {

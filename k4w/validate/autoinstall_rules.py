@@ -2,8 +2,8 @@
 
 subiquity validates `autoinstall:` against autoinstall-schema.json when the live installer starts;
 a key it does not know or a value of the wrong type stops the install at the first boot, on a
-Hyper-V host, an hour into a build. facts/autoinstall-schema.json is that schema, vendored from
-canonical/subiquity at the installer's tag (facts/autoinstall-schema.source.yml), so the same check
+Hyper-V host, an hour into a build. schemas/autoinstall-schema.json is that schema, vendored from
+canonical/subiquity at the installer's tag (schemas/autoinstall-schema.source.yml), so the same check
 runs here with the `jsonschema` package. The cloud-config part of the same file is cloud-init's to
 judge (`cloud-init schema`, k4w/validate/__init__.py).
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-FACTS = Path(__file__).resolve().parent / "facts"
-SCHEMA = FACTS / "autoinstall-schema.json"
-SCHEMA_SOURCE = FACTS / "autoinstall-schema.source.yml"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+SCHEMA = SCHEMAS / "autoinstall-schema.json"
+SCHEMA_SOURCE = SCHEMAS / "autoinstall-schema.source.yml"
 # cloud-init reads a user-data file as cloud-config only when this is its first line.
 CLOUD_CONFIG_HEADER = "#cloud-config"
 

@@ -11,11 +11,16 @@
 # Then containerd runs, its socket answers, and (on a real containerd 2.x) its effective config
 # shows the pinned pause image.
 #
-# Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_URL, K4W_CONTAINERD_SHA256, K4W_CONTAINERD_CGROUP_DRIVER,
-# K4W_RUNC_VERSION, K4W_RUNC_URL, K4W_RUNC_SHA256, K4W_CNI_VERSION, K4W_CNI_URL, K4W_CNI_SHA256 or
-# K4W_CNI_SHA256_URL, K4W_PAUSE_IMAGE. K4W_CONTAINERD_STAND_IN=1 (CI only, set by its profile): the
-# containerd is a stand-in that cannot read config version 3, so the effective-config check is
-# skipped and says so.
+# Every file comes from the build host (k4w_component_file: build-* fetched and verified it into
+# its cache, Packer's HTTP server serves it) and is checked again here against the digest the
+# profile pins.
+#
+# Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_FILE, K4W_CONTAINERD_SHA256 or K4W_CONTAINERD_SHA512,
+# K4W_CONTAINERD_CGROUP_DRIVER, K4W_RUNC_VERSION, K4W_RUNC_FILE, K4W_RUNC_SHA256 or K4W_RUNC_SHA512,
+# K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE; PACKER_HTTP_ADDR
+# (Packer). K4W_CONTAINERD_STAND_IN=1 (set only by the CI profile, tests/e2e/boxes/): the containerd
+# programs are CI stand-ins that print versions and cannot run a daemon, so the service is installed
+# and enabled but not started, and nothing reads config version 3 in CI; the step says so.
 K4W_STEP="03-containerd"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -35,9 +40,11 @@ SOCKET=/run/containerd/containerd.sock
 # Seconds containerd may take to answer on its socket after a (re)start before the build fails.
 CONTAINERD_READY_TIMEOUT=120
 
-k4w_require K4W_CONTAINERD_VERSION K4W_CONTAINERD_URL K4W_CONTAINERD_SHA256 K4W_CONTAINERD_CGROUP_DRIVER \
-    K4W_RUNC_VERSION K4W_RUNC_URL K4W_RUNC_SHA256 K4W_CNI_VERSION K4W_CNI_URL K4W_PAUSE_IMAGE
-k4w_require_one_of K4W_CNI_SHA256 K4W_CNI_SHA256_URL
+k4w_require K4W_CONTAINERD_VERSION K4W_CONTAINERD_FILE K4W_CONTAINERD_CGROUP_DRIVER \
+    K4W_RUNC_VERSION K4W_RUNC_FILE K4W_CNI_VERSION K4W_CNI_FILE K4W_PAUSE_IMAGE
+containerd_digest="$(k4w_component_digest containerd)"
+runc_digest="$(k4w_component_digest runc)"
+cni_digest="$(k4w_component_digest cni)"
 case "$K4W_CONTAINERD_CGROUP_DRIVER" in
     systemd) systemd_cgroup=true ;;
     cgroupfs) systemd_cgroup=false ;;
@@ -49,37 +56,58 @@ k4w_distro >/dev/null
 
 restart=0
 
-# --- containerd ----------------------------------------------------------------------------
-tarball="${K4W_CACHE}/${K4W_CONTAINERD_URL##*/}"
-k4w_download_verified "$K4W_CONTAINERD_URL" "$tarball" "$K4W_CONTAINERD_SHA256"
-unpacked="$(mktemp -d)"
-tar -xzf "$(k4w_path "$tarball")" -C "$unpacked"
-[[ -x ${unpacked}/bin/containerd ]] || k4w_die "${K4W_CONTAINERD_URL} holds no bin/containerd"
-while IFS= read -r -d '' file; do
-    k4w_install_file "$file" "${BIN_DIR}/${file##*/}" 0755
-    ((K4W_CHANGED)) && restart=1
-done < <(find "${unpacked}/bin" -maxdepth 1 -type f -print0 | sort -z)
-rm -rf "$unpacked"
+# install_tree NAME SOURCE FROM TO - install every file under FROM at the same place under TO and
+# record it for k4w_installed_from. Sets K4W_CHANGED=1 when a file changed.
+install_tree() {
+    local name="$1" source="$2" from="$3" to="$4" record="" tree_changed=0 file relative
+    while IFS= read -r -d '' file; do
+        relative="${file#"$from"/}"
+        k4w_install_file "$file" "${to}/${relative}" 0755
+        ((K4W_CHANGED)) && tree_changed=1
+        record+="$(k4w_sha256_of "$file")  $(k4w_path "${to}/${relative}")"$'\n'
+    done < <(find "$from" -type f -print0 | sort -z)
+    k4w_record_install "$name" "$source" "$record"
+    K4W_CHANGED=$tree_changed
+}
 
-# --- runc ----------------------------------------------------------------------------------
-runc_download="${K4W_CACHE}/runc-${K4W_RUNC_VERSION}"
-k4w_download_verified "$K4W_RUNC_URL" "$runc_download" "$K4W_RUNC_SHA256"
-k4w_install_file "$(k4w_path "$runc_download")" "$RUNC" 0755
+# --- containerd: bin/* of the release tarball ---------------------------------------------------
+source_id="${containerd_digest} ${K4W_CONTAINERD_FILE}"
+if k4w_installed_from containerd "$source_id"; then
+    k4w_log "containerd ${K4W_CONTAINERD_VERSION} already installed in ${BIN_DIR}"
+else
+    tarball="$(k4w_component_file containerd)"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$tarball" -C "$unpacked"
+    [[ -f ${unpacked}/bin/containerd ]] || k4w_die "${K4W_CONTAINERD_FILE} holds no bin/containerd"
+    install_tree containerd "$source_id" "${unpacked}/bin" "$BIN_DIR"
+    ((K4W_CHANGED)) && restart=1
+    rm -rf "$unpacked"
+fi
+
+# --- runc: one static binary -----------------------------------------------------------------
+source_id="${runc_digest} ${K4W_RUNC_FILE}"
+if k4w_installed_from runc "$source_id"; then
+    k4w_log "runc ${K4W_RUNC_VERSION} already installed at ${RUNC}"
+else
+    unpacked="$(mktemp -d)"
+    cp "$(k4w_component_file runc)" "${unpacked}/${RUNC##*/}"
+    install_tree runc "$source_id" "$unpacked" "${RUNC%/*}"
+    rm -rf "$unpacked"
+fi
 
 # --- CNI plugins -----------------------------------------------------------------------------
-cni_expected="$(k4w_expected_sha256 K4W_CNI_SHA256 K4W_CNI_SHA256_URL)"
-cni_tarball="${K4W_CACHE}/${K4W_CNI_URL##*/}"
-k4w_download_verified "$K4W_CNI_URL" "$cni_tarball" "$cni_expected"
-unpacked="$(mktemp -d)"
-tar -xzf "$(k4w_path "$cni_tarball")" -C "$unpacked"
-found=0
-while IFS= read -r -d '' file; do
-    k4w_install_file "$file" "${CNI_BIN_DIR}/${file#"$unpacked"/}" 0755
-    found=1
-done < <(find "$unpacked" -type f -print0 | sort -z)
-rm -rf "$unpacked"
-((found)) || k4w_die "${K4W_CNI_URL} contained no files"
-mkdir -p "$(k4w_path "$CNI_CONF_DIR")"
+source_id="${cni_digest} ${K4W_CNI_FILE}"
+if k4w_installed_from cni-plugins "$source_id"; then
+    k4w_log "CNI plugins v${K4W_CNI_VERSION} already installed in ${CNI_BIN_DIR}"
+else
+    tarball="$(k4w_component_file cni)"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$tarball" -C "$unpacked"
+    install_tree cni-plugins "$source_id" "$unpacked" "$CNI_BIN_DIR"
+    rm -rf "$unpacked"
+fi
+conf_dir="$(k4w_path "$CNI_CONF_DIR")"
+[[ -d $conf_dir ]] || mkdir -p "$conf_dir"
 
 # --- configuration -------------------------------------------------------------------------
 # TOML single-quoted strings are literal: the values above were checked to hold no quote.
@@ -131,6 +159,10 @@ if ! k4w_live; then
     k4w_log "sandbox: containerd, runc, CNI plugins and config in place; service start and checks skipped"
     exit 0
 fi
+if k4w_flag K4W_CONTAINERD_STAND_IN; then
+    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI): containerd ${K4W_CONTAINERD_VERSION} here is a stand-in that only prints versions; the service is enabled but not started, and config version 3 is left to the real containerd 2.x on Hyper-V"
+    exit 0
+fi
 
 # --- running, answering, and the version and config the profile pins ----------------------
 if ! k4w_unit_active containerd; then
@@ -146,12 +178,8 @@ version="$("${BIN_DIR}/containerd" --version)"
     k4w_die "containerd is not ${K4W_CONTAINERD_VERSION}: ${version}"
 [[ $("$RUNC" --version | head -n 1) == "runc version ${K4W_RUNC_VERSION}"* ]] ||
     k4w_die "runc is not ${K4W_RUNC_VERSION}: $("$RUNC" --version | head -n 1)"
-if k4w_flag K4W_CONTAINERD_STAND_IN; then
-    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI's containerd cannot read config version 3); effective-config check skipped"
-else
-    # containerd warns about, but starts with, a key it does not know: its own view proves the pin.
-    "${BIN_DIR}/containerd" --config "$CONFIG" config dump |
-        grep -qF -e "sandbox = '${K4W_PAUSE_IMAGE}'" -e "sandbox = \"${K4W_PAUSE_IMAGE}\"" ||
-        k4w_die "containerd's effective configuration does not pin ${K4W_PAUSE_IMAGE} as the sandbox image (see ${CONFIG})"
-fi
+# containerd warns about, but starts with, a key it does not know: its own view proves the pin.
+"${BIN_DIR}/containerd" --config "$CONFIG" config dump |
+    grep -qF -e "sandbox = '${K4W_PAUSE_IMAGE}'" -e "sandbox = \"${K4W_PAUSE_IMAGE}\"" ||
+    k4w_die "containerd's effective configuration does not pin ${K4W_PAUSE_IMAGE} as the sandbox image (see ${CONFIG})"
 k4w_log "containerd ${K4W_CONTAINERD_VERSION}, runc ${K4W_RUNC_VERSION}, CNI plugins v${K4W_CNI_VERSION} installed; sandbox image ${K4W_PAUSE_IMAGE}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step 4 (containerd era, e.g. ubuntu-2404): the Kubernetes node recipe of this era.
-# - kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball on dl.k8s.io, checked against
-#   the sha512 Kubernetes' release notes print for it (K4W_KUBERNETES_SHA512);
+# - kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball (k4w_install_node_binaries:
+#   from the build host's verified cache, checked again against the sha512 Kubernetes' release
+#   notes print for it);
 # - the kubelet unit and kubeadm's drop-in as Kubernetes packages them today (kubernetes/release
 #   cmd/krel/templates/latest/kubelet/kubelet.service and kubeadm/10-kubeadm.conf at f618b2a308bc),
 #   with the binaries in /usr/local/bin and KUBELET_EXTRA_ARGS from /etc/default/kubelet, where
@@ -12,8 +13,8 @@
 # The runtime (step 03-containerd.sh) must already run: kubeadm pulls through it.
 #
 # Env: K4W_KUBE_VERSION, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, K4W_KUBE_CRI_SOCKET,
-# K4W_PAUSE_IMAGE, K4W_KUBERNETES_VERSION, K4W_KUBERNETES_URL and K4W_KUBERNETES_SHA512 or
-# K4W_KUBERNETES_SHA256.
+# K4W_PAUSE_IMAGE, K4W_KUBERNETES_VERSION, K4W_KUBERNETES_FILE and K4W_KUBERNETES_SHA512 or
+# K4W_KUBERNETES_SHA256; PACKER_HTTP_ADDR (Packer).
 K4W_STEP="04-kubernetes-node"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -28,15 +29,13 @@ KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # kubeadm 1.35's preflight: conntrack and iptables missing are errors; socat, ethtool and ebtables
 # warnings (the kubelet and kube-proxy use them for port-forward and service traffic).
 PREREQUISITES=(socat ebtables ethtool conntrack iptables)
-# What the node tarball holds under kubernetes/node/bin/ that a kubeadm node needs.
-BINARIES=(kubeadm kubelet kubectl)
 # containerd's namespace for the images the kubelet (CRI) uses.
 CRI_NAMESPACE=k8s.io
 
 k4w_require K4W_KUBE_VERSION K4W_KUBE_IMAGE_REPOSITORY K4W_KUBE_CRI_SOCKET K4W_PAUSE_IMAGE \
-    K4W_KUBERNETES_VERSION K4W_KUBERNETES_URL
+    K4W_KUBERNETES_VERSION K4W_KUBERNETES_FILE
 k4w_require_defined K4W_KUBE_PREPULL_IMAGES
-k4w_require_one_of K4W_KUBERNETES_SHA512 K4W_KUBERNETES_SHA256
+kubernetes_digest="$(k4w_component_digest kubernetes)"
 if [[ $K4W_KUBERNETES_VERSION != "$K4W_KUBE_VERSION" ]]; then
     k4w_die "K4W_KUBERNETES_VERSION=${K4W_KUBERNETES_VERSION} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
 fi
@@ -47,16 +46,8 @@ k4w_apt_install "${PREREQUISITES[@]}"
 
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
 units_changed=0
-kubelet_binary_changed=0
-node_tarball="${K4W_CACHE}/${K4W_KUBERNETES_URL##*/}"
-k4w_download_verified "$K4W_KUBERNETES_URL" "$node_tarball" "${K4W_KUBERNETES_SHA512:-${K4W_KUBERNETES_SHA256:-}}"
-unpacked="$(mktemp -d)"
-tar -xzf "$(k4w_path "$node_tarball")" -C "$unpacked" "${BINARIES[@]/#/kubernetes/node/bin/}"
-for name in "${BINARIES[@]}"; do
-    k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${BIN_DIR}/${name}" 0755
-    if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
-done
-rm -rf "$unpacked"
+k4w_install_node_binaries "$kubernetes_digest" "$BIN_DIR"
+kubelet_binary_changed=$K4W_CHANGED
 
 # --- kubelet service -----------------------------------------------------------------------
 k4w_write_file "$KUBELET_UNIT" 0644 "# k4w: kubelet for kubeadm (Kubernetes' kubelet.service of this era)
