@@ -20,7 +20,7 @@
 # K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE; PACKER_HTTP_ADDR
 # (Packer). K4W_CONTAINERD_STAND_IN=1 (set only by the CI profile, tests/e2e/boxes/): the containerd
 # programs are CI stand-ins that print versions and cannot run a daemon, so the service is installed
-# and enabled but not started, and nothing reads config version 3 in CI; the step says so.
+# but neither enabled nor started, and nothing reads config version 3 in CI; the step says so.
 K4W_STEP="03-containerd"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -153,14 +153,15 @@ if ((K4W_CHANGED)); then
     restart=1
     k4w_systemctl daemon-reload
 fi
+if k4w_flag K4W_CONTAINERD_STAND_IN; then
+    # Not even enabled: at every boot systemd would restart a program that cannot run, for ever.
+    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI): containerd ${K4W_CONTAINERD_VERSION} here is a stand-in that only prints versions; the service is installed but neither enabled nor started, and config version 3 is left to the real containerd 2.x on Hyper-V"
+    exit 0
+fi
 k4w_enable containerd
 
 if ! k4w_live; then
     k4w_log "sandbox: containerd, runc, CNI plugins and config in place; service start and checks skipped"
-    exit 0
-fi
-if k4w_flag K4W_CONTAINERD_STAND_IN; then
-    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI): containerd ${K4W_CONTAINERD_VERSION} here is a stand-in that only prints versions; the service is enabled but not started, and config version 3 is left to the real containerd 2.x on Hyper-V"
     exit 0
 fi
 

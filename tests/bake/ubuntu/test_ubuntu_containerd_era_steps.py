@@ -176,3 +176,12 @@ def test_step_01_refuses_a_runtime_it_does_not_know(tmp_path):
 
     res = run_step("01-proxy.sh", make_root(tmp_path), **{**proxy_step_env(HTTP_PROXY), "K4W_CONTAINER_RUNTIME": "podman"})
     assert res.returncode == 1 and "K4W_CONTAINER_RUNTIME must be docker or containerd, not 'podman'" in res.stderr
+
+
+def test_the_ci_stand_in_is_installed_but_never_enabled_and_says_so(tmp_path, served):
+    env, _, _ = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("03-containerd.sh", root, **env, K4W_CONTAINERD_STAND_IN="1")
+    assert res.returncode == 0, res.stderr
+    assert "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI)" in res.stdout and "neither enabled nor started" in res.stdout
+    assert (root / "etc" / "containerd" / "config.toml").read_text().splitlines()[1] == "version = 3"  # the real file
