@@ -14,6 +14,8 @@ INSTALL = {
     "vagrant": "apt-get install -y vagrant",
     "shellcheck": "apt-get install -y shellcheck",
     "debconf-set-selections": "apt-get install -y debconf-utils",
+    # `cloud-init schema` checks the autoinstall boxes' user-data (Debian 12's 22.4 is enough).
+    "cloud-init": "apt-get install -y cloud-init",
     "ruby": "apt-get install -y ruby",
     "git": "apt-get install -y git",
     "gpg": "apt-get install -y gnupg",

@@ -98,7 +98,12 @@ def step_env(http=None, https=None) -> dict[str, str]:
 def proxy_step_env(http=None, https=None) -> dict[str, str]:
     """Exactly the variables step 01 reads, as the template passes them."""
     env = step_env(http, https)
-    return {name: env[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
+    return {name: env[name] for name in (*PROXY_VALUES, "K4W_CONTAINER_RUNTIME")}
+
+
+# What step 01 and cluster-up's cluster-proxy.sh both get: the proxy itself. Step 01 also gets the
+# runtime whose service pulls through the proxy during the build.
+PROXY_VALUES = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")
 
 
 @pytest.fixture
