@@ -14,7 +14,8 @@ from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_rules
 from tests.helpers import config_dict, use_sources, write_config
 
-FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml")
+# Flag tables only: published-checksums.yml and the kubeadm config field tables (kubeadm_rules) are other facts.
+FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml" and not p.name.startswith("kubeadm-config-"))
 
 
 @pytest.fixture
