@@ -11,20 +11,11 @@ import pytest
 import yaml
 
 from k4w.validate import manifest_rules as checks
-from tests.helpers import ROOT, config_dict, invoke, tree_digest, write_config
+from tests.helpers import MODERN_BOXES, MODERN_ENV as ENV, invoke, modern_config, tree_digest, write_config
 
-MODERN_BOXES = ROOT / "tests" / "fixtures" / "modern-boxes"
-ENV = {"K4W_BOX_DIRS": str(MODERN_BOXES)}
 # Flannel v0.28.9's images (flannel-io/flannel Documentation/kube-flannel.yml at 5cd0d526).
 FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v0.28.9"
 CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel3"
-
-
-def modern_config(**overrides) -> dict:
-    """cluster.yml with the modern fixture boxes (master and Linux worker modern-ubuntu, Windows
-    worker modern-windows) and the vxlan backend."""
-    return config_dict(**{"network.backend": "vxlan", "nodes.0.box": "modern-ubuntu", "nodes.1.box": "modern-ubuntu",
-                          "nodes.2.box": "modern-windows", **overrides})
 
 
 def render_modern(tmp_path: Path, data: dict | None = None) -> Path:

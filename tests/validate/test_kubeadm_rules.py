@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from k4w.validate import kubeadm_rules
-from tests.helpers import ROOT, config_dict, invoke, write_config
+from tests.helpers import MODERN_BOXES, ROOT, config_dict, invoke, write_config
 
-MODERN_BOXES = ROOT / "tests" / "fixtures" / "modern-boxes"
 V1BETA4 = "kubeadm.k8s.io/v1beta4"
 
 
