@@ -4,7 +4,7 @@ Guest scripts (guest/<family>/**) are static files that take every value from th
 of the Packer provisioner that runs them (docs/internals.md, "Step variables"). This module is
 the one place that names those variables and computes their values; the Packer templates only
 serialise the result (`<< step_env.environment_vars | json >>`). Every name is spelt out here
-and in the script that reads it, so `grep -r K4W_FLANNEL_URL` finds both ends, and
+and in the script that reads it, so `grep -r K4W_FLANNEL_FILE` finds both ends, and
 tests/render/test_step_variables.py checks that a box gets exactly the names its scripts read.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import sources
+from . import build_media as media, sources
 from .config import Config
 from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from .errors import K4wError
@@ -59,14 +59,10 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image", (WINDOWS,)),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
-    "K4W_KUBERNETES_URL": FromProfile("components.kubernetes.url"),
     "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256"),
-    "K4W_KUBERNETES_SHA256_URL": FromProfile("components.kubernetes.sha256_url", (WINDOWS,)),
     "K4W_KUBERNETES_SHA512": FromProfile("components.kubernetes.sha512"),
     "K4W_DOCKER_VERSION": FromProfile("components.docker.version"),
-    "K4W_DOCKER_URL": FromProfile("components.docker.url", (WINDOWS,)),
     "K4W_DOCKER_SHA256": FromProfile("components.docker.sha256", (WINDOWS,)),
-    "K4W_DOCKER_SHA256_URL": FromProfile("components.docker.sha256_url", (WINDOWS,)),
     "K4W_DOCKER_SHA512": FromProfile("components.docker.sha512", (WINDOWS,)),
     "K4W_DOCKER_PACKAGE": FromProfile("components.docker.package", (UBUNTU,)),
     "K4W_DOCKER_PACKAGE_VERSION": FromProfile("components.docker.package_version", (UBUNTU,)),
@@ -78,21 +74,28 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_DOCKER_CGROUP_DRIVER": FromProfile("components.docker.cgroup_driver", (UBUNTU,)),
     "K4W_DOCKER_STORAGE_DRIVER": FromProfile("components.docker.storage_driver", (UBUNTU,)),
     "K4W_CNI_VERSION": FromProfile("components.cni.version"),
-    "K4W_CNI_URL": FromProfile("components.cni.url"),
     "K4W_CNI_SHA256": FromProfile("components.cni.sha256"),
-    "K4W_CNI_SHA256_URL": FromProfile("components.cni.sha256_url"),
-    "K4W_CNI_SHA512": FromProfile("components.cni.sha512", (WINDOWS,)),
+    "K4W_CNI_SHA512": FromProfile("components.cni.sha512"),
     "K4W_FLANNEL_VERSION": FromProfile("components.flannel.version", (WINDOWS,)),
-    "K4W_FLANNEL_URL": FromProfile("components.flannel.url", (WINDOWS,)),
     "K4W_FLANNEL_SHA256": FromProfile("components.flannel.sha256", (WINDOWS,)),
-    "K4W_FLANNEL_SHA256_URL": FromProfile("components.flannel.sha256_url", (WINDOWS,)),
     "K4W_FLANNEL_SHA512": FromProfile("components.flannel.sha512", (WINDOWS,)),
     "K4W_NSSM_VERSION": FromProfile("components.nssm.version", (WINDOWS,)),
-    "K4W_NSSM_URL": FromProfile("components.nssm.url", (WINDOWS,)),
     "K4W_NSSM_SHA256": FromProfile("components.nssm.sha256", (WINDOWS,)),
-    "K4W_NSSM_SHA256_URL": FromProfile("components.nssm.sha256_url", (WINDOWS,)),
     "K4W_NSSM_SHA512": FromProfile("components.nssm.sha512", (WINDOWS,)),
 }
+
+# Step variable -> the component whose build-media file name it holds (k4w.bake.media.media_name):
+# where the guest finds the verified file that build-* staged in OUT/http/<box>/components/, on
+# the build CD (Windows) or Packer's HTTP server (Ubuntu). Set when the profile gives the
+# component a url.
+MEDIA_VARIABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "K4W_KUBERNETES_FILE": ("kubernetes", FAMILIES),
+    "K4W_DOCKER_FILE": ("docker", (WINDOWS,)),
+    "K4W_CNI_FILE": ("cni", FAMILIES),
+    "K4W_FLANNEL_FILE": ("flannel", (WINDOWS,)),
+    "K4W_NSSM_FILE": ("nssm", (WINDOWS,)),
+}
+
 
 @dataclass(frozen=True)
 class StepEnv:
@@ -131,6 +134,7 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     if family == WINDOWS:
         env["K4W_PROFILE"] = _profile_location(profile)
     env.update(_from_profile(profile, family))
+    env.update(_media_files(profile, family))
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
@@ -174,13 +178,17 @@ def _text(value) -> str:
 
 # Component keys that document a value for people and the validators, never for a guest step.
 DOCUMENTATION_KEYS = ("checksum_source",)
+# Component keys only the host reads: k4w.bake.fetch downloads `url` (or its mirror) and reads a
+# `sha256_url` into the host cache; the guest gets the file from the build media instead
+# (MEDIA_VARIABLES) and checks it against the digest the profile pins.
+HOST_KEYS = ("url", "sha256_url")
 
 
 def _from_profile(profile: Profile, family: str) -> dict[str, str]:
     named = {spec.key for spec in PROFILE_VARIABLES.values()}
     for component, spec in (profile.data.get("components") or {}).items():
         for key in spec:
-            if key not in DOCUMENTATION_KEYS and f"components.{component}.{key}" not in named:
+            if key not in DOCUMENTATION_KEYS + HOST_KEYS and f"components.{component}.{key}" not in named:
                 raise K4wError(
                     f"{profile.path}: components.{component}.{key} reaches no guest step: name its step variable "
                     "in k4w/derive_steps.py PROFILE_VARIABLES (and read it in the step that needs it)"
@@ -195,6 +203,17 @@ def _from_profile(profile: Profile, family: str) -> dict[str, str]:
         if value is not None:
             env[name] = _text(value)
     return env
+
+
+def _media_files(profile: Profile, family: str) -> dict[str, str]:
+    files = media.box_files(profile)
+    known = {component for component, _ in MEDIA_VARIABLES.values()}
+    unnamed = sorted(set(files) - known)
+    if unnamed:
+        raise K4wError(f"{profile.path}: components.{unnamed[0]} is downloaded but no step variable names its build-media "
+                       "file: add it to k4w/derive_steps.py MEDIA_VARIABLES (and read it in the step that installs it)")
+    return {name: files[component] for name, (component, families) in MEDIA_VARIABLES.items()
+            if family in families and component in files}
 
 
 def _packer_ref(variable: str) -> str:

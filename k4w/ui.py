@@ -13,31 +13,33 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def say(text: str = "", style: str | None = None) -> None:
-    console.print(redact(str(text)), style=style, markup=False)
+def say(text: str = "", style: str | None = None, *, to: Console | None = None) -> None:
+    (to or console).print(redact(str(text)), style=style, markup=False)
 
 
 def error(text: str) -> None:
     err_console.print(redact(f"error: {text}"), style="bold red", markup=False)
 
 
-def table(title: str, columns: list[str], rows: list[list[object]]) -> None:
+def table(title: str, columns: list[str], rows: list[list[object]], *, to: Console | None = None) -> None:
     """A table on a terminal; aligned plain text when piped or redirected (CI logs, `| tee`),
-    where Rich would cut every row at 80 columns and lose IPs, NO_PROXY and paths."""
-    if not console.is_terminal:
+    where Rich would cut every row at 80 columns and lose IPs, NO_PROXY and paths. to: another
+    console than the process's own (a build's)."""
+    out = to or console
+    if not out.is_terminal:
         cells = [[redact(str(c)) for c in columns]] + [[redact(str(c)) for c in row] for row in rows]
         widths = [max(len(line.split("\n")[0]) for line in col) for col in zip(*cells)]
-        console.print(title, markup=False, highlight=False, soft_wrap=True)
+        out.print(title, markup=False, highlight=False, soft_wrap=True)
         for row in cells:
             text = "  ".join(c.replace("\n", " ").ljust(w) for c, w in zip(row, widths)).rstrip()
-            console.print(f"  {text}", markup=False, highlight=False, soft_wrap=True)
+            out.print(f"  {text}", markup=False, highlight=False, soft_wrap=True)
         return
     tbl = Table(title=title, title_justify="left", show_lines=False)
     for col in columns:
         tbl.add_column(col)
     for row in rows:
         tbl.add_row(*(redact(str(cell)) for cell in row))
-    console.print(tbl)
+    out.print(tbl)
 
 
 def command(argv: list[str] | str) -> None:

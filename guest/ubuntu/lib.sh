@@ -165,43 +165,15 @@ k4w_is_sha256() {
     [[ $1 =~ ^[0-9a-f]{64}$ ]]
 }
 
-# k4w_fetch URL DEST - plain download through the proxy from the environment. Only used by
-# k4w_download_verified and for files verified by other means (a pinned GPG fingerprint).
+# k4w_fetch URL DEST - plain download through the proxy from the environment, for files
+# verified by other means (a pinned GPG fingerprint). Box components never come this way: see
+# k4w_component_file.
 k4w_fetch() {
     # --retry: curl re-tries transient network errors itself (bounded, with back-off).
     curl --fail --silent --show-error --location --retry 3 --output "$2" "$1" ||
         k4w_die "download failed: $1 (check the proxy settings in cluster.yml)"
 }
 
-# k4w_published_sha256 URL - the sha256 from a checksum file published beside a download
-# (e.g. dl.k8s.io's <binary>.sha256: the hex digest, optionally followed by a file name).
-k4w_published_sha256() {
-    local tmp digest
-    tmp="$(mktemp)"
-    k4w_fetch "$1" "$tmp"
-    digest="$(tr -d '\r' <"$tmp" | awk 'NR == 1 { print tolower($1) }')"
-    rm -f "$tmp"
-    k4w_is_sha256 "$digest" || k4w_die "no sha256 digest in $1"
-    printf '%s\n' "$digest"
-}
-
-# k4w_expected_sha256 PINNED_VAR PUBLISHED_VAR - the sha256 pinned in PINNED_VAR (e.g.
-# K4W_CNI_SHA256), else the digest published at the URL in PUBLISHED_VAR (K4W_CNI_SHA256_URL).
-# The profile gives one or the other for every download.
-k4w_expected_sha256() {
-    local pinned="$1" published="$2"
-    k4w_require_one_of "$pinned" "$published"
-    if [[ -n ${!pinned:-} ]]; then
-        k4w_is_sha256 "${!pinned}" || k4w_die "${pinned} is not a sha256 hex digest: '${!pinned}'"
-        printf '%s\n' "${!pinned}"
-    else
-        k4w_published_sha256 "${!published}"
-    fi
-}
-
-# k4w_download_verified URL PATH SHA256 - PATH holds URL's content, verified. An existing
-# PATH with the right digest is kept as is (no download on a second run); a mismatch deletes
-# the download and stops the build.
 # The one verification routine for Linux guests: the digest's length picks the algorithm
 # (64 hex digits: sha256; 128: sha512, as Kubernetes' release notes print for tarballs).
 k4w_digest_of() {
@@ -215,29 +187,55 @@ k4w_digest_of() {
 k4w_algorithm_of() {
     if ((${#1} == 128)); then echo sha512; else echo sha256; fi
 }
-k4w_download_verified() {
-    local url target expected part actual algorithm
-    url="$1"
-    target="$(k4w_path "$2")"
-    expected="$3"
-    [[ $expected =~ ^([0-9a-f]{64}|[0-9a-f]{128})$ ]] ||
-        k4w_die "refusing to download ${url}: expected checksum '${expected}' is not a sha256 or sha512 digest"
-    algorithm="$(k4w_algorithm_of "$expected")"
-    K4W_CHANGED=0
+
+# k4w_component_digest COMPONENT - the digest the profile pins for a component
+# (K4W_<C>_SHA512, else K4W_<C>_SHA256; a user's `invoke pin` lands in the same variables).
+k4w_component_digest() {
+    local upper="${1^^}" digest
+    k4w_require_one_of "K4W_${upper}_SHA512" "K4W_${upper}_SHA256"
+    local sha512="K4W_${upper}_SHA512" sha256="K4W_${upper}_SHA256"
+    digest="${!sha512:-${!sha256:-}}"
+    [[ $digest =~ ^([0-9a-f]{64}|[0-9a-f]{128})$ ]] ||
+        k4w_die "the checksum pinned for ${1} is not a sha256 or sha512 hex digest: '${digest}'"
+    printf '%s\n' "$digest"
+}
+
+# k4w_component_file COMPONENT - print the path of a verified local copy of a box component.
+# build-* fetched and verified it on the host and staged it where Packer's HTTP server serves it
+# (OUT/http/<box>/components/<K4W_<C>_FILE>); this fetches it from there, never through the proxy
+# (the server is the build host itself, which a corporate proxy cannot reach), and checks it
+# again against the pinned digest before any step uses it. A verified copy from an earlier call
+# is reused; a mismatch deletes the download and stops the build.
+k4w_component_file() {
+    local component="$1" upper file_var name expected url target part actual
+    upper="${component^^}"
+    file_var="K4W_${upper}_FILE"
+    k4w_require "$file_var"
+    name="${!file_var}"
+    expected="$(k4w_component_digest "$component")"
+    target="$(k4w_path "${K4W_CACHE}/components/${name}")"
     if [[ -f $target && $(k4w_digest_of "$target" "$expected") == "$expected" ]]; then
+        printf '%s\n' "$target"
         return 0
     fi
+    # Packer sets PACKER_HTTP_ADDR (host:port of its HTTP server) for every shell provisioner.
+    [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
+        k4w_die "${component}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
+    url="http://${PACKER_HTTP_ADDR}/components/${name}"
     mkdir -p "$(dirname "$target")"
     part="${target}.part"
-    k4w_log "downloading ${url}"
-    k4w_fetch "$url" "$part"
+    k4w_log "copying ${name} from the build host (${url})" >&2
+    curl --noproxy '*' --fail --silent --show-error --retry 3 --output "$part" "$url" || {
+        rm -f "$part"
+        k4w_die "${component}: could not copy ${url} from the build host: is ${name} staged in OUT/http/<box>/components/ (build-* does it), and does the host firewall admit Packer's HTTP port (invoke network-up)?"
+    }
     actual="$(k4w_digest_of "$part" "$expected")"
     if [[ $actual != "$expected" ]]; then
         rm -f "$part"
-        k4w_die "${algorithm} mismatch for ${url}: expected ${expected}, got ${actual}"
+        k4w_die "$(k4w_algorithm_of "$expected") mismatch for ${component} (${name} from the build host): expected ${expected}, got ${actual}"
     fi
     mv -f "$part" "$target"
-    K4W_CHANGED=1
+    printf '%s\n' "$target"
 }
 
 # k4w_wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND... - poll COMMAND once a second until it

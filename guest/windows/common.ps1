@@ -4,24 +4,19 @@
 # Only functions and process-wide settings here; the caller's header sets ErrorActionPreference,
 # StrictMode and the trap.
 
-# Windows PowerShell 5.1 on 1803 offers only SSL3/TLS 1.0 by default; dl.k8s.io, GitHub and
-# download.docker.com require TLS 1.2.
-[Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
-# The progress bar of Invoke-WebRequest slows large downloads down by an order of magnitude.
+# The progress bars of Expand-Archive and friends slow them down by an order of magnitude.
 $ProgressPreference = 'SilentlyContinue'
 
-# Where verified downloads are kept during the build; 12-cleanup.ps1 removes it.
-$script:K4wDownloadDir = 'C:\Windows\Temp\k4w-downloads'
-
-# The step variables of every component the box downloads, as k4w/derive_steps.py names them
-# (PROFILE_VARIABLES; tests/render/test_step_variables.py checks both lists name the same
-# variables). A value the profile leaves null is not set at all.
+# The step variables of every component the box installs from the build CD, as
+# k4w/derive_steps.py names them (PROFILE_VARIABLES and MEDIA_VARIABLES;
+# tests/render/test_step_variables.py checks both lists name the same variables). A value the
+# profile leaves null is not set at all.
 $script:K4wComponents = [ordered]@{
-    kubernetes = @{ Version = 'K4W_KUBERNETES_VERSION'; Url = 'K4W_KUBERNETES_URL'; Sha256 = 'K4W_KUBERNETES_SHA256'; Sha256Url = 'K4W_KUBERNETES_SHA256_URL'; Sha512 = 'K4W_KUBERNETES_SHA512' }
-    docker     = @{ Version = 'K4W_DOCKER_VERSION'; Url = 'K4W_DOCKER_URL'; Sha256 = 'K4W_DOCKER_SHA256'; Sha256Url = 'K4W_DOCKER_SHA256_URL'; Sha512 = 'K4W_DOCKER_SHA512' }
-    cni        = @{ Version = 'K4W_CNI_VERSION'; Url = 'K4W_CNI_URL'; Sha256 = 'K4W_CNI_SHA256'; Sha256Url = 'K4W_CNI_SHA256_URL'; Sha512 = 'K4W_CNI_SHA512' }
-    flannel    = @{ Version = 'K4W_FLANNEL_VERSION'; Url = 'K4W_FLANNEL_URL'; Sha256 = 'K4W_FLANNEL_SHA256'; Sha256Url = 'K4W_FLANNEL_SHA256_URL'; Sha512 = 'K4W_FLANNEL_SHA512' }
-    nssm       = @{ Version = 'K4W_NSSM_VERSION'; Url = 'K4W_NSSM_URL'; Sha256 = 'K4W_NSSM_SHA256'; Sha256Url = 'K4W_NSSM_SHA256_URL'; Sha512 = 'K4W_NSSM_SHA512' }
+    kubernetes = @{ Version = 'K4W_KUBERNETES_VERSION'; File = 'K4W_KUBERNETES_FILE'; Sha256 = 'K4W_KUBERNETES_SHA256'; Sha512 = 'K4W_KUBERNETES_SHA512' }
+    docker     = @{ Version = 'K4W_DOCKER_VERSION'; File = 'K4W_DOCKER_FILE'; Sha256 = 'K4W_DOCKER_SHA256'; Sha512 = 'K4W_DOCKER_SHA512' }
+    cni        = @{ Version = 'K4W_CNI_VERSION'; File = 'K4W_CNI_FILE'; Sha256 = 'K4W_CNI_SHA256'; Sha512 = 'K4W_CNI_SHA512' }
+    flannel    = @{ Version = 'K4W_FLANNEL_VERSION'; File = 'K4W_FLANNEL_FILE'; Sha256 = 'K4W_FLANNEL_SHA256'; Sha512 = 'K4W_FLANNEL_SHA512' }
+    nssm       = @{ Version = 'K4W_NSSM_VERSION'; File = 'K4W_NSSM_FILE'; Sha256 = 'K4W_NSSM_SHA256'; Sha512 = 'K4W_NSSM_SHA512' }
 }
 
 function Write-K4wStep {
@@ -304,103 +299,10 @@ function Set-K4wSystemProxy {
     Write-K4wStep "system proxy: $server (bypass: $bypass)"
 }
 
-function ConvertTo-K4wIPv4Number {
-    param([Parameter(Mandatory = $true)][Net.IPAddress]$Address)
-    $b = $Address.GetAddressBytes()
-    return [double]$b[0] * 16777216 + [double]$b[1] * 65536 + [double]$b[2] * 256 + [double]$b[3]
-}
-
-function Test-K4wProxyBypass {
-    # Does NO_PROXY exempt this host? Same rules as Go/curl: exact name, domain suffix
-    # (with or without a leading dot) and IPv4 CIDR.
-    param([Parameter(Mandatory = $true)][string]$HostName, [string[]]$NoProxy = @())
-    foreach ($entry in $NoProxy) {
-        if ($entry -eq '*' -or $HostName -eq $entry) { return $true }
-        $suffix = $entry.TrimStart('*').TrimStart('.')
-        if ($suffix -and $HostName.EndsWith(".$suffix", [StringComparison]::OrdinalIgnoreCase)) { return $true }
-        if ($entry -match '^(\d{1,3}(\.\d{1,3}){3})/(\d{1,2})$') {
-            $ip = $null
-            if ([Net.IPAddress]::TryParse($HostName, [ref]$ip)) {
-                # Compare the network parts as numbers: no bit operators, no sign overflow.
-                $block = [math]::Pow(2, 32 - [int]$Matches[3])
-                $hostNet = [math]::Floor((ConvertTo-K4wIPv4Number -Address $ip) / $block)
-                $entryNet = [math]::Floor((ConvertTo-K4wIPv4Number -Address ([Net.IPAddress]::Parse($Matches[1]))) / $block)
-                if ($hostNet -eq $entryNet) { return $true }
-            }
-        }
-    }
-    return $false
-}
-
-function Get-K4wWebRequestProxyArgs {
-    # Invoke-WebRequest parameters for the proxy of this URL's scheme, credentials included
-    # (WinINet cannot hold them, so the scripts pass them explicitly). Empty = go direct.
-    param([Parameter(Mandatory = $true)][Uri]$Uri)
-    $proxy = Get-K4wProxySettings
-    if (-not $proxy.Enabled -or (Test-K4wProxyBypass -HostName $Uri.Host -NoProxy $proxy.NoProxy)) {
-        return @{}
-    }
-    $server = if ($Uri.Scheme -eq 'https') { $proxy.Https } else { $proxy.Http }
-    if (-not $server.HostPort) {
-        # Only the other scheme goes through a proxy: go direct rather than reuse it.
-        return @{}
-    }
-    # .NET Framework talks plain HTTP (CONNECT) to a proxy, whatever scheme its URL has.
-    $result = @{ Proxy = [Uri]('http://{0}' -f $server.HostPort) }
-    if ($server.User) {
-        $secure = ConvertTo-SecureString -String ([Uri]::UnescapeDataString($server.Password)) -AsPlainText -Force
-        $result.ProxyCredential = New-Object System.Management.Automation.PSCredential ([Uri]::UnescapeDataString($server.User), $secure)
-    }
-    return $result
-}
-
-function Invoke-K4wWebRequest {
-    # The one place that talks HTTP. Retries transient failures with a growing pause (a retry
-    # back-off, not a readiness wait). Returns the response; callers never use it on files
-    # without checking a hash first (see Get-K4wVerifiedFile).
-    param(
-        [Parameter(Mandatory = $true)][string]$Url,
-        [string]$OutFile,
-        [int]$Attempts = 4
-    )
-    $params = Get-K4wWebRequestProxyArgs -Uri $Url
-    if (-not $params.ContainsKey('Proxy')) {
-        # Direct: Windows PowerShell 5.1 has no -NoProxy, and without this it would use the
-        # system proxy, whose bypass list may differ from NO_PROXY. An empty WebProxy is direct.
-        [Net.WebRequest]::DefaultWebProxy = New-Object System.Net.WebProxy
-    }
-    $params.Uri = $Url
-    $params.UseBasicParsing = $true
-    if ($OutFile) { $params.OutFile = $OutFile }
-    for ($attempt = 1; ; $attempt++) {
-        try {
-            return Invoke-WebRequest @params
-        } catch {
-            if ($attempt -ge $Attempts) { throw "download of $Url failed after $Attempts attempts: $_" }
-            Write-K4wStep "download of $Url failed ($_); retry $attempt of $($Attempts - 1)"
-            Start-Sleep -Seconds (5 * $attempt)
-        }
-    }
-}
-
-# ------------------------------------------------------------------------- verified downloads
-
-function Get-K4wPublishedChecksum {
-    # The checksum file published beside a download (e.g. dl.k8s.io's .sha256). It is the
-    # reference value, never executed, so it is the one fetch that is not itself hash-checked.
-    param([Parameter(Mandatory = $true)][string]$Url, [int]$Length = 64)
-    $content = (Invoke-K4wWebRequest -Url $Url).Content
-    if ($content -is [byte[]]) { $content = [Text.Encoding]::ASCII.GetString($content) }
-    $value = ([string]$content).Trim() -split '\s+' | Select-Object -First 1
-    if ($value -notmatch "^[0-9a-fA-F]{$Length}$") {
-        throw "$Url does not contain a checksum (got '$value')"
-    }
-    return $value.ToLowerInvariant()
-}
+# ------------------------------------------------------------------ components from the build CD
 
 function Assert-K4wFileHash {
-    # Stop the build when a file does not match its published checksum; the file is deleted so
-    # no later step can pick it up.
+    # Stop the build when a file does not match its pinned checksum, before anything uses it.
     param(
         [Parameter(Mandatory = $true)][string]$Path,
         [Parameter(Mandatory = $true)][ValidateSet('SHA256', 'SHA512')][string]$Algorithm,
@@ -409,8 +311,7 @@ function Assert-K4wFileHash {
     )
     $actual = (Get-FileHash -LiteralPath $Path -Algorithm $Algorithm).Hash.ToLowerInvariant()
     if ($actual -ne $Expected.ToLowerInvariant()) {
-        Remove-Item -LiteralPath $Path -Force
-        throw "$Algorithm mismatch for $What ($Path): expected $($Expected.ToLowerInvariant()), got $actual. The download is corrupt or not the pinned file; the build stops."
+        throw "$Algorithm mismatch for $What ($Path): expected $($Expected.ToLowerInvariant()), got $actual. It is not the file the profile pins; the build stops (run invoke fetch, then build again)."
     }
 }
 
@@ -424,64 +325,48 @@ function Get-K4wComponentVariables {
 }
 
 function Get-K4wComponentChecks {
-    # The checksums of a component as pinned in the profile: [pscustomobject]{Algorithm, Expected, Source}.
+    # The checksums of a component as pinned in the profile (a user's `invoke pin` included):
+    # [pscustomobject]{Algorithm, Expected, Source}.
     param([Parameter(Mandatory = $true)][string]$Component)
     $variables = Get-K4wComponentVariables -Component $Component
     $checks = @()
     $sha256 = Get-K4wEnv -Name $variables.Sha256 -Optional
-    $sha256Url = Get-K4wEnv -Name $variables.Sha256Url -Optional
     $sha512 = Get-K4wEnv -Name $variables.Sha512 -Optional
     if ($sha256) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $sha256; Source = "components.$Component.sha256" } }
-    if ($sha256Url) { $checks += [pscustomobject]@{ Algorithm = 'SHA256'; Expected = $null; Source = $sha256Url } }
     if ($sha512) { $checks += [pscustomobject]@{ Algorithm = 'SHA512'; Expected = $sha512; Source = "components.$Component.sha512" } }
     if (-not $checks) {
         $profilePath = Get-K4wEnv -Name 'K4W_PROFILE'
-        throw "components.$Component has no checksum in $profilePath (sha256, sha256_url or sha512 is required): k4w never installs an unverified download"
+        throw "components.$Component has no checksum in $profilePath (sha256 or sha512 is required; invoke pin records one): k4w never installs an unverified file"
     }
     return $checks
 }
 
+function Find-K4wBuildMediaFile {
+    # The path of a file at the root of the build CD (cd_files put it there). Drive letters are
+    # not fixed: Setup's media, the build CD and the disk get theirs in whatever order Windows
+    # finds them, so every ready CD-ROM drive is searched.
+    param([Parameter(Mandatory = $true)][string]$Name)
+    $drives = @([IO.DriveInfo]::GetDrives() | Where-Object { $_.DriveType -eq 'CDRom' -and $_.IsReady })
+    foreach ($drive in $drives) {
+        $candidate = Join-Path $drive.RootDirectory.FullName $Name
+        if (Test-Path -LiteralPath $candidate -PathType Leaf) { return $candidate }
+    }
+    throw "$Name is on none of the CD drives ($(($drives | ForEach-Object { $_.Name }) -join ', ')): build-* stages it in OUT\http\<box>\components\ for the build CD; build with invoke build-windows, not packer build alone"
+}
+
 function Get-K4wVerifiedFile {
-    # Download a profile component (its Url variable) and check every checksum the profile pins
-    # for it before returning its path. A verified copy from an earlier run is reused.
+    # The path of a profile component on the build CD, after every checksum the profile pins for
+    # it matched. build-* verified the file on the host before it made the CD; this second check
+    # catches a stale or damaged CD and a profile edited after the fetch. Nothing is downloaded.
     param([Parameter(Mandatory = $true)][string]$Component)
-    $url = Get-K4wEnv -Name (Get-K4wComponentVariables -Component $Component).Url
+    $name = Get-K4wEnv -Name (Get-K4wComponentVariables -Component $Component).File
     $checks = @(Get-K4wComponentChecks -Component $Component)
-    $pinned = @($checks | Where-Object { $_.Expected })
-    foreach ($check in @($checks | Where-Object { -not $_.Expected })) {
-        try {
-            $check.Expected = Get-K4wPublishedChecksum -Url $check.Source
-        } catch {
-            # A pinned checksum is already the stronger check; a published file that moved
-            # must not stop the build then. Without one, nothing would be verified: stop.
-            if (-not $pinned) { throw }
-            Write-K4wStep "WARNING: $($check.Source) is unavailable ($_); relying on the pinned $(($pinned | ForEach-Object { $_.Algorithm }) -join ' and ')"
-        }
-    }
-    $checks = @($checks | Where-Object { $_.Expected })
-    New-Item -ItemType Directory -Path $script:K4wDownloadDir -Force | Out-Null
-    $name = [IO.Path]::GetFileName(([Uri]$url).AbsolutePath)
-    $target = Join-Path $script:K4wDownloadDir "$Component-$name"
-    if (Test-Path -LiteralPath $target) {
-        try {
-            foreach ($check in $checks) {
-                Assert-K4wFileHash -Path $target -Algorithm $check.Algorithm -Expected $check.Expected -What "$Component (cached)"
-            }
-            Write-K4wStep "${Component} ${name}: verified copy already present"
-            return $target
-        } catch {
-            Write-K4wStep "${Component} ${name}: cached copy rejected, downloading again"
-        }
-    }
-    $partial = "$target.partial"
-    Write-K4wStep "downloading $Component from $url"
-    Invoke-K4wWebRequest -Url $url -OutFile $partial | Out-Null
+    $path = Find-K4wBuildMediaFile -Name $name
     foreach ($check in $checks) {
-        Assert-K4wFileHash -Path $partial -Algorithm $check.Algorithm -Expected $check.Expected -What $Component
+        Assert-K4wFileHash -Path $path -Algorithm $check.Algorithm -Expected $check.Expected -What $Component
     }
-    Move-Item -LiteralPath $partial -Destination $target -Force
-    Write-K4wStep "${Component} ${name}: $(($checks | ForEach-Object { $_.Algorithm }) -join ' and ') verified"
-    return $target
+    Write-K4wStep "${Component} ${name}: $(($checks | ForEach-Object { $_.Algorithm }) -join ' and ') verified on the build CD"
+    return $path
 }
 
 function Copy-K4wFileIfChanged {

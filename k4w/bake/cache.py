@@ -20,7 +20,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import shutil
 import tempfile
 import threading
@@ -28,6 +27,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..build_media import file_name, safe_segment as _safe
 from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
@@ -39,9 +39,6 @@ from .download import Downloaded
 CACHE_ENV = "K4W_CACHE"
 MANIFEST = "index.json"
 MANIFEST_VERSION = 1
-# What a path segment may hold: a component name, a version or a URL's file name reach the file
-# system, so anything else (a separator, a drive colon, '..') becomes '_'.
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 def default_dir() -> Path:
@@ -83,16 +80,6 @@ def mirror_url(url: str, mirror: str | None) -> str:
         host += f":{parts.port}"
     tail = f"?{parts.query}" if parts.query else ""
     return f"{mirror.rstrip('/')}/{host}{parts.path or '/'}{tail}"
-
-
-def file_name(url: str) -> str:
-    name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
-    return _safe(name or "download")
-
-
-def _safe(segment: str) -> str:
-    segment = _UNSAFE.sub("_", segment)
-    return "_" if segment in ("", ".", "..") else segment
 
 
 @dataclass(frozen=True)

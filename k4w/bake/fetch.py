@@ -140,12 +140,12 @@ def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str
     return report
 
 
-def show(report: Report) -> None:
+def show(report: Report, console: Console | None = None) -> None:
     """The summary table and the one line that says how many bytes this run fetched."""
     rows = [[", ".join(r.item.boxes), r.item.component, r.item.relpath.rsplit("/", 1)[1],
              human_size(r.size) if r.size is not None else "-", r.status, r.fetched] for r in report.rows]
-    ui.table(f"Component cache {report.root}", ["box", "component", "file", "size", "status", "bytes fetched"], rows)
-    ui.say(report.summary())
+    ui.table(f"Component cache {report.root}", ["box", "component", "file", "size", "status", "bytes fetched"], rows, to=console)
+    ui.say(report.summary(), to=console)
 
 
 def failure_message(report: Report) -> str:
@@ -159,7 +159,7 @@ def ensure(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: st
     """What build-* calls before Packer starts: fetch, show the summary, and return
     {box: {component: verified file in the cache}}; a K4wError names every file that failed."""
     report = fetch(cluster, boxes, cache_option=cache_option, console=console)
-    show(report)
+    show(report, console)
     if report.failed:
         raise K4wError(failure_message(report))
     return report.paths()
@@ -168,17 +168,26 @@ def ensure(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: st
 def dry_run(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None) -> int:
     """Say what a fetch would do, offline, writing nothing; returns how many components it would refuse."""
     root = cache.cache_dir(cluster.config, cluster.config_file, cache_option)
-    manifest = cache.Manifest(root)
     ui.say(f"dry run: component cache {root} (nothing is downloaded or written)")
-    refused = 0
+    lines, refused = describe(cluster, boxes, cache_option=cache_option)
+    for line in lines:
+        ui.say(f"  {line}")
+    return refused
+
+
+def describe(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None) -> tuple[list[str], int]:
+    """Offline: one line per component (what a fetch would do with it), and how many it would refuse."""
+    root = cache.cache_dir(cluster.config, cluster.config_file, cache_option)
+    manifest = cache.Manifest(root)
+    lines, refused = [], 0
     for item in cache.plan(cluster, boxes):
         if item.checksum is None:
             refused += 1
-            ui.say(f"  {item.label}: refused, no checksum; run: {'; '.join(item.pin_commands(cluster.config_file))}")
+            lines.append(f"{item.label}: refused, no checksum; run: {'; '.join(item.pin_commands(cluster.config_file))}")
             continue
         state = manifest.status(item)
         what = {"verified": "cached and verified, nothing to do",
                 "changed": f"on disk but changed since verified: hash again, re-download {item.source} if it differs",
                 "missing": f"would download {item.source}"}[state]
-        ui.say(f"  {item.label}: {what} -> {item.path(root)} (verify {item.checksum.key} from {item.checksum.source})")
-    return refused
+        lines.append(f"{item.label}: {what} -> {item.path(root)} (verify {item.checksum.key} from {item.checksum.source})")
+    return lines, refused

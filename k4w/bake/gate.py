@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import iso_images, render, validate
+from .. import build_media, iso_images, render, validate
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..profiles import Profile
@@ -131,9 +131,24 @@ def box_problems(cluster: Cluster, target: Target, out: Path, console: Console, 
         except K4wError as exc:
             problems.append(str(exc))
     problems += pins.unpinned_messages(profile, {}, cluster.config_file)
+    problems += _guest_digest_problems(profile, cluster.config_file)
+    if profile.is_windows:
+        problems += build_media.cd_name_problems(profile)
     if check and check.expected:
         problems += unchecked_iso(target.template, check.expected)
     return check, problems
+
+
+def _guest_digest_problems(profile: Profile, config_file) -> list[str]:
+    """The guest checks each file again against a digest in its step variables, known at render
+    time: a checksum file the host reads at fetch time (sha256_url) cannot be that digest."""
+    return [
+        f"components.{name} of {profile.name} is checked only against {spec['sha256_url']}, which the guest cannot "
+        f"read; put the digest that file holds in {profile.path.name} as components.{name}.sha256 (with its "
+        f"checksum_source), or run: {pins.pin_command(profile.name, name, config_file)}"
+        for name, spec in (profile.data.get("components") or {}).items()
+        if spec.get("url") and spec.get("sha256_url") and not (spec.get("sha256") or spec.get("sha512"))
+    ]
 
 
 def unchecked_iso(template: dict, expected: str) -> list[str]:

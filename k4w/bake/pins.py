@@ -83,7 +83,8 @@ def apply(profile: Profile, pins: dict) -> Profile:
     pinned = {name: (pins.get(profile.name) or {}).get(name) for name in components}
     # A pin is for one file: a profile that moved to another URL needs a new pin.
     chosen = {name: pin for name, pin in pinned.items()
-              if pin and pin.get("sha256") and not any(components[name].get(k) for k in PROFILE_KEYS)
+              # A published checksum file (sha256_url) is for the host's fetch; the guest needs a digest.
+              if pin and pin.get("sha256") and not any(components[name].get(k) for k in ("sha256", "sha512"))
               and pin.get("url") == components[name].get("url")}
     if not chosen:
         return profile

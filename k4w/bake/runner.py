@@ -24,13 +24,13 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import iso_images, outfiles, proc, profiles, render, sources
+from .. import build_media, iso_images, outfiles, proc, profiles, render, sources
 from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
 from ..profiles import Profile
 from ..redact import redact, register_secret
-from . import catalogue, gate, packer_cli, stamp as stamp_mod
+from . import catalogue, fetch, gate, packer_cli, stamp as stamp_mod
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
 
@@ -226,6 +226,11 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"  iso: would verify {check.path} against {check.expected} ({check.source}; {how})")
         for problem in decision.boxes.get(box, []):
             _say(console, f"  WOULD FAIL: {problem}")
+        _say(console, "  downloads (the host cache first, as `invoke fetch --box " + box + "`):")
+        for line in fetch.describe(cluster, [box])[0]:
+            _say(console, f"    {line}")
+        how = "on the build CD" if plan.profile.is_windows else "over Packer's HTTP server"
+        _say(console, f"    then staged in {build_media.folder(out, box)}, {how} to the guest, which checks each hash again")
         secret_sources = {}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
@@ -305,12 +310,19 @@ class _Builder:
                     listed = "\n".join(f"  - {p}".replace("\n", "\n    ") for p in problems)
                     results[plan.box] = BoxResult(plan.box, "failed", message=f"{plan.box}: refusing to build:\n{listed}")
         to_build = [p for p in to_build if p.box not in results]
+        components: dict[str, dict[str, Path]] = {}
+        if to_build:
+            components, refused = self._fetch_components(to_build)
+            results.update(refused)
+        to_build = [p for p in to_build if p.box not in results]
         if to_build:
             for plan in to_build:
                 if plan.profile.is_windows:
                     render.rotate_secrets(self.out, plan.box)
             # Render again so Autounattend.xml carries the new passwords.
             render.render(self.cluster, self.out)
+            for plan in to_build:
+                self._stage_media(plan, components.get(plan.box, {}))
             self.packer_version = packer_cli.version_str(packer_cli.packer_version())
             results.update(self._run_parallel(to_build))
         ordered = [results[p.box] for p in plans]
@@ -319,6 +331,27 @@ class _Builder:
         if failed:
             raise BuildFailed("\n".join(r.message for r in failed), ordered)
         return ordered
+
+    def _fetch_components(self, plans: list[BoxPlan]) -> tuple[dict[str, dict[str, Path]], dict[str, BoxResult]]:
+        """The host cache first (k4w.bake.fetch): every download of these boxes, verified, with
+        the summary a user of `invoke fetch` sees. A box whose files are not all there is refused."""
+        report = fetch.fetch(self.cluster, [p.box for p in plans], console=self.console)
+        fetch.show(report, self.console)
+        refused = {}
+        for plan in plans:
+            failed = [row for row in report.failed if plan.box in row.item.boxes]
+            if failed:
+                listed = "\n".join(f"  - {row.item.component}: {row.problem}" for row in failed)
+                refused[plan.box] = BoxResult(plan.box, "failed", message=f"{plan.box}: refusing to build, "
+                                              f"{len(failed)} download(s) are not in the component cache {report.root}:\n{listed}")
+        return report.paths(), refused
+
+    def _stage_media(self, plan: BoxPlan, files: dict[str, Path]) -> None:
+        staged = build_media.stage(self.out, plan.profile, files)
+        size = sum(path.stat().st_size for path in staged)
+        how = "the build CD" if plan.profile.is_windows else "Packer's HTTP server"
+        _say(self.console, f"{plan.box}: {len(staged)} verified download(s), {iso_mod.human_size(size)}, staged in "
+                           f"{build_media.folder(self.out, plan.box)} for {how}; the guest downloads none of them")
 
     def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
         view = make_view(self.console)

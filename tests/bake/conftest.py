@@ -16,6 +16,7 @@ from rich.console import Console
 from k4w import config, iso_images, profiles, sources, validate
 from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT
+from tests.fakes import component_cache
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources
 
@@ -79,6 +80,9 @@ def repo(tmp_path, monkeypatch) -> Repo:
     catalogue.write_text(header + "\n" + yaml.safe_dump(entry))
     result = Repo(root, tmp_path / "out", {"windows-1803": win, "ubuntu-1604": ubu})
     result.edit_profile("ubuntu-1604", lambda d: d["iso"].update(sha256=_sha(ubu.read_bytes())))
+    # build-* fills the component cache first: placeholders the fake packer never opens.
+    monkeypatch.setenv("K4W_CACHE", str(tmp_path / "component-cache"))
+    component_cache.seed(tmp_path / "component-cache", result.cluster())
     yield result
     profiles._load.cache_clear()
 
@@ -110,6 +114,11 @@ def repo_packer(tmp_path, monkeypatch) -> PackerOnPath:
     """The fake packer for builds of the repository's own boxes (real validators, real profiles);
     both boxes build successfully unless a test sets another scenario."""
     fake = PackerOnPath(tmp_path, monkeypatch, REPO_ROOT)
+    # build-* fills the component cache first: placeholders the fake packer never opens.
+    monkeypatch.setenv("K4W_CACHE", str(tmp_path / "component-cache"))
+    component_cache.seed(tmp_path / "component-cache", Cluster.resolve(config.parse(
+        "nodes:\n  - {name: m, role: master, box: ubuntu-1604, ip: 192.168.250.10}\n"
+        "  - {name: w, role: worker, box: windows-1803, ip: 192.168.250.21}\n", "cache-seed.yml")))
     fake.scenario("ubuntu-1604", "ubuntu-success.txt")
     fake.scenario("windows-1803", "windows-success.txt")
     return fake

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from k4w import config, profiles, render
 from k4w.cluster_model import Cluster
-from k4w.bake import BuildFailed, build_box, build_boxes, catalogue, packer_cli
+from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
 from k4w.sources import REPO_ROOT as ROOT
 from tests.helpers import process_alive, system_tool
@@ -453,3 +453,38 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
                          capture_output=True, text=True, timeout=300)
     assert add.returncode == 0, add.stdout + add.stderr
     assert f"Successfully added box 'k4w/ubuntu-1604' (v{record['version']}) for 'libvirt'" in add.stdout
+
+
+# ------------------------------------------------------------------ the host cache comes first
+
+
+def test_a_build_stages_the_boxs_verified_downloads_for_its_guest(repo, fake_packer, console):
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    staged = repo.out / "http" / "windows-1803" / "components"
+    # Exactly the box's downloads, under the names the guest reads (K4W_<C>_FILE), with the cached bytes.
+    assert sorted(p.name for p in staged.iterdir()) == ["docker-docker-18.09.2.zip", "kubernetes-kubernetes-node-windows-amd64.tar.gz"]
+    cached = Path(os.environ["K4W_CACHE"]) / "docker" / "18.09.2" / "docker-18.09.2.zip"
+    assert (staged / "docker-docker-18.09.2.zip").read_bytes() == cached.read_bytes()
+    assert "fetched 0 bytes (0 files downloaded, 2 already cached)" in console.text
+    assert "2 verified download(s)" in console.text and "for the build CD; the guest downloads none of them" in console.text
+    # The CD takes the whole folder: a stale file from another version must not ride along.
+    (staged / "stale-old.zip").write_text("x")
+    fake_packer.scenario("windows-1803", "windows-success.txt")
+    build_box(repo.cluster(), "windows-1803", repo.out, force=True, console=console)
+    assert not (staged / "stale-old.zip").exists()
+
+
+def test_a_download_missing_from_the_cache_refuses_the_box_before_packer(repo, fake_packer, console, monkeypatch, tmp_path):
+    empty = tmp_path / "empty-cache"
+    monkeypatch.setenv("K4W_CACHE", str(empty))
+    cluster = repo.cluster()
+    # The host cannot reach the site: every download fails quickly (nothing listens on port 9).
+    monkeypatch.setattr(cache, "mirror_url", lambda url, mirror: "http://127.0.0.1:9/" + url.split("/")[-1])
+    with pytest.raises(BuildFailed) as failed:
+        build_box(cluster, "ubuntu-1604", repo.out, console=console)
+    message = str(failed.value)
+    assert "ubuntu-1604: refusing to build, 1 download(s) are not in the component cache" in message
+    assert "kubernetes:" in message and str(empty) in message
+    assert not [c for c in fake_packer.calls() if "build" in c["argv"]]  # Packer never started a build
+    assert not list(empty.rglob("*.tar.gz"))  # nothing unverified kept

@@ -4,11 +4,14 @@ snapshot diff, the re-run of the rendered provisioners, and the e2e box profile.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import yaml
 
 from k4w import config, render
 from k4w.cluster_model import Cluster
-from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, rerun, squid
+from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, report, rerun, squid, stand_ins
 from tests.helpers import system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,11 +181,22 @@ def test_proxy_proof_fails_when_nothing_used_the_proxy():
     from tests.e2e.harness.run import _proxy_proof
 
     with pytest.raises(phases.E2EError, match="not used"):
-        _proxy_proof("")
+        _proxy_proof("", [])
     with pytest.raises(phases.E2EError, match="errors for packages"):
-        _proxy_proof(ACCESS_LOG.replace("not a squid line\n", ""))
+        _proxy_proof(ACCESS_LOG.replace("not a squid line\n", ""), [])
     good = "".join(l + "\n" for l in ACCESS_LOG.splitlines()[:5])
-    assert _proxy_proof(good)["debs"] == 1
+    found = _proxy_proof(good, ["kubernetes-node-linux-amd64.tar.gz"])
+    assert found["debs"] == 1 and found["component_requests"] == 0
+
+
+def test_proxy_proof_fails_when_the_guest_downloaded_a_component_itself():
+    from tests.e2e.harness.run import _proxy_proof
+
+    good = "".join(l + "\n" for l in ACCESS_LOG.splitlines()[:5])
+    component = ("1795291090.000 127.0.0.1 TCP_TUNNEL/200 480 CONNECT "
+                 "https://dl.k8s.io/v1.11.10/kubernetes-node-linux-amd64.tar.gz \"curl/7.88.1\"\n")
+    with pytest.raises(phases.E2EError, match="downloaded box components itself: https://dl.k8s.io/v1.11.10/"):
+        _proxy_proof(good + component, ["kubernetes-node-linux-amd64.tar.gz"])
 
 
 # ------------------------------------------------------------------ idempotence diff
@@ -304,13 +318,14 @@ def test_snapshot_script_is_clean_bash():
 
 
 def e2e_cluster() -> config.Config:
-    return config.parse(cluster_file.text("http://10.0.2.2:40123"))
+    return config.parse(cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", "/tmp/k4w-e2e-cache"))
 
 
 def test_e2e_cluster_file_is_a_valid_config_with_both_proxies():
     cfg = e2e_cluster()
     assert cfg.proxy.http == cfg.proxy.https == "http://10.0.2.2:40123"
     assert cfg.boxes() == ["debian-12-e2e"] and cfg.master.box == "debian-12-e2e"
+    assert (cfg.downloads.mirror, cfg.downloads.cache) == ("http://127.0.0.1:40124", "/tmp/k4w-e2e-cache")
 
 
 def test_e2e_profile_runs_the_ubuntu_box_steps_through_the_ubuntu_template():
@@ -323,20 +338,61 @@ def test_e2e_profile_runs_the_ubuntu_box_steps_through_the_ubuntu_template():
 def test_e2e_profile_has_the_cluster_era_of_the_ubuntu_box():
     ours = dict(E2E_PROFILE["kubernetes"])
     theirs = dict(UBUNTU_PROFILE["kubernetes"])
-    assert ours.pop("prepull_images") is False  # no Kubernetes in this box
+    assert ours.pop("prepull_images") is False  # the stand-in kubeadm lists no images, CI reaches no registry
     theirs.pop("prepull_images", None)
     assert ours == theirs
 
 
-def test_e2e_profile_turns_kubernetes_off_openly_and_deselects_only_its_checks():
-    assert E2E_PROFILE["provision_env"] == {"K4W_SKIP_KUBERNETES": "1"}
-    spec_checks = set(re.findall(r'k4w_check\("([a-z_]+)"', UBUNTU_SPEC.read_text()))
-    skipped = E2E_PROFILE["skip_checks"]
-    assert "kubernetes_binaries" in skipped and set(skipped) <= spec_checks
-    assert all("K4W_SKIP_KUBERNETES=1" in reason and "dl.k8s.io" in reason for reason in skipped.values())
-    # Everything else the spec checks runs: proxy, docker, swap, kernel, user, key, release file.
-    assert not set(skipped) & {"proxy", "docker", "swap", "kernel_modules", "sysctl", "vagrant_user",
-                               "vagrant_insecure_key", "release_file"}
+def test_e2e_profile_runs_every_step_and_every_box_check():
+    assert "provision_env" not in E2E_PROFILE and "skip_checks" not in E2E_PROFILE
+
+
+def test_the_ci_stand_ins_are_the_files_the_e2e_profile_pins():
+    """The profile pins the stand-ins' digests like real downloads; stand_ins.py must build exactly
+    those bytes (reproducibly), in the layout step 04 unpacks."""
+    components = E2E_PROFILE["components"]
+    built = stand_ins.for_profile(components)
+    assert set(built) == {components["kubernetes"]["url"], components["cni"]["url"]}
+    assert hashlib.sha512(built[components["kubernetes"]["url"]]).hexdigest() == components["kubernetes"]["sha512"]
+    assert hashlib.sha256(built[components["cni"]["url"]]).hexdigest() == components["cni"]["sha256"]
+    assert stand_ins.for_profile(components) == built
+    assert all("STAND-IN" in components[name]["checksum_source"] for name in ("kubernetes", "cni"))
+    with tarfile.open(fileobj=io.BytesIO(built[components["kubernetes"]["url"]])) as tar:
+        names = set(tar.getnames())
+    assert {f"kubernetes/node/bin/{b}" for b in ("kubeadm", "kubelet", "kubectl", "kube-proxy")} <= names
+    assert stand_ins.mirror_paths({"https://dl.k8s.io/v1/x.tgz": b"x"}) == {"/dl.k8s.io/v1/x.tgz": b"x"}
+
+
+@pytest.mark.parametrize("binary,args,answer", [
+    ("kubeadm", "version -o short", "v1.11.10"),
+    ("kubelet", "--version", "Kubernetes v1.11.10"),
+    ("kubectl", "version --client --short", "Client Version: v1.11.10"),
+])
+def test_the_stand_in_binaries_answer_what_step_04_asks(tmp_path, binary, args, answer):
+    with tarfile.open(fileobj=io.BytesIO(stand_ins.node_tarball("1.11.10"))) as tar:
+        tar.extractall(tmp_path, filter="data")
+    program = tmp_path / "kubernetes" / "node" / "bin" / binary
+    res = subprocess.run([str(program), *args.split()], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == answer
+    other = subprocess.run([str(program), "init"], capture_output=True, text=True)
+    assert other.returncode == 3 and "stand-in" in other.stderr
+
+
+def test_report_reads_each_step_from_the_build_log():
+    log = "\n".join([
+        "100,,ui,say,==> qemu: Provisioning with shell script: /r/guest/ubuntu/bake/01-proxy.sh",
+        "110,,ui,say,==> qemu: Provisioning with shell script: /r/guest/ubuntu/bake/04-kubernetes.sh",
+        "111,,ui,message,    qemu: k4w 04-kubernetes: SKIPPED: off%!(PACKER_COMMA) for a reason",
+        "115,,ui,say,==> qemu: Provisioning with shell script: /r/guest/ubuntu/bake/07-cleanup.sh",
+        "140,,ui,say,==> qemu: Running post-processor: vagrant",
+    ])
+    steps = report.box_steps(["01-proxy.sh", "04-kubernetes.sh", "05-vagrant-key.sh", "07-cleanup.sh"], log)
+    assert [(s["step"], s["status"], s["seconds"]) for s in steps] == [
+        ("01-proxy.sh", "ran", 10), ("04-kubernetes.sh", "skipped", 5), ("05-vagrant-key.sh", "not run", None),
+        ("07-cleanup.sh", "failed", 25)]
+    assert steps[1]["reason"] == "off, for a reason"
+    finished = report.box_steps(["07-cleanup.sh"], log + "\n150,,artifact,0,id,x")
+    assert finished[0]["status"] == "ran"
 
 
 def test_base_image_paths_in_the_profile_are_the_cache_layout():
@@ -366,7 +422,7 @@ def test_rerun_repeats_the_rendered_provisioners_in_order(tmp_path):
     variables = template.get("variables") or {}
     assert words[6:-2] == [rerun.interpolate(item, variables) for item in template["provisioners"][1]["environment_vars"]]
     assert not any("{{" in word for word in words)
-    assert "K4W_SKIP_KUBERNETES=1" in words and "HTTPS_PROXY=http://10.0.2.2:40123" in words
+    assert "HTTPS_PROXY=http://10.0.2.2:40123" in words and "K4W_CNI_FILE=cni-cni-plugins-amd64-v0.6.0.tgz" in words
     assert "'K4W_RELEASE_JSON={\"box\": \"debian-12-e2e\", " in step.command  # quoted: it has blanks
 
 

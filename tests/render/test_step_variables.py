@@ -1,6 +1,6 @@
 """Step variables (docs/internals.md): every K4W_* name the guest scripts of a box read is produced
 for that box by k4w/derive_steps.py, every name produced is read, and each is spelt out in full at
-both ends, so `grep -r K4W_FLANNEL_URL` finds the producer and the reader."""
+both ends, so `grep -r K4W_FLANNEL_FILE` finds the producer and the reader."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def switches(boxes, family: str) -> set[str]:
 
 def test_the_scripts_and_boxes_are_found(boxes):
     assert {"ubuntu-1604", "windows-1803", "debian-12-e2e"} <= set(boxes)
-    assert {"K4W_FLANNEL_URL", "K4W_DOCKER_GPG_FINGERPRINT"} <= reads("windows") | reads("ubuntu")
+    assert {"K4W_FLANNEL_FILE", "K4W_DOCKER_GPG_FINGERPRINT"} <= reads("windows") | reads("ubuntu")
     assert {"K4W_STEP", "K4W_CHANGED", "K4W_CACHE"}.isdisjoint(reads("ubuntu"))  # the library's own globals
     assert "K4W_LIB" in reads("ubuntu")
 

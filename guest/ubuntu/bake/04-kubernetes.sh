@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Step 4: kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball on dl.k8s.io
-# (apt.kubernetes.io is gone), the CNI
-# plugins kubeadm's kubelet expects in /opt/cni/bin, a kubelet systemd unit with kubeadm's
-# drop-in (Kubernetes' "install without a package manager" layout), and, when the profile
-# asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
+# Step 4: kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball (apt.kubernetes.io is
+# gone), the CNI plugins kubeadm's kubelet expects in /opt/cni/bin, a kubelet systemd unit with
+# kubeadm's drop-in (Kubernetes' "install without a package manager" layout), and, when the
+# profile asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
 #
-# Every download is checked before use against the checksum the profile pins: the node tarball
-# against the sha512 Kubernetes' release notes print (K4W_KUBERNETES_SHA512; dl.k8s.io has no
-# .sha256 files for 1.11), the CNI tarball against its sha256 (or a published checksum file).
+# Both tarballs come from the build host (k4w_component_file: build-* fetched them into its cache,
+# verified, and Packer's HTTP server serves them), and are checked again here against the digest
+# the profile pins: the node tarball's sha512 as Kubernetes' release notes print it, the CNI
+# tarball's sha256. What was installed is recorded with its digests, so a second run proves the
+# install complete from the files on disk and needs no build host.
 #
-# Env: K4W_SKIP_KUBERNETES=1 skips the whole step (CI cannot reach dl.k8s.io); otherwise
-# K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES,
-# K4W_KUBERNETES_VERSION, K4W_KUBERNETES_URL and K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256,
-# and K4W_CNI_VERSION, K4W_CNI_URL and K4W_CNI_SHA256 or K4W_CNI_SHA256_URL.
+# Env: K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES,
+# K4W_KUBERNETES_VERSION, K4W_KUBERNETES_FILE and K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256,
+# K4W_CNI_VERSION, K4W_CNI_FILE and K4W_CNI_SHA256 or K4W_CNI_SHA512; PACKER_HTTP_ADDR (Packer).
 K4W_STEP="04-kubernetes"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -20,11 +20,6 @@ K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
 [[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (Packer uploads guest/ubuntu/lib.sh there)" >&2; exit 1; }
 # shellcheck source=../lib.sh
 source "$K4W_LIB"
-
-if k4w_flag K4W_SKIP_KUBERNETES; then
-    k4w_log "SKIPPED: K4W_SKIP_KUBERNETES=1 (set by the build profile, e.g. in CI where dl.k8s.io is unreachable); no Kubernetes binaries, CNI plugins or images are installed"
-    exit 0
-fi
 
 BIN_DIR=/usr/local/bin
 CNI_BIN_DIR=/opt/cni/bin
@@ -36,44 +31,61 @@ PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
 # What the node tarball holds under kubernetes/node/bin/ that a kubeadm node needs.
 BINARIES=(kubeadm kubelet kubectl)
 
-k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_KUBERNETES_VERSION K4W_KUBERNETES_URL \
-    K4W_CNI_VERSION K4W_CNI_URL
+k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_KUBERNETES_VERSION K4W_KUBERNETES_FILE \
+    K4W_CNI_VERSION K4W_CNI_FILE
 k4w_require_defined K4W_KUBE_PREPULL_IMAGES
-k4w_require_one_of K4W_KUBERNETES_SHA512 K4W_KUBERNETES_SHA256
+kubernetes_digest="$(k4w_component_digest kubernetes)"
+cni_digest="$(k4w_component_digest cni)"
 if [[ $K4W_KUBERNETES_VERSION != "$K4W_KUBE_VERSION" ]]; then
     k4w_die "K4W_KUBERNETES_VERSION=${K4W_KUBERNETES_VERSION} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
 fi
-k4w_require_one_of K4W_CNI_SHA256 K4W_CNI_SHA256_URL
 k4w_distro >/dev/null
 
 k4w_apt_install "${PREREQUISITES[@]}"
 
+# installed_from NAME SOURCE - true when the files recorded for NAME were installed from SOURCE
+# (a digest and a file name) and are still byte for byte what was installed.
+installed_from() {
+    local record source
+    record="$(k4w_path "${K4W_STATE}/${1}.sha256sums")"
+    source="$(k4w_path "${K4W_STATE}/${1}.source")"
+    [[ -f $record && -f $source && $(cat "$source") == "$2" ]] && sha256sum --check --quiet --status "$record"
+}
+# record_install NAME SOURCE RECORD - keep what installed_from checks.
+record_install() {
+    [[ -n $3 ]] || k4w_die "nothing was installed for $1"
+    k4w_write_file "${K4W_STATE}/${1}.sha256sums" 0644 "${3%$'\n'}"
+    k4w_write_file "${K4W_STATE}/${1}.source" 0644 "$2"
+}
+
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
 units_changed=0
 kubelet_binary_changed=0
-node_tarball="${K4W_CACHE}/${K4W_KUBERNETES_URL##*/}"
-k4w_download_verified "$K4W_KUBERNETES_URL" "$node_tarball" "${K4W_KUBERNETES_SHA512:-${K4W_KUBERNETES_SHA256:-}}"
-unpacked="$(mktemp -d)"
-tar -xzf "$(k4w_path "$node_tarball")" -C "$unpacked" "${BINARIES[@]/#/kubernetes/node/bin/}"
-for name in "${BINARIES[@]}"; do
-    k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${BIN_DIR}/${name}" 0755
-    if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
-done
-rm -rf "$unpacked"
+node_source="${kubernetes_digest} ${K4W_KUBERNETES_FILE}"
+if installed_from kubernetes-node "$node_source"; then
+    k4w_log "kubeadm, kubelet and kubectl v${K4W_KUBERNETES_VERSION} already installed in ${BIN_DIR}"
+else
+    node_tarball="$(k4w_component_file kubernetes)"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$node_tarball" -C "$unpacked" "${BINARIES[@]/#/kubernetes/node/bin/}"
+    record=""
+    for name in "${BINARIES[@]}"; do
+        k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${BIN_DIR}/${name}" 0755
+        if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
+        record+="$(k4w_sha256_of "${unpacked}/kubernetes/node/bin/${name}")  $(k4w_path "${BIN_DIR}/${name}")"$'\n'
+    done
+    rm -rf "$unpacked"
+    record_install kubernetes-node "$node_source" "$record"
+fi
 
 # --- CNI plugins ---------------------------------------------------------------------------
-# A record of what was installed lets a second run verify /opt/cni/bin without downloading.
-cni_record="$(k4w_path "${K4W_STATE}/cni-plugins.sha256sums")"
-cni_source="$(k4w_path "${K4W_STATE}/cni-plugins.source")"
-cni_expected="$(k4w_expected_sha256 K4W_CNI_SHA256 K4W_CNI_SHA256_URL)"
-if [[ -f $cni_record && -f $cni_source && $(cat "$cni_source") == "${cni_expected} ${K4W_CNI_URL}" ]] &&
-    sha256sum --check --quiet --status "$cni_record"; then
+cni_source="${cni_digest} ${K4W_CNI_FILE}"
+if installed_from cni-plugins "$cni_source"; then
     k4w_log "CNI plugins v${K4W_CNI_VERSION} already installed in ${CNI_BIN_DIR}"
 else
-    tarball="${K4W_CACHE}/${K4W_CNI_URL##*/}"
-    k4w_download_verified "$K4W_CNI_URL" "$tarball" "$cni_expected"
+    tarball="$(k4w_component_file cni)"
     unpacked="$(mktemp -d)"
-    tar -xzf "$(k4w_path "$tarball")" -C "$unpacked"
+    tar -xzf "$tarball" -C "$unpacked"
     record=""
     while IFS= read -r -d '' file; do
         relative="${file#"$unpacked"/}"
@@ -81,9 +93,7 @@ else
         record+="$(k4w_sha256_of "$file")  $(k4w_path "${CNI_BIN_DIR}/${relative}")"$'\n'
     done < <(find "$unpacked" -type f -print0 | sort -z)
     rm -rf "$unpacked"
-    [[ -n $record ]] || k4w_die "${K4W_CNI_URL} contained no files"
-    k4w_write_file "${K4W_STATE}/cni-plugins.sha256sums" 0644 "${record%$'\n'}"
-    k4w_write_file "${K4W_STATE}/cni-plugins.source" 0644 "${cni_expected} ${K4W_CNI_URL}"
+    record_install cni-plugins "$cni_source" "$record"
 fi
 
 # --- kubelet service -----------------------------------------------------------------------

@@ -15,14 +15,16 @@ foreach ($name in 'K4W_BOX', 'K4W_NODE_DIR', 'K4W_BUILD_GENERATION', 'K4W_OS_BUI
     try { [void](Get-K4wEnv -Name $name) } catch { $problems.Add($_.Exception.Message) }
 }
 
-# Every component the box installs needs a version, a URL and at least one checksum pinned in the
-# profile (their step variables: $script:K4wComponents in common.ps1).
+# Every component the box installs needs a version, a URL (build-* fetched it from there and put it
+# on the build CD; K4W_<C>_FILE names it) and at least one checksum pinned in the profile (their
+# step variables: $script:K4wComponents in common.ps1).
 $components = @($script:K4wComponents.Keys)
 foreach ($component in $components) {
     $variables = Get-K4wComponentVariables -Component $component
-    foreach ($key in 'Version', 'Url') {
+    foreach ($key in 'Version', 'File') {
         if (-not (Get-K4wEnv -Name $variables[$key] -Optional)) {
-            $problems.Add("components.$component.$($key.ToLowerInvariant()) is not set in $profilePath ($($variables[$key]) is missing)")
+            $profileKey = @{ Version = 'version'; File = 'url' }[$key]
+            $problems.Add("components.$component.$profileKey is not set in $profilePath ($($variables[$key]) is missing)")
         }
     }
     try { [void](Get-K4wComponentChecks -Component $component) } catch { $problems.Add($_.Exception.Message) }

@@ -142,14 +142,30 @@ def test_docker_cgroup_driver_is_the_profiles(as_root, profile):
 
 
 # ------------------------------------------------------------------ kubernetes
-# Check "kubernetes_binaries" is everything guest/ubuntu/bake/04-kubernetes.sh installs (the
-# binaries, the CNI plugins, the kubelet unit), so a profile that skips that step (CI, where
-# dl.k8s.io is unreachable) deselects all of it with one skip_checks entry.
+# Check "kubernetes_binaries" is everything guest/ubuntu/bake/04-kubernetes.sh installs: the
+# binaries, the CNI plugins, the kubelet unit and kubeadm's drop-in.
 
 
 @pytest.mark.k4w_check("kubernetes_binaries")
 def test_kubelet_enabled(host):
     assert host.service("kubelet").is_enabled, "kubelet.service is not enabled (it must start on boot once joined)"
+
+
+@pytest.mark.k4w_check("kubernetes_binaries")
+def test_kubelet_unit_runs_the_installed_binary_with_kubeadms_drop_in(host):
+    unit = host.file("/etc/systemd/system/kubelet.service")
+    assert unit.exists, "/etc/systemd/system/kubelet.service is missing"
+    assert "ExecStart=/usr/local/bin/kubelet" in unit.content_string, "kubelet.service does not run /usr/local/bin/kubelet"
+    drop_in = host.file("/etc/systemd/system/kubelet.service.d/10-kubeadm.conf")
+    assert drop_in.exists, "kubeadm's kubelet drop-in 10-kubeadm.conf is missing"
+    text = drop_in.content_string
+    # What kubeadm init/join write and the kubelet must read (kubeadm's own drop-in, 1.11+).
+    for needed in ("EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env", "--config=/var/lib/kubelet/config.yaml",
+                   "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf"):
+        assert needed in text, f"10-kubeadm.conf lacks {needed}"
+    # What systemd really runs: the drop-in's ExecStart replaces the unit's.
+    shown = _ok(host.run("systemctl show --property=ExecStart kubelet"), "systemctl show kubelet")
+    assert "$KUBELET_KUBEADM_ARGS" in text and "path=/usr/local/bin/kubelet" in shown, shown
 
 
 @pytest.mark.k4w_check("kubelet", stage="node")

@@ -1,23 +1,27 @@
 """guest/ubuntu/**/*.sh run for real in a sandbox root (K4W_ROOT): files, refusals, idempotence.
 
 The sandbox writes every file under a temporary root and touches nothing on this machine
-(no apt, systemctl, sysctl, modprobe); downloads use file:// URLs. The live-system half
-(services, packages) runs in the CI QEMU guest and on Hyper-V.
+(no apt, systemctl, sysctl, modprobe); box components come from a local stand-in for Packer's
+HTTP server (PACKER_HTTP_ADDR), as in a build. The live-system half (services, packages) runs in
+the CI QEMU guest and on Hyper-V.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shlex
 import subprocess
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from k4w import derive_steps
+from tests.fakes import local_http
 from tests.helpers import system_tool
 
 from .conftest import HTTP_PROXY, HTTPS_PROXY, ROOT, STEPS, cluster, make_root, proxy_step_env, run_step, snapshot
@@ -32,10 +36,10 @@ KUBE_ENV = {
     "K4W_KUBE_IMAGE_REPOSITORY": "registry.k8s.io",
     "K4W_KUBE_PREPULL_IMAGES": "1",
     "K4W_CNI_VERSION": "0.6.0",
-    "K4W_CNI_URL": "file:///nonexistent/cni.tgz",
+    "K4W_CNI_FILE": "cni-cni-plugins-amd64-v0.6.0.tgz",
     "K4W_CNI_SHA256": "0" * 64,
     "K4W_KUBERNETES_VERSION": "1.11.10",
-    "K4W_KUBERNETES_URL": "file:///nonexistent/kubernetes-node-linux-amd64.tar.gz",
+    "K4W_KUBERNETES_FILE": "kubernetes-kubernetes-node-linux-amd64.tar.gz",
     "K4W_KUBERNETES_SHA512": "0" * 128,
 }
 DOCKER_ENV = {
@@ -54,7 +58,7 @@ REQUIRED = {
     "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644"}, None),
     "03-docker.sh": (DOCKER_ENV, None),
     "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBERNETES_SHA512": "K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256",
-                                    "K4W_CNI_SHA256": "K4W_CNI_SHA256 or K4W_CNI_SHA256_URL"}),
+                                    "K4W_CNI_SHA256": "K4W_CNI_SHA512 or K4W_CNI_SHA256"}),
     "06-build-record.sh": ({"K4W_BOX": "b", "K4W_RELEASE_JSON": '{"box": "b", "components": {}}'}, None),
     "07-cleanup.sh": ({"K4W_FREE_SPACE": "skip"}, None),
 }
@@ -81,12 +85,6 @@ def test_unsupported_distribution_is_refused(tmp_path):
     (root / "etc" / "os-release").write_text("ID=centos\nVERSION_ID=7\n")
     res = run_step("02-kernel.sh", root)
     assert res.returncode == 1 and "unsupported distribution 'centos 7'" in res.stderr
-
-
-def test_kubernetes_step_can_be_switched_off_explicitly(tmp_path):
-    res = run_step("04-kubernetes.sh", make_root(tmp_path), K4W_SKIP_KUBERNETES="1")
-    assert res.returncode == 0
-    assert "SKIPPED: K4W_SKIP_KUBERNETES=1" in res.stdout and "dl.k8s.io" in res.stdout
 
 
 def test_failures_report_step_line_and_command(tmp_path):
@@ -299,36 +297,46 @@ def test_debian_uses_its_own_signed_docker_without_a_third_party_repository(tmp_
 
 
 @pytest.fixture
-def downloads(tmp_path):
-    """Local stand-ins for dl.k8s.io and the CNI release: a node tarball laid out like
-    kubernetes-node-linux-amd64.tar.gz (kubernetes/node/bin/...) with its sha512, and the CNI tarball."""
-    site = tmp_path / "site"
-    site.mkdir()
-    env = dict(KUBE_ENV)
-    node_bin = site / "kubernetes" / "node" / "bin"
-    node_bin.mkdir(parents=True)
-    for name in ("kubeadm", "kubelet", "kubectl", "kube-proxy"):
-        (node_bin / name).write_bytes(f"#!/bin/sh\necho {name}\n".encode())
-    node_tarball = site / "kubernetes-node-linux-amd64.tar.gz"
-    with tarfile.open(node_tarball, "w:gz") as tar:
-        tar.add(site / "kubernetes", arcname="kubernetes")
-    env["K4W_KUBERNETES_URL"] = f"file://{node_tarball}"
-    env["K4W_KUBERNETES_SHA512"] = hashlib.sha512(node_tarball.read_bytes()).hexdigest()
-    plugins = site / "plugins"
-    plugins.mkdir()
-    for plugin in ("bridge", "flannel", "host-local", "loopback", "portmap"):
-        (plugins / plugin).write_text(f"#!/bin/sh\necho {plugin}\n")
-    tarball = site / "cni-plugins-amd64-v0.6.0.tgz"
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(plugins, arcname=".")
-    env["K4W_CNI_URL"] = f"file://{tarball}"
-    env["K4W_CNI_SHA256"] = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    return env
+def downloads():
+    """A stand-in for Packer's HTTP server during a build: the box's components staged under
+    /components/ as build-* stages them (k4w/build_media.py names), a node tarball laid out like
+    kubernetes-node-linux-amd64.tar.gz (kubernetes/node/bin/...) with its sha512, and the CNI
+    tarball with its sha256. Yields the step environment; .site is the server's state."""
+    node = {f"kubernetes/node/bin/{name}": f"#!/bin/sh\necho {name}\n".encode()
+            for name in ("kubeadm", "kubelet", "kubectl", "kube-proxy")}
+    plugins = {f"./{name}": f"#!/bin/sh\necho {name}\n".encode() for name in ("bridge", "flannel", "host-local", "loopback", "portmap")}
+    node_tarball, cni_tarball = _tar_gz(node), _tar_gz(plugins)
+    files = {f"/components/{KUBE_ENV['K4W_KUBERNETES_FILE']}": node_tarball, f"/components/{KUBE_ENV['K4W_CNI_FILE']}": cni_tarball}
+    with local_http.site(files) as site:
+        env = dict(KUBE_ENV, PACKER_HTTP_ADDR=site.url.removeprefix("http://"),
+                   K4W_KUBERNETES_SHA512=hashlib.sha512(node_tarball).hexdigest(),
+                   K4W_CNI_SHA256=hashlib.sha256(cni_tarball).hexdigest())
+        yield Downloads(env, site, files)
 
 
-def test_kubernetes_binaries_cni_and_kubelet_units_then_idempotent(tmp_path, downloads):
+@dataclass
+class Downloads:
+    env: dict
+    site: local_http.Site
+    files: dict
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path, body in members.items():
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(body), 0o755
+            tar.addfile(info, io.BytesIO(body))
+    return buffer.getvalue()
+
+
+def test_kubernetes_binaries_cni_and_kubelet_units_then_idempotent_without_the_build_host(tmp_path, downloads):
     root = make_root(tmp_path)
-    res = run_step("04-kubernetes.sh", root, **downloads)
+    # The build proxy is in every step's environment; the build host must be reached around it
+    # (port 9, discard: nothing answers there).
+    dead_proxy = {"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    res = run_step("04-kubernetes.sh", root, **downloads.env, **dead_proxy)
     assert res.returncode == 0, res.stderr
     for name in ("kubeadm", "kubelet", "kubectl"):
         installed = root / "usr" / "local" / "bin" / name
@@ -341,34 +349,58 @@ def test_kubernetes_binaries_cni_and_kubelet_units_then_idempotent(tmp_path, dow
     drop_in = (root / "etc" / "systemd" / "system" / "kubelet.service.d" / "10-kubeadm.conf").read_text()
     assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in drop_in
     assert "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS" in drop_in
+    # Both files came from the build host's server, once each, never through a proxy.
+    assert sorted(r["path"] for r in downloads.site.requests) == sorted(downloads.files)
 
+    # Again, with no build host (as on a booted box): the records prove the install complete.
     before = snapshot(root)
-    res = run_step("04-kubernetes.sh", root, **downloads)
+    requests = len(downloads.site.requests)
+    res = run_step("04-kubernetes.sh", root, **{k: v for k, v in downloads.env.items() if k != "PACKER_HTTP_ADDR"})
     assert res.returncode == 0, res.stderr
-    assert "downloading" not in res.stdout
+    assert "already installed" in res.stdout and len(downloads.site.requests) == requests
     assert snapshot(root) == before
 
 
-def test_a_node_tarball_that_does_not_match_its_sha512_installs_nothing(tmp_path, downloads):
-    site_tarball = downloads["K4W_KUBERNETES_URL"].removeprefix("file://")
-    with open(site_tarball, "ab") as fh:
-        fh.write(b"tampered")
+def test_a_changed_binary_is_installed_again_from_the_build_host(tmp_path, downloads):
     root = make_root(tmp_path)
-    res = run_step("04-kubernetes.sh", root, **downloads)
-    assert res.returncode == 1 and "sha512 mismatch for file://" in res.stderr
+    assert run_step("04-kubernetes.sh", root, **downloads.env).returncode == 0
+    (root / "usr" / "local" / "bin" / "kubelet").write_text("#!/bin/sh\necho tampered\n")
+    res = run_step("04-kubernetes.sh", root, **downloads.env)
+    assert res.returncode == 0, res.stderr
+    assert (root / "usr" / "local" / "bin" / "kubelet").read_text() == "#!/bin/sh\necho kubelet\n"
+
+
+def test_a_node_tarball_that_does_not_match_its_sha512_installs_nothing(tmp_path, downloads):
+    downloads.files[f"/components/{KUBE_ENV['K4W_KUBERNETES_FILE']}"] += b"tampered"
+    root = make_root(tmp_path)
+    res = run_step("04-kubernetes.sh", root, **downloads.env)
+    assert res.returncode == 1 and "sha512 mismatch for kubernetes (kubernetes-kubernetes-node-linux-amd64.tar.gz from the build host)" in res.stderr
     assert not (root / "usr" / "local" / "bin").exists() or not list((root / "usr" / "local" / "bin").iterdir())
     assert not list(root.rglob("*.part"))  # nothing half-downloaded left behind
 
 
-def test_a_pinned_sha256_wins_over_the_published_file(tmp_path, downloads):
+def test_a_file_the_build_host_does_not_serve_is_named_with_the_fix(tmp_path, downloads):
+    del downloads.files[f"/components/{KUBE_ENV['K4W_CNI_FILE']}"]
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), **downloads.env)
+    assert res.returncode == 1
+    assert "cni: could not copy" in res.stderr and "cni-cni-plugins-amd64-v0.6.0.tgz staged in OUT/http/<box>/components/" in res.stderr
+
+
+def test_outside_packer_build_the_step_says_it_needs_the_build_host(tmp_path, downloads):
+    env = {k: v for k, v in downloads.env.items() if k != "PACKER_HTTP_ADDR"}
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), **env)
+    assert res.returncode == 1 and "PACKER_HTTP_ADDR is unset" in res.stderr
+
+
+def test_the_pinned_digest_decides_not_the_server(tmp_path, downloads):
     root = make_root(tmp_path)
-    res = run_step("04-kubernetes.sh", root, **{**downloads, "K4W_CNI_SHA256": "1" * 64})
-    assert res.returncode == 1 and "sha256 mismatch" in res.stderr
+    res = run_step("04-kubernetes.sh", root, **{**downloads.env, "K4W_CNI_SHA256": "1" * 64})
+    assert res.returncode == 1 and "sha256 mismatch for cni" in res.stderr
     assert not (root / "opt" / "cni" / "bin").exists()
 
 
 def test_versions_must_match_the_cluster_version(tmp_path, downloads):
-    res = run_step("04-kubernetes.sh", make_root(tmp_path), **{**downloads, "K4W_KUBERNETES_VERSION": "1.12.0"})
+    res = run_step("04-kubernetes.sh", make_root(tmp_path), **{**downloads.env, "K4W_KUBERNETES_VERSION": "1.12.0"})
     assert res.returncode == 1 and "K4W_KUBERNETES_VERSION=1.12.0 differs from K4W_KUBE_VERSION=1.11.10" in res.stderr
 
 

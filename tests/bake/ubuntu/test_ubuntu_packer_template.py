@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from k4w import render
-from k4w.derive_steps import DOCUMENTATION_KEYS, PROFILE_VARIABLES
+from k4w.build_media import media_name
+from k4w.derive_steps import DOCUMENTATION_KEYS, HOST_KEYS, PROFILE_VARIABLES
 from k4w.errors import K4wError
 from tests.helpers import system_tool
 
@@ -136,10 +137,13 @@ def test_every_component_value_reaches_the_guest_under_its_table_name(ubuntu):
     by_key = {spec.key: name for name, spec in PROFILE_VARIABLES.items() if "ubuntu" in spec.families}
     for component, spec in PROFILE_DATA["components"].items():
         for key, value in spec.items():
-            if key in DOCUMENTATION_KEYS:  # for people and the validators, never for a guest step
+            if key in DOCUMENTATION_KEYS + HOST_KEYS:  # for people, the validators or the host's fetch
                 assert not any(v == str(value) for v in env.values()), (component, key)
                 continue
             assert env[by_key[f"components.{component}.{key}"]] == str(value), (component, key)
+        if spec.get("url"):
+            # The guest gets the file's name on the build media instead (k4w/build_media.py).
+            assert env[f"K4W_{component.upper()}_FILE"] == media_name(component, spec["url"]), component
     assert env["K4W_KUBE_VERSION"] == PROFILE_DATA["kubernetes"]["version"]
     assert env["K4W_KUBE_IMAGE_REPOSITORY"] == PROFILE_DATA["kubernetes"]["image_repository"]
     assert env["K4W_KUBE_PREPULL_IMAGES"] == "1"  # a YAML boolean reaches the guest as 1/0

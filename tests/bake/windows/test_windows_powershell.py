@@ -90,31 +90,26 @@ BAD_SCRIPTS = {
         "raw download 'downloadfile'",
     ),
     "curl.exe": ("07-nssm.ps1", b"curl.exe -L -o nssm.zip $u\n", "raw download 'curl.exe'"),
-    "wrapper used outside common.ps1": (
-        "06-cni-flannel.ps1",
-        b"Invoke-K4wWebRequest -Url $u -OutFile $p\nAssert-K4wFileHash -Path $p -Algorithm SHA256 -Expected $h -What x\n",
-        "used directly",
-    ),
-    "file used before its hash is checked": (
-        "common.ps1",
-        b"function Get-K4wVerifiedFile {\n  Invoke-K4wWebRequest -Url $url -OutFile $partial\n"
-        b"  Move-Item $partial $target\n  Assert-K4wFileHash -Path $target -Algorithm SHA256 -Expected $h -What x\n}\n",
-        "$partial is downloaded but not passed to Assert-K4wFileHash",
-    ),
-    "file never hash-checked": (
-        "common.ps1",
-        b"function Get-K4wVerifiedFile {\n  Invoke-K4wWebRequest -Url $url -OutFile $partial\n}\n",
-        "not passed to Assert-K4wFileHash",
-    ),
-    "raw primitive in another common.ps1 function": (
+    "raw primitive inside common.ps1": (
         "common.ps1",
         b"function Get-Thing {\n  Invoke-WebRequest -Uri $u -OutFile $p\n}\n",
-        "outside Invoke-K4wWebRequest",
+        "raw download 'invoke-webrequest'",
     ),
-    "in-memory download that is not a checksum": (
+    "build-CD file used before its hash is checked": (
         "common.ps1",
-        b"function Get-Script {\n  $code = (Invoke-K4wWebRequest -Url $u).Content\n  Invoke-Expression $code\n}\n",
-        "in-memory download outside Get-K4wPublishedChecksum",
+        b"function Get-K4wVerifiedFile {\n  $path = Find-K4wBuildMediaFile -Name $name\n"
+        b"  Copy-Item $path C:\\k\n  Assert-K4wFileHash -Path $path -Algorithm SHA256 -Expected $h -What x\n}\n",
+        "used before Assert-K4wFileHash",
+    ),
+    "build-CD file never hash-checked": (
+        "common.ps1",
+        b"function Get-K4wVerifiedFile {\n  $path = Find-K4wBuildMediaFile -Name $name\n  return $path\n}\n",
+        "used before Assert-K4wFileHash",
+    ),
+    "build-CD file not kept for the check": (
+        "common.ps1",
+        b"function Get-K4wVerifiedFile {\n  Expand-Archive (Find-K4wBuildMediaFile -Name $name)\n}\n",
+        "used before Assert-K4wFileHash",
     ),
 }
 

@@ -1,14 +1,13 @@
 """Static analysis of the Windows guest scripts with the tree-sitter PowerShell grammar:
 "every download is checksum-verified before use" (DESIGN.md), checked on the code itself.
 
-The rules that follow from the design of guest/windows/common.ps1:
-1. Raw download primitives (Invoke-WebRequest, WebClient.DownloadFile, curl.exe, BITS, ...)
-   appear only inside common.ps1's Invoke-K4wWebRequest.
-2. Invoke-K4wWebRequest writes a file (-OutFile X) only where the next statement that touches X
-   is an Assert-K4wFileHash -Path X: nothing can use the file before its hash is checked.
-3. Invoke-K4wWebRequest without -OutFile (content in memory) only fetches a published checksum
-   (Get-K4wPublishedChecksum): the reference value, never executed.
-4. Every other script downloads only through Get-K4wVerifiedFile.
+The rules that follow from the design of guest/windows/common.ps1 (components come from the build
+CD that build-* made from the host's verified cache; docs/internals.md, "The component cache"):
+1. No Windows guest script downloads anything over HTTP: raw download primitives
+   (Invoke-WebRequest, WebClient.DownloadFile, curl.exe, BITS, ...) appear nowhere.
+2. A file found on the build CD (Find-K4wBuildMediaFile) is kept in a variable whose next
+   mention is an Assert-K4wFileHash -Path on it: nothing can use it before its hash is checked.
+3. Every other script gets components only through Get-K4wVerifiedFile.
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ RAW_COMMANDS = {
     "curl", "curl.exe", "wget", "wget.exe", "bitsadmin", "bitsadmin.exe",
 }
 RAW_METHODS = {"downloadfile", "downloadstring", "downloaddata", "downloadfileasync", "downloadfiletaskasync", "openread"}
-WRAPPER = "invoke-k4wwebrequest"
-HASH_CHECK = "assert-k4wfilehash"
-CHECKSUM_FETCHER = "get-k4wpublishedchecksum"
+MEDIA_FINDER = "find-k4wbuildmediafile"
 VERIFIED = "get-k4wverifiedfile"
 
 
@@ -86,11 +83,14 @@ def _statement_of(node):
 
 
 def _hash_checked_first(call: Call) -> bool:
-    """Is the next statement that mentions the downloaded file an Assert-K4wFileHash on it?"""
-    target = call.out_file or ""
+    """Is the call's result assigned to a variable whose next mention is an Assert-K4wFileHash on it?"""
     statement = _statement_of(call.node)
-    sibling = statement.next_named_sibling
+    assigned = re.match(r"\s*(\$[A-Za-z0-9_:]+)\s*=", statement.text.decode())
+    if not assigned:
+        return False
+    target = assigned.group(1)
     mention = re.compile(re.escape(target) + r"(?![A-Za-z0-9_])")
+    sibling = statement.next_named_sibling
     while sibling is not None:
         text = sibling.text.decode()
         if mention.search(text):
@@ -100,21 +100,15 @@ def _hash_checked_first(call: Call) -> bool:
 
 
 def download_problems(source: bytes, name: str) -> list[str]:
-    """Violations of the download rules above in one script (name = its file name)."""
+    """Violations of the rules above in one script (name = its file name)."""
     problems = []
-    is_common = name == "common.ps1"
     for call in calls(source):
         where = f"{name}:{call.line}"
-        raw = call.name in RAW_COMMANDS or call.name in RAW_METHODS
-        if raw and not (is_common and call.function == WRAPPER):
-            problems.append(f"{where}: raw download '{call.name}' outside Invoke-K4wWebRequest: use Get-K4wVerifiedFile")
-        if call.name == WRAPPER:
-            if not is_common:
-                problems.append(f"{where}: Invoke-K4wWebRequest used directly: downloads go through Get-K4wVerifiedFile")
-            elif call.out_file is None and call.function != CHECKSUM_FETCHER:
-                problems.append(f"{where}: in-memory download outside Get-K4wPublishedChecksum")
-            elif call.out_file is not None and not _hash_checked_first(call):
-                problems.append(f"{where}: {call.out_file} is downloaded but not passed to Assert-K4wFileHash before it is used")
+        if call.name in RAW_COMMANDS or call.name in RAW_METHODS:
+            problems.append(f"{where}: raw download '{call.name}': the box downloads nothing itself; "
+                            "components come from the build CD through Get-K4wVerifiedFile")
+        if call.name == MEDIA_FINDER and not _hash_checked_first(call):
+            problems.append(f"{where}: a build-CD file is used before Assert-K4wFileHash checks it")
     return problems
 
 

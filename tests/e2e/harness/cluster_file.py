@@ -8,9 +8,11 @@ NODE_IP = "192.168.250.10"
 NODE_MEMORY_MB = 2048
 
 
-def text(proxy_url: str) -> str:
+def text(proxy_url: str, mirror: str, cache: str) -> str:
     """One master on the e2e box; proxy.http and proxy.https both set (https is never copied
-    from http, so a user behind one proxy writes it twice)."""
+    from http, so a user behind one proxy writes it twice). The downloads come from the run's
+    mirror of CI stand-ins (stand_ins.py) into the run's component cache, as an air-gapped host
+    with an internal mirror would have it."""
     return f"""\
 # k4w end-to-end run (tests.e2e.harness): one node on the CI box, behind the run's private squid.
 cluster:
@@ -19,6 +21,9 @@ proxy:
   http: {proxy_url}
   https: {proxy_url}
   no_proxy: []
+downloads:
+  mirror: {mirror}
+  cache: {cache}
 nodes:
   - name: master
     role: master

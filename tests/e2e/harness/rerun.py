@@ -3,7 +3,8 @@
 Same files to the same destinations, same scripts in the same order, same environment
 (the template's environment_vars with its {{user `...`}} variables resolved, plus the
 PACKER_BUILD_NAME/PACKER_BUILDER_TYPE Packer adds), through the template's own
-execute_command. Used by the idempotence check.
+execute_command. Used by the idempotence check. PACKER_HTTP_ADDR is not set: a booted box has
+no build host, so a step must prove its install complete without the build media.
 """
 
 from __future__ import annotations

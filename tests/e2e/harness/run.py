@@ -4,9 +4,13 @@ Phases (each with a budget; the timings end up in a table):
   tools         every program the run needs, or a failure naming its install command
   base image    debootstrapped Debian 12 disk + kernel (cached by recipe: "reused" or "built")
   proxy         a private squid on 127.0.0.1:<free port> that demands basic-auth credentials
-  render        a cluster.yml with proxy.http/https -> k4w.config.load -> k4w.render.render
-  packer build  k4w.bake.build_box: the real `packer build` of packer/debian-12-e2e.json
-  proxy proof   the squid access log holds the build guest's apt requests
+  mirror        a downloads.mirror on 127.0.0.1 serving the CI STAND-INS (stand_ins.py) for the
+                Kubernetes node tarball and the CNI plugins, which CI cannot download
+  render        a cluster.yml with proxy.http/https and downloads -> k4w.config.load -> k4w.render.render
+  fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
+  packer build  k4w.bake.build_box: the real `packer build` of packer/debian-12-e2e.json; every step
+                runs, step 04 installs the stand-ins from Packer's HTTP server
+  proxy proof   the squid access log holds the build guest's apt requests, and no component download
   boot guest    a fresh guest from the produced .box (its box.img, same kernel/initrd)
   box spec      the Ubuntu box spec over SSH (k4w.verify.flows.test_ssh_target)
   secret scan   no file on the box's root filesystem holds the proxy password
@@ -31,12 +35,13 @@ from pathlib import Path
 from typing import Callable
 
 from k4w import config, profiles, render, sources, tools, ui
-from k4w.bake import build_box, catalogue, packer_cli
+from k4w.bake import build_box, catalogue, fetch, packer_cli
 from k4w.cluster_model import Cluster
 from k4w.errors import K4wError
 from k4w.redact import register_secret
 from k4w.verify import flows
-from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, rerun, squid
+from tests.fakes import local_http
+from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, report, rerun, squid, stand_ins
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -48,7 +53,9 @@ BUDGETS = {
     "tools": 30,
     "base image": 900,
     "proxy": 60,
+    "mirror": 30,
     "render": 60,
+    "fetch": 60,
     "packer build": 1200,
     "proxy proof": 30,
     "boot guest": 420,
@@ -86,6 +93,8 @@ class E2EResult:
     proxy_build: dict | None = None
     proxy_rerun: dict | None = None
     secret_scan: dict | None = None
+    fetch: dict | None = None
+    steps: list[dict] = field(default_factory=list)
     rerun_steps: list[str] = field(default_factory=list)
     idempotence: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
@@ -103,10 +112,15 @@ class E2EResult:
             lines.append(f"base image: {self.base_image} ({'reused' if self.base_reused else 'built'})")
         if self.box_file:
             lines.append(f"box: {self.box_file}; catalogue: {self.catalogue}")
+        if self.fetch:
+            lines.append(f"fetch: {self.fetch['summary']} into {self.fetch['cache']}")
+        if self.steps:
+            lines.append("box steps: " + ", ".join(f"{s['step']} {s['status']}" for s in self.steps))
         if self.proxy_build:
             p = self.proxy_build
             lines.append(f"proxy: {p['lines']} access-log lines during the build, {p['apt_requests']} apt requests from the guest "
-                         f"({p['indexes']} indexes, {p['debs']} .debs, {p['bytes']} bytes) via {', '.join(p['clients'])} to {', '.join(p['hosts'])}")
+                         f"({p['indexes']} indexes, {p['debs']} .debs, {p['bytes']} bytes) via {', '.join(p['clients'])} to {', '.join(p['hosts'])}; "
+                         f"{p['other_requests']} other requests ({p['other_bytes']} bytes), {p['component_requests']} for a box component")
             lines += [f"  e.g. {sample}" for sample in p.get("samples", [])]
         if self.spec:
             s = self.spec
@@ -192,6 +206,10 @@ def _run_e2e(out: Path, keep: bool, dry_run: bool, say: Callable[[str], None] | 
         result.table = phases.table()
         for line in result.summary():
             log.write(line + "\n")
+        try:
+            report.write(out / report.NAME, result)
+        except OSError as exc:
+            log.write(f"could not write {out / report.NAME}: {exc}\n")
         log.close()
     if interrupted is not None:
         raise interrupted
@@ -224,9 +242,16 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         started.append(proxy.proc.pid)
         ph.note = f"squid on 127.0.0.1:{proxy.port}, basic auth as {credentials.user}"
 
+    with phases.phase("mirror", BUDGETS["mirror"]) as ph:
+        downloads = stand_ins.for_profile(profile.data.get("components") or {})
+        mirror = stack.enter_context(local_http.site(stand_ins.mirror_paths(downloads)))
+        ph.note = f"{len(downloads)} CI stand-ins at {mirror.url}"
+
     with phases.phase("render", BUDGETS["render"]) as ph:
         cluster_yml = workdir / "cluster.yml"
-        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests), encoding="utf-8")
+        # The cache lives beside the base image: a second run on this host starts from a warm cache.
+        cache_dir = out / "component-cache"
+        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir)), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         cfg = config.load(cluster_yml)
         cluster = Cluster.resolve(cfg)
@@ -234,18 +259,37 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         template = json.loads(files[f"packer/{BOX}.json"])
         ph.note = f"{len(files)} artifacts"
 
+    with phases.phase("fetch", BUDGETS["fetch"]) as ph:
+        fetched = fetch.fetch(cluster, [BOX])
+        fetch.show(fetched)
+        if fetched.failed:
+            raise E2EError(fetch.failure_message(fetched))
+        result.fetch = {"cache": str(fetched.root), "summary": fetched.summary(), "bytes": fetched.fetched,
+                        "downloaded": fetched.count("downloaded"), "cached": fetched.count("cached"),
+                        "files": sorted(r.item.relpath for r in fetched.rows)}
+        ph.note = fetched.summary()
+
     with phases.phase("packer build", BUDGETS["packer build"]) as ph:
         offset = proxy.offset()
-        with procs.watchdog(ph, log, protect=set(started)):
-            # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
-            built = build_box(cluster, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
-        result.box_file, result.catalogue = _check_box(out, built.box_files)
+        box_log = out / "logs" / f"{BOX}.log"
+        try:
+            with procs.watchdog(ph, log, protect=set(started)):
+                # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
+                built = build_box(cluster, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
+        finally:
+            if box_log.is_file():
+                result.steps = report.box_steps(profile.data.provision, box_log.read_text(encoding="utf-8", errors="replace"))
         build_log = proxy.text_since(offset)
-        ph.note = f"{built.status}: {result.box_file.name}"
+        result.box_file, result.catalogue = _check_box(out, built.box_files)
+        not_ran = [s for s in result.steps if s["status"] != "ran"]
+        if not_ran:
+            raise E2EError("every box step must run in CI: " + "; ".join(f"{s['step']} {s['status']} ({s['reason']})" for s in not_ran))
+        ph.note = f"{built.status}: {result.box_file.name}, {len(result.steps)} steps ran"
 
     with phases.phase("proxy proof", BUDGETS["proxy proof"]) as ph:
-        result.proxy_build = _proxy_proof(build_log)
-        ph.note = f"{result.proxy_build['apt_requests']} apt requests"
+        result.proxy_build = _proxy_proof(build_log, [Path(f).name for f in result.fetch["files"]])
+        ph.note = (f"{result.proxy_build['apt_requests']} apt requests, "
+                   f"{result.proxy_build['component_requests']} component downloads through the proxy")
 
     with phases.phase("boot guest", BUDGETS["boot guest"]) as ph:
         disk = guest_mod.extract_box_image(result.box_file, workdir / "box", ph, log)
@@ -318,10 +362,14 @@ def _check_box(out: Path, box_files: list[Path]) -> tuple[Path, Path]:
     return box, path
 
 
-def _proxy_proof(text: str) -> dict:
-    """The build guest's apt went through the proxy: indexes and packages, fetched with 200."""
+def _proxy_proof(text: str, component_files: list[str]) -> dict:
+    """The build guest's apt went through the proxy: indexes and packages, fetched with 200; and
+    no box component did: those come from the host cache over Packer's HTTP server."""
     lines, unparsed = squid.parse_access_log(text)
     found = squid.summary(lines)
+    components = [l for l in lines if any(l.url.split("?")[0].endswith("/" + name) for name in component_files)]
+    found["component_requests"] = len(components)
+    found["component_bytes"] = sum(l.bytes for l in components)
     apt = squid.apt_requests(lines)
     index_ok = [l for l in apt if l.url.endswith("InRelease") and l.status == 200]
     debs_ok = [l for l in apt if l.url.endswith(".deb") and l.status == 200]
@@ -335,6 +383,8 @@ def _proxy_proof(text: str) -> dict:
     failed_debs = [f for f in found["failed"] if f.endswith(".deb")]
     if failed_debs:
         problems.append(f"the proxy answered errors for packages: {', '.join(failed_debs[:5])}")
+    if components:
+        problems.append("the guest downloaded box components itself: " + ", ".join(l.url for l in components[:5]))
     if problems:
         raise E2EError("the proxy configured in cluster.yml was not used as it must be by the build guest: "
                        + "; ".join(problems) + f" ({found['lines']} access-log lines in all)")
@@ -441,7 +491,12 @@ def _dry_run(out: Path, say: Callable[[str], None]) -> E2EResult:
     say(f"base image {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs'))
                                          + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
-    say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>"))
+    say("mirror: CI stand-ins on http://127.0.0.1:<free port> (tests/e2e/harness/stand_ins.py): "
+        + ", ".join(stand_ins.for_profile(profile.data.get("components") or {})))
+    say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
+                                                           str(out / "component-cache")))
+    say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
+        f"{out / 'http' / BOX / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
         packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{BOX}.json"), out, {})))
     say("boot guest: box.img from " + str(out / "boxes" / f"{BOX}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(

@@ -172,6 +172,10 @@ def summary(lines: list[AccessLine]) -> dict:
         "clients": sorted({l.client for l in apt}),
         "failed": [f"{l.status} {l.url}" for l in apt if l.status >= 400],
         "bytes": sum(l.bytes for l in apt),
+        # Everything else the guest sent through the proxy (a component download would show here).
+        "other_requests": len(lines) - len(apt),
+        "other_bytes": sum(l.bytes for l in lines if l not in apt),
+        "other": [f"{l.status} {l.method} {l.url}" for l in lines if l not in apt][:20],
     }
 
 

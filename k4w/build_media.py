@@ -1,0 +1,102 @@
+"""The build media: the verified component files of one box, where Packer hands them to its guest.
+
+`build-*` fills the host cache first (k4w.bake.fetch), then places each file the box needs in
+OUT/http/<box>/components/, named `<component>-<file name>` (media_name). The guest installs
+from there and never downloads a component itself:
+
+- Windows reads them from the build CD: the template's cd_files takes that folder's files (a
+  glob) onto the Gen2/Gen1 CD beside Autounattend.xml. A CD needs no network, so no Windows
+  Firewall rule on the host and no proxy exception in the guest, and reads at disk speed; WinRM's
+  file upload would move a few hundred MB in base64 SOAP chunks, which takes tens of minutes.
+- Ubuntu fetches them from Packer's HTTP server, whose http_directory is OUT/http/<box>/: the
+  preseed already comes from there (so the firewall rule of k4w.packer_http already admits it),
+  curl is in the installed system, and no step has to find and mount a second CD.
+
+The names are flat because cd_files puts every listed file at the CD's root. Joliet, the file
+system Windows reads on a CD made by oscdimg or xorriso, allows 64 characters per name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import urllib.parse
+from pathlib import Path, PurePosixPath
+
+from .errors import K4wError
+from .profiles import Profile
+
+FOLDER = "components"
+# ECMA-119 Joliet extension: at most 64 UCS-2 characters per file name.
+JOLIET_NAME_MAX = 64
+# What a path segment may hold: a component name, a version or a URL's file name reach the file
+# system (here and in the host cache), so anything else (a separator, a drive colon, '..') becomes '_'.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def safe_segment(segment: str) -> str:
+    segment = _UNSAFE.sub("_", segment)
+    return "_" if segment in ("", ".", "..") else segment
+
+
+def file_name(url: str) -> str:
+    """The last segment of a URL's path, made safe for a file system."""
+    name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
+    return safe_segment(name or "download")
+
+
+def media_name(component: str, url: str) -> str:
+    """Where the guest finds a component: OUT/http/<box>/components/<this>."""
+    return f"{component}-{file_name(url)}"
+
+
+def box_files(profile: Profile) -> dict[str, str]:
+    """{component: media name} of every component this box downloads (those with a url)."""
+    names = {}
+    for component, spec in (profile.data.get("components") or {}).items():
+        if spec.get("url"):
+            names[component] = media_name(component, str(spec["url"]))
+    return names
+
+
+def cd_name_problems(profile: Profile) -> list[str]:
+    """Names too long for the build CD (Windows boxes)."""
+    found = []
+    for component, name in box_files(profile).items():
+        if len(name) > JOLIET_NAME_MAX:
+            found.append(f"{profile.path.name}: components.{component}: its build-media name {name!r} has {len(name)} "
+                         f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (shorten the URL's file name)")
+    return found
+
+
+def folder(out: Path, box: str) -> Path:
+    return Path(out) / "http" / box / FOLDER
+
+
+def stage(out: Path, profile: Profile, files: dict[str, Path]) -> list[Path]:
+    """Make OUT/http/<box>/components/ hold exactly this box's verified files; returns them.
+
+    files: {component: verified file in the host cache} (fetch.ensure's answer for this box).
+    Each is hard-linked when the cache shares the volume (instant, no second copy of hundreds
+    of MB), else copied. Anything else in the folder goes: the CD takes the whole folder.
+    """
+    names = box_files(profile)
+    missing = sorted(set(names) - set(files))
+    if missing:
+        raise K4wError(f"{profile.name}: no verified file in the cache for {', '.join(missing)}; run `invoke fetch --box {profile.name}`")
+    target = folder(out, profile.name)
+    if target.is_symlink():
+        raise K4wError(f"{target} is a symbolic link; k4w never writes through a link inside --out. Remove it and run again.")
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    staged = []
+    for component, name in names.items():
+        dest = target / name
+        try:
+            os.link(files[component], dest)
+        except OSError:  # another volume, or a file system without hard links
+            shutil.copyfile(files[component], dest)
+        staged.append(dest)
+    return staged
