@@ -376,6 +376,9 @@ function Copy-K4wFileIfChanged {
         if ((Get-FileHash -LiteralPath $Source).Hash -eq (Get-FileHash -LiteralPath $Destination).Hash) { return $false }
     }
     Copy-Item -LiteralPath $Source -Destination $Destination -Force
+    # A file copied off the build CD keeps the CD's read-only attribute; an installed binary
+    # must stay replaceable by the next build step or an update.
+    (Get-Item -LiteralPath $Destination).IsReadOnly = $false
     return $true
 }
 

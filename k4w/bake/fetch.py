@@ -191,3 +191,14 @@ def describe(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: 
                 "missing": f"would download {item.source}"}[state]
         lines.append(f"{item.label}: {what} -> {item.path(root)} (verify {item.checksum.key} from {item.checksum.source})")
     return lines, refused
+
+
+def box_summary(cluster: Cluster, box: str) -> str:
+    """One offline line for a plan: how many of a box's downloads are cached and verified."""
+    root = cache.cache_dir(cluster.config, cluster.config_file)
+    manifest = cache.Manifest(root)
+    items = cache.plan(cluster, [box])
+    states = [("no checksum" if item.checksum is None else manifest.status(item)) for item in items]
+    counts = ", ".join(f"{states.count(state)} {state}" for state in ("verified", "changed", "missing", "no checksum")
+                       if states.count(state))
+    return f"{len(items)} download(s) in {root}: {counts or 'none'}"

@@ -16,6 +16,7 @@ from invoke.exceptions import Exit
 
 import tasks
 from k4w import cli, render
+from tests.fakes import component_cache
 from tests.helpers import ROOT, invoke
 
 # Every task that writes under --out, and the dry runs that read it.
@@ -141,7 +142,9 @@ def test_a_build_log_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
     (out / "logs" / "ubuntu-1604.log").symlink_to(precious)
     started = time.monotonic()
     # The host check is a stand-in here (tests/fakes/packer.py's variable): the log opens after it.
-    result = invoke("build-ubuntu", "--out", str(out), env={"K4W_TEST_FAKE_HYPERV_HOST": "1"})
+    # So is the component cache (tests/fakes/component_cache.py): the build gets as far as the log.
+    cache = component_cache.seeded_env(tmp_path / "cache", ROOT / "cluster.yml")
+    result = invoke("build-ubuntu", "--out", str(out), env={"K4W_TEST_FAKE_HYPERV_HOST": "1", **cache})
     assert result.returncode == 1 and time.monotonic() - started < 120
     assert f"{out / 'logs' / 'ubuntu-1604.log'} is a symbolic link" in result.stderr, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr

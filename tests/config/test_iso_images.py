@@ -9,6 +9,7 @@ The decision is tested in-process; iso-add and build-windows through the real co
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -21,6 +22,7 @@ from k4w import doctor, iso, iso_images, profiles, sources
 from k4w.cluster_model import Cluster
 from k4w.validate import powershell_rules as powershell
 from tests.bake.conftest import ISO_IMAGES, repo  # noqa: F401 - the build tests' miniature repository
+from tests.fakes import component_cache
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import ROOT, config_dict, invoke, tree_digest, write_config
 
@@ -321,7 +323,10 @@ def build_setup(tmp_path, monkeypatch):
     packer.scenario("windows-1803", "windows-success.txt")
     config = write_config(tmp_path / "cluster.yml", config_dict())
     args = ["build-windows", "--config", str(config), "--out", str(tmp_path / "out"), "--iso", str(image)]
-    return args, {sources.BOX_DIRS_ENV: str(boxes)}, packer
+    # build-* fetches first: a stand-in cache of placeholders the fake packer never opens.
+    with sources.using(dataclasses.replace(sources.REPO, box_folders=(boxes,))):
+        cache = component_cache.seeded_env(tmp_path / "cache", config)
+    return args, {sources.BOX_DIRS_ENV: str(boxes), **cache}, packer
 
 
 def _packer_builds(packer: PackerOnPath) -> list:

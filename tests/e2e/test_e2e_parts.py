@@ -519,3 +519,23 @@ def test_dry_run_says_every_command_and_writes_nothing(tmp_path):
                      "packer build -machine-readable -force -on-error=cleanup", "qemu-system-x86_64 -machine pc,accel=tcg",
                      "test_ssh_target(debian-12-e2e", "re-run every provisioner"):
         assert expected in text, expected
+
+
+def _kubelet(invocation: str, restarts: int) -> str:
+    """snapshot_text with an enabled, not yet joined kubelet in systemd's restart loop."""
+    return snapshot_text().replace(
+        "Id=kubelet.service\nLoadState=not-found\nActiveState=inactive\nInvocationID=\nActiveEnterTimestampMonotonic=0\nNRestarts=0",
+        f"Id=kubelet.service\nLoadState=loaded\nActiveState=activating\nInvocationID={invocation}\n"
+        f"ActiveEnterTimestampMonotonic={restarts * 10}\nNRestarts={restarts}")
+
+
+def test_an_unjoined_kubelet_restarting_by_itself_is_expected_but_a_step_restarting_it_is_not():
+    before = idempotence.parse(_kubelet("aaa", 49))
+    looping = idempotence.parse(_kubelet("bbb", 70))
+    expected, unexpected = idempotence.classify(idempotence.diff(before, looping), before, looping)
+    assert [c.name for c, _ in expected] == ["kubelet.service"] and unexpected == []
+    assert "crash loop" in expected[0][1]
+    # A new invocation without systemd's own restart count rising: something restarted it.
+    restarted = idempotence.parse(_kubelet("bbb", 49).replace("ActiveEnterTimestampMonotonic=490", "ActiveEnterTimestampMonotonic=999"))
+    _, unexpected = idempotence.classify(idempotence.diff(before, restarted), before, restarted)
+    assert [c.name for c in unexpected] == ["kubelet.service"]

@@ -37,3 +37,12 @@ def seed(root: Path, cluster: Cluster, boxes: list[str] | None = None) -> list[P
         manifest.record(item, Downloaded(path, path.stat().st_size, claimed["sha256"], claimed["sha512"], 0))
         written.append(path)
     return written
+
+
+def seeded_env(folder: Path, config_file: Path) -> dict[str, str]:
+    """The environment for a real `invoke build-*` run on config_file whose downloads are already
+    'in the cache' (placeholders, see above): K4W_CACHE pointing at a seeded folder."""
+    from k4w import config
+
+    seed(folder, Cluster.resolve(config.load(config_file)))
+    return {"K4W_CACHE": str(folder)}
