@@ -61,7 +61,18 @@ def _environment(templates: Path) -> jinja2.Environment:
     )
     env.filters.update(escape.FILTERS)
     env.globals["fail"] = _fail
+    env.globals["has_template"] = lambda name: _has_template(env, name)
     return env
+
+
+def _has_template(env: jinja2.Environment, name: str) -> bool:
+    """Whether a template exists: a template that includes the file a profile names (an era's
+    variant) checks it first, so a wrong name fails naming the profile key, not a loader error."""
+    try:
+        env.loader.get_source(env, name)
+    except jinja2.TemplateNotFound:
+        return False
+    return True
 
 
 def _fail(message: str) -> None:

@@ -182,6 +182,16 @@ def manifests(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def kubeadm_config(cluster: Cluster, out: Path) -> Result:
+    res = Result("kubeadm config", "fields of kubeadm's types at the pinned API")
+    from . import kubeadm_rules
+
+    path = out / "kubeadm" / "kubeadm-config.yaml"
+    res.checked.append(_rel(path))
+    res.problems = kubeadm_rules.check(path, cluster.kube.kubeadm_api)
+    return res
+
+
 def pinned_flags(cluster: Cluster, out: Path) -> Result:
     res = Result("flags of the pinned binaries", "flag tables from upstream source")
     from . import flag_rules
@@ -257,6 +267,13 @@ def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]
     return [f"# in this process: structural rules on {out / 'http' / box / 'Autounattend.xml'}" for box in _windows_boxes(cluster)]
 
 
+def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    from . import kubeadm_rules
+
+    return [f"# in this process: every field of {out / 'kubeadm' / 'kubeadm-config.yaml'} against "
+            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}"]
+
+
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: every kubelet, kube-proxy, flanneld and kubeadm flag in {out / 'nodes'}, "
             f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/"]
@@ -293,6 +310,7 @@ VALIDATORS: list[Validator] = [
     Validator(powershell_scripts, _would_parse_powershell),
     Validator(unattend_files, _would_check_unattend),
     Validator(manifests, _would_check_manifests),
+    Validator(kubeadm_config, _would_check_kubeadm_config),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(vagrantfiles, _would_check_vagrantfiles),

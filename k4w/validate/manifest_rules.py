@@ -42,6 +42,7 @@ class Expected:
     node_ips: dict[str, str] = field(default_factory=dict)
     os_label: str | None = None
     source: str = "cluster.yml"
+    runtime: str = "docker"  # the master profile's container runtime component (kube.runtime)
 
 
 def check_manifests(out_dir, cluster=None) -> list[str]:
@@ -73,7 +74,7 @@ def _expected(out: Path, cluster, kubeadm_docs: list[dict], problems: list[str])
     if cluster is not None:
         net = cluster.network
         return Expected(net.pod_cidr, net.service_cidr, net.dns_ip, net.backend, net.cluster_domain,
-                        {n.name: str(n.ip) for n in net.nodes}, cluster.kube.os_label)
+                        {n.name: str(n.ip) for n in net.nodes}, cluster.kube.os_label, runtime=cluster.kube.runtime)
     cluster = _load_json(out / "vagrant" / "cluster.json", problems) or {}
     networking = _kubeadm_networking(kubeadm_docs)
     netconf = _flannel_netconf(out / "manifests" / "kube-flannel.yaml", [])
@@ -160,8 +161,8 @@ def check_kubeadm(docs: list[dict], exp: Expected) -> list[str]:
     if kubelet.get("clusterDNS") != [exp.dns_ip]:
         problems.append(f"{where}: {kubelet_key}.clusterDNS is {kubelet.get('clusterDNS')!r}, the cluster DNS IP is {exp.dns_ip!r}")
     if not kubelet.get("cgroupDriver"):
-        problems.append(f"{where}: {kubelet_key}.cgroupDriver is missing: set components.docker.cgroup_driver in the "
-                        "master's box profile (boxes/<box>.yml) so the kubelet uses Docker's driver (kube.cgroup_driver)")
+        problems.append(f"{where}: {kubelet_key}.cgroupDriver is missing: set components.{exp.runtime}.cgroup_driver in the "
+                        f"master's box profile (boxes/<box>.yml) so the kubelet uses {exp.runtime}'s driver (kube.cgroup_driver)")
     return problems
 
 

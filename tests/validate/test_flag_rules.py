@@ -14,8 +14,10 @@ from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_rules
 from tests.helpers import config_dict, use_sources, write_config
 
-# The flag tables; published-checksums.yml and the runtime config tables (*-config.yml) are other facts.
-FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml" and not p.name.endswith("-config.yml"))
+# Flag tables only: published-checksums.yml, the runtime config tables (*-config.yml) and the kubeadm
+# config field tables (kubeadm_rules) are other facts.
+FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml"
+               and not p.name.endswith("-config.yml") and not p.name.startswith("kubeadm-config-"))
 
 
 @pytest.fixture

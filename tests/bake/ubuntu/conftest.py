@@ -35,7 +35,7 @@ QEMU_PROFILE = {
     "supports_vxlan": True,
     "iso": {"name": "debian-12-ci.raw"},
     "kubernetes": {"version": "1.11.10", "kubeadm_api": "kubeadm.k8s.io/v1alpha2", "node_os_label": "beta.kubernetes.io/os",
-                   "flannel_image": "quay.io/coreos/flannel:v0.11.0-amd64"},
+                   "flannel_image": "quay.io/coreos/flannel:v0.11.0-amd64", "flannel_manifest": "v0.11"},
     "build": {
         "builder": "qemu",
         "cpus": 2,
