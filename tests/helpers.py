@@ -36,17 +36,17 @@ def config_dict(**overrides) -> dict:
     return data
 
 
-# Test fixture box profiles of the modern era (tests/fixtures/modern-boxes/, each file says what it
-# is): a master whose kubernetes: block selects kubeadm v1beta4 and Flannel v0.28.
-MODERN_BOXES = ROOT / "tests" / "fixtures" / "modern-boxes"
+# The modern era's box profiles (boxes/ubuntu-2404.yml: kubeadm v1beta4 and Flannel v0.28;
+# boxes/windows-2022.yml), as the tests of that era read them.
+MODERN_BOXES = ROOT / "boxes"
 MODERN_ENV = {sources.BOX_DIRS_ENV: str(MODERN_BOXES)}
 
 
 def modern_config(**overrides) -> dict:
-    """cluster.yml with the modern fixture boxes (master and Linux worker modern-ubuntu, Windows
-    worker modern-windows) and the vxlan backend; run the CLI with env=MODERN_ENV."""
-    return config_dict(**{"network.backend": "vxlan", "nodes.0.box": "modern-ubuntu", "nodes.1.box": "modern-ubuntu",
-                          "nodes.2.box": "modern-windows", **overrides})
+    """cluster.yml with the modern boxes (master and Linux worker ubuntu-2404, Windows worker
+    windows-2022) and the vxlan backend; run the CLI with env=MODERN_ENV."""
+    return config_dict(**{"network.backend": "vxlan", "nodes.0.box": "ubuntu-2404", "nodes.1.box": "ubuntu-2404",
+                          "nodes.2.box": "windows-2022", **overrides})
 
 
 def write_config(path: Path, data: dict | str) -> Path:

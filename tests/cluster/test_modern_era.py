@@ -97,10 +97,10 @@ SEED_DIGESTS = {
 def test_a_profile_naming_no_flannel_template_fails_the_render_naming_the_key(tmp_path):
     boxes = tmp_path / "boxes"
     boxes.mkdir()
-    data = yaml.safe_load((MODERN_BOXES / "modern-ubuntu.yml").read_text())
+    data = yaml.safe_load((MODERN_BOXES / "ubuntu-2404.yml").read_text())
     data["kubernetes"]["flannel_manifest"] = "v9.99"
-    (boxes / "modern-ubuntu.yml").write_text(yaml.safe_dump(data))
-    (boxes / "modern-windows.yml").write_text((MODERN_BOXES / "modern-windows.yml").read_text())
+    (boxes / "ubuntu-2404.yml").write_text(yaml.safe_dump(data))
+    (boxes / "windows-2022.yml").write_text((MODERN_BOXES / "windows-2022.yml").read_text())
     cfg = write_config(tmp_path / "cluster.yml", modern_config())
     out = tmp_path / "out"
     result = invoke("render", "--config", str(cfg), "--out", str(out), env={"K4W_BOX_DIRS": str(boxes)})
@@ -114,10 +114,10 @@ def test_a_profile_naming_no_flannel_template_fails_the_render_naming_the_key(tm
 def test_a_profile_without_flannel_manifest_fails_the_render_naming_the_key(tmp_path):
     boxes = tmp_path / "boxes"
     boxes.mkdir()
-    data = yaml.safe_load((MODERN_BOXES / "modern-ubuntu.yml").read_text())
+    data = yaml.safe_load((MODERN_BOXES / "ubuntu-2404.yml").read_text())
     del data["kubernetes"]["flannel_manifest"]
-    (boxes / "modern-ubuntu.yml").write_text(yaml.safe_dump(data))
-    (boxes / "modern-windows.yml").write_text((MODERN_BOXES / "modern-windows.yml").read_text())
+    (boxes / "ubuntu-2404.yml").write_text(yaml.safe_dump(data))
+    (boxes / "windows-2022.yml").write_text((MODERN_BOXES / "windows-2022.yml").read_text())
     cfg = write_config(tmp_path / "cluster.yml", modern_config())
     result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"), env={"K4W_BOX_DIRS": str(boxes)})
     output = result.stdout + result.stderr
@@ -132,9 +132,9 @@ def test_the_runtime_component_decides_the_kubelet_cgroup_driver(tmp_path):
     from k4w.profiles import Attr, Profile
 
     def profile(components: dict) -> Profile:
-        data = yaml.safe_load((MODERN_BOXES / "modern-ubuntu.yml").read_text())
+        data = yaml.safe_load((MODERN_BOXES / "ubuntu-2404.yml").read_text())
         data["components"] = components
-        return Profile("modern-ubuntu", MODERN_BOXES / "modern-ubuntu.yml", Attr.wrap(data))
+        return Profile("ubuntu-2404", MODERN_BOXES / "ubuntu-2404.yml", Attr.wrap(data))
 
     modern = kube_era(profile({"containerd": {"version": "2.3.2", "cgroup_driver": "systemd"}}))
     assert (modern.runtime, modern.cgroup_driver) == ("containerd", "systemd")

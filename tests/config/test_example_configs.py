@@ -3,20 +3,12 @@ cluster.yml, which stays the seed stack's default)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-from k4w.validate import flag_rules
 from tests.helpers import ROOT, invoke, write_config
 
 MODERN = ROOT / "examples" / "cluster-modern.yml"
-# What the example needs from the branches that add the modern boxes (issue 14 items 1 and 2): the
-# two profiles, and the kubelet flag table of their Kubernetes minor. Until then its real validate
-# must fail (strict xfail), and the moment they are there it must pass.
-NEEDS = [ROOT / "boxes" / "ubuntu-2404.yml", ROOT / "boxes" / "windows-2022.yml", flag_rules.FACTS / "kubelet-1.35.yml"]
-MISSING = [str(p.relative_to(ROOT)) for p in NEEDS if not p.exists()]
 
 
 def test_the_modern_example_is_two_ubuntu_2404_nodes_and_a_windows_2022_worker_on_vxlan():
@@ -30,7 +22,6 @@ def test_the_modern_example_is_two_ubuntu_2404_nodes_and_a_windows_2022_worker_o
 
 
 @pytest.mark.tools
-@pytest.mark.xfail(bool(MISSING), strict=True, reason=f"not in this tree yet: {', '.join(MISSING)}")
 def test_the_modern_example_renders_and_passes_the_real_validate(tmp_path):
     out = tmp_path / "out"
     rendered = invoke("render", "--config", str(MODERN), "--out", str(out))

@@ -19,7 +19,7 @@ V1BETA4 = "kubeadm.k8s.io/v1beta4"
 @pytest.fixture(scope="module")
 def v1beta4_docs(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("v1beta4")
-    cfg = write_config(tmp / "cluster.yml", config_dict(**{"nodes.0.box": "modern-ubuntu", "nodes.1.box": "modern-ubuntu"}))
+    cfg = write_config(tmp / "cluster.yml", config_dict(**{"nodes.0.box": "ubuntu-2404", "nodes.1.box": "ubuntu-2404"}))
     result = invoke("render", "--config", str(cfg), "--out", str(tmp / "out"), env={"K4W_BOX_DIRS": str(MODERN_BOXES)})
     assert result.returncode == 0, result.stdout + result.stderr
     return list(yaml.safe_load_all((tmp / "out" / "kubeadm" / "kubeadm-config.yaml").read_text()))
