@@ -41,7 +41,10 @@ def test_e2e_bake_in_qemu_behind_a_real_proxy_with_a_password(e2e_report):
     # The box spec passed, with only the profile's deselections, each with its reason.
     spec = result.spec
     assert spec["failed"] == spec["errors"] == spec["skipped"] == 0 and spec["passed"] > 0
-    assert {d["check"] for d in spec["deselected"]} <= {"kubernetes_binaries", "kubelet"}
+    # Deselected only: the kubelet (true once joined) and the checks of a component this era's box
+    # does not pin (containerd on a Docker box); every check of what the box installs runs.
+    for d in spec["deselected"]:
+        assert d["check"] == "kubelet" or "the profile pins no components." in d["reason"], d
     assert all(d["reason"] for d in spec["deselected"])
     # The proxy demanded credentials and the bake got through; the box keeps none of it: no file
     # on its root filesystem holds the password, and the control scan shows the scan works.
