@@ -84,7 +84,7 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_NSSM_SHA512": FromProfile("components.nssm.sha512", (WINDOWS,)),
 }
 
-# Step variable -> the component whose build-media file name it holds (k4w.bake.media.media_name):
+# Step variable -> the component whose build-media file name it holds (k4w.build_media.media_name):
 # where the guest finds the verified file that build-* staged in OUT/http/<box>/components/, on
 # the build CD (Windows) or Packer's HTTP server (Ubuntu). Set when the profile gives the
 # component a url.
