@@ -70,6 +70,11 @@ def cd_name_problems(profile: Profile) -> list[str]:
     return found
 
 
+def delivery(profile: Profile) -> str:
+    """How a box's guest gets these files (the module docstring says why)."""
+    return "the build CD" if profile.is_windows else "Packer's HTTP server"
+
+
 def folder(out: Path, box: str) -> Path:
     return Path(out) / "http" / box / FOLDER
 

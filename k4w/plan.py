@@ -94,9 +94,8 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         known = iso.iso_sha256(prof)
         state = "present" if iso_file.is_file() else "missing"
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
-        media = "the build CD" if prof.is_windows else "Packer's HTTP server"
         ui.say(f"   first the host cache (invoke fetch --box {box}): {fetch.box_summary(cluster, box)}; "
-               f"staged in {build_media.folder(out, box)} for {media}")
+               f"staged in {build_media.folder(out, box)} for {build_media.delivery(prof)}")
         ui.command(packer_cli.build_command(out / "packer" / f"{box}.json", packer="packer"))
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
         for problem in decision.boxes.get(box, []):

@@ -175,30 +175,38 @@ def dry_run(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: s
     return refused
 
 
-def describe(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None) -> tuple[list[str], int]:
-    """Offline: one line per component (what a fetch would do with it), and how many it would refuse."""
+NO_CHECKSUM = "no checksum"
+
+
+def states(cluster: Cluster, boxes: list[str] | None = None, cache_option: str | None = None
+           ) -> tuple[Path, list[tuple[cache.Item, str]]]:
+    """Offline: the cache folder, and each download with its state there (verified, changed,
+    missing, or no checksum: a fetch would refuse it)."""
     root = cache.cache_dir(cluster.config, cluster.config_file, cache_option)
     manifest = cache.Manifest(root)
-    lines, refused = [], 0
-    for item in cache.plan(cluster, boxes):
-        if item.checksum is None:
-            refused += 1
+    return root, [(item, NO_CHECKSUM if item.checksum is None else manifest.status(item))
+                  for item in cache.plan(cluster, boxes)]
+
+
+def describe(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None) -> tuple[list[str], int]:
+    """Offline: one line per component (what a fetch would do with it), and how many it would refuse."""
+    root, found = states(cluster, boxes, cache_option)
+    lines = []
+    for item, state in found:
+        if state == NO_CHECKSUM:
             lines.append(f"{item.label}: refused, no checksum; run: {'; '.join(item.pin_commands(cluster.config_file))}")
             continue
-        state = manifest.status(item)
         what = {"verified": "cached and verified, nothing to do",
                 "changed": f"on disk but changed since verified: hash again, re-download {item.source} if it differs",
                 "missing": f"would download {item.source}"}[state]
         lines.append(f"{item.label}: {what} -> {item.path(root)} (verify {item.checksum.key} from {item.checksum.source})")
-    return lines, refused
+    return lines, sum(state == NO_CHECKSUM for _, state in found)
 
 
 def box_summary(cluster: Cluster, box: str) -> str:
     """One offline line for a plan: how many of a box's downloads are cached and verified."""
-    root = cache.cache_dir(cluster.config, cluster.config_file)
-    manifest = cache.Manifest(root)
-    items = cache.plan(cluster, [box])
-    states = [("no checksum" if item.checksum is None else manifest.status(item)) for item in items]
-    counts = ", ".join(f"{states.count(state)} {state}" for state in ("verified", "changed", "missing", "no checksum")
-                       if states.count(state))
-    return f"{len(items)} download(s) in {root}: {counts or 'none'}"
+    root, found = states(cluster, [box])
+    found_states = [state for _, state in found]
+    counts = ", ".join(f"{found_states.count(state)} {state}" for state in ("verified", "changed", "missing", NO_CHECKSUM)
+                       if state in found_states)
+    return f"{len(found)} download(s) in {root}: {counts or 'none'}"

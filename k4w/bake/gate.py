@@ -147,7 +147,7 @@ def _guest_digest_problems(profile: Profile, config_file) -> list[str]:
         f"read; put the digest that file holds in {profile.path.name} as components.{name}.sha256 (with its "
         f"checksum_source), or run: {pins.pin_command(profile.name, name, config_file)}"
         for name, spec in (profile.data.get("components") or {}).items()
-        if spec.get("url") and spec.get("sha256_url") and not (spec.get("sha256") or spec.get("sha512"))
+        if spec.get("url") and spec.get("sha256_url") and not any(spec.get(k) for k in pins.GUEST_KEYS)
     ]
 
 

@@ -37,6 +37,9 @@ HEADER = """\
 # Checksum keys a profile may carry for a component, strongest first. sha256_url is a
 # checksum file published beside the download (only where a source shows it exists).
 PROFILE_KEYS = ("sha256", "sha512", "sha256_url")
+# The ones a guest can check its file against: a digest known at render time. A published checksum
+# file (sha256_url) is read by the host's fetch only.
+GUEST_KEYS = ("sha256", "sha512")
 
 
 def pins_path(config_file: str | Path) -> Path:
@@ -83,8 +86,7 @@ def apply(profile: Profile, pins: dict) -> Profile:
     pinned = {name: (pins.get(profile.name) or {}).get(name) for name in components}
     # A pin is for one file: a profile that moved to another URL needs a new pin.
     chosen = {name: pin for name, pin in pinned.items()
-              # A published checksum file (sha256_url) is for the host's fetch; the guest needs a digest.
-              if pin and pin.get("sha256") and not any(components[name].get(k) for k in ("sha256", "sha512"))
+              if pin and pin.get("sha256") and not any(components[name].get(k) for k in GUEST_KEYS)
               and pin.get("url") == components[name].get("url")}
     if not chosen:
         return profile

@@ -229,8 +229,8 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
         _say(console, "  downloads (the host cache first, as `invoke fetch --box " + box + "`):")
         for line in fetch.describe(cluster, [box])[0]:
             _say(console, f"    {line}")
-        how = "on the build CD" if plan.profile.is_windows else "over Packer's HTTP server"
-        _say(console, f"    then staged in {build_media.folder(out, box)}, {how} to the guest, which checks each hash again")
+        _say(console, f"    then staged in {build_media.folder(out, box)} for {build_media.delivery(plan.profile)}; "
+                      "the guest checks each hash again")
         secret_sources = {}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
@@ -349,9 +349,9 @@ class _Builder:
     def _stage_media(self, plan: BoxPlan, files: dict[str, Path]) -> None:
         staged = build_media.stage(self.out, plan.profile, files)
         size = sum(path.stat().st_size for path in staged)
-        how = "the build CD" if plan.profile.is_windows else "Packer's HTTP server"
         _say(self.console, f"{plan.box}: {len(staged)} verified download(s), {iso_mod.human_size(size)}, staged in "
-                           f"{build_media.folder(self.out, plan.box)} for {how}; the guest downloads none of them")
+                           f"{build_media.folder(self.out, plan.box)} for {build_media.delivery(plan.profile)}; "
+                           "the guest downloads none of them")
 
     def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
         view = make_view(self.console)
