@@ -132,3 +132,16 @@ def test_the_cni_plugins_expected_follow_the_cni_release(monkeypatch):
     assert "flannel" in expect.linux_cni_plugins(_profile(monkeypatch, "ubuntu-1604"))
     assert expect.container_runtime(_profile(monkeypatch, "ubuntu-2404-e2e")) == "containerd"
     assert expect.container_runtime(_profile(monkeypatch, "debian-12-e2e")) == "docker"
+
+
+def test_the_spec_asks_the_runtime_binaries_where_step_03_installs_them():
+    """By path: a login user's PATH on Debian lacks /usr/local/sbin, where runc goes (found by the e2e run)."""
+    import ast
+
+    # Read, not imported: the spec module is collected only by the box-spec run, with its markers.
+    spec = ast.parse((ROOT / "k4w" / "verify" / "specs" / "test_ubuntu_box.py").read_text(encoding="utf-8"))
+    [paths] = [ast.literal_eval(node.value) for node in spec.body
+               if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "RUNTIME_BINARIES"]
+    step = (ROOT / "guest" / "ubuntu" / "bake" / "03-containerd.sh").read_text(encoding="utf-8")
+    assert f"RUNC={paths['runc']}\n" in step
+    assert f"BIN_DIR={paths['containerd'].rsplit('/', 1)[0]}\n" in step

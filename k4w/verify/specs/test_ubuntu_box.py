@@ -196,6 +196,9 @@ def test_cni_plugins_present(host, profile):
 
 # ------------------------------------------------------------------ containerd (the containerd era: 03-containerd.sh)
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# Where guest/ubuntu/bake/03-containerd.sh installs them. By path, not by name: runc lives in
+# /usr/local/sbin, which systemd's PATH (containerd's) has and a login user's PATH may lack.
+RUNTIME_BINARIES = {"containerd": "/usr/local/bin/containerd", "runc": "/usr/local/sbin/runc"}
 
 
 @pytest.mark.k4w_check("containerd", component="containerd")
@@ -213,10 +216,10 @@ def test_containerd_enabled_running_and_answering(host, as_root):
 
 
 @pytest.mark.k4w_check("containerd", component="containerd")
-@pytest.mark.parametrize("binary, command", [("containerd", "containerd --version"), ("runc", "runc --version")])
-def test_runtime_version_is_the_profiles(host, profile, binary, command):
+@pytest.mark.parametrize("binary", sorted(RUNTIME_BINARIES))
+def test_runtime_version_is_the_profiles(host, profile, binary):
     pinned = expect.component(profile, binary)
-    out = _ok(host.run(command), f"{binary} version")
+    out = _ok(host.run(f"{RUNTIME_BINARIES[binary]} --version"), f"{binary} version")
     assert expect.version_matches(expect.reported_version(out) or "", pinned), f"{binary} reports {out.strip()!r}, profile pins {pinned}"
 
 
