@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,15 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def gone_within(pids: list[int], seconds: float = 5.0) -> list[int]:
+    """The pids still alive after up to `seconds`: SIGKILL to a process group is delivered
+    asynchronously, so a killed grandchild can still be running for a moment on a loaded host."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [pid for pid in pids if process_alive(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
