@@ -6,10 +6,13 @@ an invoke.yaml beside this file or INVOKE_K4W_OUT=/data/build changes them for e
 `invoke --dry TASK` is the same as `invoke TASK --dry-run`.
 """
 
+from pathlib import Path
+
 from invoke import Collection, task
 from invoke.exceptions import Exit
 
 from k4w import cli, doctor as doctor_mod, plan as plan_mod, ui
+from k4w.errors import K4wError
 
 CONFIG_HELP = "cluster definition to use (default: cluster.yml)"
 OUT_HELP = "folder for rendered artifacts, boxes, logs and state (default: build)"
@@ -196,16 +199,21 @@ def cluster_test(c, config=None, out=None, dry_run=False):
     flows.cluster_test(cli.load(s), s.out, dry_run=s.dry_run)
 
 
-@task(help={"out": "e2e folder: base-image cache, rendered files, box, logs (default: build/e2e)",
+@task(help={"box": "the CI box to bake: debian-12-e2e (Docker era, default) or ubuntu-2404-e2e (containerd era)",
+            "out": "e2e folder: rendered files, box, logs (default: build/e2e; build/e2e-ubuntu-2404 for ubuntu-2404-e2e)",
             "keep": "keep the work folder (squid logs, guest overlay, serial console, ssh config) for debugging",
             "dry_run": DRY_HELP})
 @cli.user_errors
-def e2e(c, out="build/e2e", keep=False, dry_run=False):
+def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
-    from tests.e2e.harness import run_e2e
+    from tests.e2e.harness import BOXES, default_out, run_e2e
 
-    s = cli.settings(c, out=out, dry_run=dry_run)
-    result = run_e2e(s.out, keep=keep, dry_run=s.dry_run)
+    if box not in BOXES:
+        raise K4wError(f"--box {box}: no such CI box; choose one of: {', '.join(BOXES)}")
+    # Every box's run shares the default box's base image cache (build/e2e/base-image).
+    images = default_out(Path("build"), BOXES[0]) / "base-image"
+    s = cli.settings(c, out=out or str(default_out(Path("build"), box)), dry_run=dry_run)
+    result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images)
     if not s.dry_run:
         for line in result.summary():
             ui.say(line)

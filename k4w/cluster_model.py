@@ -34,22 +34,37 @@ class Kube:
     image_repository: str
     cgroup_driver: str | None
     flannel_image: str | None
+    # The container runtime component whose cgroup_driver the kubelet must share (docker, containerd).
+    runtime: str = "docker"
+    cri_socket: str | None = None  # kubeadm's nodeRegistration.criSocket; None: kubeadm detects it
+    # Which templates/manifests/flannel/<name>.yaml.j2 renders kube-flannel.yaml (the era's shape).
+    flannel_manifest: str | None = None
+    flannel_cni_plugin_image: str | None = None  # the init image that installs Flannel's CNI binary
+
+
+# The container runtimes a profile may name under components:, in the order kube_era looks for them.
+RUNTIMES = ("containerd", "docker")
 
 
 def kube_era(master: Profile) -> Kube:
     """Taken from the master's profile: the images its box pre-pulled are the ones kubeadm must use."""
     data = master.data
     k = data.kubernetes
-    docker = data.get("components", {}).get("docker", {})
+    components = data.get("components", {})
+    runtime = next((name for name in RUNTIMES if name in components), "docker")
     return Kube(
         version=k.version,
         kubeadm_api=k.kubeadm_api,
         os_label=k.node_os_label,
         pause_image=k.get("pause_image", ""),
         image_repository=k.get("image_repository", "registry.k8s.io"),
-        # None when a profile lacks them; the templates that need them fail naming the key.
-        cgroup_driver=docker.get("cgroup_driver"),
+        # None when a profile lacks them; the templates and checks that need them fail naming the key.
+        cgroup_driver=(components.get(runtime) or {}).get("cgroup_driver"),
         flannel_image=k.get("flannel_image"),
+        runtime=runtime,
+        cri_socket=k.get("cri_socket"),
+        flannel_manifest=k.get("flannel_manifest"),
+        flannel_cni_plugin_image=k.get("flannel_cni_plugin_image"),
     )
 
 

@@ -273,6 +273,11 @@ class Config(Strict):
                     f"network.backend: vxlan is not supported by box {node.box} (nodes[{i}]); "
                     f"Flannel vxlan on Windows needs Server 2019 (17763.379+), use host-gw"
                 )
+            if self.network.backend == "host-gw" and data.get("supports_host_gw") is False:
+                problems.append(
+                    f"network.backend: host-gw is not supported by box {node.box} (nodes[{i}]); its node recipe "
+                    f"runs Flannel vxlan only (Windows host-gw bugs are closed wontfix upstream), use vxlan"
+                )
         if problems:
             raise ValueError("\n".join(problems))
         return self

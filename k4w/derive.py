@@ -193,3 +193,11 @@ def derive_proxy(cfg: Config) -> Proxy:
         ".svc",
     ]
     return Proxy(enabled=True, http=p.http, https=p.https, no_proxy=list(dict.fromkeys(entries)))
+
+
+def linux_kubelet_flags(profile) -> list[str]:
+    """The kubelet flags a joining Linux worker gets beyond --node-ip (cluster-join.sh puts them in
+    KUBELET_EXTRA_ARGS). Era data of the box profile: kubeadm 1.11 does not tell the kubelet its
+    pause image (kubernetes/kubeadm#1003), so that era names it; kubelet 1.35 has no such flag."""
+    kube = profile.data.kubernetes
+    return [f"--pod-infra-container-image={kube.pause_image}"] if kube.get("kubelet_pause_image_flag") else []

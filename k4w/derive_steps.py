@@ -56,7 +56,15 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_OS_BUILD": FromProfile("guest.os_build", (WINDOWS,)),
     "K4W_IMAGE_SERVERCORE": FromProfile("images.servercore", (WINDOWS,)),
     "K4W_IMAGE_NANOSERVER": FromProfile("images.nanoserver", (WINDOWS,)),
-    "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image", (WINDOWS,)),
+    "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image"),
+    "K4W_KUBE_CRI_SOCKET": FromProfile("kubernetes.cri_socket", (UBUNTU,)),
+    # The container runtime service the node services start after (docker for the seed profile,
+    # which names no runtime:), and, for the containerd era, its endpoint and the CNI folders.
+    "K4W_RUNTIME_SERVICE": FromProfile("runtime.service", (WINDOWS,), default="docker"),
+    "K4W_RUNTIME_ENDPOINT": FromProfile("runtime.endpoint", (WINDOWS,)),
+    "K4W_CNI_BIN_DIR": FromProfile("runtime.cni_bin_dir", (WINDOWS,)),
+    "K4W_CNI_CONF_DIR": FromProfile("runtime.cni_conf_dir", (WINDOWS,)),
+    "K4W_KUBELET_LAUNCHER": FromProfile("kubernetes.kubelet_launcher", (WINDOWS,)),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
     "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256"),
@@ -73,12 +81,22 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_DOCKER_GPG_FINGERPRINT": FromProfile("components.docker.gpg_fingerprint", (UBUNTU,)),
     "K4W_DOCKER_CGROUP_DRIVER": FromProfile("components.docker.cgroup_driver", (UBUNTU,)),
     "K4W_DOCKER_STORAGE_DRIVER": FromProfile("components.docker.storage_driver", (UBUNTU,)),
+    "K4W_CONTAINERD_VERSION": FromProfile("components.containerd.version"),
+    "K4W_CONTAINERD_SHA256": FromProfile("components.containerd.sha256"),
+    "K4W_CONTAINERD_SHA512": FromProfile("components.containerd.sha512"),
+    "K4W_CONTAINERD_CGROUP_DRIVER": FromProfile("components.containerd.cgroup_driver", (UBUNTU,)),
+    "K4W_RUNC_VERSION": FromProfile("components.runc.version", (UBUNTU,)),
+    "K4W_RUNC_SHA256": FromProfile("components.runc.sha256", (UBUNTU,)),
+    "K4W_RUNC_SHA512": FromProfile("components.runc.sha512", (UBUNTU,)),
     "K4W_CNI_VERSION": FromProfile("components.cni.version"),
     "K4W_CNI_SHA256": FromProfile("components.cni.sha256"),
     "K4W_CNI_SHA512": FromProfile("components.cni.sha512"),
     "K4W_FLANNEL_VERSION": FromProfile("components.flannel.version", (WINDOWS,)),
     "K4W_FLANNEL_SHA256": FromProfile("components.flannel.sha256", (WINDOWS,)),
     "K4W_FLANNEL_SHA512": FromProfile("components.flannel.sha512", (WINDOWS,)),
+    "K4W_FLANNEL_CNI_VERSION": FromProfile("components.flannel_cni.version", (WINDOWS,)),
+    "K4W_FLANNEL_CNI_SHA256": FromProfile("components.flannel_cni.sha256", (WINDOWS,)),
+    "K4W_FLANNEL_CNI_SHA512": FromProfile("components.flannel_cni.sha512", (WINDOWS,)),
     "K4W_NSSM_VERSION": FromProfile("components.nssm.version", (WINDOWS,)),
     "K4W_NSSM_SHA256": FromProfile("components.nssm.sha256", (WINDOWS,)),
     "K4W_NSSM_SHA512": FromProfile("components.nssm.sha512", (WINDOWS,)),
@@ -92,8 +110,11 @@ MEDIA_VARIABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "K4W_KUBERNETES_FILE": ("kubernetes", FAMILIES),
     "K4W_DOCKER_FILE": ("docker", (WINDOWS,)),
     "K4W_CNI_FILE": ("cni", FAMILIES),
+    "K4W_CONTAINERD_FILE": ("containerd", FAMILIES),
+    "K4W_RUNC_FILE": ("runc", (UBUNTU,)),
     "K4W_FLANNEL_FILE": ("flannel", (WINDOWS,)),
     "K4W_NSSM_FILE": ("nssm", (WINDOWS,)),
+    "K4W_FLANNEL_CNI_FILE": ("flannel_cni", (WINDOWS,)),
 }
 
 
@@ -136,11 +157,20 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env.update(_from_profile(profile, family))
     env.update(_media_files(profile, family))
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
+    if family == UBUNTU:
+        # Which runtime's service gets the build's proxy (lib.sh k4w_configure_proxy, scope build).
+        env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
+
+
+def container_runtime(profile: Profile) -> str:
+    """The container runtime a Linux box installs, by era: containerd when the profile pins it,
+    else Docker (the 2018 stack)."""
+    return "containerd" if "containerd" in (profile.data.get("components") or {}) else "docker"
 
 
 def release_record(profile: Profile) -> dict:

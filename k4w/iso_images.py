@@ -46,13 +46,23 @@ class ImagesRefused(IsoError):
 @dataclass(frozen=True)
 class Image:
     index: int
-    name: str
+    name: str  # Get-WindowsImage's ImageName: the image's DISPLAYNAME when it has one
     description: str
     edition_id: str | None
     installation_type: str | None
+    # The <NAME> in the image file's XML data, which Setup's /IMAGE/NAME matches (host/iso-images.ps1
+    # reads it); None when it could not be read, or in a list recorded before it was.
+    wim_name: str | None = None
+
+    @property
+    def setup_name(self) -> str:
+        """The name an answer file selects this image by."""
+        return self.wim_name or self.name
 
     def describe(self) -> str:
-        return f"image {self.index} '{self.name}' ({self.edition_id or 'edition unknown'}, {self.installation_type or 'type unknown'})"
+        shown = f" (listed as '{self.name}')" if self.wim_name and self.wim_name != self.name else ""
+        return (f"image {self.index} '{self.setup_name}'{shown} ({self.edition_id or 'edition unknown'}, "
+                f"{self.installation_type or 'type unknown'})")
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class Media:
     ei_cfg: str | None  # the text of sources\ei.cfg, when the media carry one
     image_file: str  # sources\install.wim or sources\install.esd
     origin: str  # where the list came from, for messages
+    wim_names_error: str | None = None  # why the host script could not read the images' NAMEs
 
     def listing(self) -> str:
         return "; ".join(image.describe() for image in self.images)
@@ -78,10 +89,13 @@ def parse(data, origin: str) -> Media:
     for number, entry in enumerate(data["images"], 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("index"), int) or not isinstance(entry.get("name"), str):
             raise bad(f"entry {number} needs an integer 'index' and a string 'name'")
+        if entry.get("wim_name") is not None and not isinstance(entry["wim_name"], str):
+            raise bad(f"entry {number} has a 'wim_name' that is not a string")
         images.append(Image(entry["index"], entry["name"], str(entry.get("description") or ""),
-                            entry.get("edition_id") or None, entry.get("installation_type") or None))
+                            entry.get("edition_id") or None, entry.get("installation_type") or None,
+                            entry.get("wim_name") or None))
     return Media(tuple(images), data.get("label") or None, data.get("ei_cfg") or None,
-                 str(data.get("image_file") or "sources\\install.wim"), origin)
+                 str(data.get("image_file") or "sources\\install.wim"), origin, data.get("wim_names_error") or None)
 
 
 def script_command(iso_path: Path) -> list[str]:
@@ -208,7 +222,12 @@ class Verdict:
 
 
 def _names(media: Media) -> str:
-    return ", ".join(f"{i.index} '{i.name}'" for i in media.images)
+    listed = ", ".join(f"{i.index} '{i.setup_name}'" for i in media.images)
+    if media.wim_names_error:
+        # Then these are display names, which Setup does not match: say so rather than mislead.
+        listed += (f" (display names: the image NAMEs Setup matches could not be read from "
+                   f"{media.image_file}: {media.wim_names_error})")
+    return listed
 
 
 def check(profile: Profile, media: Media, iso_path: Path, file_name: str | None = None) -> Verdict:
@@ -226,10 +245,10 @@ def check(profile: Profile, media: Media, iso_path: Path, file_name: str | None 
 
     wanted_name = iso.get("image_name")
     if wanted_name:
-        named = [i for i in media.images if i.name == wanted_name]
+        named = [i for i in media.images if i.setup_name == wanted_name]
         if not named:
-            near = [i for i in media.images if i.name.strip().casefold() == str(wanted_name).strip().casefold()]
-            hint = (f" ('{near[0].name}' differs only in case or spaces; Setup compares names exactly)" if near else "")
+            near = [i for i in media.images if i.setup_name.strip().casefold() == str(wanted_name).strip().casefold()]
+            hint = (f" ('{near[0].setup_name}' differs only in case or spaces; Setup compares names exactly)" if near else "")
             problems.append(f"iso.image_name '{wanted_name}' in {where} is not an image of {iso_path}{hint}; it holds "
                             f"{_names(media)}: set iso.image_name to the image's exact name, or to null to select by iso.index")
         elif len(named) > 1:
@@ -237,7 +256,7 @@ def check(profile: Profile, media: Media, iso_path: Path, file_name: str | None 
                             f"{', '.join(str(i.index) for i in named)}), so Setup cannot select by name: "
                             f"set iso.image_name: null in {where} to select by iso.index")
         elif named[0].index != image.index:
-            problems.append(f"iso.index {image.index} in {where} is '{image.name}', but iso.image_name '{wanted_name}' is "
+            problems.append(f"iso.index {image.index} in {where} is '{image.setup_name}', but iso.image_name '{wanted_name}' is "
                             f"image {named[0].index} of {iso_path}: make them agree (iso.index: {named[0].index})")
 
     wanted_type = iso.get("installation_type")

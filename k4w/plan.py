@@ -8,7 +8,43 @@ from pathlib import Path
 
 from . import build_media, iso, ui
 from .bake import fetch, gate, packer_cli
-from .cluster_model import Cluster
+from .cluster_model import RUNTIMES, Cluster
+from .profiles import Profile
+
+
+def _image_tag(image: str | None) -> str | None:
+    """registry/name:v0.28.9 -> v0.28.9 (a digest or a bare name gives None)."""
+    if not image or "@" in image:
+        return None
+    name, _, tag = image.rpartition(":")
+    return tag if name and "/" not in tag else None
+
+
+def box_versions(profile: Profile) -> dict[str, str]:
+    """What a box runs, as one plan row each: every value read from its profile, '-' when the
+    profile pins nothing for it (a Linux box's CNI may come with its Kubernetes packages)."""
+    data = profile.data
+    kube = data.get("kubernetes") or {}
+    components = data.get("components") or {}
+    runtime = next((name for name in RUNTIMES if name in components), None)
+    # Windows runs flanneld.exe (a component); Linux runs the image of the manifest (kubernetes.flannel_image).
+    flannel = (components.get("flannel") or {}).get("version") or _image_tag(kube.get("flannel_image"))
+    iso_info = data.get("iso") or {}
+    return {
+        "Kubernetes": str(kube.get("version") or "-"),
+        "kubeadm API": str(kube.get("kubeadm_api") or "-").rpartition("/")[2],
+        "container runtime": f"{runtime} {components[runtime].get('version', '?')}" if runtime else "-",
+        "Flannel": str(flannel or "-"),
+        "CNI plugins": str((components.get("cni") or {}).get("version") or "-"),
+        "ISO": str(iso_info.get("name") or "-"),
+    }
+
+
+def versions_table(cluster: Cluster) -> None:
+    """The version matrix of the boxes in use, one column per box, side by side."""
+    boxes = {box: box_versions(prof) for box, prof in cluster.profiles.items()}
+    rows = [[what, *(versions[what] for versions in boxes.values())] for what in next(iter(boxes.values()))]
+    ui.table("Box versions (boxes/<box>.yml)", ["", *boxes], rows)
 
 
 def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = False) -> None:
@@ -19,6 +55,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         prof = cluster.profile(node.box)
         rows.append([node.name, node.role, node.box, prof.data.node_os, node.ip, node.cpus, f"{node.memory} MiB"])
     ui.table("Nodes", ["name", "role", "box", "os", "cluster IP", "cpus", "memory"], rows)
+    versions_table(cluster)
 
     ui.table(
         "Derived once, used by every artifact",

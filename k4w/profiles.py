@@ -52,6 +52,18 @@ class Profile:
     def is_windows(self) -> bool:
         return self.data.node_os == "windows"
 
+    @property
+    def node_recipe(self) -> str | None:
+        """The era's node recipe (profile key node_recipe), None for the family's seed recipe."""
+        return self.data.get("node_recipe")
+
+    @property
+    def node_templates(self) -> str:
+        """The folder under templates/nodes/ rendered for each node of this box: the family's
+        (windows/) or, for a profile naming a node recipe, <family>-<recipe>/ (docs/architecture.md,
+        "Node recipes")."""
+        return f"{self.os_family}-{self.node_recipe}" if self.node_recipe else self.os_family
+
 
 def available() -> list[str]:
     """Box names a user can pick: boxes/ only, never a test-only profile folder."""

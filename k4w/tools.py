@@ -14,6 +14,8 @@ INSTALL = {
     "vagrant": "apt-get install -y vagrant",
     "shellcheck": "apt-get install -y shellcheck",
     "debconf-set-selections": "apt-get install -y debconf-utils",
+    # `cloud-init schema` checks the autoinstall boxes' user-data (Debian 12's 22.4 is enough).
+    "cloud-init": "apt-get install -y cloud-init",
     "ruby": "apt-get install -y ruby",
     "git": "apt-get install -y git",
     "gpg": "apt-get install -y gnupg",
@@ -28,6 +30,8 @@ INSTALL = {
     "openssl": "apt-get install -y openssl",
     # The wget debian-installer fetches preseed.cfg with; a test pins its proxy behaviour.
     "busybox": "apt-get install -y busybox",
+    # Writes a real WIM whose layout a test holds host/iso-images.ps1's NAME reader against.
+    "wimlib-imagex": "apt-get install -y wimtools",
     "kubectl": "choco install kubernetes-cli (Windows host) or see https://kubernetes.io/docs/tasks/tools/",
     "powershell.exe": "part of Windows: add %SystemRoot%\\System32\\WindowsPowerShell\\v1.0 to PATH",
     "kubernetes-validate": "python3 -m pip install kubernetes-validate",

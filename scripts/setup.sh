@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 
 # Every apt package k4w.tools.INSTALL names is here (tests/cli/test_tools.py checks it).
 APT_PACKAGES=(
-  packer vagrant shellcheck debconf-utils ruby
-  qemu-system-x86 qemu-utils debootstrap squid busybox openssl
+  packer vagrant shellcheck debconf-utils cloud-init ruby
+  qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools
   python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
 )
 

@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,19 @@ def config_dict(**overrides) -> dict:
         else:
             target[last] = value
     return data
+
+
+# The modern era's box profiles (boxes/ubuntu-2404.yml: kubeadm v1beta4 and Flannel v0.28;
+# boxes/windows-2022.yml), as the tests of that era read them.
+MODERN_BOXES = ROOT / "boxes"
+MODERN_ENV = {sources.BOX_DIRS_ENV: str(MODERN_BOXES)}
+
+
+def modern_config(**overrides) -> dict:
+    """cluster.yml with the modern boxes (master and Linux worker ubuntu-2404, Windows worker
+    windows-2022) and the vxlan backend; run the CLI with env=MODERN_ENV."""
+    return config_dict(**{"network.backend": "vxlan", "nodes.0.box": "ubuntu-2404", "nodes.1.box": "ubuntu-2404",
+                          "nodes.2.box": "windows-2022", **overrides})
 
 
 def write_config(path: Path, data: dict | str) -> Path:
@@ -117,3 +131,15 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def gone_within(pids: list[int], seconds: float = 5.0) -> list[int]:
+    """The pids still alive after up to `seconds`: SIGKILL to a process group is delivered
+    asynchronously, so a killed grandchild can still be running for a moment on a loaded host."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [pid for pid in pids if process_alive(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+

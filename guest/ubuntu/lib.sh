@@ -76,8 +76,8 @@ k4w_path() {
     printf '%s%s' "${K4W_ROOT:-}" "$1"
 }
 
-# Prints "ubuntu-16.04" or "debian-12". Production boxes are Ubuntu 16.04; CI can only boot
-# Debian 12 in QEMU, and runs these same steps there.
+# Prints "ubuntu-16.04", "ubuntu-24.04" or "debian-12". Production boxes are Ubuntu 16.04 and
+# 24.04; CI can only boot Debian 12 in QEMU, and runs these same steps there.
 k4w_distro() {
     local os_release id version
     os_release="$(k4w_path /etc/os-release)"
@@ -87,8 +87,8 @@ k4w_distro() {
     # shellcheck source=/dev/null
     version="$(. "$os_release" && printf '%s' "${VERSION_ID:-}")"
     case "${id}-${version}" in
-        ubuntu-16.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
-        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 (boxes) and Debian 12 (CI)" ;;
+        ubuntu-16.04 | ubuntu-24.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
+        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 and 24.04 (boxes) and Debian 12 (CI)" ;;
     esac
 }
 
@@ -238,6 +238,50 @@ k4w_component_file() {
     printf '%s\n' "$target"
 }
 
+# k4w_installed_from NAME SOURCE - true when the files recorded for NAME were installed from
+# SOURCE (a digest and a file name) and are still byte for byte what was installed, so a second
+# run proves an install complete from the disk and needs no build host.
+k4w_installed_from() {
+    local record source
+    record="$(k4w_path "${K4W_STATE}/${1}.sha256sums")"
+    source="$(k4w_path "${K4W_STATE}/${1}.source")"
+    [[ -f $record && -f $source && $(cat "$source") == "$2" ]] && sha256sum --check --quiet --status "$record"
+}
+
+# k4w_record_install NAME SOURCE RECORD - keep what k4w_installed_from checks (RECORD: sha256sum
+# lines of the installed files).
+k4w_record_install() {
+    [[ -n $3 ]] || k4w_die "nothing was installed for $1"
+    k4w_write_file "${K4W_STATE}/${1}.sha256sums" 0644 "${3%$'\n'}"
+    k4w_write_file "${K4W_STATE}/${1}.source" 0644 "$2"
+}
+
+# k4w_install_node_binaries DIGEST BIN_DIR - kubeadm, kubelet and kubectl from the Kubernetes node
+# tarball (component kubernetes; kubernetes/node/bin/ inside) into BIN_DIR, recorded so a second run
+# needs no build host. Sets K4W_CHANGED=1 when the kubelet binary changed (a joined node restarts it).
+K4W_NODE_BINARIES=(kubeadm kubelet kubectl)
+k4w_install_node_binaries() {
+    local digest="$1" bin_dir="$2" source node_tarball unpacked record="" name kubelet_changed=0
+    k4w_require K4W_KUBERNETES_FILE K4W_KUBERNETES_VERSION
+    source="${digest} ${K4W_KUBERNETES_FILE}"
+    if k4w_installed_from kubernetes-node "$source"; then
+        k4w_log "kubeadm, kubelet and kubectl v${K4W_KUBERNETES_VERSION} already installed in ${bin_dir}"
+        K4W_CHANGED=0
+        return 0
+    fi
+    node_tarball="$(k4w_component_file kubernetes)"
+    unpacked="$(mktemp -d)"
+    tar -xzf "$node_tarball" -C "$unpacked" "${K4W_NODE_BINARIES[@]/#/kubernetes/node/bin/}"
+    for name in "${K4W_NODE_BINARIES[@]}"; do
+        k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${bin_dir}/${name}" 0755
+        if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_changed=1; fi
+        record+="$(k4w_sha256_of "${unpacked}/kubernetes/node/bin/${name}")  $(k4w_path "${bin_dir}/${name}")"$'\n'
+    done
+    rm -rf "$unpacked"
+    k4w_record_install kubernetes-node "$source" "$record"
+    K4W_CHANGED=$kubelet_changed
+}
+
 # k4w_wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND... - poll COMMAND once a second until it
 # succeeds; fail with DESCRIPTION when the timeout expires. For readiness, never a fixed sleep.
 k4w_wait_for() {
@@ -343,13 +387,27 @@ K4W_ENVIRONMENT_FILE=/etc/environment
 K4W_APT_PROXY_FILE=/etc/apt/apt.conf.d/90k4w-proxy
 # debian-installer writes mirror/http/proxy here; k4w's own file above replaces it.
 K4W_INSTALLER_APT_CONF=/etc/apt/apt.conf
-K4W_PROXY_SERVICES=(docker kubelet)
-K4W_BUILD_PROXY_SERVICES=(docker)
+# subiquity's autoinstall `proxy:` reaches the installed system twice: curtin's apt proxy file
+# (curtin/commands/apt_config.py APT_PROXY_FN) and subiquity's snapd drop-in
+# (subiquity/models/proxy.py at 24.04.4). Both may hold credentials; k4w owns the proxy instead.
+K4W_INSTALLER_PROXY_FILES=(/etc/apt/apt.conf.d/90curtin-aptproxy /etc/systemd/system/snapd.service.d/snap_proxy.conf)
+# The services that download on a node: the container runtime of either era (docker, containerd)
+# and the kubelet; a drop-in for a unit a node does not have is inert. During a build only the
+# runtime the box installs pulls images: K4W_CONTAINER_RUNTIME (docker or containerd, derived from
+# the profile's components by k4w/derive_steps.py).
+K4W_PROXY_SERVICES=(docker containerd kubelet)
 
 k4w_configure_proxy() {
     local proxy_env="$1" apt_conf="$2" mode="$3" scope="$4" pair proxy_vars=() changed=() service
     [[ $mode =~ ^0[0-7]{3}$ ]] || k4w_die "the proxy file mode must be a mode such as 0600, not '${mode}'"
     [[ $scope == node || $scope == build ]] || k4w_die "the proxy scope must be node or build, not '${scope}'"
+    local build_services=()
+    if [[ $scope == build ]]; then
+        k4w_require K4W_CONTAINER_RUNTIME
+        [[ " ${K4W_PROXY_SERVICES[*]} " == *" ${K4W_CONTAINER_RUNTIME} "* && $K4W_CONTAINER_RUNTIME != kubelet ]] ||
+            k4w_die "K4W_CONTAINER_RUNTIME must be docker or containerd, not '${K4W_CONTAINER_RUNTIME}'"
+        build_services=("$K4W_CONTAINER_RUNTIME")
+    fi
     read -r -a proxy_vars <<<"$proxy_env"
     # ${a[@]+...}: xenial's bash 4.3 calls an empty array unbound under `set -u`.
     for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
@@ -392,6 +450,14 @@ k4w_configure_proxy() {
         fi
     fi
 
+    local leftover
+    for leftover in "${K4W_INSTALLER_PROXY_FILES[@]}"; do
+        k4w_remove_file "$leftover"
+        if ((K4W_CHANGED)) && [[ $leftover == */systemd/* ]]; then
+            changed+=(snapd)
+        fi
+    done
+
     # One systemd drop-in per service: in /etc on a node, in /run during a build.
     local path content wanted dir
     for service in "${K4W_PROXY_SERVICES[@]}"; do
@@ -401,7 +467,7 @@ k4w_configure_proxy() {
             if ((${#proxy_vars[@]} > 0)); then
                 if [[ $scope == node && $dir == /etc/* ]]; then
                     wanted=1
-                elif [[ $scope == build && $dir == /run/* && " ${K4W_BUILD_PROXY_SERVICES[*]} " == *" ${service} "* ]]; then
+                elif [[ $scope == build && $dir == /run/* && " ${build_services[*]-} " == *" ${service} "* ]]; then
                     wanted=1
                 fi
             fi

@@ -16,12 +16,22 @@ $script:K4wComponents = [ordered]@{
     docker     = @{ Version = 'K4W_DOCKER_VERSION'; File = 'K4W_DOCKER_FILE'; Sha256 = 'K4W_DOCKER_SHA256'; Sha512 = 'K4W_DOCKER_SHA512' }
     cni        = @{ Version = 'K4W_CNI_VERSION'; File = 'K4W_CNI_FILE'; Sha256 = 'K4W_CNI_SHA256'; Sha512 = 'K4W_CNI_SHA512' }
     flannel    = @{ Version = 'K4W_FLANNEL_VERSION'; File = 'K4W_FLANNEL_FILE'; Sha256 = 'K4W_FLANNEL_SHA256'; Sha512 = 'K4W_FLANNEL_SHA512' }
+    containerd = @{ Version = 'K4W_CONTAINERD_VERSION'; File = 'K4W_CONTAINERD_FILE'; Sha256 = 'K4W_CONTAINERD_SHA256'; Sha512 = 'K4W_CONTAINERD_SHA512' }
+    flannel_cni = @{ Version = 'K4W_FLANNEL_CNI_VERSION'; File = 'K4W_FLANNEL_CNI_FILE'; Sha256 = 'K4W_FLANNEL_CNI_SHA256'; Sha512 = 'K4W_FLANNEL_CNI_SHA512' }
     nssm       = @{ Version = 'K4W_NSSM_VERSION'; File = 'K4W_NSSM_FILE'; Sha256 = 'K4W_NSSM_SHA256'; Sha512 = 'K4W_NSSM_SHA512' }
 }
 
 function Write-K4wStep {
     param([Parameter(Mandatory = $true)][string]$Message)
     Write-Host "==> k4w: $Message"
+}
+
+function ConvertTo-K4wPipePath {
+    # A CRI endpoint (npipe:////./pipe/containerd-containerd) as the pipe path ctr.exe --address
+    # takes (\\.\pipe\containerd-containerd).
+    param([Parameter(Mandatory = $true)][string]$Endpoint)
+    if ($Endpoint -notmatch '^npipe://') { throw "'$Endpoint' is not a named-pipe endpoint (npipe://...)" }
+    return (($Endpoint -replace '^npipe://', '') -replace '/', '\')
 }
 
 function Get-K4wEnv {
@@ -216,13 +226,17 @@ function Set-K4wProxy {
     Set-K4wSystemProxy -HttpProxy $Proxy.Http.HostPort -HttpsProxy $Proxy.Https.HostPort -NoProxy $Proxy.NoProxy
 }
 
-function Set-K4wDockerProxy {
-    # The docker service's environment (REG_MULTI_SZ "Environment" of its service key, which the
-    # SCM passes to dockerd.exe): exactly the NAME=value pairs of the proxy settings, or none.
-    # Full URLs: dockerd is a Go program and accepts user:password@ in them. Returns $true when
-    # it changed; a running dockerd sees the change only after a restart.
-    param([Parameter(Mandatory = $true)]$Proxy)
-    $serviceKey = 'HKLM:\SYSTEM\CurrentControlSet\Services\docker'
+function Set-K4wServiceProxy {
+    # A container runtime service's environment (REG_MULTI_SZ "Environment" of its service key,
+    # which the SCM passes to the program: dockerd.exe, containerd.exe): exactly the NAME=value
+    # pairs of the proxy settings, or none. Full URLs: both are Go programs and accept
+    # user:password@ in them. Returns $true when it changed; a running service sees the change
+    # only after a restart.
+    param(
+        [Parameter(Mandatory = $true)][ValidateSet('docker', 'containerd')][string]$Service,
+        [Parameter(Mandatory = $true)]$Proxy
+    )
+    $serviceKey = "HKLM:\SYSTEM\CurrentControlSet\Services\$Service"
     $environment = @($Proxy.Environment)
     if ($environment) {
         return (Set-K4wRegistryValue -Path $serviceKey -Name 'Environment' -Value ([string[]]$environment) -Type MultiString)
@@ -367,6 +381,18 @@ function Get-K4wVerifiedFile {
     }
     Write-K4wStep "${Component} ${name}: $(($checks | ForEach-Object { $_.Algorithm }) -join ' and ') verified on the build CD"
     return $path
+}
+
+function Install-K4wFlanneld {
+    # flanneld.exe (component flannel) into the node folder: the CNI step of every era installs it.
+    param([Parameter(Mandatory = $true)][string]$NodeDir)
+    $version = Get-K4wEnv -Name 'K4W_FLANNEL_VERSION'
+    $flanneld = Get-K4wVerifiedFile -Component 'flannel'
+    if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $NodeDir 'flanneld.exe')) {
+        Write-K4wStep "flanneld $version installed in $NodeDir"
+    } else {
+        Write-K4wStep "flanneld $version already installed in $NodeDir"
+    }
 }
 
 function Copy-K4wFileIfChanged {

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive_steps, outfiles, proc, profiles, sources, ui
+from .. import derive, derive_steps, outfiles, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -321,13 +321,19 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     prepare_dirs(ctx, m)
     script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-join.sh")
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
-    # kubeadm 1.11 does not pass imageRepository to the kubelet (kubernetes/kubeadm#1003), so
-    # name the pause image the box pre-pulled, or the kubelet pulls k8s.gcr.io/pause itself.
-    pause = profiles.load(node.box).data.kubernetes.pause_image
+    # The era's kubelet flags (e.g. 1.11's pause image, kubernetes/kubeadm#1003), from the box profile.
+    flags = derive.linux_kubelet_flags(profiles.load(node.box))
     env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_API_SERVER=join["api"],
-                 K4W_CA_CERT_HASH=join["hash"], K4W_PAUSE_IMAGE=pause)
+                 K4W_CA_CERT_HASH=join["hash"], K4W_KUBELET_EXTRA_ARGS=" ".join(flags))
     # The token goes on standard input: sudo logs its whole command line to auth.log.
     ctx.remote.run(m, f"sudo {env} bash {script}", stdin=join["token"] + "\n")
+
+
+def windows_join_script(box: str) -> str:
+    """The join script of a Windows box's node recipe: cluster-join.ps1 for the seed recipe,
+    cluster-join-<recipe>.ps1 for a profile naming one (docs/architecture.md, "Node recipes")."""
+    recipe = profiles.load(box).node_recipe
+    return f"cluster-join-{recipe}.ps1" if recipe else "cluster-join.ps1"
 
 
 def step_join_windows(ctx: Context, m: Machine) -> None:
@@ -340,7 +346,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
-    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-join.ps1")
+    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / windows_join_script(m.box))
     token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
     ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
                       f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")

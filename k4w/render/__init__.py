@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets as _secrets
 import shutil
 import string
@@ -60,7 +61,18 @@ def _environment(templates: Path) -> jinja2.Environment:
     )
     env.filters.update(escape.FILTERS)
     env.globals["fail"] = _fail
+    env.globals["has_template"] = lambda name: _has_template(env, name)
     return env
+
+
+def _has_template(env: jinja2.Environment, name: str) -> bool:
+    """Whether a template exists: a template that includes the file a profile names (an era's
+    variant) checks it first, so a wrong name fails naming the profile key, not a loader error."""
+    try:
+        env.loader.get_source(env, name)
+    except jinja2.TemplateNotFound:
+        return False
+    return True
 
 
 def _fail(message: str) -> None:
@@ -170,6 +182,37 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
     }
 
 
+def installer_kind(prof: profiles.Profile) -> str | None:
+    """The profile's installer.kind (e.g. preseed, autoinstall); None for a box with no installer
+    (one that boots an installed image). An installer section without a kind is refused."""
+    installer = prof.data.get("installer")
+    if installer is None:
+        return None
+    kind = installer.get("kind")
+    if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", kind):
+        what = "is missing" if kind is None else f"is {kind!r}, not a folder name"
+        raise K4wError(f"{prof.path}: installer.kind {what}: name the installer its templates are for "
+                       f"(a folder of templates/http/{prof.os_family}/, e.g. preseed or autoinstall)")
+    return kind
+
+
+def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
+    """The templates rendered to OUT/http/<box>/ for one box (docs/internals.md): those of its
+    family for every box, plus those of its installer kind only, so a box never carries the
+    answer files of an installer it does not run."""
+    family = templates / "http" / prof.os_family
+    found = sorted(family.glob("*.j2"))
+    kind = installer_kind(prof)
+    if kind is not None:
+        folder = family / kind
+        if not folder.is_dir() or not any(folder.glob("*.j2")):
+            known = ", ".join(sorted(d.name for d in family.iterdir() if d.is_dir())) if family.is_dir() else ""
+            raise K4wError(f"{prof.path}: installer.kind {kind!r} has no templates in templates/http/{prof.os_family}/{kind}/ "
+                           f"(known kinds: {known or 'none'})")
+        found += sorted(folder.glob("*.j2"))
+    return found
+
+
 def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str]:
     """Render every artifact in memory: {path relative to out: text}. Writes nothing.
 
@@ -208,8 +251,10 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         packer_template = templates / "packer" / f"{prof.os_family}.json.j2"
         if not packer_template.is_file():
             raise K4wError(f"box {box_name}: no Packer template templates/packer/{prof.os_family}.json.j2 for os_family '{prof.os_family}'")
+        # Found first: an unknown installer kind is reported as such, not as a missing Packer partial.
+        installer_templates = http_templates(templates, prof)
         emit(packer_template, f"packer/{box_name}.json", **extra)
-        for tpl in sorted((templates / "http" / prof.os_family).glob("*.j2")):
+        for tpl in installer_templates:
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 
     for tpl in sorted((templates / "manifests").glob("*.yaml.j2")):
@@ -220,7 +265,11 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         emit(tpl, f"kubeadm/{tpl.stem}")
     for node in cfg.nodes:
         prof = cluster.profile(node.box)
-        for tpl in sorted((templates / "nodes" / prof.os_family).glob("*.j2")):
+        recipe = templates / "nodes" / prof.node_templates
+        if prof.node_recipe and not recipe.is_dir():
+            raise K4wError(f"box {node.box}: no node recipe templates/nodes/{prof.node_templates}/ "
+                           f"(node_recipe {prof.node_recipe!r} in {prof.path.name})")
+        for tpl in sorted(recipe.glob("*.j2")):
             box = profiles.Attr(prof.data)
             box["name"] = node.box
             emit(tpl, f"nodes/{node.name}/{tpl.stem}", node=node, box=box, paths=_paths(cluster, out, node.box))

@@ -19,6 +19,8 @@ from ..tools import require
 # Rendered artifacts the external validators read, as globs relative to OUT.
 PACKER_TEMPLATES = "packer/*.json"
 PRESEEDS = "http/*/preseed.cfg"
+# NoCloud seeds of autoinstall boxes (templates/http/ubuntu/autoinstall/).
+USER_DATA = "http/*/user-data"
 # Only the variable's presence matters to validate; the real value is generated per build.
 PACKER_VALIDATE_ENV = {"K4W_ADMIN_PASSWORD": "validate-only-placeholder", "CHECKPOINT_DISABLE": "1"}
 
@@ -55,6 +57,11 @@ def _packer_validate(packer: str, template: Path) -> list[str]:
 
 def _preseed_check(tool: str, seed: Path) -> list[str]:
     return [tool, "--checkonly", str(seed)]
+
+
+def _cloud_init_schema(tool: str, user_data: Path) -> list[str]:
+    # Debian 12's cloud-init 22.4 spells it `schema -c FILE` (newer ones also take --config-file).
+    return [tool, "schema", "-c", str(user_data)]
 
 
 def _shellcheck(tool: str, script: Path) -> list[str]:
@@ -106,6 +113,27 @@ def preseeds(cluster: Cluster, out: Path) -> Result:
                      lambda seed: _preseed_check(tool, seed), quiet_when_ok=True)
 
 
+def cloud_configs(cluster: Cluster, out: Path) -> Result:
+    """The whole user-data as cloud-init in the live installer reads it: `#cloud-config` first, every
+    key it knows of the right shape (the autoinstall section is subiquity's, checked below)."""
+    files = sorted(out.glob(USER_DATA))
+    res = Result("cloud-config (user-data)", "cloud-init schema")
+    if not files:
+        return res
+    tool = require("cloud-init")
+    return _run_each(res, files, lambda seed: _cloud_init_schema(tool, seed))
+
+
+def autoinstall_seeds(cluster: Cluster, out: Path) -> Result:
+    res = Result("autoinstall (user-data)", "subiquity's autoinstall-schema.json + jsonschema")
+    from . import autoinstall_rules
+
+    for seed in sorted(out.glob(USER_DATA)):
+        res.checked.append(_rel(seed))
+        res.problems += [f"{_rel(seed)}: {p}" for p in autoinstall_rules.check_user_data(seed.read_text(encoding="utf-8"))]
+    return res
+
+
 def shell_scripts(cluster: Cluster, out: Path) -> Result:
     tool = require("shellcheck")
     return _run_each(Result("bash scripts", "shellcheck"), _shell_script_files(cluster.sources),
@@ -151,6 +179,16 @@ def manifests(cluster: Cluster, out: Path) -> Result:
     res.checked += [_rel(p) for p in sorted((out / "kubeadm").glob("*"))]
     res.checked += [_rel(p) for p in sorted((out / "nodes").rglob("*")) if p.is_file()]
     res.problems = manifest_checks.check_manifests(out, cluster)
+    return res
+
+
+def kubeadm_config(cluster: Cluster, out: Path) -> Result:
+    res = Result("kubeadm config", "fields of kubeadm's types at the pinned API")
+    from . import kubeadm_rules
+
+    path = out / "kubeadm" / "kubeadm-config.yaml"
+    res.checked.append(_rel(path))
+    res.problems = kubeadm_rules.check(path, cluster.kube.kubeadm_api)
     return res
 
 
@@ -202,6 +240,19 @@ def _would_check_preseeds(cluster: Cluster, out: Path, rendered: Collection[str]
     return [shlex.join(_preseed_check(tool, seed)) for seed in _matching(rendered, out, PRESEEDS)]
 
 
+def _would_check_cloud_configs(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    tool = _tool("cloud-init")
+    return [shlex.join(_cloud_init_schema(tool, seed)) for seed in _matching(rendered, out, USER_DATA)]
+
+
+def _would_check_autoinstall(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    from . import autoinstall_rules
+
+    origin = autoinstall_rules.source()
+    return [f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}"
+            for seed in _matching(rendered, out, USER_DATA)]
+
+
 def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     tool = _tool("shellcheck")
     return [shlex.join(_shellcheck(tool, script)) for script in _shell_script_files(cluster.sources)]
@@ -214,6 +265,13 @@ def _would_parse_powershell(cluster: Cluster, out: Path, rendered: Collection[st
 
 def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: structural rules on {out / 'http' / box / 'Autounattend.xml'}" for box in _windows_boxes(cluster)]
+
+
+def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    from . import kubeadm_rules
+
+    return [f"# in this process: every field of {out / 'kubeadm' / 'kubeadm-config.yaml'} against "
+            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}"]
 
 
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -246,10 +304,13 @@ class Validator:
 VALIDATORS: list[Validator] = [
     Validator(packer_templates, _would_validate_packer),
     Validator(preseeds, _would_check_preseeds),
+    Validator(cloud_configs, _would_check_cloud_configs),
+    Validator(autoinstall_seeds, _would_check_autoinstall),
     Validator(shell_scripts, _would_shellcheck),
     Validator(powershell_scripts, _would_parse_powershell),
     Validator(unattend_files, _would_check_unattend),
     Validator(manifests, _would_check_manifests),
+    Validator(kubeadm_config, _would_check_kubeadm_config),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(vagrantfiles, _would_check_vagrantfiles),

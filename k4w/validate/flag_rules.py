@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from ..cluster_model import Cluster
+from ..derive import linux_kubelet_flags
 
 FACTS = Path(__file__).resolve().parent / "facts"
 FLAG = re.compile(r"(?<![\w-])--?([a-z][a-z0-9_-]*)")
@@ -144,6 +145,14 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
             if (folder / name).is_file():
                 checked.append(f"nodes/{node.name}/{name}")
                 judge(_args_file(folder / name, binary, f"nodes/{node.name}/{name}"), versions, profile.data.node_os)
+    for node in cluster.config.nodes:
+        profile = cluster.profiles[node.box]
+        flags = linux_kubelet_flags(profile) if profile.data.node_os == "linux" else []
+        if flags:
+            where = f"{profile.path.name} kubernetes (kubelet flags of a joining worker, k4w.derive.linux_kubelet_flags)"
+            checked.append(where)
+            judge([Use("kubelet", m.group(1), where) for flag in flags for m in FLAG.finditer(flag.split("=", 1)[0])],
+                  {"kubelet": str(profile.data.kubernetes.version)}, "linux")
     for path in sorted((out / "kubeadm").glob("*.yaml")):
         checked.append(f"kubeadm/{path.name}")
         judge(_kubeadm_config(path), {"kubelet": k8s}, "linux")

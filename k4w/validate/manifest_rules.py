@@ -42,6 +42,7 @@ class Expected:
     node_ips: dict[str, str] = field(default_factory=dict)
     os_label: str | None = None
     source: str = "cluster.yml"
+    runtime: str = "docker"  # the master profile's container runtime component (kube.runtime)
 
 
 def check_manifests(out_dir, cluster=None) -> list[str]:
@@ -73,7 +74,7 @@ def _expected(out: Path, cluster, kubeadm_docs: list[dict], problems: list[str])
     if cluster is not None:
         net = cluster.network
         return Expected(net.pod_cidr, net.service_cidr, net.dns_ip, net.backend, net.cluster_domain,
-                        {n.name: str(n.ip) for n in net.nodes}, cluster.kube.os_label)
+                        {n.name: str(n.ip) for n in net.nodes}, cluster.kube.os_label, runtime=cluster.kube.runtime)
     cluster = _load_json(out / "vagrant" / "cluster.json", problems) or {}
     networking = _kubeadm_networking(kubeadm_docs)
     netconf = _flannel_netconf(out / "manifests" / "kube-flannel.yaml", [])
@@ -160,8 +161,8 @@ def check_kubeadm(docs: list[dict], exp: Expected) -> list[str]:
     if kubelet.get("clusterDNS") != [exp.dns_ip]:
         problems.append(f"{where}: {kubelet_key}.clusterDNS is {kubelet.get('clusterDNS')!r}, the cluster DNS IP is {exp.dns_ip!r}")
     if not kubelet.get("cgroupDriver"):
-        problems.append(f"{where}: {kubelet_key}.cgroupDriver is missing: set components.docker.cgroup_driver in the "
-                        "master's box profile (boxes/<box>.yml) so the kubelet uses Docker's driver (kube.cgroup_driver)")
+        problems.append(f"{where}: {kubelet_key}.cgroupDriver is missing: set components.{exp.runtime}.cgroup_driver in the "
+                        f"master's box profile (boxes/<box>.yml) so the kubelet uses {exp.runtime}'s driver (kube.cgroup_driver)")
     return problems
 
 
@@ -247,6 +248,16 @@ def read_args(path: Path) -> dict[str, str]:
     return args
 
 
+# The kubelet minor from which --pod-infra-container-image must not be rendered: the flag is
+# deprecated for removal in 1.35 (pkg/kubelet/config/flags.go) and the issue-14 stack drops it from 1.34.
+PAUSE_FLAG_GONE = (1, 34)
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = (version.lstrip("v").split(".") + ["0"])[:2]
+    return int(major), int(minor)
+
+
 def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     node = node_dir.name
     where = f"nodes/{node}"
@@ -263,9 +274,15 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
                 problems.append(f"{where}/{name} line {number}: {line!r} is not a single --flag[=value] argument")
     node_ip = exp.node_ips.get(node)
     kubelet = read_args(files["kubelet.args"])
-    wants = [
+    info = _load_json(files["node.json"], problems)
+    # A node of the containerd era says so in its node.json: kubeadm's config.yaml then carries the
+    # cluster DNS and domain (check_kubeadm holds them), and its kubelet version decides the pause flag.
+    kubeadm_config = info is not None and info.get("kubelet_config") == "kubeadm"
+    wants = [] if kubeadm_config else [
         ("kubelet.args", kubelet, "--cluster-dns", exp.dns_ip, "the cluster DNS IP"),
         ("kubelet.args", kubelet, "--cluster-domain", exp.domain, "the cluster domain"),
+    ]
+    wants += [
         ("kubelet.args", kubelet, "--hostname-override", node, "the node name"),
         ("kubelet.args", kubelet, "--node-ip", node_ip, "the node's cluster IP"),
         ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--cluster-cidr", exp.pod_cidr, "the pod CIDR"),
@@ -275,7 +292,12 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     for name, args, flag, want, what in wants:
         if args.get(flag) != want:
             problems.append(f"{where}/{name}: {flag} is {args.get(flag)!r}, {what} is {want!r}")
-    if not kubelet.get("--pod-infra-container-image"):
+    version = str((info or {}).get("kubernetes_version") or "")
+    if version and _minor(version) >= PAUSE_FLAG_GONE:
+        if "--pod-infra-container-image" in kubelet:
+            problems.append(f"{where}/kubelet.args: --pod-infra-container-image is rendered for kubelet {version}, which has no "
+                            "such flag from 1.34 on: the pause image belongs in containerd's pinned_images.sandbox only")
+    elif not kubelet.get("--pod-infra-container-image"):
         problems.append(f"{where}/kubelet.args: --pod-infra-container-image is missing: set kubernetes.pause_image in the "
                         "Windows box profile (Linux pause images do not run on Windows)")
     network = WINDOWS_NETWORK.get(exp.backend)
@@ -295,7 +317,6 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     cni = _load_json(files["cni.conf"], problems)
     if cni is not None:
         problems += check_cni(cni, exp, node_ip, f"{where}/cni.conf")
-    info = _load_json(files["node.json"], problems)
     if info is not None and (info.get("name") != node or info.get("network_name") != network or info.get("ip") != node_ip):
         problems.append(f"{where}/node.json: {info} does not match node {node!r}, ip {node_ip!r}, network {network!r}")
     # start-node.ps1 takes its firewall rule and kube-proxy readiness check from these.

@@ -26,6 +26,9 @@ VAGRANT_INSECURE_KEY = (
 # chains `flannel` (which delegates to `bridge` + `host-local`) and `portmap` (hostPort);
 # the kubelet itself always sets up `loopback` in every pod sandbox.
 LINUX_CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "flannel")
+# containernetworking/plugins dropped its flannel plugin in v1.0.0 (commit 77233dd7 "plugins: remove
+# flannel"); Flannel's own manifest installs it from then on.
+CNI_WITHOUT_FLANNEL = (1, 0, 0)
 
 _VERSION = re.compile(r"v?(\d+\.\d+\.\d+)")
 
@@ -100,3 +103,44 @@ def parse_env_assignments(text: str) -> dict[str, str]:
 
 
 PROXY_KEYS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def linux_cni_plugins(profile: Profile) -> tuple[str, ...]:
+    """The CNI plugins the box's CNI release puts in /opt/cni/bin."""
+    version = tuple(int(part) for part in (reported_version(component(profile, "cni")) or "0.0.0").split("."))
+    return tuple(p for p in LINUX_CNI_PLUGINS if p != "flannel" or version < CNI_WITHOUT_FLANNEL)
+
+
+def container_runtime(profile: Profile) -> str:
+    """The box's container runtime, by era (k4w.derive_steps.container_runtime)."""
+    from ..derive_steps import container_runtime as runtime
+
+    return runtime(profile)
+
+
+def containerd_config_problems(text: str, profile: Profile) -> list[str]:
+    """What a containerd config.toml lacks of the profile: config version 3, the pause image under
+    the CRI images plugin's pinned_images.sandbox, runc's cgroup driver, the CNI dirs
+    (containerd docs/cri/config.md at v2.3.2)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [f"not valid TOML: {exc}"]
+    plugins = data.get("plugins") or {}
+    images = plugins.get("io.containerd.cri.v1.images") or {}
+    runtime = plugins.get("io.containerd.cri.v1.runtime") or {}
+    runc = ((runtime.get("containerd") or {}).get("runtimes") or {}).get("runc") or {}
+    cni = runtime.get("cni") or {}
+    wanted_systemd = component(profile, "containerd", "cgroup_driver") == "systemd"
+    checks = [
+        (data.get("version") == 3, f"version is {data.get('version')!r}, not 3 (containerd 2.x)"),
+        ((images.get("pinned_images") or {}).get("sandbox") == str(profile.data.kubernetes.pause_image),
+         f"pinned_images.sandbox is not {profile.data.kubernetes.pause_image}"),
+        ((runc.get("options") or {}).get("SystemdCgroup") is wanted_systemd,
+         f"runc's SystemdCgroup is not {str(wanted_systemd).lower()} (components.containerd.cgroup_driver)"),
+        (cni.get("bin_dirs") == ["/opt/cni/bin"] and cni.get("conf_dir") == "/etc/cni/net.d",
+         "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
+    ]
+    return [message for ok, message in checks if not ok]

@@ -7,6 +7,7 @@ error, so a typo cannot silently switch nothing (or everything) off.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import K4wError
@@ -26,6 +27,9 @@ STAGE_REASONS = {
 class Check:
     name: str
     stage: str | None = None  # None: holds at every stage
+    # The profile component the check is about (e.g. docker, containerd): a box whose profile pins
+    # no such component is of another era, and the check does not apply to it.
+    component: str | None = None
 
 
 def skip_checks(profile: Profile) -> dict[str, str]:
@@ -41,8 +45,10 @@ def skip_checks(profile: Profile) -> dict[str, str]:
     return out
 
 
-def deselection_reasons(checks: list[Check], skips: dict[str, str], stage: str, origin: str) -> list[str | None]:
-    """For each check, why it is deselected (None: it runs). Raises on unknown skip names."""
+def deselection_reasons(checks: list[Check], skips: dict[str, str], stage: str, origin: str,
+                        components: Collection[str] | None = None) -> list[str | None]:
+    """For each check, why it is deselected (None: it runs). Raises on unknown skip names.
+    components: the box profile's components (None: not a box spec, no check needs one)."""
     if stage not in STAGES:
         raise K4wError(f"unknown stage '{stage}' (one of: {', '.join(STAGES)})")
     known = {c.name for c in checks}
@@ -58,6 +64,8 @@ def deselection_reasons(checks: list[Check], skips: dict[str, str], stage: str, 
             reasons.append(f"{origin}: {skips[check.name]}")
         elif check.stage not in (None, stage):
             reasons.append(f"stage {stage}: {STAGE_REASONS[check.stage]}")
+        elif check.component and components is not None and check.component not in components:
+            reasons.append(f"the profile pins no components.{check.component}: this box's era has none")
         else:
             reasons.append(None)
     return reasons

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import config_dict, invoke, process_alive, start_invoke, write_config
+from tests.helpers import config_dict, gone_within, invoke, start_invoke, write_config
 
 from .conftest import edited_boxes
 
@@ -36,7 +36,7 @@ def _wait_until_waiting(process: subprocess.Popen, packer, out) -> None:
 
 
 def _assert_stopped_and_clean(packer, out) -> None:
-    survivors = [pid for pid in packer.pids() if process_alive(pid)]
+    survivors = gone_within(packer.pids())
     assert len(packer.pids()) == 2 and survivors == [], f"still running: {survivors}"
     assert list((out / "boxes").glob("**/*.box")) == []
 

@@ -24,7 +24,7 @@ from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
 from k4w.sources import REPO_ROOT as ROOT
-from tests.helpers import process_alive, system_tool
+from tests.helpers import gone_within, system_tool
 
 from .conftest import PROXY, PROXY_PASSWORD
 
@@ -311,7 +311,7 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     sender.join()
     assert failure.value.results[0].status == "interrupted" and "(SIGHUP received)" in str(failure.value)
-    assert [pid for pid in fake_packer.pids() if process_alive(pid)] == [] and len(fake_packer.pids()) == 2
+    assert gone_within(fake_packer.pids()) == [] and len(fake_packer.pids()) == 2
     assert list((repo.out / "boxes").glob("**/*.box")) == []
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the runner's handler is gone again
 

@@ -95,8 +95,10 @@ def test_v1alpha2_kubeadm_config_is_one_master_configuration(default_render):
 
 
 def test_unsupported_kubeadm_api_fails_the_render_naming_it(tmp_path):
-    with pytest.raises(K4wError, match=r"kubeadm API 'kubeadm.k8s.io/v1beta4'.*not supported"):
-        render_to(tmp_path, config_dict(), **_era("kubeadm.k8s.io/v1beta4"))
+    # v1alpha1 (1.10) predates nodeRegistration; v1beta5 does not exist.
+    for api in ("kubeadm.k8s.io/v1alpha1", "kubeadm.k8s.io/v1beta5"):
+        with pytest.raises(K4wError, match=rf"kubeadm API '{api}' \(kubernetes.kubeadm_api in the master's profile\) is not supported"):
+            render_to(tmp_path, config_dict(), **_era(api))
 
 
 # ------------------------------------------------------------------ every rule fires

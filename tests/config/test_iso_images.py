@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
+import subprocess
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 import yaml
 
-from k4w import doctor, iso, iso_images, profiles, sources
+from k4w import doctor, iso, iso_images, profiles, sources, tools
 from k4w.cluster_model import Cluster
 from k4w.validate import powershell_rules as powershell
 from tests.bake.conftest import ISO_IMAGES, repo  # noqa: F401 - the build tests' miniature repository
@@ -28,6 +31,7 @@ from tests.helpers import ROOT, config_dict, invoke, tree_digest, write_config
 
 VL = ISO_IMAGES / "windows-server-1803-vl.json"
 OEMRET = ISO_IMAGES / "windows-server-1803-oemret.json"
+EVAL_2022 = ISO_IMAGES / "windows-server-2022-eval.json"
 # The README's example ISO: retail media, as its OEMRET channel token says.
 OEMRET_NAME = "17134.1.180410-1804.rs4_release_SERVER_OEMRET_X64FRE_EN-US.iso"
 DATACENTER = "Windows Server 2016 SERVERDATACENTERACORE"
@@ -211,6 +215,79 @@ def test_a_failing_host_script_is_reported_with_its_output_and_the_elevation_hin
     assert output in str(failure.value) and "Run as administrator" in str(failure.value)
 
 
+def test_the_2022_evaluation_media_pass_by_the_name_setup_matches_not_the_one_get_windowsimage_shows():
+    profile = profiles.load("windows-2022")
+    verdict = iso_images.check(profile, _media(EVAL_2022), Path("SERVER_EVAL_x64FRE_en-us.iso"))
+    assert verdict.problems == ()
+    assert verdict.image.index == 3 and verdict.channel.kind == iso_images.EVALUATION
+    assert verdict.summary().startswith("image 3 'Windows Server 2022 SERVERDATACENTERCORE' "
+                                        "(listed as 'Windows Server 2022 Datacenter Evaluation') (ServerDatacenterEval, Server Core)")
+
+
+def test_without_the_wim_names_the_display_names_are_compared_and_the_refusal_says_why():
+    data = json.loads(EVAL_2022.read_text())
+    for image in data["images"]:
+        image.pop("wim_name")
+    data["wim_names_error"] = r"D:\sources\install.wim keeps its XML data compressed"
+    media = iso_images.parse(data, "test copy")
+    verdict = iso_images.check(profiles.load("windows-2022"), media, Path("server.iso"))
+    [problem] = verdict.problems
+    assert "iso.image_name 'Windows Server 2022 SERVERDATACENTERCORE'" in problem
+    assert "3 'Windows Server 2022 Datacenter Evaluation'" in problem
+    assert "display names: the image NAMEs Setup matches could not be read" in problem and "compressed" in problem
+
+
+def test_a_wim_name_that_is_not_text_is_a_malformed_list():
+    data = json.loads(EVAL_2022.read_text())
+    data["images"][0]["wim_name"] = 7
+    with pytest.raises(iso_images.ImagesUnavailable, match="entry 1 has a 'wim_name' that is not a string"):
+        iso_images.parse(data, "test copy")
+
+
+def _script_layout() -> dict:
+    """The WIM layout host/iso-images.ps1 relies on, read out of the script itself."""
+    text = (sources.REPO.host / iso_images.SCRIPT).read_text(encoding="utf-8")
+    return {
+        "header": int(re.search(r"ReadBytes\((\d+)\)", text)[1]),
+        "magic": re.search(r'-ne "([^"]+)"', text)[1].replace("`0", "\0").encode("ascii"),
+        "size_at": int(re.search(r"\$header\[(0x[0-9A-F]+) \+ \$i\]", text)[1], 16),
+        "flags_at": int(re.search(r"\$header\[(0x[0-9A-F]+)\] -band", text)[1], 16),
+        "compressed": int(re.search(r"-band (0x[0-9A-F]+)\)", text)[1], 16),
+        "offset_at": int(re.search(r"ToInt64\(\$header, (0x[0-9A-F]+)\)", text)[1], 16),
+    }
+
+
+def test_the_host_scripts_wim_layout_reads_the_names_from_a_wim_written_by_wimlib(tmp_path):
+    """The script cannot run here (no PowerShell); its offsets are applied to a real WIM, written
+    by wimlib-imagex with a DISPLAYNAME that differs from the NAME, as on the 2022 media."""
+    if not shutil.which("wimlib-imagex"):
+        pytest.fail(str(tools.missing("wimlib-imagex")))
+    wim = tmp_path / "install.wim"
+    for number, (name, display) in enumerate([("Windows Server 2022 SERVERSTANDARDCORE", "Windows Server 2022 Standard Evaluation"),
+                                              ("Windows Server 2022 SERVERDATACENTERCORE", "Windows Server 2022 Datacenter Evaluation")], 1):
+        (tmp_path / f"tree{number}").mkdir()
+        (tmp_path / f"tree{number}" / "file").write_text(f"image {number}")
+        verb = "capture" if number == 1 else "append"
+        subprocess.run(["wimlib-imagex", verb, str(tmp_path / f"tree{number}"), str(wim), name, "--compress=LZX"],
+                       check=True, capture_output=True)
+        subprocess.run(["wimlib-imagex", "info", str(wim), str(number), "--image-property", f"DISPLAYNAME={display}"],
+                       check=True, capture_output=True)
+    layout = _script_layout()
+    data = wim.read_bytes()
+    header = data[:layout["header"]]
+    assert header.startswith(layout["magic"]) and len(layout["magic"]) == 8
+    assert int.from_bytes(header[8:12], "little") == layout["header"]  # hdr_size
+    size = int.from_bytes(header[layout["size_at"]:layout["size_at"] + 7], "little")
+    assert not header[layout["flags_at"]] & layout["compressed"]
+    offset = int.from_bytes(header[layout["offset_at"]:layout["offset_at"] + 8], "little")
+    text = data[offset:offset + size].decode("utf-16-le").lstrip("\ufeff")
+    root = ElementTree.fromstring(text)
+    assert root.tag == "WIM"
+    names = {int(image.get("INDEX")): image.findtext("NAME") for image in root.findall("IMAGE")}
+    assert names == {1: "Windows Server 2022 SERVERSTANDARDCORE", 2: "Windows Server 2022 SERVERDATACENTERCORE"}
+    assert root.find("IMAGE[@INDEX='2']").findtext("DISPLAYNAME") == "Windows Server 2022 Datacenter Evaluation"
+
+
 def test_the_host_script_parses_lints_and_prints_what_the_python_reads():
     script = sources.REPO.host / iso_images.SCRIPT
     text = script.read_text(encoding="utf-8")
@@ -220,7 +297,8 @@ def test_the_host_script_parses_lints_and_prints_what_the_python_reads():
         assert cmdlet in text
     # the ISO is dismounted whatever happened while it was mounted
     assert text.index("} finally {") < text.index("Dismount-DiskImage")
-    for key in ("index", "name", "description", "edition_id", "installation_type", "label", "image_file", "ei_cfg", "images"):
+    for key in ("index", "name", "wim_name", "description", "edition_id", "installation_type", "label", "image_file", "ei_cfg",
+                "wim_names_error", "images"):
         assert f"{key} " in text or f"{key}=" in text.replace(" ", "")
 
 

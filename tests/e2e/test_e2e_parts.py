@@ -541,3 +541,43 @@ def test_an_unjoined_kubelet_restarting_by_itself_is_expected_but_a_step_restart
     restarted = idempotence.parse(_kubelet("bbb", 49).replace("ActiveEnterTimestampMonotonic=490", "ActiveEnterTimestampMonotonic=999"))
     _, unexpected = idempotence.classify(idempotence.diff(before, restarted), before, restarted)
     assert [c.name for c in unexpected] == ["kubelet.service"]
+
+
+def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base_image(tmp_path):
+    from tests.e2e.harness import run_e2e
+
+    said: list[str] = []
+    shared = tmp_path / "e2e" / "base-image"
+    result = run_e2e(tmp_path / "e2e-ubuntu-2404", box="ubuntu-2404-e2e", base_images=shared, dry_run=True, say=said.append)
+    text = "\n".join(said)
+    assert result.dry_run and result.box == "ubuntu-2404-e2e" and not tmp_path.joinpath("e2e-ubuntu-2404").exists()
+    assert "packer/ubuntu-2404-e2e.json" in text and "test_ssh_target(ubuntu-2404-e2e" in text
+    assert "    box: ubuntu-2404-e2e\n" in text  # the rendered cluster.yml's node uses it
+    assert f"base image {shared}/" in text and f"-kernel {shared}/current/vmlinuz" in text
+    assert "containerd-2.3.2-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text
+
+
+def test_an_unknown_ci_box_is_refused_naming_the_ones_there_are(tmp_path):
+    from tests.e2e.harness import run_e2e
+
+    with pytest.raises(phases.E2EError, match="no CI box named 'ubuntu-2404'; the e2e boxes are: debian-12-e2e, ubuntu-2404-e2e"):
+        run_e2e(tmp_path / "out", box="ubuntu-2404", dry_run=True, say=lambda text: None)
+
+
+def test_each_ci_box_has_its_own_output_folder_and_shares_one_base_image(tmp_path):
+    from tests.e2e.harness import BOXES, default_out
+    from tests.e2e.harness.run import _base_image_folder
+
+    assert [default_out(tmp_path, b) for b in BOXES] == [tmp_path / "e2e", tmp_path / "e2e-ubuntu-2404"]
+    shared = tmp_path / "e2e" / "base-image"
+    shared.mkdir(parents=True)
+    second = tmp_path / "e2e-ubuntu-2404"
+    assert _base_image_folder(second, shared) == shared
+    # The profile's qemu paths are relative to OUT (base-image/current/disk.raw): reached through a link.
+    assert (second / "base-image").is_symlink() and (second / "base-image").resolve() == shared
+    assert _base_image_folder(second, shared) == shared  # again: the link is replaced, not refused
+    assert _base_image_folder(tmp_path / "e2e", shared) == shared  # the default box's own folder
+    own = tmp_path / "third"
+    (own / "base-image").mkdir(parents=True)
+    with pytest.raises(phases.E2EError, match="is a folder of its own"):
+        _base_image_folder(own, shared)

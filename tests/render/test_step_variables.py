@@ -67,6 +67,11 @@ def table_names(family: str) -> set[str]:
     return {name for name, spec in derive_steps.PROFILE_VARIABLES.items() if family in spec.families}
 
 
+def media_names(family: str) -> set[str]:
+    """Build-media file names: set only for a box that downloads that component (another era may not)."""
+    return {name for name, (_, families) in derive_steps.MEDIA_VARIABLES.items() if family in families}
+
+
 def switches(boxes, family: str) -> set[str]:
     """Names a profile sets itself (provision_env), e.g. the CI box's K4W_SKIP_KUBERNETES."""
     return {name for p in boxes.values() if p.os_family == family for name in (p.data.get("provision_env") or {})}
@@ -93,11 +98,11 @@ def test_every_name_the_scripts_read_is_produced(boxes):
     set itself is produced for every box of the family, whenever a proxy is configured."""
     for name, profile in boxes.items():
         family = profile.os_family
-        required = reads(family) - table_names(family) - switches(boxes, family)
+        required = reads(family) - table_names(family) - media_names(family) - switches(boxes, family)
         missing = required - set(produced(profile, "proxy"))
         assert not missing, f"{name}: guest/{family} reads {sorted(missing)}, which k4w/derive_steps.py does not produce"
     for family in derive_steps.FAMILIES:
-        unknown = reads(family) - table_names(family) - switches(boxes, family) - {
+        unknown = reads(family) - table_names(family) - media_names(family) - switches(boxes, family) - {
             n for p in boxes.values() if p.os_family == family for n in produced(p, "proxy")}
         assert not unknown, f"guest/{family} reads {sorted(unknown)}, which no box gets"
 

@@ -8,13 +8,17 @@ import shutil
 import pytest
 import yaml
 
+from k4w import sources
 from k4w.cluster_model import Cluster
 from k4w.render import render_files, write_atomically
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_rules
-from tests.helpers import config_dict, use_sources, write_config
+from tests.helpers import config_dict, invoke, use_sources, write_config
 
-FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml")
+# Flag tables only: published-checksums.yml, the runtime config tables (*-config.yml) and the kubeadm
+# config field tables (kubeadm_rules) are other facts.
+FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml"
+               and not p.name.endswith("-config.yml") and not p.name.startswith("kubeadm-config-"))
 
 
 @pytest.fixture
@@ -96,3 +100,20 @@ def test_every_fact_table_names_its_upstream_source(path):
 
 def _line_of(path, needle: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line and not line.lstrip().startswith("#"))
+
+
+def test_a_linux_workers_era_kubelet_flags_are_held_against_its_own_version(tmp_path):
+    """cluster-join.sh takes the era's kubelet flags from the box profile (k4w.derive.linux_kubelet_flags):
+    1.11's pause-image flag is fine for ubuntu-1604, and refused for a 1.35 box, naming the profile."""
+    boxes = tmp_path / "boxes"
+    shutil.copytree(ROOT / "boxes", boxes)
+    profile = boxes / "ubuntu-2404.yml"
+    profile.write_text(profile.read_text().replace("  pause_image: registry.k8s.io/pause:3.10.1\n",
+                                                   "  pause_image: registry.k8s.io/pause:3.10.1\n  kubelet_pause_image_flag: true\n", 1))
+    result = invoke("validate", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(tmp_path / "out"),
+                    env={sources.BOX_DIRS_ENV: str(boxes)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("ubuntu-2404.yml kubernetes (kubelet flags of a joining worker, k4w.derive.linux_kubelet_flags): "
+            "kubelet 1.35.4 has no flag --pod-infra-container-image") in result.stdout + result.stderr
+    seed = invoke("validate", "--out", str(tmp_path / "seed-out"))
+    assert seed.returncode == 0, seed.stdout + seed.stderr

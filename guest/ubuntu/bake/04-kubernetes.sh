@@ -28,8 +28,6 @@ KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # kubeadm's preflight checks want these on the node (socat/ebtables/ethtool/conntrack are
 # errors or warnings in 1.11; the kubelet uses them for port-forward and service traffic).
 PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
-# What the node tarball holds under kubernetes/node/bin/ that a kubeadm node needs.
-BINARIES=(kubeadm kubelet kubectl)
 
 k4w_require K4W_KUBE_VERSION K4W_KUBEADM_API K4W_KUBE_IMAGE_REPOSITORY K4W_KUBERNETES_VERSION K4W_KUBERNETES_FILE \
     K4W_CNI_VERSION K4W_CNI_FILE
@@ -43,44 +41,14 @@ k4w_distro >/dev/null
 
 k4w_apt_install "${PREREQUISITES[@]}"
 
-# installed_from NAME SOURCE - true when the files recorded for NAME were installed from SOURCE
-# (a digest and a file name) and are still byte for byte what was installed.
-installed_from() {
-    local record source
-    record="$(k4w_path "${K4W_STATE}/${1}.sha256sums")"
-    source="$(k4w_path "${K4W_STATE}/${1}.source")"
-    [[ -f $record && -f $source && $(cat "$source") == "$2" ]] && sha256sum --check --quiet --status "$record"
-}
-# record_install NAME SOURCE RECORD - keep what installed_from checks.
-record_install() {
-    [[ -n $3 ]] || k4w_die "nothing was installed for $1"
-    k4w_write_file "${K4W_STATE}/${1}.sha256sums" 0644 "${3%$'\n'}"
-    k4w_write_file "${K4W_STATE}/${1}.source" 0644 "$2"
-}
-
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
 units_changed=0
-kubelet_binary_changed=0
-node_source="${kubernetes_digest} ${K4W_KUBERNETES_FILE}"
-if installed_from kubernetes-node "$node_source"; then
-    k4w_log "kubeadm, kubelet and kubectl v${K4W_KUBERNETES_VERSION} already installed in ${BIN_DIR}"
-else
-    node_tarball="$(k4w_component_file kubernetes)"
-    unpacked="$(mktemp -d)"
-    tar -xzf "$node_tarball" -C "$unpacked" "${BINARIES[@]/#/kubernetes/node/bin/}"
-    record=""
-    for name in "${BINARIES[@]}"; do
-        k4w_install_file "${unpacked}/kubernetes/node/bin/${name}" "${BIN_DIR}/${name}" 0755
-        if [[ $name == kubelet ]] && ((K4W_CHANGED)); then kubelet_binary_changed=1; fi
-        record+="$(k4w_sha256_of "${unpacked}/kubernetes/node/bin/${name}")  $(k4w_path "${BIN_DIR}/${name}")"$'\n'
-    done
-    rm -rf "$unpacked"
-    record_install kubernetes-node "$node_source" "$record"
-fi
+k4w_install_node_binaries "$kubernetes_digest" "$BIN_DIR"
+kubelet_binary_changed=$K4W_CHANGED
 
 # --- CNI plugins ---------------------------------------------------------------------------
 cni_source="${cni_digest} ${K4W_CNI_FILE}"
-if installed_from cni-plugins "$cni_source"; then
+if k4w_installed_from cni-plugins "$cni_source"; then
     k4w_log "CNI plugins v${K4W_CNI_VERSION} already installed in ${CNI_BIN_DIR}"
 else
     tarball="$(k4w_component_file cni)"
@@ -93,7 +61,7 @@ else
         record+="$(k4w_sha256_of "$file")  $(k4w_path "${CNI_BIN_DIR}/${relative}")"$'\n'
     done < <(find "$unpacked" -type f -print0 | sort -z)
     rm -rf "$unpacked"
-    record_install cni-plugins "$cni_source" "$record"
+    k4w_record_install cni-plugins "$cni_source" "$record"
 fi
 
 # --- kubelet service -----------------------------------------------------------------------

@@ -1,23 +1,21 @@
 #!/usr/bin/env bash
 # Join this Linux worker with kubeadm, idempotently. Run by cluster-up as root.
 # Input: K4W_NODE_NAME, K4W_NODE_IP, K4W_API_SERVER (ip:port), K4W_CA_CERT_HASH (sha256:...),
-# from a fresh `kubeadm token create --print-join-command`; K4W_PAUSE_IMAGE, the pause image the
-# box pre-pulled (from the box profile). The join token comes on standard input, one line: never on
-# the sudo command line, which sudo logs to /var/log/auth.log.
+# from a fresh `kubeadm token create --print-join-command`; K4W_KUBELET_EXTRA_ARGS, the era's further
+# kubelet flags (k4w.derive.linux_kubelet_flags, from the box profile; may be empty). The join token
+# comes on standard input, one line: never on the sudo command line, which sudo logs to /var/log/auth.log.
 set -euo pipefail
 trap 'echo "cluster-join.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 K4W_JOIN_TOKEN=""
 IFS= read -r K4W_JOIN_TOKEN || true   # a last line without a newline still counts
-for var in K4W_NODE_NAME K4W_NODE_IP K4W_API_SERVER K4W_JOIN_TOKEN K4W_CA_CERT_HASH K4W_PAUSE_IMAGE; do
+for var in K4W_NODE_NAME K4W_NODE_IP K4W_API_SERVER K4W_JOIN_TOKEN K4W_CA_CERT_HASH; do
   if [ -z "${!var:-}" ]; then echo "cluster-join.sh: $var must be set (the join token: on standard input)" >&2; exit 1; fi
 done
 
-# The kubeadm drop-in of 1.11 reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian
-# packaging). --node-ip pins the kubelet to the cluster NIC instead of the management NIC;
-# kubeadm 1.11 does not tell the kubelet its pause image (kubernetes/kubeadm#1003), so without
-# --pod-infra-container-image it would pull k8s.gcr.io/pause instead of the pre-pulled one.
-wanted="KUBELET_EXTRA_ARGS=--node-ip=$K4W_NODE_IP --pod-infra-container-image=$K4W_PAUSE_IMAGE"
+# kubeadm's kubelet drop-in reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian packaging,
+# every era). --node-ip pins the kubelet to the cluster NIC instead of the management NIC.
+wanted="KUBELET_EXTRA_ARGS=--node-ip=$K4W_NODE_IP${K4W_KUBELET_EXTRA_ARGS:+ $K4W_KUBELET_EXTRA_ARGS}"
 if [ "$(cat /etc/default/kubelet 2>/dev/null || true)" != "$wanted" ]; then
   echo "$wanted" > /etc/default/kubelet
   systemctl daemon-reload

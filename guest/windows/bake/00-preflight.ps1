@@ -17,8 +17,9 @@ foreach ($name in 'K4W_BOX', 'K4W_NODE_DIR', 'K4W_BUILD_GENERATION', 'K4W_OS_BUI
 
 # Every component the box installs needs a version, a URL (build-* fetched it from there and put it
 # on the build CD; K4W_<C>_FILE names it) and at least one checksum pinned in the profile (their
-# step variables: $script:K4wComponents in common.ps1).
-$components = @($script:K4wComponents.Keys)
+# step variables: $script:K4wComponents in common.ps1). The box's components are those of its
+# build record (K4W_RELEASE_JSON, exactly the profile's components:).
+$components = @((Get-K4wEnv -Name 'K4W_RELEASE_JSON' | ConvertFrom-Json).components.PSObject.Properties | ForEach-Object { $_.Name })
 foreach ($component in $components) {
     $variables = Get-K4wComponentVariables -Component $component
     foreach ($key in 'Version', 'File') {

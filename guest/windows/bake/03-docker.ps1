@@ -47,7 +47,7 @@ if (-not (Get-Service -Name 'docker' -ErrorAction SilentlyContinue)) {
 }
 
 # 4. Proxy for the daemon (registry pulls during the build; 12-cleanup.ps1 removes it).
-$envChanged = Set-K4wDockerProxy -Proxy (Get-K4wProxySettings)
+$envChanged = Set-K4wServiceProxy -Service 'docker' -Proxy (Get-K4wProxySettings)
 
 # 5. Start at boot, and now; restart when its configuration changed while it was running.
 Set-Service -Name 'docker' -StartupType Automatic

@@ -9,7 +9,6 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 
 $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
 $cniVersion = Get-K4wEnv -Name 'K4W_CNI_VERSION'
-$flannelVersion = Get-K4wEnv -Name 'K4W_FLANNEL_VERSION'
 $cniDir = Join-Path $nodeDir 'cni'
 $plugins = 'win-bridge.exe', 'win-overlay.exe', 'flannel.exe', 'host-local.exe'
 # Records which release is unpacked, so a second run (or a version bump) is detected.
@@ -33,12 +32,7 @@ if ($installed) {
     Write-K4wStep "CNI plugins $cniVersion installed in $cniDir"
 }
 
-$flanneld = Get-K4wVerifiedFile -Component 'flannel'
-if (Copy-K4wFileIfChanged -Source $flanneld -Destination (Join-Path $nodeDir 'flanneld.exe')) {
-    Write-K4wStep "flanneld $flannelVersion installed in $nodeDir"
-} else {
-    Write-K4wStep "flanneld $flannelVersion already installed in $nodeDir"
-}
+Install-K4wFlanneld -NodeDir $nodeDir
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native
 # tool's last exit code (DISM's 3010 "reboot required") would otherwise fail this step.

@@ -1,7 +1,8 @@
 # 08-node-services.ps1 - the NSSM services kubelet, flanneld and kube-proxy, and the startup task
 # k4w-node-start, exactly as docs/internals.md ("Windows box <-> cluster-up") describes:
-# - start order docker -> kubelet -> flanneld -> kube-proxy as service dependencies (why not the
-#   2018 order of seed 000: see step 4 of node/start-node.ps1);
+# - start order <runtime> -> kubelet -> flanneld -> kube-proxy as service dependencies, the runtime
+#   being docker or containerd (K4W_RUNTIME_SERVICE; why not the 2018 order of seed 000: see step 4
+#   of node/start-node.ps1);
 # - restarted on failure; stdout/stderr in C:\k\logs, rotated;
 # - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config\<svc>.args
 #   and .env at cluster-up, runs kube-cleanup.ps1 and starts them in order. Until a node has
@@ -13,6 +14,14 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 . $env:K4W_COMMON
 
 $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
+# The container runtime service the kubelet depends on: docker (seed profile) or containerd.
+$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'
+# A profile's kubernetes.kubelet_launcher: a script in the node folder the kubelet service runs
+# instead of kubelet.exe (the containerd era's start-kubelet.ps1, which reads kubeadm's
+# kubeadm-flags.env at every start). Unset: the service runs kubelet.exe with the arguments
+# start-node.ps1 applies.
+$kubeletLauncher = Get-K4wEnv -Name 'K4W_KUBELET_LAUNCHER' -Optional
+$powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
 $nssm = Join-Path $nodeDir 'nssm.exe'
 $logDir = Join-Path $nodeDir 'logs'
 $startNode = Join-Path $nodeDir 'start-node.ps1'
@@ -30,10 +39,18 @@ New-Item -ItemType Directory -Path $logDir -Force | Out-Null
 # Each service depends on the previous one, so the SCM starts (and stops) them in this order:
 # flanneld needs the kubelet's Node object, and kernelspace kube-proxy needs the HNS network
 # flanneld creates (KUBE_NETWORK).
+# Parameters: fixed arguments the box sets (only a launcher has any); $null = none, per cluster.
+$kubelet = [pscustomobject]@{ Name = 'kubelet'; Program = (Join-Path $nodeDir 'kubelet.exe'); Parameters = $null; DependsOn = $runtimeService; Description = 'Kubernetes node agent' }
+if ($kubeletLauncher) {
+    $launcher = Join-Path $nodeDir $kubeletLauncher
+    if (-not (Test-Path -LiteralPath $launcher)) { throw "$launcher is missing: the file provisioner copies the node recipe's folder into $nodeDir" }
+    $kubelet.Program = $powershell
+    $kubelet.Parameters = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$launcher`""
+}
 $services = @(
-    [pscustomobject]@{ Name = 'kubelet'; Program = 'kubelet.exe'; DependsOn = 'docker'; Description = 'Kubernetes node agent' },
-    [pscustomobject]@{ Name = 'flanneld'; Program = 'flanneld.exe'; DependsOn = 'kubelet'; Description = 'Flannel pod network' },
-    [pscustomobject]@{ Name = 'kube-proxy'; Program = 'kube-proxy.exe'; DependsOn = 'flanneld'; Description = 'Kubernetes service proxy' }
+    $kubelet,
+    [pscustomobject]@{ Name = 'flanneld'; Program = (Join-Path $nodeDir 'flanneld.exe'); Parameters = $null; DependsOn = 'kubelet'; Description = 'Flannel pod network' },
+    [pscustomobject]@{ Name = 'kube-proxy'; Program = (Join-Path $nodeDir 'kube-proxy.exe'); Parameters = $null; DependsOn = 'flanneld'; Description = 'Kubernetes service proxy' }
 )
 
 function Set-NssmValue([string]$Service, [string]$Name, [string[]]$Value) {
@@ -41,7 +58,7 @@ function Set-NssmValue([string]$Service, [string]$Name, [string[]]$Value) {
 }
 
 foreach ($svc in $services) {
-    $program = Join-Path $nodeDir $svc.Program
+    $program = $svc.Program
     if (-not (Test-Path -LiteralPath $program)) { throw "$program is missing (05/06 install it)" }
     if (-not (Get-Service -Name $svc.Name -ErrorAction SilentlyContinue)) {
         Invoke-K4wExe -FilePath $nssm -ArgumentList @('install', $svc.Name, $program) | Out-Null
@@ -75,9 +92,12 @@ foreach ($svc in $services) {
     Set-NssmValue $svc.Name 'AppRotateSeconds' '86400'
     Set-NssmValue $svc.Name 'AppRotateBytes' '10485760'
 
-    # No arguments and no extra environment in the box: they are per cluster (C:\k\config).
+    # No arguments (but a launcher's fixed ones) and no extra environment in the box: they are per
+    # cluster (C:\k\config).
     $parameters = Get-ItemProperty -LiteralPath "HKLM:\SYSTEM\CurrentControlSet\Services\$($svc.Name)\Parameters"
-    foreach ($value in 'AppParameters', 'AppEnvironmentExtra') {
+    $perCluster = @('AppEnvironmentExtra')
+    if ($svc.Parameters) { Set-NssmValue $svc.Name 'AppParameters' $svc.Parameters } else { $perCluster += 'AppParameters' }
+    foreach ($value in $perCluster) {
         if ($parameters.PSObject.Properties[$value]) {
             Invoke-K4wExe -FilePath $nssm -ArgumentList @('reset', $svc.Name, $value) | Out-Null
         }
@@ -103,7 +123,6 @@ foreach ($svc in $services) {
 # Scheduler's RestartOnFailure, see that script); its exit code becomes the task's "Last Run
 # Result". Done outside start-node.ps1 rather than by Start-Transcript in it: cluster-up runs the
 # same script over WinRM and reads its output directly, so it stays a plain writer to standard output.
-$powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
 $quotedStartNodeAtBoot = "'" + $startNodeAtBoot.Replace("'", "''") + "'"
 $quotedStartNode = "'" + $startNode.Replace("'", "''") + "'"
 $quotedLog = "'" + $startNodeLog.Replace("'", "''") + "'"

@@ -30,12 +30,13 @@ foreach ($dir in @("$env:SystemRoot\Temp", $env:TEMP, "$env:SystemRoot\SoftwareD
     }
 }
 
-# 3. The build's proxy goes: machine environment, WinHTTP/WinINet and docker's service
-#    environment. A box never keeps the build's proxy or its credentials; cluster-up gives each
+# 3. The build's proxy goes: machine environment, WinHTTP/WinINet and the container runtime
+#    service's environment (K4W_RUNTIME_SERVICE: docker or containerd). A box never keeps the build's proxy or its credentials; cluster-up gives each
 #    node the proxy of its own cluster.yml (guest/windows/cluster/cluster-proxy.ps1).
 $direct = Get-K4wDirectProxySettings
 Set-K4wProxy -Proxy $direct
-if (Set-K4wDockerProxy -Proxy $direct) { Write-K4wStep "docker service: the build's proxy removed" }
+$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'
+if (Set-K4wServiceProxy -Service $runtimeService -Proxy $direct) { Write-K4wStep "$runtimeService service: the build's proxy removed" }
 
 # 4. Free space. How a dynamic VHDX gets its space back depends on the disk controller:
 #    - Gen2 boots from virtual SCSI, which passes TRIM/UNMAP through to the VHDX: a re-trim of the

@@ -5,8 +5,9 @@
 
 .DESCRIPTION
   A box carries no proxy: 12-cleanup.ps1 removes the build's. This sets the machine-wide proxy
-  (environment, WinHTTP, WinINet: Set-K4wProxy) and the docker service's environment
-  (Set-K4wDockerProxy), and restarts a running dockerd whose environment changed.
+  (environment, WinHTTP, WinINet: Set-K4wProxy) and the container runtime service's environment
+  (Set-K4wServiceProxy: containerd on a containerd-era box, else docker), and restarts the running
+  runtime whose environment changed.
   The values are the K4W_* proxy variables of the build's steps (k4w.derive_steps), read from
   -ValuesFile, a JSON object: they may hold the proxy password, so they never appear on a command
   line, and the file is deleted once read. Machine environment variables are readable by every
@@ -37,11 +38,12 @@ foreach ($property in $values.PSObject.Properties) {
 
 $proxy = Get-K4wProxySettings
 Set-K4wProxy -Proxy $proxy
-$changed = Set-K4wDockerProxy -Proxy $proxy
-$docker = Get-Service -Name 'docker'
-if ($changed -and $docker.Status -eq 'Running') {
-    Write-K4wStep 'docker service environment changed: restarting docker'
-    Restart-Service -Name 'docker' -Force
+# The box has one runtime service: containerd (containerd-era recipe) or docker (seed).
+$runtime = if (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue) { 'containerd' } else { 'docker' }
+$changed = Set-K4wServiceProxy -Service $runtime -Proxy $proxy
+if ($changed -and (Get-Service -Name $runtime).Status -eq 'Running') {
+    Write-K4wStep "$runtime service environment changed: restarting $runtime"
+    Restart-Service -Name $runtime -Force
 }
 if ($proxy.Enabled) {
     Write-K4wStep "node proxy configured (http: $([bool]$proxy.Http.HostPort), https: $([bool]$proxy.Https.HostPort))"

@@ -57,7 +57,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "k4w_spec(kind): which live spec a module is: ubuntu, windows or cluster")
-    config.addinivalue_line("markers", "k4w_check(name, stage=None): the check a test belongs to (profile skip_checks names it)")
+    config.addinivalue_line("markers", "k4w_check(name, stage=None, component=None): the check a test belongs to (profile skip_checks names it); "
+        "component: it applies only to a box whose profile pins that component")
     config.addinivalue_line("markers", "k4w_deselect(reason): not applicable to this cluster (decided at parametrization)")
     config._k4w_deselected = []  # [(nodeid, check, reason)]
 
@@ -122,7 +123,7 @@ def _check_of(item) -> selection.Check:
     markers = list(item.iter_markers("k4w_check"))
     if len(markers) != 1:
         raise pytest.UsageError(f"{item.nodeid}: needs exactly one @pytest.mark.k4w_check(name), has {len(markers)}")
-    return selection.Check(markers[0].args[0], markers[0].kwargs.get("stage"))
+    return selection.Check(markers[0].args[0], markers[0].kwargs.get("stage"), markers[0].kwargs.get("component"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k/-m, so check names are validated against the whole spec
@@ -143,6 +144,7 @@ def _select(config, items):
     kinds = {_spec_kind(item) for item in items}
     skips: dict[str, str] = {}
     origin = "k4w"
+    components = None
     box_kinds = kinds & set(BOX_FAMILIES)
     if len(box_kinds) > 1:
         raise pytest.UsageError("run one box spec per pytest call: the Ubuntu and the Windows spec need different hosts")
@@ -158,6 +160,7 @@ def _select(config, items):
             raise pytest.UsageError(f"box {profile.name} is an {profile.os_family} box; this is the {family} spec")
         _load_cfg(settings)
         skips, origin = selection.skip_checks(profile), f"{profile.path.name} skip_checks"
+        components = set(profile.data.get("components") or {})
     if "cluster" in kinds:
         settings.require("--k4w-out", settings.out, "for the cluster spec (the build folder with kubeconfig)")
         kubeconfig = settings.out / "kubeconfig"
@@ -167,7 +170,7 @@ def _select(config, items):
 
     checks = [_check_of(item) for item in items]
     try:
-        reasons = selection.deselection_reasons(checks, skips, settings.stage, origin)
+        reasons = selection.deselection_reasons(checks, skips, settings.stage, origin, components)
     except K4wError as exc:
         raise pytest.UsageError(str(exc)) from None
     kept, dropped = [], []

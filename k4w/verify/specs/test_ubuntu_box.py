@@ -17,7 +17,7 @@ from k4w.redact import redact
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("ubuntu")]
 
-KERNEL_MODULES = ("br_netfilter", "overlay")  # kubeadm preflight / Docker overlay2 storage driver
+KERNEL_MODULES = ("br_netfilter", "overlay")  # kubeadm preflight / Docker overlay2, containerd's overlayfs
 SYSCTLS = {  # kubeadm preflight (FileContent--proc-sys-net-bridge-bridge-nf-call-iptables, ip_forward)
     "net.bridge.bridge-nf-call-iptables": 1,
     "net.ipv4.ip_forward": 1,
@@ -25,7 +25,6 @@ SYSCTLS = {  # kubeadm preflight (FileContent--proc-sys-net-bridge-bridge-nf-cal
 # systemd drop-in holding a service's proxy variables (Docker docs "Configure the daemon with
 # systemd"; guest/ubuntu/bake/01-proxy.sh writes one for each of these services).
 PROXY_DROPIN = "/etc/systemd/system/{service}.service.d/http-proxy.conf"
-PROXY_SERVICES = ("docker", "kubelet")
 RELEASE_FILE = "/etc/k4w-release.json"  # docs/internals.md, Profile conventions
 BOX_USER = "vagrant"  # Vagrant's box convention (vagrant/vagrant, insecure key)
 
@@ -109,21 +108,21 @@ def test_sysctl(host, key):
 # ------------------------------------------------------------------ docker
 
 
-@pytest.mark.k4w_check("docker")
+@pytest.mark.k4w_check("docker", component="docker")
 def test_docker_running_and_enabled(host):
     docker = host.service("docker")
     assert docker.is_enabled, "docker.service is not enabled"
     assert docker.is_running, "docker.service is not running"
 
 
-@pytest.mark.k4w_check("docker")
+@pytest.mark.k4w_check("docker", component="docker")
 def test_docker_version_is_the_profiles(as_root, profile):
     pinned = expect.component(profile, "docker")
     actual = _ok(as_root("docker version --format '{{.Server.Version}}'"), "docker version").strip()
     assert expect.version_matches(actual, pinned), f"docker server is {actual}, profile pins {pinned}"
 
 
-@pytest.mark.k4w_check("docker")
+@pytest.mark.k4w_check("docker", component="docker")
 def test_docker_package_is_pinned_and_held(host, profile):
     # 03-docker.sh pins the package at components.docker.package_version and holds it.
     package = expect.component(profile, "docker", "package")
@@ -134,7 +133,7 @@ def test_docker_package_is_pinned_and_held(host, profile):
     assert package in held, f"{package} is not held: an apt upgrade would replace the pinned Docker"
 
 
-@pytest.mark.k4w_check("docker")
+@pytest.mark.k4w_check("docker", component="docker")
 def test_docker_cgroup_driver_is_the_profiles(as_root, profile):
     wanted = expect.component(profile, "docker", "cgroup_driver")
     actual = _ok(as_root("docker info --format '{{.CgroupDriver}}'"), "docker info").strip()
@@ -189,10 +188,55 @@ def test_kubernetes_binary_version(host, profile, binary):
 
 
 @pytest.mark.k4w_check("kubernetes_binaries")
-@pytest.mark.parametrize("plugin", expect.LINUX_CNI_PLUGINS)
-def test_cni_plugin_present(host, plugin):
-    binary = host.file(f"/opt/cni/bin/{plugin}")
-    assert binary.is_file and binary.mode & 0o111, f"CNI plugin /opt/cni/bin/{plugin} is missing or not executable"
+def test_cni_plugins_present(host, profile):
+    missing = [plugin for plugin in expect.linux_cni_plugins(profile)
+               if not (host.file(f"/opt/cni/bin/{plugin}").is_file and host.file(f"/opt/cni/bin/{plugin}").mode & 0o111)]
+    assert not missing, f"CNI plugins missing or not executable in /opt/cni/bin: {missing}"
+
+
+# ------------------------------------------------------------------ containerd (the containerd era: 03-containerd.sh)
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# Where guest/ubuntu/bake/03-containerd.sh installs them. By path, not by name: runc lives in
+# /usr/local/sbin, which systemd's PATH (containerd's) has and a login user's PATH may lack.
+RUNTIME_BINARIES = {"containerd": "/usr/local/bin/containerd", "runc": "/usr/local/sbin/runc"}
+
+
+@pytest.mark.k4w_check("containerd", component="containerd")
+def test_containerd_unit_runs_the_installed_binary(host):
+    unit = host.file("/etc/systemd/system/containerd.service")
+    assert unit.exists and "ExecStart=/usr/local/bin/containerd" in unit.content_string, \
+        "/etc/systemd/system/containerd.service does not run /usr/local/bin/containerd"
+
+
+@pytest.mark.k4w_check("containerd_running", component="containerd")
+def test_containerd_enabled_running_and_answering(host, as_root):
+    assert host.service("containerd").is_enabled, "containerd.service is not enabled"
+    _ok(as_root("systemctl is-active containerd"), "containerd.service is not active")
+    _ok(as_root("ctr --address /run/containerd/containerd.sock version"), "containerd does not answer on its socket")
+
+
+@pytest.mark.k4w_check("containerd", component="containerd")
+@pytest.mark.parametrize("binary", sorted(RUNTIME_BINARIES))
+def test_runtime_version_is_the_profiles(host, profile, binary):
+    pinned = expect.component(profile, binary)
+    out = _ok(host.run(f"{RUNTIME_BINARIES[binary]} --version"), f"{binary} version")
+    assert expect.version_matches(expect.reported_version(out) or "", pinned), f"{binary} reports {out.strip()!r}, profile pins {pinned}"
+
+
+@pytest.mark.k4w_check("containerd", component="containerd")
+def test_containerd_config_is_version_3_with_the_pinned_sandbox_and_cgroup_driver(host, profile):
+    config = host.file(CONTAINERD_CONFIG)
+    assert config.exists, f"{CONTAINERD_CONFIG} is missing"
+    problems = expect.containerd_config_problems(config.content_string, profile)
+    assert not problems, f"{CONTAINERD_CONFIG}: " + "; ".join(problems)
+
+
+@pytest.mark.k4w_check("proxy", component="containerd")
+def test_containerd_service_has_the_proxy(host, proxy):
+    # What the unit really gets (drop-ins merged), whether or not it runs yet.
+    out = _ok(host.run("systemctl show --property=Environment containerd"), "systemctl show containerd")
+    value = out.strip().partition("=")[2]
+    _assert_proxy_env(expect.parse_env_assignments("\n".join(shlex.split(value))), proxy, "containerd.service Environment")
 
 
 # ------------------------------------------------------------------ proxy: present with cluster.yml's values, or absent
@@ -210,9 +254,13 @@ def _assert_proxy_env(found: dict[str, str], proxy, where: str):
 
 
 @pytest.mark.k4w_check("proxy")
-@pytest.mark.parametrize("service", PROXY_SERVICES)
-def test_service_proxy_dropin(host, proxy, service):
-    path = PROXY_DROPIN.format(service=service)
+def test_service_proxy_dropins(host, proxy, profile):
+    # The box's own runtime (docker or containerd, by era) and the kubelet.
+    for service in (expect.container_runtime(profile), "kubelet"):
+        _check_proxy_dropin(host, proxy, PROXY_DROPIN.format(service=service))
+
+
+def _check_proxy_dropin(host, proxy, path: str):
     dropin = host.file(path)
     if not proxy.enabled:
         assert not dropin.exists, f"{path} exists although no proxy is configured"
@@ -224,7 +272,7 @@ def test_service_proxy_dropin(host, proxy, service):
     _assert_proxy_env(expect.parse_env_assignments("\n".join(assignments)), proxy, path)
 
 
-@pytest.mark.k4w_check("proxy")
+@pytest.mark.k4w_check("proxy", component="docker")
 def test_docker_daemon_runs_with_the_proxy(host, proxy):
     # What the running unit really got (drop-ins merged), not just what the file says.
     out = _ok(host.run("systemctl show --property=Environment docker"), "systemctl show docker")

@@ -35,7 +35,7 @@ QEMU_PROFILE = {
     "supports_vxlan": True,
     "iso": {"name": "debian-12-ci.raw"},
     "kubernetes": {"version": "1.11.10", "kubeadm_api": "kubeadm.k8s.io/v1alpha2", "node_os_label": "beta.kubernetes.io/os",
-                   "flannel_image": "quay.io/coreos/flannel:v0.11.0-amd64"},
+                   "flannel_image": "quay.io/coreos/flannel:v0.11.0-amd64", "flannel_manifest": "v0.11"},
     "build": {
         "builder": "qemu",
         "cpus": 2,
@@ -98,7 +98,12 @@ def step_env(http=None, https=None) -> dict[str, str]:
 def proxy_step_env(http=None, https=None) -> dict[str, str]:
     """Exactly the variables step 01 reads, as the template passes them."""
     env = step_env(http, https)
-    return {name: env[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
+    return {name: env[name] for name in (*PROXY_VALUES, "K4W_CONTAINER_RUNTIME")}
+
+
+# What step 01 and cluster-up's cluster-proxy.sh both get: the proxy itself. Step 01 also gets the
+# runtime whose service pulls through the proxy during the build.
+PROXY_VALUES = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")
 
 
 @pytest.fixture

@@ -55,7 +55,8 @@ DOCKER_ENV = {
     "K4W_DOCKER_GPG_FINGERPRINT": "9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
 }
 REQUIRED = {
-    "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644"}, None),
+    "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644",
+                     "K4W_CONTAINER_RUNTIME": "docker"}, None),
     "03-docker.sh": (DOCKER_ENV, None),
     "04-kubernetes.sh": (KUBE_ENV, {"K4W_KUBERNETES_SHA512": "K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256",
                                     "K4W_CNI_SHA256": "K4W_CNI_SHA512 or K4W_CNI_SHA256"}),
@@ -146,7 +147,8 @@ def test_a_node_gets_the_proxy_on_disk_readable_only_by_root_and_the_value_file_
     run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))  # the build's runtime drop-in
     values = derive_steps.node_proxy_variables(cluster(HTTP_PROXY, HTTPS_PROXY).config, "ubuntu")
     node_env = {name: values[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
-    assert node_env == proxy_step_env(HTTP_PROXY, HTTPS_PROXY)  # the values Packer gives step 01
+    step_01 = proxy_step_env(HTTP_PROXY, HTTPS_PROXY)
+    assert node_env == {name: step_01[name] for name in node_env}  # the values Packer gives step 01
     res = _node_proxy(root, tmp_path, **node_env)
     assert res.returncode == 0, res.stderr
     assert not (tmp_path / "proxy.env").exists()  # read once, then deleted

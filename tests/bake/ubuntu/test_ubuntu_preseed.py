@@ -1,4 +1,4 @@
-"""templates/http/ubuntu/preseed.cfg.j2: what debian-installer is told, checked by debconf itself."""
+"""templates/http/ubuntu/preseed/preseed.cfg.j2: what debian-installer is told, checked by debconf itself."""
 
 from __future__ import annotations
 
@@ -114,10 +114,13 @@ def test_step_01_drops_the_proxy_line_the_installer_leaves_in_apt_conf(tmp_path)
     assert (root / "etc" / "apt" / "apt.conf").read_text() == 'APT::Other "1";\n'
 
 
-def test_qemu_boxes_get_an_inert_preseed(profile_dir, tmp_path):
+def test_qemu_boxes_get_no_installer_files(profile_dir, tmp_path):
+    """A box that boots an installed image (no installer section) runs no installer, so it gets
+    none of the installer kinds' templates (docs/internals.md, the render contract)."""
     from k4w import render
 
     from .conftest import qemu_cluster
 
-    seed = render.render_files(qemu_cluster(), tmp_path / "out")["http/debian-12-ci/preseed.cfg"]
-    assert answers(seed) == {}
+    files = render.render_files(qemu_cluster(), tmp_path / "out")
+    assert "packer/debian-12-ci.json" in files
+    assert not [name for name in files if name.startswith("http/debian-12-ci/")]

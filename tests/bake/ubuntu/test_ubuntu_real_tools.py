@@ -117,10 +117,15 @@ def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
         "fetch key -> import -> compare fingerprint -> fail -> install keyring"
 
 
-def test_components_reach_the_steps_only_through_k4w_component_file():
-    used = sorted(name for script in STEP_SCRIPTS for name in re.findall(r"k4w_component_file (\w+)", script.read_text()))
-    profile = yaml.safe_load(PROFILE.read_text())["components"]
-    assert used == sorted(name for name, spec in profile.items() if spec.get("url"))
+@pytest.mark.parametrize("box", ["ubuntu-1604", "ubuntu-2404"])
+def test_components_reach_the_steps_only_through_k4w_component_file(box):
+    """The steps a profile runs install exactly its downloads, each through k4w_component_file
+    (directly, or lib.sh's k4w_install_node_binaries for the node tarball)."""
+    data = yaml.safe_load((ROOT / "boxes" / f"{box}.yml").read_text())
+    texts = [(STEPS / step).read_text() for step in data["provision"]]
+    used = sorted({name for text in texts for name in re.findall(r"k4w_component_file (\w+)", text)}
+                  | ({"kubernetes"} if any("k4w_install_node_binaries " in text for text in texts) else set()))
+    assert used == sorted(name for name, spec in data["components"].items() if spec.get("url"))
 
 
 def test_every_download_in_the_profile_has_a_checksum():

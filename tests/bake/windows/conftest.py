@@ -40,14 +40,15 @@ def render_windows(tmp_path, profile_dir):
     """render_windows(generation=2, http=None, https=None, write=False) -> Rendered."""
 
     def _render(generation: int = 2, http: str | None = None, https: str | None = None,
-                no_proxy: list[str] | None = None, write: bool = False) -> Rendered:
-        profile_dir(lambda data: data["build"].__setitem__("generation", generation))
-        cfg = cluster_config(http, https, no_proxy)
-        out = tmp_path / f"out-gen{generation}-{'proxy' if (http or https) else 'direct'}"
+                no_proxy: list[str] | None = None, write: bool = False, box: str = BOX) -> Rendered:
+        if box == BOX:
+            profile_dir(lambda data: data["build"].__setitem__("generation", generation))
+        cfg = cluster_config(http, https, no_proxy, box=box)
+        out = tmp_path / f"out-{box}-gen{generation}-{'proxy' if (http or https) else 'direct'}"
         files = render.render_files(Cluster.resolve(cfg), out, secrets_for=lambda box: {"admin_password": SECRET})
         if write:
             render.write_atomically(files, out)
-        return Rendered(cfg, files, out, generation)
+        return Rendered(cfg, files, out, generation, box)
 
     return _render
 

@@ -81,7 +81,14 @@ def test_the_step_list_names_existing_scripts_and_known_markers():
     scripts = [s for s in steps if s not in ("restart", "upload")]
     for script in scripts:
         assert (GUEST / "bake" / script).is_file(), script
-    assert scripts == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
+    assert scripts == sorted(scripts)
+    # Every bake script is some Windows profile's step (windows-2022 runs the containerd era's).
+    every = set()
+    for path in (ROOT / "boxes").glob("*.yml"):
+        data = yaml.safe_load(path.read_text())
+        if data["os_family"] == "windows":
+            every |= {s for s in data["provision"] if s not in ("restart", "upload")}
+    assert sorted(every) == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
     # The Containers feature needs its reboot before Docker; C:\k\ holds the node scripts before 08.
     assert steps.index("02-containers-feature.ps1") < steps.index("restart") < steps.index("03-docker.ps1")
     assert steps.index("upload") < steps.index("08-node-services.ps1")
@@ -89,9 +96,10 @@ def test_the_step_list_names_existing_scripts_and_known_markers():
 
 def test_services_are_registered_as_the_cluster_start_expects():
     script = (GUEST / "bake" / "08-node-services.ps1").read_text()
-    chain = re.findall(r"Name = '([a-z-]+)'; Program = '[a-z-]+\.exe'; DependsOn = '([a-z-]+)'", script)
-    # docker -> kubelet -> flanneld -> kube-proxy: userspace kube-proxy needs flanneld's vEthernet (<network>_ep).
-    assert chain == [("kubelet", "docker"), ("flanneld", "kubelet"), ("kube-proxy", "flanneld")]
+    chain = re.findall(r"Name = '([a-z-]+)'; Program = \(Join-Path \$nodeDir '[a-z-]+\.exe'\); Parameters = \$null; DependsOn = ([^;]+);", script)
+    # <runtime> -> kubelet -> flanneld -> kube-proxy: kernelspace kube-proxy needs flanneld's HNS network.
+    assert chain == [("kubelet", "$runtimeService"), ("flanneld", "'kubelet'"), ("kube-proxy", "'flanneld'")]
+    assert "$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'" in script
     assert "'Start' 'SERVICE_DEMAND_START'" in script  # Manual
     assert "'AppExit' @('Default', 'Restart')" in script
     assert re.search(r"'reset', \$svc.Name, \$value", script) and "'AppParameters'" in script

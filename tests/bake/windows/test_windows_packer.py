@@ -84,14 +84,17 @@ def test_provisioners_run_in_the_documented_order(render_windows):
 
 
 def test_every_guest_script_is_run_and_exists(render_windows):
-    rendered = render_windows(2)
-    run = [Path(p["script"]) for p in rendered.packer["provisioners"] if p["type"] == "powershell"]
-    for script in run:
-        assert script.is_file(), script
+    run = set()
+    for box in ("windows-1803", "windows-2022"):
+        rendered = render_windows(2, box=box)
+        scripts = [Path(p["script"]) for p in rendered.packer["provisioners"] if p["type"] == "powershell"]
+        for script in scripts:
+            assert script.is_file(), script
+        run |= {s.name for s in scripts}
+        node = [p for p in rendered.packer["provisioners"] if p["type"] == "file" and p["source"].endswith("/node/")]
+        assert node and node[0]["destination"] == "C:\\k\\"
     numbered = sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
-    assert sorted(s.name for s in run) == numbered, "a numbered script is not run, or a run script is missing"
-    node = [p for p in rendered.packer["provisioners"] if p["type"] == "file" and p["source"].endswith("/node/")]
-    assert node and node[0]["destination"] == "C:\\k\\"
+    assert sorted(run) == numbered, "a numbered script is run by no Windows box, or a run script is missing"
     assert (GUEST / "node" / "kube-cleanup.ps1").is_file()
 
 
@@ -236,25 +239,28 @@ def test_an_unknown_step_marker_stops_the_render(render_windows, profile_dir):
 
 def test_values_that_may_be_unset_are_read_as_optional(render_windows):
     """Windows deletes an environment variable set to "", so a value the profile or the config may
-    leave out arrives *unset*: every K4W_* name that is not set for every build must be read with
-    Get-K4wEnv -Optional, directly or through the component table of common.ps1."""
-    builds = [render_windows(2).env("00-preflight.ps1"), render_windows(2, http=HTTP_PROXY, https=HTTPS_PROXY).env("00-preflight.ps1")]
-    always = {name for name in builds[0] if all(env.get(name) for env in builds)}
+    leave out arrives *unset*: every K4W_* name that is not set for every build of a box must be read
+    by that box's scripts with Get-K4wEnv -Optional, directly or through the component table of
+    common.ps1."""
     common = (GUEST / "common.ps1").read_text()
     fields: dict[str, set[str]] = {}
     for field, name in re.findall(r"(\w+) = '(K4W_[A-Z0-9_]+)'", common[common.index("$script:K4wComponents"):]):
         fields.setdefault(field, set()).add(name)
     assert {"File", "Sha256", "Sha512"} <= set(fields)
     checked = 0
-    for script in BOX_BUILD_SCRIPTS:
-        for line in script.read_text().splitlines():
-            call = re.search(r"Get-K4wEnv\s+-Name\s+(\S+)", line)
-            if not call:
-                continue
-            literal = re.fullmatch(r"'(K4W_[A-Z0-9_]+)'", call.group(1))
-            field = re.search(r"\.(\w+)\)?$", call.group(1))
-            names = {literal.group(1)} if literal else fields.get(field.group(1), set()) if field else set()
-            if names - always:
-                checked += 1
-                assert "-Optional" in line, f"{script.name}: {line.strip()}"
+    for box in ("windows-1803", "windows-2022"):
+        builds = [render_windows(2, box=box, **proxy).env("00-preflight.ps1") for proxy in ({}, {"http": HTTP_PROXY, "https": HTTPS_PROXY})]
+        always = {name for name in builds[0] if all(env.get(name) for env in builds)}
+        steps = [GUEST / "bake" / s for s in render_windows(2, box=box).profile["provision"] if s.endswith(".ps1")]
+        for script in [*(GUEST / "setup").glob("*.ps1"), GUEST / "common.ps1", *steps]:
+            for line in script.read_text().splitlines():
+                call = re.search(r"Get-K4wEnv\s+-Name\s+(\S+)", line)
+                if not call:
+                    continue
+                literal = re.fullmatch(r"'(K4W_[A-Z0-9_]+)'", call.group(1))
+                field = re.search(r"\.(\w+)\)?$", call.group(1))
+                names = {literal.group(1)} if literal else fields.get(field.group(1), set()) if field else set()
+                if names - always:
+                    checked += 1
+                    assert "-Optional" in line, f"{box} {script.name}: {line.strip()}"
     assert checked >= 4, "the checksum and proxy reads were not found: this test is stale"

@@ -27,9 +27,11 @@ class Rendered:
     out: Path
     generation: int
 
+    box: str = BOX
+
     @property
     def packer_text(self) -> str:
-        return self.files[f"packer/{BOX}.json"]
+        return self.files[f"packer/{self.box}.json"]
 
     @property
     def packer(self) -> dict:
@@ -37,7 +39,7 @@ class Rendered:
 
     @property
     def unattend(self) -> str:
-        return self.files[f"http/{BOX}/Autounattend.xml"]
+        return self.files[f"http/{self.box}/Autounattend.xml"]
 
     @property
     def proxy(self) -> derive.Proxy:
@@ -45,7 +47,7 @@ class Rendered:
 
     @property
     def profile(self):
-        return profiles.load(BOX).data
+        return profiles.load(self.box).data
 
     def env(self, script: str) -> dict[str, str]:
         """environment_vars of the powershell provisioner running this script, as a dict."""
@@ -55,9 +57,16 @@ class Rendered:
         raise AssertionError(f"no powershell provisioner runs {script}")
 
 
-def cluster_config(http: str | None = None, https: str | None = None, no_proxy: list[str] | None = None) -> config.Config:
+def cluster_config(http: str | None = None, https: str | None = None, no_proxy: list[str] | None = None,
+                   box: str = BOX) -> config.Config:
+    """cluster.yml with this proxy; box: the Windows worker's box (windows-2022 runs vxlan only)."""
     data = yaml.safe_load((ROOT / "cluster.yml").read_text())
     data["proxy"] = {"http": http, "https": https, "no_proxy": no_proxy or []}
+    if box != BOX:
+        data["network"]["backend"] = "vxlan"
+        for node in data["nodes"]:
+            if node["box"] == BOX:
+                node["box"] = box
     return config.parse(yaml.safe_dump(data), "variant-cluster.yml")
 
 

@@ -114,4 +114,4 @@ def download_problems(source: bytes, name: str) -> list[str]:
 
 def verified_downloads(source: bytes) -> list[str]:
     """The -Component of every Get-K4wVerifiedFile call."""
-    return re.findall(r"Get-K4wVerifiedFile\s+-Component\s+'([a-z0-9-]+)'", source.decode(), re.I)
+    return re.findall(r"Get-K4wVerifiedFile\s+-Component\s+'([a-z0-9_-]+)'", source.decode(), re.I)

@@ -8,8 +8,8 @@ NODE_IP = "192.168.250.10"
 NODE_MEMORY_MB = 2048
 
 
-def text(proxy_url: str, mirror: str, cache: str) -> str:
-    """One master on the e2e box; proxy.http and proxy.https both set (https is never copied
+def text(proxy_url: str, mirror: str, cache: str, box: str = BOX) -> str:
+    """One master on the e2e box (the default CI box unless named); proxy.http and proxy.https both set (https is never copied
     from http, so a user behind one proxy writes it twice). The downloads come from the run's
     mirror of CI stand-ins (stand_ins.py) into the run's component cache, as an air-gapped host
     with an internal mirror would have it."""
@@ -27,7 +27,7 @@ downloads:
 nodes:
   - name: master
     role: master
-    box: {BOX}
+    box: {box}
     ip: {NODE_IP}
     cpus: 2
     memory: {NODE_MEMORY_MB}

@@ -8,8 +8,11 @@ Phases (each with a budget; the timings end up in a table):
                 Kubernetes node tarball and the CNI plugins, which CI cannot download
   render        a cluster.yml with proxy.http/https and downloads -> k4w.config.load -> k4w.render.render
   fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
-  packer build  k4w.bake.build_box: the real `packer build` of packer/debian-12-e2e.json; every step
-                runs, step 04 installs the stand-ins from Packer's HTTP server
+  packer build  k4w.bake.build_box: the real `packer build` of packer/<box>.json; every step
+                runs, and the steps install the stand-ins from Packer's HTTP server
+
+One run bakes one CI box (BOXES): debian-12-e2e runs the Docker era's steps (ubuntu-1604's list),
+ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base image.
   proxy proof   the squid access log holds the build guest's apt requests, and no component download
   boot guest    a fresh guest from the produced .box (its box.img, same kernel/initrd)
   box spec      the Ubuntu box spec over SSH (k4w.verify.flows.test_ssh_target)
@@ -45,6 +48,9 @@ from . import base_image, cluster_file, guest as guest_mod, idempotence, procs, 
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
+# Every CI box: the Docker era's (debian-12-e2e, the default) and the containerd era's, each
+# running its production twin's guest steps on the same Debian 12 stand-in image.
+BOXES = (BOX, "ubuntu-2404-e2e")
 # The whole run must leave CI time for the rest of the suite (CI total < 40 min).
 TOTAL_BUDGET_S = 28 * 60
 # Per phase, in seconds. Measured on 2 cores with TCG: base image ~150-200 s when built,
@@ -83,6 +89,7 @@ class E2EFailed(E2EError):
 class E2EResult:
     out: Path
     log: Path
+    box: str = BOX
     phases: list[PhaseRecord] = field(default_factory=list)
     table: str = ""
     base_image: Path | None = None
@@ -107,7 +114,7 @@ class E2EResult:
 
     def summary(self) -> list[str]:
         """Everything a reader of the CI output needs, in order."""
-        lines = ["phase timings:", *("  " + row for row in self.table.splitlines())]
+        lines = [f"box profile: {self.box}", "phase timings:", *("  " + row for row in self.table.splitlines())]
         if self.base_image:
             lines.append(f"base image: {self.base_image} ({'reused' if self.base_reused else 'built'})")
         if self.box_file:
@@ -155,24 +162,35 @@ class E2EResult:
 E2E_BOXES = Path(__file__).resolve().parent.parent / "boxes"
 
 
-def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None) -> E2EResult:
-    """Run the end-to-end bake into out (e.g. build/e2e). Raises E2EFailed (with .result) on failure.
+def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None,
+            box: str = BOX, base_images: Path | None = None) -> E2EResult:
+    """Run the end-to-end bake of one CI box (BOXES) into out (e.g. build/e2e). Raises E2EFailed
+    (with .result) on failure.
 
     keep: leave the work folder (squid logs, guest overlay and serial log, ssh config) for
     debugging; processes are stopped regardless.
+    base_images: where the base image cache lives when not in out/base-image, so the runs of
+    several boxes share one debootstrapped image (out/base-image then links to it).
     """
+    if box not in BOXES:
+        raise E2EError(f"no CI box named {box!r}; the e2e boxes are: {', '.join(BOXES)}")
     with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
-        return _run_e2e(out, keep, dry_run, say)
+        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say)
 
 
-def _run_e2e(out: Path, keep: bool, dry_run: bool, say: Callable[[str], None] | None) -> E2EResult:
-    out = Path(out).resolve()
+def default_out(root: Path, box: str) -> Path:
+    """ROOT/e2e for the default box (as before several boxes), ROOT/e2e-ubuntu-2404 for ubuntu-2404-e2e."""
+    return Path(root) / ("e2e" if box == BOX else f"e2e-{box.removesuffix('-e2e')}")
+
+
+def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run: bool,
+             say: Callable[[str], None] | None) -> E2EResult:
     say = say or ui.say
     if dry_run:
-        return _dry_run(out, say)
+        return _dry_run(out, box, base_images, say)
     log = Log(out / "logs" / "e2e.log", say)
     phases = Phases(log.event, TOTAL_BUDGET_S)
-    result = E2EResult(out=out, log=log.path)
+    result = E2EResult(out=out, log=log.path, box=box)
     workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
     # squid drops to its own user, which must be able to reach its folder inside.
     os.chmod(workdir, 0o711)
@@ -182,7 +200,7 @@ def _run_e2e(out: Path, keep: bool, dry_run: bool, say: Callable[[str], None] | 
     saved_path = os.environ.get("PATH", "")
     interrupted: BaseException | None = None
     try:
-        _phases(phases, log, result, workdir, stack, started, keep)
+        _phases(phases, log, result, workdir, stack, started, keep, base_images)
     except Exception as exc:  # noqa: BLE001 - recorded, then raised as E2EFailed below
         result.error = str(exc) if isinstance(exc, K4wError) else f"{type(exc).__name__}: {exc}"
     except BaseException as exc:  # Ctrl-C, SIGTERM: clean up, then let it stop the caller too
@@ -220,16 +238,16 @@ def _run_e2e(out: Path, keep: bool, dry_run: bool, say: Callable[[str], None] | 
 
 
 def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: contextlib.ExitStack,
-            started: list[int], keep: bool) -> None:
-    out = result.out
-    profile = profiles.load(BOX)
+            started: list[int], keep: bool, base_images: Path | None) -> None:
+    out, box = result.out, result.box
+    profile = profiles.load(box)
     build_cfg = profile.data.build
 
     with phases.phase("tools", BUDGETS["tools"]):
         _require_tools()
 
     with phases.phase("base image", BUDGETS["base image"]) as ph:
-        image = base_image.ensure(out / "base-image", ph, log)
+        image = base_image.ensure(_base_image_folder(out, base_images), ph, log)
         result.base_image, result.base_reused = image.folder, image.reused
         ph.note = f"{'reused' if image.reused else 'built'} {image.key}"
 
@@ -251,16 +269,16 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cluster_yml = workdir / "cluster.yml"
         # The cache lives beside the base image: a second run on this host starts from a warm cache.
         cache_dir = out / "component-cache"
-        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir)), encoding="utf-8")
+        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         cfg = config.load(cluster_yml)
         cluster = Cluster.resolve(cfg)
         files = render.render(cluster, out)
-        template = json.loads(files[f"packer/{BOX}.json"])
+        template = json.loads(files[f"packer/{box}.json"])
         ph.note = f"{len(files)} artifacts"
 
     with phases.phase("fetch", BUDGETS["fetch"]) as ph:
-        fetched = fetch.fetch(cluster, [BOX])
+        fetched = fetch.fetch(cluster, [box])
         fetch.show(fetched)
         if fetched.failed:
             raise E2EError(fetch.failure_message(fetched))
@@ -271,16 +289,16 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("packer build", BUDGETS["packer build"]) as ph:
         offset = proxy.offset()
-        box_log = out / "logs" / f"{BOX}.log"
+        box_log = out / "logs" / f"{box}.log"
         try:
             with procs.watchdog(ph, log, protect=set(started)):
                 # The runner verifies the base disk like an ISO, against the sha256 taken when it was made.
-                built = build_box(cluster, BOX, out, iso=image.disk, iso_sha256=image.sha256, force=True)
+                built = build_box(cluster, box, out, iso=image.disk, iso_sha256=image.sha256, force=True)
         finally:
             if box_log.is_file():
                 result.steps = report.box_steps(profile.data.provision, box_log.read_text(encoding="utf-8", errors="replace"))
         build_log = proxy.text_since(offset)
-        result.box_file, result.catalogue = _check_box(out, built.box_files)
+        result.box_file, result.catalogue = _check_box(out, box, built.box_files)
         not_ran = [s for s in result.steps if s["status"] != "ran"]
         if not_ran:
             raise E2EError("every box step must run in CI: " + "; ".join(f"{s['step']} {s['status']} ({s['reason']})" for s in not_ran))
@@ -300,13 +318,13 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("box spec", BUDGETS["box spec"]) as ph:
         # No stale result from an earlier run may stand in for this one.
-        (out / "reports" / f"test-box-{BOX}.json").unlink(missing_ok=True)
+        (out / "reports" / f"test-box-{box}.json").unlink(missing_ok=True)
         with procs.watchdog(ph, log, protect=set(started)):
             try:
-                result.spec = flows.test_ssh_target(cfg, BOX, guest.ssh.host, guest.ssh.port, guest.ssh.user,
+                result.spec = flows.test_ssh_target(cfg, box, guest.ssh.host, guest.ssh.port, guest.ssh.user,
                                                     guest.ssh.key, out, stage="box")
             finally:
-                result.spec = result.spec or _spec_result(out)
+                result.spec = result.spec or _spec_result(out, box)
         ph.note = f"{result.spec['passed']} passed, {len(result.spec['deselected'])} deselected"
 
     with phases.phase("secret scan", BUDGETS["secret scan"]) as ph:
@@ -336,30 +354,47 @@ def _require_tools() -> None:
     os.environ["PATH"] = path
 
 
-def _check_box(out: Path, box_files: list[Path]) -> tuple[Path, Path]:
+def _base_image_folder(out: Path, base_images: Path | None) -> Path:
+    """Where base_image.ensure keeps the image. The profile's qemu paths are relative to OUT
+    (base-image/current/...), so a shared cache is reached through OUT/base-image as a link."""
+    local = out / "base-image"
+    if base_images is None:
+        return local
+    shared = Path(base_images).resolve()
+    if local.resolve() == shared:  # the default box's own folder, or the link made by an earlier run
+        return shared
+    if local.exists() and not local.is_symlink():
+        raise E2EError(f"{local} is a folder of its own; remove it to share the base images in {shared}")
+    out.mkdir(parents=True, exist_ok=True)
+    local.unlink(missing_ok=True)
+    local.symlink_to(shared, target_is_directory=True)
+    return shared
+
+
+def _check_box(out: Path, box: str, box_files: list[Path]) -> tuple[Path, Path]:
     """The libvirt .box the post-processor made, and its catalogue entry pointing at it."""
-    boxes = [Path(b) for b in box_files if Path(b).name == f"{BOX}-libvirt.box"]
-    if not boxes or not boxes[0].is_file():
+    made = [Path(b) for b in box_files if Path(b).name == f"{box}-libvirt.box"]
+    if not made or not made[0].is_file():
         raise E2EError(f"the build produced no libvirt box (got: {', '.join(map(str, box_files)) or 'nothing'})")
-    box = boxes[0]
-    path = catalogue.catalogue_path(out, BOX)
+    box_file = made[0]
+    path = catalogue.catalogue_path(out, box)
     if not path.is_file():
         raise E2EError(f"no box catalogue {path} after the build")
     data = json.loads(path.read_text(encoding="utf-8"))
     providers = [p for v in data.get("versions", []) for p in v.get("providers", [])]
     libvirt = [p for p in providers if p.get("name") == "libvirt"]
-    if data.get("name") != catalogue.BOX_PREFIX + BOX or not libvirt:
-        raise E2EError(f"{path} does not list {catalogue.BOX_PREFIX}{BOX} with a libvirt provider: {data}")
+    if data.get("name") != catalogue.BOX_PREFIX + box or not libvirt:
+        raise E2EError(f"{path} does not list {catalogue.BOX_PREFIX}{box} with a libvirt provider: {data}")
     entry = libvirt[-1]
-    if entry.get("url") != box.resolve().as_uri():
-        raise E2EError(f"{path} points at {entry.get('url')}, not at {box}")
+    if entry.get("url") != box_file.resolve().as_uri():
+        raise E2EError(f"{path} points at {entry.get('url')}, not at {box_file}")
     digest = hashlib.sha256()
-    with open(box, "rb") as fh:
+    with open(box_file, "rb") as fh:
         while chunk := fh.read(8 * 1024 * 1024):
             digest.update(chunk)
     if entry.get("checksum") != digest.hexdigest():
-        raise E2EError(f"{path} records sha256 {entry.get('checksum')} for {box}, the file has {digest.hexdigest()}")
-    return box, path
+        raise E2EError(f"{path} records sha256 {entry.get('checksum')} for {box_file}, the file has {digest.hexdigest()}")
+    return box_file, path
 
 
 def _proxy_proof(text: str, component_files: list[str]) -> dict:
@@ -392,9 +427,9 @@ def _proxy_proof(text: str, component_files: list[str]) -> dict:
     return found
 
 
-def _spec_result(out: Path) -> dict | None:
+def _spec_result(out: Path, box: str) -> dict | None:
     """The spec's own result file, when test_ssh_target raised after the spec ran."""
-    path = out / "reports" / f"test-box-{BOX}.json"
+    path = out / "reports" / f"test-box-{box}.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
@@ -480,31 +515,31 @@ def _sigterm_raises() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _dry_run(out: Path, say: Callable[[str], None]) -> E2EResult:
+def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None]) -> E2EResult:
     """Say exactly what a run would do; run and write nothing."""
-    profile = profiles.load(BOX)
+    profile = profiles.load(box)
     q = profile.data.build.qemu
-    cache = out / "base-image"
+    cache = Path(base_images).resolve() if base_images else out / "base-image"
     key = base_image.cache_key()
     cached = (cache / key / base_image.MANIFEST).is_file()
-    say(f"e2e dry run into {out} (total budget {TOTAL_BUDGET_S} s; phases: {', '.join(BUDGETS)})")
+    say(f"e2e dry run of the CI box {box} into {out} (total budget {TOTAL_BUDGET_S} s; phases: {', '.join(BUDGETS)})")
     say(f"base image {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs'))
                                          + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("mirror: CI stand-ins on http://127.0.0.1:<free port> (tests/e2e/harness/stand_ins.py): "
         + ", ".join(stand_ins.for_profile(profile.data.get("components") or {})))
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
-                                                           str(out / "component-cache")))
+                                                           str(out / "component-cache"), box))
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
-        f"{out / 'http' / BOX / 'components'} for Packer's HTTP server")
+        f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
-        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{BOX}.json"), out, {})))
-    say("boot guest: box.img from " + str(out / "boxes" / f"{BOX}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
+        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.json"), out, {})))
+    say("boot guest: box.img from " + str(out / "boxes" / f"{box}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
         guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
                                cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
                                cpus=int(profile.data.build.cpus), ssh_port=0, serial_log=Path("<tmp>/guest/serial.log"),
                                pidfile=Path("<tmp>/guest/qemu.pid"))).replace("127.0.0.1:0-", "127.0.0.1:<free port>-"))
-    say(f"box spec: k4w.verify.flows.test_ssh_target({BOX}, vagrant@127.0.0.1:<port>, Vagrant's insecure key, stage box)")
+    say(f"box spec: k4w.verify.flows.test_ssh_target({box}, vagrant@127.0.0.1:<port>, Vagrant's insecure key, stage box)")
     say("idempotence: snapshot (" + ", ".join(idempotence.ROOTS) + "; units " + ", ".join(idempotence.SERVICES)
         + "; dpkg), re-run every provisioner of the rendered template, snapshot again, diff")
-    return E2EResult(out=out, log=out / "logs" / "e2e.log", dry_run=True)
+    return E2EResult(out=out, log=out / "logs" / "e2e.log", box=box, dry_run=True)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Step 4 (containerd era, e.g. ubuntu-2404): the Kubernetes node recipe of this era.
+# - kubeadm, kubelet and kubectl from Kubernetes' Linux node tarball (k4w_install_node_binaries:
+#   from the build host's verified cache, checked again against the sha512 Kubernetes' release
+#   notes print for it);
+# - the kubelet unit and kubeadm's drop-in as Kubernetes packages them today (kubernetes/release
+#   cmd/krel/templates/latest/kubelet/kubelet.service and kubeadm/10-kubeadm.conf at f618b2a308bc),
+#   with the binaries in /usr/local/bin and KUBELET_EXTRA_ARGS from /etc/default/kubelet, where
+#   cluster-up puts them (the Debian convention; the packages' RPM path is /etc/sysconfig/kubelet);
+# - when the profile asks, the control-plane images pulled into containerd over CRI
+#   (K4W_KUBE_CRI_SOCKET), after checking that kubeadm's own list names the same pause image the
+#   containerd config pins (step 03): kubeadm 1.35 warns when the runtime's sandbox image differs.
+# The runtime (step 03-containerd.sh) must already run: kubeadm pulls through it.
+#
+# Env: K4W_KUBE_VERSION, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, K4W_KUBE_CRI_SOCKET,
+# K4W_PAUSE_IMAGE, K4W_KUBERNETES_VERSION, K4W_KUBERNETES_FILE and K4W_KUBERNETES_SHA512 or
+# K4W_KUBERNETES_SHA256; PACKER_HTTP_ADDR (Packer).
+K4W_STEP="04-kubernetes-node"
+set -Eeuo pipefail
+trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (Packer uploads guest/ubuntu/lib.sh there)" >&2; exit 1; }
+# shellcheck source=../lib.sh
+source "$K4W_LIB"
+
+BIN_DIR=/usr/local/bin
+KUBELET_UNIT=/etc/systemd/system/kubelet.service
+KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
+# kubeadm 1.35's preflight: conntrack and iptables missing are errors; socat, ethtool and ebtables
+# warnings (the kubelet and kube-proxy use them for port-forward and service traffic).
+PREREQUISITES=(socat ebtables ethtool conntrack iptables)
+# containerd's namespace for the images the kubelet (CRI) uses.
+CRI_NAMESPACE=k8s.io
+
+k4w_require K4W_KUBE_VERSION K4W_KUBE_IMAGE_REPOSITORY K4W_KUBE_CRI_SOCKET K4W_PAUSE_IMAGE \
+    K4W_KUBERNETES_VERSION K4W_KUBERNETES_FILE
+k4w_require_defined K4W_KUBE_PREPULL_IMAGES
+kubernetes_digest="$(k4w_component_digest kubernetes)"
+if [[ $K4W_KUBERNETES_VERSION != "$K4W_KUBE_VERSION" ]]; then
+    k4w_die "K4W_KUBERNETES_VERSION=${K4W_KUBERNETES_VERSION} differs from K4W_KUBE_VERSION=${K4W_KUBE_VERSION}: kubeadm, kubelet and kubectl must match the cluster version"
+fi
+[[ $K4W_KUBE_CRI_SOCKET == unix:///* ]] || k4w_die "K4W_KUBE_CRI_SOCKET must be a unix:/// socket URL, not '${K4W_KUBE_CRI_SOCKET}'"
+k4w_distro >/dev/null
+
+k4w_apt_install "${PREREQUISITES[@]}"
+
+# --- kubeadm, kubelet, kubectl ------------------------------------------------------------
+units_changed=0
+k4w_install_node_binaries "$kubernetes_digest" "$BIN_DIR"
+kubelet_binary_changed=$K4W_CHANGED
+
+# --- kubelet service -----------------------------------------------------------------------
+k4w_write_file "$KUBELET_UNIT" 0644 "# k4w: kubelet for kubeadm (Kubernetes' kubelet.service of this era)
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=${BIN_DIR}/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target"
+((K4W_CHANGED)) && units_changed=1
+k4w_write_file "$KUBEADM_DROP_IN" 0644 "# k4w: kubeadm's kubelet drop-in (Kubernetes' 10-kubeadm.conf of this era)
+[Service]
+Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"
+Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=${BIN_DIR}/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"
+((K4W_CHANGED)) && units_changed=1
+((units_changed)) && k4w_systemctl daemon-reload
+# Enabled, not started: until kubeadm init/join writes its config the kubelet cannot run.
+k4w_enable kubelet
+# Only a node that already joined runs the kubelet; it must pick up a new binary or unit.
+if ((units_changed || kubelet_binary_changed)) && k4w_unit_active kubelet; then
+    systemctl restart kubelet
+fi
+
+if ! k4w_live; then
+    k4w_log "sandbox: binaries and units in place; version checks and image pre-pull skipped"
+    exit 0
+fi
+
+# --- the binaries are the version the profile pins ----------------------------------------
+want="v${K4W_KUBE_VERSION}"
+[[ $("${BIN_DIR}/kubeadm" version -o short) == "$want" ]] || k4w_die "kubeadm is not ${want}"
+[[ $("${BIN_DIR}/kubelet" --version) == "Kubernetes ${want}" ]] || k4w_die "kubelet is not ${want}"
+# kubectl lost --short in 1.28; its first line is the client version.
+[[ $("${BIN_DIR}/kubectl" version --client | head -n 1) == "Client Version: ${want}" ]] || k4w_die "kubectl is not ${want}"
+
+# --- control-plane images -------------------------------------------------------------------
+if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
+    image_flags=(--kubernetes-version "$want" --image-repository "$K4W_KUBE_IMAGE_REPOSITORY")
+    mapfile -t images < <("${BIN_DIR}/kubeadm" config images list "${image_flags[@]}")
+    ((${#images[@]} > 0)) || k4w_die "kubeadm listed no control-plane images"
+    if [[ " ${images[*]} " != *" ${K4W_PAUSE_IMAGE} "* ]]; then
+        k4w_die "kubeadm ${want} wants the sandbox image $(printf '%s\n' "${images[@]}" | grep /pause: || echo '?'), but the profile pins ${K4W_PAUSE_IMAGE} (kubernetes.pause_image) in containerd's config"
+    fi
+    present() {
+        "${BIN_DIR}/ctr" --address "${K4W_KUBE_CRI_SOCKET#unix://}" --namespace "$CRI_NAMESPACE" images list --quiet
+    }
+    missing=()
+    for image in "${images[@]}"; do
+        present | grep -qxF "$image" || missing+=("$image")
+    done
+    if ((${#missing[@]} > 0)); then
+        k4w_log "pulling ${#missing[@]} control-plane image(s) from ${K4W_KUBE_IMAGE_REPOSITORY}"
+        "${BIN_DIR}/kubeadm" config images pull "${image_flags[@]}" --cri-socket "$K4W_KUBE_CRI_SOCKET"
+    fi
+    for image in "${images[@]}"; do
+        present | grep -qxF "$image" || k4w_die "image ${image} is still missing after the pull"
+    done
+    k4w_log "control-plane images present: ${images[*]}"
+fi
+k4w_log "Kubernetes ${want} binaries and the kubelet unit installed"

@@ -1,0 +1,62 @@
+"""The autoinstall section of a rendered NoCloud user-data, held against subiquity's own schema.
+
+subiquity validates `autoinstall:` against autoinstall-schema.json when the live installer starts;
+a key it does not know or a value of the wrong type stops the install at the first boot, on a
+Hyper-V host, an hour into a build. schemas/autoinstall-schema.json is that schema, vendored from
+canonical/subiquity at the installer's tag (schemas/autoinstall-schema.source.yml), so the same check
+runs here with the `jsonschema` package. The cloud-config part of the same file is cloud-init's to
+judge (`cloud-init schema`, k4w/validate/__init__.py).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+SCHEMA = SCHEMAS / "autoinstall-schema.json"
+SCHEMA_SOURCE = SCHEMAS / "autoinstall-schema.source.yml"
+# cloud-init reads a user-data file as cloud-config only when this is its first line.
+CLOUD_CONFIG_HEADER = "#cloud-config"
+
+
+@lru_cache(maxsize=None)
+def schema() -> dict:
+    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+
+
+def source() -> dict:
+    return yaml.safe_load(SCHEMA_SOURCE.read_text(encoding="utf-8"))
+
+
+def check_user_data(text: str) -> list[str]:
+    """Problems of one user-data file's autoinstall section; [] when subiquity would accept it."""
+    import jsonschema  # a dependency of k4w (pyproject.toml); imported here like the other validators' libraries
+
+    if text.splitlines()[:1] != [CLOUD_CONFIG_HEADER]:
+        return [f"the first line is not {CLOUD_CONFIG_HEADER}: cloud-init would not read the file as cloud-config"]
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return [f"not valid YAML: {exc}"]
+    if not isinstance(data, dict) or not isinstance(data.get("autoinstall"), dict):
+        return ["no autoinstall: section (a mapping): subiquity would ask every question interactively"]
+    # As subiquity checks it (jsonschema.validate in subiquity/server/controller.py at the tag): the
+    # validator class the schema asks for, the newest draft when it names none.
+    validator_class = jsonschema.validators.validator_for(schema())
+    problems = []
+    for error in sorted(validator_class(schema()).iter_errors(data["autoinstall"]), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = ".".join(str(part) for part in ("autoinstall", *error.absolute_path))
+        problems.append(f"{where}: {_message(error)}")
+    return problems
+
+
+def _message(error) -> str:
+    """jsonschema's message, except where it would quote a whole mapping or list (which may hold
+    the proxy URL with its credentials): then the rule it breaks."""
+    if isinstance(error.instance, (dict, list)) and error.validator not in ("additionalProperties", "required"):
+        return f"breaks the schema's {error.validator!r} rule ({error.validator_value!r})"
+    return error.message

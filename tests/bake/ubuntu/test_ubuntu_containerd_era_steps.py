@@ -1,0 +1,187 @@
+"""The containerd era's guest steps (ubuntu-2404: 03-containerd.sh, 04-kubernetes-node.sh) and what
+step 01 does for that era, run for real in a sandbox root (K4W_ROOT): files, refusals, idempotence.
+
+The served files are the CI stand-ins (tests/e2e/harness/stand_ins.py) in the real layouts, behind a
+local stand-in for Packer's HTTP server, as in a build. The live half (containerd running, its
+effective config, the image pre-pull) needs a real containerd 2.x and runs on Hyper-V.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+
+import pytest
+import yaml
+
+from k4w import derive_steps, profiles
+from k4w.verify import expect
+from tests.e2e.harness import stand_ins
+from tests.fakes import local_http
+
+from .conftest import HTTP_PROXY, HTTPS_PROXY, ROOT, cluster, make_root, run_step, snapshot
+
+PROFILE = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())
+PAUSE = PROFILE["kubernetes"]["pause_image"]
+# What each component is served as, and the stand-in that plays it.
+BUILDERS = {"containerd": stand_ins.containerd_tarball, "runc": stand_ins.runc_binary,
+            "cni": stand_ins.cni_tarball, "kubernetes": stand_ins.node_tarball}
+
+
+def step_env() -> dict[str, str]:
+    """ubuntu-2404's real step variables (names and values from its profile), without the proxy."""
+    env = derive_steps.step_env(profiles.load("ubuntu-2404"), cluster().config).env
+    # K4W_LIB is where Packer uploads lib.sh; run here, each step finds it beside itself.
+    return {name: value for name, value in env.items() if name.startswith("K4W_") and name != "K4W_LIB"}
+
+
+@pytest.fixture
+def served():
+    """Packer's HTTP server with the four downloads under /components/ (build-media names from the
+    real step variables), and the environment with each digest pinned to the served file."""
+    env = step_env()
+    files, digests = {}, {}
+    for component, build in BUILDERS.items():
+        body = build(PROFILE["components"][component]["version"])
+        files[f"/components/{env[f'K4W_{component.upper()}_FILE']}"] = body
+        key = "SHA512" if component == "kubernetes" else "SHA256"
+        digests[f"K4W_{component.upper()}_{key}"] = getattr(hashlib, key.lower())(body).hexdigest()
+    with local_http.site(files) as site:
+        yield {**env, **digests, "PACKER_HTTP_ADDR": site.url.removeprefix("http://")}, site, files
+
+
+def test_the_profile_pins_what_each_step_reads():
+    env = step_env()
+    assert env["K4W_CONTAINER_RUNTIME"] == "containerd"
+    assert env["K4W_CONTAINERD_FILE"] == "containerd-containerd-2.3.2-linux-amd64.tar.gz"
+    assert env["K4W_RUNC_FILE"] == "runc-runc.amd64" and env["K4W_PAUSE_IMAGE"] == PAUSE
+    assert env["K4W_KUBE_CRI_SOCKET"] == "unix:///var/run/containerd/containerd.sock"
+    assert "K4W_CONTAINERD_URL" not in env  # the guest never downloads: it copies from the build host
+
+
+def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_build_host(tmp_path, served):
+    env, site, files = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("03-containerd.sh", root, **env)
+    assert res.returncode == 0, res.stderr
+    bin_dir = root / "usr" / "local" / "bin"
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["containerd", "containerd-shim-runc-v2", "ctr"]
+    assert (root / "usr" / "local" / "sbin" / "runc").stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in (root / "opt" / "cni" / "bin").iterdir()) == ["bridge", "host-local", "loopback", "portmap"]
+    assert (root / "etc" / "cni" / "net.d").is_dir()
+    text = (root / "etc" / "containerd" / "config.toml").read_text()
+    config = tomllib.loads(text)
+    assert config["version"] == 3
+    assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"] == {"sandbox": PAUSE}
+    assert config["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+    # The box spec's reading of the same file agrees.
+    assert expect.containerd_config_problems(text, profiles.load("ubuntu-2404")) == []
+    unit = (root / "etc" / "systemd" / "system" / "containerd.service").read_text()
+    for line in ("ExecStart=/usr/local/bin/containerd", "Type=notify", "Delegate=yes", "KillMode=process"):
+        assert line in unit
+    assert sorted(r["path"] for r in site.requests) == sorted(p for p in files if "kubernetes" not in p)
+
+    before = snapshot(root)
+    requests = len(site.requests)
+    res = run_step("03-containerd.sh", root, **{k: v for k, v in env.items() if k != "PACKER_HTTP_ADDR"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("already installed") == 3 and len(site.requests) == requests
+    assert snapshot(root) == before
+
+
+def test_a_tampered_containerd_tarball_installs_nothing(tmp_path, served):
+    env, _, files = served
+    files[f"/components/{env['K4W_CONTAINERD_FILE']}"] += b"tampered"
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("03-containerd.sh", root, **env)
+    assert res.returncode == 1 and "sha256 mismatch for containerd" in res.stderr
+    assert not (root / "usr" / "local" / "bin").exists() and not list(root.rglob("*.part"))
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("K4W_CONTAINERD_CGROUP_DRIVER", "systemd-ish", "K4W_CONTAINERD_CGROUP_DRIVER must be systemd or cgroupfs"),
+    ("K4W_PAUSE_IMAGE", "pause'3", "K4W_PAUSE_IMAGE is not an image reference"),
+])
+def test_values_the_config_cannot_hold_are_refused_before_anything_is_written(tmp_path, served, variable, value, message):
+    env, site, _ = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("03-containerd.sh", root, **{**env, variable: value})
+    assert res.returncode == 1 and message in res.stderr
+    assert not site.requests and not (root / "etc" / "containerd").exists()
+
+
+@pytest.mark.parametrize("missing", ["K4W_CONTAINERD_FILE", "K4W_RUNC_VERSION", "K4W_PAUSE_IMAGE", "K4W_CNI_FILE"])
+def test_a_missing_variable_fails_naming_it(tmp_path, served, missing):
+    env, _, _ = served
+    res = run_step("03-containerd.sh", make_root(tmp_path, "ubuntu-24.04"), **{k: v for k, v in env.items() if k != missing})
+    assert res.returncode == 1 and f"missing {missing}" in res.stderr
+
+
+def test_kubernetes_node_binaries_and_units_of_this_era_then_idempotent(tmp_path, served):
+    env, site, files = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("04-kubernetes-node.sh", root, **env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in (root / "usr" / "local" / "bin").iterdir()) == ["kubeadm", "kubectl", "kubelet"]
+    unit = (root / "etc" / "systemd" / "system" / "kubelet.service").read_text()
+    assert "After=network-online.target" in unit and "ExecStart=/usr/local/bin/kubelet" in unit
+    drop_in = (root / "etc" / "systemd" / "system" / "kubelet.service.d" / "10-kubeadm.conf").read_text()
+    assert "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS" in drop_in
+    assert "--pod-infra-container-image" not in drop_in  # removed from the kubelet in 1.35: containerd pins it
+    assert [r["path"] for r in site.requests] == [f"/components/{env['K4W_KUBERNETES_FILE']}"]
+    before = snapshot(root)
+    res = run_step("04-kubernetes-node.sh", root, **{k: v for k, v in env.items() if k != "PACKER_HTTP_ADDR"})
+    assert res.returncode == 0 and "already installed" in res.stdout and snapshot(root) == before
+
+
+def test_the_node_step_refuses_a_version_other_than_the_clusters(tmp_path, served):
+    env, _, _ = served
+    res = run_step("04-kubernetes-node.sh", make_root(tmp_path, "ubuntu-24.04"), **{**env, "K4W_KUBE_VERSION": "1.34.0"})
+    assert res.returncode == 1 and "kubeadm, kubelet and kubectl must match the cluster version" in res.stderr
+
+
+def test_the_node_step_wants_a_cri_socket_url(tmp_path, served):
+    env, _, _ = served
+    res = run_step("04-kubernetes-node.sh", make_root(tmp_path, "ubuntu-24.04"), **{**env, "K4W_KUBE_CRI_SOCKET": "/run/containerd.sock"})
+    assert res.returncode == 1 and "K4W_KUBE_CRI_SOCKET must be a unix:/// socket URL" in res.stderr
+
+
+# ------------------------------------------------------------------ step 01 in this era
+
+
+def test_the_build_proxy_goes_to_containerd_and_the_installers_proxy_files_go(tmp_path):
+    """subiquity's proxy: key reaches the target as curtin's apt file and snapd's drop-in, both
+    with the credentials; step 01 removes them, and only containerd pulls through the proxy during
+    the build (a runtime drop-in in /run)."""
+    from .conftest import proxy_step_env
+
+    root = make_root(tmp_path, "ubuntu-24.04")
+    curtin = root / "etc" / "apt" / "apt.conf.d" / "90curtin-aptproxy"
+    snapd = root / "etc" / "systemd" / "system" / "snapd.service.d" / "snap_proxy.conf"
+    for leftover in (curtin, snapd):
+        leftover.parent.mkdir(parents=True)
+        leftover.write_text(f"proxy {HTTP_PROXY}\n")
+    env = {**proxy_step_env(HTTP_PROXY, HTTPS_PROXY), "K4W_CONTAINER_RUNTIME": "containerd"}
+    res = run_step("01-proxy.sh", root, **env)
+    assert res.returncode == 0, res.stderr
+    assert not curtin.exists() and not snapd.exists()
+    holding = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "bob" in p.read_text())
+    assert holding == ["run/systemd/system/containerd.service.d/http-proxy.conf"]
+    before = snapshot(root)
+    assert run_step("01-proxy.sh", root, **env).returncode == 0 and snapshot(root) == before
+
+
+def test_step_01_refuses_a_runtime_it_does_not_know(tmp_path):
+    from .conftest import proxy_step_env
+
+    res = run_step("01-proxy.sh", make_root(tmp_path), **{**proxy_step_env(HTTP_PROXY), "K4W_CONTAINER_RUNTIME": "podman"})
+    assert res.returncode == 1 and "K4W_CONTAINER_RUNTIME must be docker or containerd, not 'podman'" in res.stderr
+
+
+def test_the_ci_stand_in_is_installed_but_never_enabled_and_says_so(tmp_path, served):
+    env, _, _ = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    res = run_step("03-containerd.sh", root, **env, K4W_CONTAINERD_STAND_IN="1")
+    assert res.returncode == 0, res.stderr
+    assert "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI)" in res.stdout and "neither enabled nor started" in res.stdout
+    assert (root / "etc" / "containerd" / "config.toml").read_text().splitlines()[1] == "version = 3"  # the real file

@@ -1,0 +1,135 @@
+"""The containerd-era node recipe, checked statically (no PowerShell here): the containerd config
+03-containerd.ps1 writes, held against containerd's own document at the pinned tag; the order and
+readiness conditions of its start-node.ps1; the kubelet launcher."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from k4w.sources import REPO_ROOT as ROOT
+from k4w.validate import powershell_rules
+
+GUEST = ROOT / "guest" / "windows"
+PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
+FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / f"containerd-{PROFILE['components']['containerd']['version']}-config.yml").read_text())
+CONTAINERD = (GUEST / "bake" / "03-containerd.ps1").read_text()
+START_NODE = (GUEST / "node-containerd" / "start-node.ps1").read_text()
+RECIPE = sorted((GUEST / "node-containerd").glob("*.ps1")) + [GUEST / "cluster" / "cluster-join-containerd.ps1"]
+
+
+def rendered_config() -> str:
+    """The config.toml 03-containerd.ps1 writes for this profile: its here-string template with
+    PowerShell's -f placeholders filled in from the profile, as the script does from K4W_*."""
+    template = re.search(r"\$configTemplate = @'\n(.*?)\n'@", CONTAINERD, re.S).group(1)
+    assert "$configTemplate -f $pauseImage, $cniBinDir, $cniConfDir" in CONTAINERD
+    runtime = PROFILE["runtime"]
+    return template.format(PROFILE["kubernetes"]["pause_image"], runtime["cni_bin_dir"], runtime["cni_conf_dir"])
+
+
+def tables(node: dict, path: str = "") -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            name = f"{path}.{key}" if path else key
+            if "." in key:
+                name = f"{path}.'{key}'" if path else f"'{key}'"
+            found.update(tables(value, name))
+        else:
+            found.setdefault(path, set()).add(key)
+    return found
+
+
+def test_the_config_is_version_3_with_the_pause_image_pinned_and_the_cni_folders_set():
+    config = tomllib.loads(rendered_config())
+    assert config["version"] == FACTS["config_version"] == 3
+    images = config["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == PROFILE["kubernetes"]["pause_image"]
+    cni = config["plugins"]["io.containerd.cri.v1.runtime"]["cni"]
+    assert cni == {"bin_dirs": [PROFILE["runtime"]["cni_bin_dir"]], "conf_dir": PROFILE["runtime"]["cni_conf_dir"], "max_conf_num": 1}
+
+
+def test_every_table_and_key_is_one_containerd_documents_at_the_pinned_tag():
+    found = tables(tomllib.loads(rendered_config()))
+    assert found.pop("") <= set(FACTS["top_level"])
+    for table, keys in found.items():
+        assert table in FACTS["tables"], f"[{table}] is not a table of containerd's config (facts at {FACTS['source']['commit']})"
+        assert keys <= set(FACTS["tables"][table]), f"[{table}] {sorted(keys - set(FACTS['tables'][table]))}"
+        assert not keys & set(FACTS["deprecated"].get(table, [])), f"[{table}] uses a deprecated key"
+
+
+def test_the_checker_catches_a_key_containerd_lacks():
+    bad = tables(tomllib.loads(rendered_config().replace("conf_dir =", "conf_directory =")))
+    table = "plugins.'io.containerd.cri.v1.runtime'.cni"
+    assert not bad[table] <= set(FACTS["tables"][table])
+
+
+def test_containerd_is_a_service_that_answers_before_the_step_ends():
+    assert "@('--register-service')" in CONTAINERD and "Set-Service -Name 'containerd' -StartupType Automatic" in CONTAINERD
+    # Its proxy goes on the service key only once the service exists.
+    assert CONTAINERD.index("'--register-service'") < CONTAINERD.index("Set-K4wServiceProxy -Service 'containerd'")
+    assert re.search(r"Wait-K4wCondition -Description \"containerd answering on \$endpoint\"", CONTAINERD)
+    assert "Get-K4wVerifiedFile -Component 'containerd'" in CONTAINERD
+
+
+def _body() -> str:
+    return START_NODE[START_NODE.index("# ---------------------------------------------------------------- 2. clean slate"):]
+
+
+def test_start_node_cleans_up_then_starts_containerd_kubelet_flanneld_kube_proxy_each_after_a_real_wait():
+    body = _body()
+    order = [body.index(s) for s in ("kube-cleanup.ps1", "Start-Service -Name $Node.runtime_service", "Start-Service -Name 'kubelet'",
+                                     "Start-Service -Name 'flanneld'", "$sourceVip = Get-SourceVip", "Start-Service -Name 'kube-proxy'")]
+    assert order == sorted(order)
+    waits = [body.index(s) for s in ("answers on", "registered\"", "Flannel network", "{ Test-KubeProxyReady }")]
+    assert waits == sorted(waits)
+    assert "foreach ($network in $Node.network_name, $StaleNatNetwork)" in body and "$StaleNatNetwork = 'nat'" in START_NODE
+    assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE)
+
+
+def test_kube_proxy_gets_the_source_vip_reserved_on_flannels_network():
+    vip = START_NODE[START_NODE.index("function Get-SourceVip"):START_NODE.index("function Test-KubeProxyReady")]
+    assert "host-local.exe" in vip and "CNI_COMMAND = 'ADD'" in vip and "(Get-Field $_ 'Name') -eq $Node.network_name" in vip
+    assert "$SourceVipFile = Join-Path $K 'SourceVip.json'" in START_NODE
+    # kube-cleanup.ps1 deletes the same file with the network, so a new network gets a new VIP.
+    assert "SourceVip.json" in (GUEST / "node" / "kube-cleanup.ps1").read_text()
+
+
+def test_only_the_rendered_cni_config_stays_in_containerds_conf_dir():
+    cni = START_NODE[START_NODE.index("function Set-CniConfig"):START_NODE.index("function ConvertTo-Cidr")]
+    assert "Where-Object { $_.FullName -ne $wanted }" in cni and "Remove-Item -LiteralPath $other.FullName" in cni
+
+
+def test_start_node_reads_only_fields_node_json_renders():
+    template = (ROOT / "templates" / "nodes" / "windows-containerd" / "node.json.j2").read_text()
+    rendered = set(re.findall(r'^\s*"([a-z_]+)":', template, re.M))
+    used = set(re.findall(r"\$Node\.([a-z_]+)", START_NODE))
+    assert used <= rendered, sorted(used - rendered)
+
+
+def test_the_kubelet_launcher_passes_kubeadms_flags_then_the_nodes_without_invoke_expression():
+    launcher = (GUEST / "node-containerd" / "start-kubelet.ps1").read_text()
+    assert "$KubeadmFlags = 'C:\\var\\lib\\kubelet\\kubeadm-flags.env'" in launcher
+    assert "@(Read-KubeadmFlags $KubeadmFlags) + @(Read-NodeArgs $NodeArgs)" in launcher
+    code = "\n".join(line for line in launcher[launcher.index("#>"):].splitlines() if not line.lstrip().startswith("#"))
+    assert "Invoke-Expression" not in code and "& (Join-Path $K 'kubelet.exe') @arguments" in code
+
+
+@pytest.mark.parametrize("script", RECIPE, ids=lambda p: p.name)
+def test_the_recipes_scripts_parse_and_have_the_standard_header(script):
+    text = script.read_text()
+    assert powershell_rules.parse_errors(script) == [] and powershell_rules.lint_errors(script) == []
+    assert "$ErrorActionPreference = 'Stop'" in text and "Set-StrictMode -Version Latest" in text
+    assert re.search(r"^trap \{", text, re.M)
+
+
+def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
+    from k4w.cluster import steps
+    assert steps.windows_join_script("windows-2022") == "cluster-join-containerd.ps1"
+    assert steps.windows_join_script("windows-1803") == "cluster-join.ps1"
+    join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
+    assert "'--cri-socket', $Node.runtime_endpoint" in join
+    assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-Process -FilePath (Join-Path $K 'kubeadm.exe')")

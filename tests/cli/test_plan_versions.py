@@ -1,0 +1,46 @@
+"""`invoke plan` shows the versions of each box side by side (issue 14): one column per box in use,
+one row per thing a box runs, every value read from the box profiles."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
+
+
+def _versions(stdout: str) -> dict[str, list[str]]:
+    """The plan's box-version table as {row: [value per box]}, with the header row under ''."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Box versions"))
+    table = {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        if line.startswith("   "):  # the header row has an empty first cell
+            table[""] = cells
+        else:
+            table[cells[0]] = cells[1:]
+    return table
+
+
+def test_plan_shows_the_seed_boxes_side_by_side(tmp_path):
+    result = invoke("plan", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    table = _versions(result.stdout)
+    assert table[""] == ["ubuntu-1604", "windows-1803"]
+    assert table["Kubernetes"] == ["1.11.10", "1.11.10"]
+    assert table["container runtime"] == ["docker 17.03.2", "docker 17.09.0-ce"]
+    assert table["Flannel"] == ["v0.11.0-amd64", "0.11.0"]
+    assert table["CNI plugins"] == ["0.6.0", "0.8.7"]
+    assert table["ISO"] == ["ubuntu-16.04.7-server-amd64.iso", "windows-server-1803.iso"]
+
+
+def test_plan_shows_a_modern_master_beside_its_windows_worker(tmp_path):
+    cfg = write_config(tmp_path / "cluster.yml", modern_config())
+    result = invoke("plan", "--config", str(cfg), "--out", str(tmp_path / "out"), env=MODERN_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = _versions(result.stdout)
+    assert table[""] == ["ubuntu-2404", "windows-2022"]
+    assert table["Kubernetes"][0] == "1.35.4" and table["kubeadm API"][0] == "v1beta4"
+    assert table["Flannel"][0] == "v0.28.9"

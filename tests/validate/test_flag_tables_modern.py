@@ -1,0 +1,82 @@
+"""The flag tables of the modern stack (kubelet and kube-proxy 1.35, flanneld 0.28.9) and the
+windows-2022 node's rendered arguments held against them: a flag a 1.35 binary lacks, above all
+--pod-infra-container-image, fails validation."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from k4w.cluster_model import Cluster
+from k4w.render import render_files, write_atomically
+from k4w.validate import flag_rules, manifest_rules
+from tests.helpers import config_dict, write_config
+
+NODE = "worker-win"
+
+
+@pytest.fixture
+def modern_node(tmp_path):
+    """The default cluster with its Windows worker on windows-2022 (vxlan), rendered."""
+    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict(**{"network.backend": "vxlan", "nodes.2.box": "windows-2022"})))
+    out = tmp_path / "out"
+    write_atomically(render_files(cluster, out), out)
+    return cluster, out
+
+
+def test_the_windows_2022_node_passes_only_flags_its_binaries_have(modern_node):
+    cluster, out = modern_node
+    checked, problems = flag_rules.check(cluster, out)
+    assert problems == []
+    assert {f"nodes/{NODE}/kubelet.args", f"nodes/{NODE}/kube-proxy.args", f"nodes/{NODE}/flanneld.args"} <= set(checked)
+    assert flag_rules.known_flags("kubelet", "1.35.4", "windows") is not None
+    assert flag_rules.known_flags("flanneld", "0.28.9", "windows") is not None
+
+
+def test_the_pause_flag_is_never_rendered_for_kubelet_1_35(modern_node):
+    _, out = modern_node
+    assert "pod-infra-container-image" not in (out / "nodes" / NODE / "kubelet.args").read_text()
+    table = yaml.safe_load((flag_rules.FACTS / "kubelet-1.35.yml").read_text())
+    assert "pod-infra-container-image" not in table["flags"] and "pod-infra-container-image" in table["removed"]
+
+
+def test_a_pause_flag_added_for_kubelet_1_35_fails_both_checks(modern_node):
+    cluster, out = modern_node
+    args = out / "nodes" / NODE / "kubelet.args"
+    args.write_text(args.read_text() + "--pod-infra-container-image=registry.k8s.io/pause:3.10.1\n")
+    _, problems = flag_rules.check(cluster, out)
+    assert problems == [f"nodes/{NODE}/kubelet.args:{len(args.read_text().splitlines())}: kubelet 1.35.4 has no flag "
+                        "--pod-infra-container-image (k4w/validate/facts/, read from upstream source at that tag)"]
+    agreement = manifest_rules.check_manifests(out, cluster)
+    assert any("--pod-infra-container-image is rendered for kubelet 1.35.4" in p for p in agreement), agreement
+
+
+def test_the_seed_node_still_needs_its_pause_flag(tmp_path):
+    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
+    out = tmp_path / "out"
+    write_atomically(render_files(cluster, out), out)
+    args = out / "nodes" / NODE / "kubelet.args"
+    args.write_text("\n".join(line for line in args.read_text().splitlines() if "pod-infra-container-image" not in line) + "\n")
+    assert any("--pod-infra-container-image is missing" in p for p in manifest_rules.check_manifests(out, cluster))
+
+
+def test_flanneld_0_28_takes_the_net_config_path_that_0_11_lacks(modern_node):
+    _, out = modern_node
+    assert "--net-config-path=C:\\k\\config\\net-conf.json" in (out / "nodes" / NODE / "flanneld.args").read_text().split()
+    assert "net-config-path" in flag_rules.known_flags("flanneld", "0.28.9", "windows")
+    assert "net-config-path" not in flag_rules.known_flags("flanneld", "0.11.0", "windows")
+
+
+def test_kube_proxy_source_vip_exists_on_windows_1_35_only():
+    """start-node.ps1 of the containerd recipe appends --source-vip to the rendered kube-proxy args."""
+    assert {"source-vip", "network-name"} <= flag_rules.known_flags("kube-proxy", "1.35.4", "windows")
+    assert "source-vip" not in flag_rules.known_flags("kube-proxy", "1.35.4", "linux")
+    start_node = (flag_rules.FACTS.parents[2] / "guest" / "windows" / "node-containerd" / "start-node.ps1").read_text()
+    assert '"--source-vip=$sourceVip"' in start_node
+
+
+@pytest.mark.parametrize("table", ["kubelet-1.35.yml", "kube-proxy-1.35.yml", "flanneld-0.28.9.yml"])
+def test_the_modern_tables_say_which_commit_they_were_read_at(table):
+    data = yaml.safe_load((flag_rules.FACTS / table).read_text())
+    assert len(data["source"]["commit"]) == 40 and data["source"]["files"]
+    assert data["flags"] == sorted(data["flags"]) and len(data["flags"]) == len(set(data["flags"]))
