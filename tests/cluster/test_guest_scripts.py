@@ -8,6 +8,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from k4w.validate import powershell_rules as powershell
 from tests.helpers import ROOT, system_tool
@@ -206,3 +207,77 @@ def test_flanneld_restart_happens_once_and_only_behind_the_1168_match():
 def test_start_node_sets_nssm_parameters_only_when_they_differ():
     assert "if ((Get-NssmParameter $Service 'AppParameters') -ne $wantedParameters)" in START_NODE
     assert "-Type ExpandString" in START_NODE and "-Type MultiString" in START_NODE
+
+
+# ------------------------------------------------------------------ cluster-ip.sh in a K4W_ROOT sandbox
+#
+# Stand-ins for ip, netplan, ifup and ifdown: each logs its arguments; the cluster address "appears"
+# once the backend applied it (netplan apply / ifup) or ip addr replace set it.
+FAKE_IP = r"""#!/bin/bash
+echo "ip $*" >> "$K4W_ROOT/calls"
+case "$*" in
+  "-4 route show default") echo "default via 10.0.0.1 dev eth0 proto dhcp" ;;
+  "-4 -o addr show"*) [ -f "$K4W_ROOT/applied" ] && echo "3: eth1    inet $(cat "$K4W_ROOT/applied") scope global eth1" ;;
+  "addr replace "*) echo "$3" > "$K4W_ROOT/applied" ;;
+esac
+exit 0
+"""
+FAKE_APPLY = r"""#!/bin/bash
+echo "$(basename "$0") $*" >> "$K4W_ROOT/calls"
+echo "$K4W_NODE_IP/$K4W_PREFIX_LENGTH" > "$K4W_ROOT/applied"
+"""
+
+
+def _cluster_ip_sandbox(tmp_path, backend: str):
+    root = tmp_path / "root"
+    for nic in ("lo", "eth0", "eth1"):
+        (root / "sys" / "class" / "net" / nic).mkdir(parents=True)
+    if backend == "netplan":
+        (root / "etc" / "netplan").mkdir(parents=True)
+        (root / "etc" / "netplan" / "50-cloud-init.yaml").write_text("network: {version: 2, ethernets: {eth0: {dhcp4: true}}}\n")
+    else:
+        (root / "etc" / "network" / "interfaces.d").mkdir(parents=True)
+        (root / "etc" / "network" / "interfaces").write_text("source /etc/network/interfaces.d/*\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("ip", FAKE_IP), ("netplan", FAKE_APPLY), ("ifup", FAKE_APPLY), ("ifdown", "#!/bin/bash\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run():
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_IP": "192.168.251.11",
+               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5"}
+        return subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-ip.sh")], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    return root, run
+
+
+def test_cluster_ip_on_a_netplan_guest_writes_a_private_netplan_file_for_the_second_nic_and_applies_it_once(tmp_path):
+    root, run = _cluster_ip_sandbox(tmp_path, "netplan")
+    first = run()
+    assert first.returncode == 0, first.stderr
+    config = root / "etc" / "netplan" / "60-k4w-cluster.yaml"
+    assert yaml.safe_load(config.read_text()) == {"network": {"version": 2, "ethernets": {
+        "eth1": {"dhcp4": False, "dhcp6": False, "addresses": ["192.168.251.11/24"]}}}}
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert "192.168.251.11/24 is up on eth1" in first.stdout
+    assert (root / "calls").read_text().count("netplan apply") == 1
+    assert not (root / "etc" / "network").exists()  # no ifupdown file on a netplan guest
+    # Again (every cluster-up): the file is unchanged, so nothing is applied.
+    second = run()
+    assert second.returncode == 0 and "wrote" not in second.stdout
+    assert (root / "calls").read_text().count("netplan apply") == 1
+
+
+def test_cluster_ip_without_netplan_keeps_ifupdown(tmp_path):
+    root, run = _cluster_ip_sandbox(tmp_path, "ifupdown")
+    result = run()
+    assert result.returncode == 0, result.stderr
+    text = (root / "etc" / "network" / "interfaces.d" / "k4w-cluster.cfg").read_text()
+    assert "iface eth1 inet static" in text and "netmask 255.255.255.0" in text
+    assert "ifup eth1" in (root / "calls").read_text() and "netplan" not in (root / "calls").read_text()
+    # Again: an unchanged file is neither rewritten nor taken down and up.
+    second = run()
+    assert second.returncode == 0 and "wrote" not in second.stdout
+    assert (root / "calls").read_text().count("ifup eth1") == 1
