@@ -223,6 +223,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     templates = cluster.sources.templates
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
+            "windows_demo_image": cluster.windows_demo_image,
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
     files: dict[str, str] = {}
 

@@ -3,6 +3,7 @@ checked by the programs that read them and against what they must do."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import subprocess
@@ -281,3 +282,80 @@ def test_cluster_ip_without_netplan_keeps_ifupdown(tmp_path):
     second = run()
     assert second.returncode == 0 and "wrote" not in second.stdout
     assert (root / "calls").read_text().count("ifup eth1") == 1
+
+
+# ------------------------------------------------------------------ cluster-init.sh in a K4W_ROOT sandbox
+#
+# Stand-ins: kubeadm logs its arguments (init writes admin.conf, as its kubeconfig phase does, and
+# the ConfigMaps unless told to fail before them); kubectl answers /healthz when api-up exists and
+# the two ConfigMaps when configmaps exists.
+FAKE_KUBEADM = r"""#!/bin/bash
+echo "kubeadm $*" >> "$K4W_ROOT/calls"
+case "$1" in
+  init) mkdir -p "$K4W_ROOT/etc/kubernetes/manifests"; echo admin > "$K4W_ROOT/etc/kubernetes/admin.conf"
+        touch "$K4W_ROOT/etc/kubernetes/manifests/kube-apiserver.yaml" "$K4W_ROOT/api-up"
+        [ -f "$K4W_ROOT/fail-init" ] && exit 1
+        touch "$K4W_ROOT/configmaps" ;;
+  reset) rm -rf "$K4W_ROOT/etc/kubernetes" "$K4W_ROOT/api-up" "$K4W_ROOT/configmaps" ;;
+esac
+"""
+FAKE_KUBECTL = r"""#!/bin/bash
+echo "kubectl $*" >> "$K4W_ROOT/calls"
+case "$*" in
+  *--raw=/healthz*) [ -f "$K4W_ROOT/api-up" ] ;;
+  *"get configmap"*) [ -f "$K4W_ROOT/configmaps" ] ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def _cluster_init_sandbox(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("kubeadm", FAKE_KUBEADM), ("kubectl", FAKE_KUBECTL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run():
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_KUBEADM_CONFIG": "/tmp/k4w/kubeadm-config.yaml",
+               "K4W_KUBECONFIG_USER": getpass.getuser(), "K4W_API_TIMEOUT_SECONDS": "0"}
+        result = subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-init.sh")], env=env,
+                                capture_output=True, text=True, timeout=60)
+        calls = (root / "calls").read_text().splitlines() if (root / "calls").exists() else []
+        (root / "calls").unlink(missing_ok=True)
+        return result, [c for c in calls if c.startswith("kubeadm")]
+
+    return root, run
+
+
+def test_cluster_init_inits_once_and_then_only_installs_the_kubeconfig(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    first, kubeadm = run()
+    assert first.returncode == 0, first.stderr
+    assert kubeadm == ["kubeadm init --config /tmp/k4w/kubeadm-config.yaml"]
+    assert (root / "home" / getpass.getuser() / ".kube" / "config").read_text() == "admin\n"
+    second, kubeadm = run()
+    assert second.returncode == 0 and kubeadm == [] and "the master is initialised" in second.stdout
+
+
+def test_an_init_that_failed_after_writing_admin_conf_is_reset_and_run_again(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    (root / "fail-init").touch()
+    failed, _ = run()
+    assert failed.returncode != 0 and (root / "etc" / "kubernetes" / "admin.conf").is_file()
+    (root / "fail-init").unlink()
+    again, kubeadm = run()
+    assert again.returncode == 0, again.stderr
+    assert kubeadm == ["kubeadm reset --force", "kubeadm init --config /tmp/k4w/kubeadm-config.yaml"]
+    assert "did not finish" in again.stdout
+
+
+def test_a_master_whose_api_does_not_answer_is_not_reset_but_named(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    run()
+    (root / "api-up").unlink()
+    result, kubeadm = run()
+    assert result.returncode == 1 and kubeadm == []
+    assert "the API server did not answer within 0s" in result.stderr and "invoke cluster-reset" in result.stderr
