@@ -153,6 +153,9 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env = dict(_FAMILY_CONSTANTS[family])
     if family == WINDOWS:
         env["K4W_PROFILE"] = _profile_location(profile)
+    else:
+        # Where Packer's HTTP server has the build media (lib.sh k4w_component_file).
+        env["K4W_MEDIA_URL_PATH"] = media.url_path(profile)
     env.update(_from_profile(profile, family))
     env.update(_media_files(profile, family))
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
