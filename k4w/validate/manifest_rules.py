@@ -320,7 +320,10 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     if info is not None and (info.get("name") != node or info.get("network_name") != network or info.get("ip") != node_ip):
         problems.append(f"{where}/node.json: {info} does not match node {node!r}, ip {node_ip!r}, network {network!r}")
     # start-node.ps1 takes its firewall rule and kube-proxy readiness check from these.
-    for key, want in (("pod_cidr", exp.pod_cidr), ("dns_ip", exp.dns_ip), ("backend", exp.backend)):
+    # The API server's ClusterIP: the first address of the service CIDR (kubeadm's convention).
+    api_service_ip = str(ipaddress.ip_network(exp.service_cidr).network_address + 1)
+    for key, want in (("pod_cidr", exp.pod_cidr), ("dns_ip", exp.dns_ip), ("backend", exp.backend),
+                      ("kubernetes_service_ip", api_service_ip)):
         if info is not None and key in info and info[key] != want:
             problems.append(f"{where}/node.json: {key} is {info[key]!r}, expected {want!r} ({exp.source})")
     return problems

@@ -106,16 +106,20 @@ if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
     present() {
         "${BIN_DIR}/ctr" --address "${K4W_KUBE_CRI_SOCKET#unix://}" --namespace "$CRI_NAMESPACE" images list --quiet
     }
+    # The list is read once per check, not piped into grep -q: grep leaves at its first match, and
+    # ctr writing on into the closed pipe dies of SIGPIPE, which pipefail turns into a failure.
+    listed="$(present)"
     missing=()
     for image in "${images[@]}"; do
-        present | grep -qxF "$image" || missing+=("$image")
+        grep -qxF "$image" <<<"$listed" || missing+=("$image")
     done
     if ((${#missing[@]} > 0)); then
         k4w_log "pulling ${#missing[@]} control-plane image(s) from ${K4W_KUBE_IMAGE_REPOSITORY}"
         "${BIN_DIR}/kubeadm" config images pull "${image_flags[@]}" --cri-socket "$K4W_KUBE_CRI_SOCKET"
     fi
+    listed="$(present)"
     for image in "${images[@]}"; do
-        present | grep -qxF "$image" || k4w_die "image ${image} is still missing after the pull"
+        grep -qxF "$image" <<<"$listed" || k4w_die "image ${image} is still missing after the pull"
     done
     k4w_log "control-plane images present: ${images[*]}"
 fi

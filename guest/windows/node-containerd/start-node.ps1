@@ -178,11 +178,12 @@ function Get-SourceVip {
 
 function Test-KubeProxyReady {
     if ((Get-Service -Name 'kube-proxy').Status -ne 'Running') { return $false }
-    # Kernel-mode kube-proxy programs every ClusterIP as an HNS load-balancer policy whose VIPs
-    # hold the service IP; the cluster DNS service exists from kubeadm init on.
+    # Kernel-mode kube-proxy programs each ClusterIP that has endpoints as an HNS load-balancer
+    # policy whose VIPs hold the service IP. The API server's service has endpoints from kubeadm
+    # init on; the DNS service has none until CoreDNS is Ready (node.json explains).
     foreach ($list in @(Invoke-Hns GET '/policylists')) {
         foreach ($policy in @(Get-Field $list 'Policies')) {
-            if (@(Get-Field $policy 'VIPs') -contains $Node.dns_ip) { return $true }
+            if (@(Get-Field $policy 'VIPs') -contains $Node.kubernetes_service_ip) { return $true }
         }
     }
     return $false
@@ -220,7 +221,7 @@ Wait-Until "Flannel network $($Node.network_name) up" { Test-FlannelNetwork } -H
 $sourceVip = Get-SourceVip
 Set-NssmValues -Service 'kube-proxy' -Arguments ((@(Read-Lines 'kube-proxy.args') + "--source-vip=$sourceVip") -join ' ') -Environment (Read-Lines 'kube-proxy.env')
 Start-Service -Name 'kube-proxy'
-Wait-Until "kube-proxy running with an HNS load balancer for the cluster DNS service IP $($Node.dns_ip)" { Test-KubeProxyReady } `
+Wait-Until "kube-proxy running with an HNS load balancer for the kubernetes service IP $($Node.kubernetes_service_ip)" { Test-KubeProxyReady } `
     -Hint 'kernel-mode kube-proxy programs one per ClusterIP on the overlay network; see C:\k\logs\kube-proxy.log'
 Write-Output "start-node: node $($Node.name) started (kube-proxy source VIP $sourceVip)"
 exit 0

@@ -133,3 +133,12 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
     assert "'--cri-socket', $Node.runtime_endpoint" in join
     assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-Process -FilePath (Join-Path $K 'kubeadm.exe')")
+
+
+def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares_it():
+    # containerd v2.3.2: the CRI image store reports an image as pinned only with this label
+    # (internal/cri/store/image/image.go), and only pulls through the CRI set it (image_pull.go).
+    step = (ROOT / "guest" / "windows" / "bake" / "04-prepull-images.ps1").read_text()
+    assert "'--label', 'io.cri-containerd.pinned=pinned'" in step
+    assert "if ($image -eq (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'))" in step
+    assert "+ $labels +" in step  # the labels reach ctr images pull
