@@ -26,8 +26,10 @@ source "$K4W_LIB"
 BIN_DIR=/usr/local/bin
 KUBELET_UNIT=/etc/systemd/system/kubelet.service
 KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
-# kubeadm 1.35's preflight: conntrack and iptables missing are errors; socat, ethtool and ebtables
-# warnings (the kubelet and kube-proxy use them for port-forward and service traffic).
+# What the kubelet and kube-proxy call: iptables and conntrack (service rules and their connection
+# cleanup), socat (port-forward), ethtool and ebtables. kubeadm 1.35's preflight insists only on
+# iptables of these (cmd/kubeadm/app/preflight/checks_linux.go at 039c72e8 checks conntrack below
+# 1.32 only), so their absence would show later, at run time.
 PREREQUISITES=(socat ebtables ethtool conntrack iptables)
 # containerd's namespace for the images the kubelet (CRI) uses.
 CRI_NAMESPACE=k8s.io
