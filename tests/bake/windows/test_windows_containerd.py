@@ -142,3 +142,19 @@ def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares
     assert "'--label', 'io.cri-containerd.pinned=pinned'" in step
     assert "if ($image -eq (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'))" in step
     assert "+ $labels +" in step  # the labels reach ctr images pull
+
+
+def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_network():
+    # cluster-up run again reaches start-node on a joined node; the clean slate would delete the HNS
+    # network under the running pod sandboxes. Only a change or a stopped service earns a restart.
+    head = START_NODE[:START_NODE.index("# ---------------------------------------------------------------- 2. clean slate")]
+    skip = head[head.index("$running = "):]
+    assert "-not $script:Reconfigured -and -not $running" in skip and "(Test-KubeProxyReady)" in skip and "exit 0" in skip
+    assert head.index("if ($ConfigureOnly)") < head.index("$running = ")
+    # Every configuration write marks the node reconfigured.
+    for write in ("-Name 'AppParameters' -Value $Arguments", "Remove-ItemProperty -LiteralPath $key -Name 'AppEnvironmentExtra'",
+                  "Copy-Item -LiteralPath $source -Destination $wanted -Force"):
+        after = START_NODE[START_NODE.index(write):]
+        assert after.index("$script:Reconfigured = $true") < after.index("Write-Output"), write
+    # $null leaves kube-proxy's arguments alone in step 1 (a [string] parameter would make it '').
+    assert "param([string]$Service, $Arguments = $null, [string[]]$Environment)" in START_NODE
