@@ -77,7 +77,12 @@ New-Item -ItemType Directory -Path $cniBinDir, $cniConfDir -Force | Out-Null
 $changed = Set-K4wFileContent -Path $configFile -Content $config
 if ($changed) { Write-K4wStep "containerd config written: $configFile" }
 if (-not (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue)) {
-    Invoke-K4wExe -FilePath $containerd -ArgumentList @('--register-service')
+    # --log-file beside the other node services' logs; without it containerd logs to the Windows
+    # event log only. --register-service keeps every other argument for the service's command line
+    # (containerd v2.3.2 cmd/containerd/command/service_windows.go, registerService).
+    $logDir = Join-Path (Get-K4wEnv -Name 'K4W_NODE_DIR') 'logs'
+    New-Item -ItemType Directory -Path $logDir -Force | Out-Null
+    Invoke-K4wExe -FilePath $containerd -ArgumentList @('--register-service', '--log-file', (Join-Path $logDir 'containerd.log'))
     Write-K4wStep 'containerd service registered'
 }
 if (Set-K4wServiceProxy -Service 'containerd' -Proxy (Get-K4wProxySettings)) {

@@ -147,7 +147,7 @@ if ($current) {
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
         -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew `
             -RestartCount $restartCount -RestartInterval $restartInterval) `
-        -Description 'k4w: apply C:\k\config and start docker, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)'
+        -Description "k4w: apply C:\k\config and start $runtimeService, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)"
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
     Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM, start-node.ps1 retried up to 10 times)"
 }

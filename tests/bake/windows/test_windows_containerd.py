@@ -68,7 +68,7 @@ def test_the_checker_catches_a_key_containerd_lacks():
 
 
 def test_containerd_is_a_service_that_answers_before_the_step_ends():
-    assert "@('--register-service')" in CONTAINERD and "Set-Service -Name 'containerd' -StartupType Automatic" in CONTAINERD
+    assert "@('--register-service', '--log-file', (Join-Path $logDir 'containerd.log'))" in CONTAINERD and "Set-Service -Name 'containerd' -StartupType Automatic" in CONTAINERD
     # Its proxy goes on the service key only once the service exists.
     assert CONTAINERD.index("'--register-service'") < CONTAINERD.index("Set-K4wServiceProxy -Service 'containerd'")
     assert re.search(r"Wait-K4wCondition -Description \"containerd answering on \$endpoint\"", CONTAINERD)
