@@ -113,8 +113,9 @@ class Cluster:
         images = {}
         for node in self.config.nodes:
             prof = self.profile(node.box)
-            if prof.is_windows:
-                images.setdefault(prof.data.images.servercore, []).append(node.name)
+            image = (prof.data.get("images") or {}).get("servercore") if prof.is_windows else None
+            if image:  # a Windows profile without one fails its build (K4W_IMAGE_SERVERCORE) instead
+                images.setdefault(image, []).append(node.name)
         if len(images) > 1:
             listed = "; ".join(f"{image} on {', '.join(nodes)}" for image, nodes in images.items())
             raise K4wError(f"cluster {self.config.cluster.name}: the Windows nodes use boxes with different Server Core "
