@@ -75,6 +75,25 @@ def delivery(profile: Profile) -> str:
     return "the build CD" if profile.is_windows else "Packer's HTTP server"
 
 
+# The installers that fetch their answer file over HTTP from beside the build media: debian-installer
+# (preseed/url=http://<Packer's HTTP server>/preseed.cfg on the boot line).
+ANSWER_FILE_OVER_HTTP = ("preseed",)
+
+
+def served_folder(out: Path, profile: Profile) -> Path:
+    """What Packer's HTTP server serves for an Ubuntu-family box: OUT/http/<box>/ where the installer
+    fetches its answer file from there, else the build media folder alone. So a seed that holds the
+    proxy's credentials and reaches its guest on a CD (autoinstall's user-data on the cidata CD) is
+    never served on the network, where the port range's firewall rule admits the host's LAN."""
+    box_folder = folder(out, profile.name)
+    return box_folder.parent if profile.installer_kind in ANSWER_FILE_OVER_HTTP else box_folder
+
+
+def url_path(profile: Profile) -> str:
+    """The path of the build media under Packer's HTTP server (k4w_component_file in lib.sh)."""
+    return f"/{FOLDER}/" if profile.installer_kind in ANSWER_FILE_OVER_HTTP else "/"
+
+
 def folder(out: Path, box: str) -> Path:
     return Path(out) / "http" / box / FOLDER
 

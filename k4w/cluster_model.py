@@ -103,6 +103,25 @@ class Cluster:
             config_file=config_file,
         )
 
+    @property
+    def windows_demo_image(self) -> str | None:
+        """The Server Core image the Windows demo runs: the one the Windows nodes' box pre-pulled
+        (images.servercore). A process-isolated container must match the host's build (Microsoft,
+        "Windows container version compatibility"), so a 2022 node cannot run the 1803 image. None
+        without a Windows node; a cluster whose Windows boxes pull different images is refused,
+        since the one demo Deployment could then run on only some of its nodes."""
+        images = {}
+        for node in self.config.nodes:
+            prof = self.profile(node.box)
+            image = (prof.data.get("images") or {}).get("servercore") if prof.is_windows else None
+            if image:  # a Windows profile without one fails its build (K4W_IMAGE_SERVERCORE) instead
+                images.setdefault(image, []).append(node.name)
+        if len(images) > 1:
+            listed = "; ".join(f"{image} on {', '.join(nodes)}" for image, nodes in images.items())
+            raise K4wError(f"cluster {self.config.cluster.name}: the Windows nodes use boxes with different Server Core "
+                           f"images ({listed}); the demo workload needs one: give every Windows node the same box")
+        return next(iter(images), None)
+
     def profile(self, box: str) -> Profile:
         try:
             return self.profiles[box]

@@ -58,9 +58,8 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_IMAGE_NANOSERVER": FromProfile("images.nanoserver", (WINDOWS,)),
     "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image"),
     "K4W_KUBE_CRI_SOCKET": FromProfile("kubernetes.cri_socket", (UBUNTU,)),
-    # The container runtime service the node services start after (docker for the seed profile,
-    # which names no runtime:), and, for the containerd era, its endpoint and the CNI folders.
-    "K4W_RUNTIME_SERVICE": FromProfile("runtime.service", (WINDOWS,), default="docker"),
+    # For the containerd era: the runtime's endpoint and the CNI folders (which runtime a box has is
+    # K4W_CONTAINER_RUNTIME, derived from its components by container_runtime below).
     "K4W_RUNTIME_ENDPOINT": FromProfile("runtime.endpoint", (WINDOWS,)),
     "K4W_CNI_BIN_DIR": FromProfile("runtime.cni_bin_dir", (WINDOWS,)),
     "K4W_CNI_CONF_DIR": FromProfile("runtime.cni_conf_dir", (WINDOWS,)),
@@ -154,12 +153,15 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env = dict(_FAMILY_CONSTANTS[family])
     if family == WINDOWS:
         env["K4W_PROFILE"] = _profile_location(profile)
+    else:
+        # Where Packer's HTTP server has the build media (lib.sh k4w_component_file).
+        env["K4W_MEDIA_URL_PATH"] = media.url_path(profile)
     env.update(_from_profile(profile, family))
     env.update(_media_files(profile, family))
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
-    if family == UBUNTU:
-        # Which runtime's service gets the build's proxy (lib.sh k4w_configure_proxy, scope build).
-        env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
+    # Which runtime the box has (docker or containerd): the service that gets the build's proxy
+    # and the node services start after, on both families.
+    env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
@@ -168,8 +170,8 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
 
 
 def container_runtime(profile: Profile) -> str:
-    """The container runtime a Linux box installs, by era: containerd when the profile pins it,
-    else Docker (the 2018 stack)."""
+    """The container runtime a box installs, by era: containerd when the profile pins it, else
+    Docker (the 2018 stack)."""
     return "containerd" if "containerd" in (profile.data.get("components") or {}) else "docker"
 
 

@@ -5,6 +5,7 @@ A profile is data. Templates and guest scripts read it; no version is typed anyw
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -51,6 +52,20 @@ class Profile:
     @property
     def is_windows(self) -> bool:
         return self.data.node_os == "windows"
+
+    @property
+    def installer_kind(self) -> str | None:
+        """installer.kind (e.g. preseed, autoinstall); None for a box with no installer (one that
+        boots an installed image). An installer section without a usable kind is refused."""
+        installer = self.data.get("installer")
+        if installer is None:
+            return None
+        kind = installer.get("kind")
+        if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", kind):
+            what = "is missing" if kind is None else f"is {kind!r}, not a folder name"
+            raise K4wError(f"{self.path}: installer.kind {what}: name the installer its templates are for "
+                           f"(a folder of templates/http/{self.os_family}/, e.g. preseed or autoinstall)")
+        return kind
 
     @property
     def node_recipe(self) -> str | None:

@@ -208,6 +208,7 @@ k4w_component_digest() {
 # is reused; a mismatch deletes the download and stops the build.
 k4w_component_file() {
     local component="$1" upper file_var name expected url target part actual
+    k4w_require K4W_MEDIA_URL_PATH
     upper="${component^^}"
     file_var="K4W_${upper}_FILE"
     k4w_require "$file_var"
@@ -221,7 +222,9 @@ k4w_component_file() {
     # Packer sets PACKER_HTTP_ADDR (host:port of its HTTP server) for every shell provisioner.
     [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
         k4w_die "${component}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
-    url="http://${PACKER_HTTP_ADDR}/components/${name}"
+    # K4W_MEDIA_URL_PATH: /components/ where the server also serves preseed.cfg from OUT/http/<box>/,
+    # / where it serves the build media folder alone (k4w.build_media.served_folder).
+    url="http://${PACKER_HTTP_ADDR}${K4W_MEDIA_URL_PATH}${name}"
     mkdir -p "$(dirname "$target")"
     part="${target}.part"
     k4w_log "copying ${name} from the build host (${url})" >&2

@@ -348,8 +348,11 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
     script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / windows_join_script(m.box))
     token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
+    # cluster.ready_timeout bounds the join and each service wait, not the scripts' own 300 s default:
+    # kubeadm join alone waits for the kubelet's health and then for its TLS bootstrap (5 minutes,
+    # TLSBootstrapTimeout in cmd/kubeadm/app/constants of current releases).
     ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
-                      f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)}")
+                      f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)} -TimeoutSeconds {int(ctx.ready_timeout)}")
 
 
 def step_ready(ctx: Context) -> None:

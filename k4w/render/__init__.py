@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import iso, outfiles, outlock, packer_http, profiles, ui
+from .. import build_media, iso, outfiles, outlock, packer_http, profiles, ui
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
@@ -90,11 +90,13 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
         "boxes": str(out / "boxes"),
         "logs": str(out / "logs"),
         "http": str(out / "http" / box) if box else None,
+        "http_served": None,
         "iso": None,
         "iso_sha256": None,
     }
     if box:
         prof = cluster.profile(box)
+        paths["http_served"] = str(build_media.served_folder(out, prof))
         paths["iso"] = str(iso.iso_path(prof))
         paths["iso_sha256"] = iso.iso_sha256(prof)
     return paths
@@ -183,17 +185,8 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
 
 
 def installer_kind(prof: profiles.Profile) -> str | None:
-    """The profile's installer.kind (e.g. preseed, autoinstall); None for a box with no installer
-    (one that boots an installed image). An installer section without a kind is refused."""
-    installer = prof.data.get("installer")
-    if installer is None:
-        return None
-    kind = installer.get("kind")
-    if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", kind):
-        what = "is missing" if kind is None else f"is {kind!r}, not a folder name"
-        raise K4wError(f"{prof.path}: installer.kind {what}: name the installer its templates are for "
-                       f"(a folder of templates/http/{prof.os_family}/, e.g. preseed or autoinstall)")
-    return kind
+    """The profile's installer.kind (k4w.profiles.Profile.installer_kind)."""
+    return prof.installer_kind
 
 
 def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
@@ -223,6 +216,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     templates = cluster.sources.templates
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
+            "windows_demo_image": cluster.windows_demo_image,
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
     files: dict[str, str] = {}
 

@@ -316,17 +316,23 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
             problems.append(f"{where}/net-conf.json: Backend.name is {name!r}, {exp.backend} needs {network!r}")
     cni = _load_json(files["cni.conf"], problems)
     if cni is not None:
-        problems += check_cni(cni, exp, node_ip, f"{where}/cni.conf")
+        problems += check_cni(cni, exp, node_ip, f"{where}/cni.conf", runtime=(info or {}).get("runtime_service", "docker"))
     if info is not None and (info.get("name") != node or info.get("network_name") != network or info.get("ip") != node_ip):
         problems.append(f"{where}/node.json: {info} does not match node {node!r}, ip {node_ip!r}, network {network!r}")
     # start-node.ps1 takes its firewall rule and kube-proxy readiness check from these.
-    for key, want in (("pod_cidr", exp.pod_cidr), ("dns_ip", exp.dns_ip), ("backend", exp.backend)):
+    # The API server's ClusterIP: the first address of the service CIDR (kubeadm's convention).
+    api_service_ip = str(ipaddress.ip_network(exp.service_cidr).network_address + 1)
+    for key, want in (("pod_cidr", exp.pod_cidr), ("dns_ip", exp.dns_ip), ("backend", exp.backend),
+                      ("kubernetes_service_ip", api_service_ip)):
         if info is not None and key in info and info[key] != want:
             problems.append(f"{where}/node.json: {key} is {info[key]!r}, expected {want!r} ({exp.source})")
     return problems
 
 
-def check_cni(cni: dict, exp: Expected, node_ip: str | None, where: str) -> list[str]:
+def check_cni(cni: dict, exp: Expected, node_ip: str | None, where: str, runtime: str = "docker") -> list[str]:
+    """The Windows CNI config. Under containerd the delegate must use HCN (apiVersion 2), whose
+    policies carry their values under Settings (containernetworking/plugins v1.9.1 win-overlay
+    sample-v2.conf); Docker's HNS v1 shape puts them flat (ExceptionList, ROUTE)."""
     problems = []
     network = WINDOWS_NETWORK.get(exp.backend)
     if cni.get("type") != "flannel" or cni.get("name") != network:
@@ -340,17 +346,27 @@ def check_cni(cni: dict, exp: Expected, node_ip: str | None, where: str) -> list
         problems.append(f"{where}: dns.Nameservers is {dns.get('Nameservers')!r}, the cluster DNS IP is {exp.dns_ip!r}")
     if not any(s.endswith(exp.domain) for s in dns.get("Search") or []):
         problems.append(f"{where}: dns.Search {dns.get('Search')!r} has no suffix of the cluster domain {exp.domain!r}")
+    hcn = delegate.get("apiVersion") == 2
+    if runtime == "containerd":
+        if not hcn:
+            problems.append(f"{where}: delegate.apiVersion must be 2 under containerd: win-overlay's HNS v1 path creates no "
+                            "endpoint for a pod namespace other than Docker's 'none', and containerd gives each pod its own")
+        if not (cni.get("capabilities") or {}).get("dns"):
+            problems.append(f"{where}: capabilities.dns is not set, so containerd cannot pass each pod's DNS settings "
+                            "(its own namespace's search path) to the plugin")
     values = [p.get("value") or p.get("Value") or {} for p in delegate.get("policies") or []]
-    nat = [v for v in values if v.get("Type") == "OutBoundNAT"]
-    exceptions = nat[0].get("ExceptionList", []) if nat else []
+    settings = [dict(v, **(v.get("Settings") or {})) if hcn else v for v in values]
+    exceptions_key, route_type = ("Exceptions", "SDNRoute") if hcn else ("ExceptionList", "ROUTE")
+    nat = [v for v in settings if v.get("Type") == "OutBoundNAT"]
+    exceptions = nat[0].get(exceptions_key, []) if nat else []
     for cidr, what in ((exp.pod_cidr, "pod"), (exp.service_cidr, "service")):
         if cidr not in exceptions:
-            problems.append(f"{where}: the OutBoundNAT ExceptionList {exceptions} lacks the {what} CIDR {cidr}")
-    routes = {v.get("DestinationPrefix") for v in values if v.get("Type") == "ROUTE"}
+            problems.append(f"{where}: the OutBoundNAT {exceptions_key} {exceptions} lacks the {what} CIDR {cidr}")
+    routes = {v.get("DestinationPrefix") for v in settings if v.get("Type") == route_type}
     if exp.service_cidr not in routes:
-        problems.append(f"{where}: no ROUTE policy for the service CIDR {exp.service_cidr} (services would not be reachable from pods)")
+        problems.append(f"{where}: no {route_type} policy for the service CIDR {exp.service_cidr} (services would not be reachable from pods)")
     if exp.backend == "host-gw" and node_ip and f"{node_ip}/32" not in routes:
-        problems.append(f"{where}: host-gw needs a ROUTE policy for the node's own IP {node_ip}/32")
+        problems.append(f"{where}: host-gw needs a {route_type} policy for the node's own IP {node_ip}/32")
     return problems
 
 

@@ -65,3 +65,15 @@ def test_a_component_checked_only_against_a_published_file_is_refused_before_the
     assert result.returncode == 1 and "Traceback" not in output
     assert "components.kubernetes of ubuntu-1604 is checked only against https://dl.k8s.io/v1.11.10/" in output
     assert "invoke pin ubuntu-1604 kubernetes" in output
+
+
+def test_packer_serves_the_answer_file_folder_only_to_an_installer_that_fetches_it(tmp_path):
+    from k4w import build_media, profiles
+
+    preseed, autoinstall = profiles.load("ubuntu-1604"), profiles.load("ubuntu-2404")
+    # debian-installer fetches preseed.cfg from beside the build media.
+    assert build_media.served_folder(tmp_path, preseed) == tmp_path / "http" / "ubuntu-1604"
+    assert build_media.url_path(preseed) == "/components/"
+    # autoinstall's seed (with the proxy's credentials) is on the cidata CD: only the media are served.
+    assert build_media.served_folder(tmp_path, autoinstall) == tmp_path / "http" / "ubuntu-2404" / "components"
+    assert build_media.url_path(autoinstall) == "/"

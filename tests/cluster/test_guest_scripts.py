@@ -3,11 +3,13 @@ checked by the programs that read them and against what they must do."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import subprocess
 
 import pytest
+import yaml
 
 from k4w.validate import powershell_rules as powershell
 from tests.helpers import ROOT, system_tool
@@ -206,3 +208,154 @@ def test_flanneld_restart_happens_once_and_only_behind_the_1168_match():
 def test_start_node_sets_nssm_parameters_only_when_they_differ():
     assert "if ((Get-NssmParameter $Service 'AppParameters') -ne $wantedParameters)" in START_NODE
     assert "-Type ExpandString" in START_NODE and "-Type MultiString" in START_NODE
+
+
+# ------------------------------------------------------------------ cluster-ip.sh in a K4W_ROOT sandbox
+#
+# Stand-ins for ip, netplan, ifup and ifdown: each logs its arguments; the cluster address "appears"
+# once the backend applied it (netplan apply / ifup) or ip addr replace set it.
+FAKE_IP = r"""#!/bin/bash
+echo "ip $*" >> "$K4W_ROOT/calls"
+case "$*" in
+  "-4 route show default") echo "default via 10.0.0.1 dev eth0 proto dhcp" ;;
+  "-4 -o addr show"*) [ -f "$K4W_ROOT/applied" ] && echo "3: eth1    inet $(cat "$K4W_ROOT/applied") scope global eth1" ;;
+  "addr replace "*) echo "$3" > "$K4W_ROOT/applied" ;;
+esac
+exit 0
+"""
+FAKE_APPLY = r"""#!/bin/bash
+echo "$(basename "$0") $*" >> "$K4W_ROOT/calls"
+echo "$K4W_NODE_IP/$K4W_PREFIX_LENGTH" > "$K4W_ROOT/applied"
+"""
+
+
+def _cluster_ip_sandbox(tmp_path, backend: str):
+    root = tmp_path / "root"
+    for nic in ("lo", "eth0", "eth1"):
+        (root / "sys" / "class" / "net" / nic).mkdir(parents=True)
+    if backend == "netplan":
+        (root / "etc" / "netplan").mkdir(parents=True)
+        (root / "etc" / "netplan" / "50-cloud-init.yaml").write_text("network: {version: 2, ethernets: {eth0: {dhcp4: true}}}\n")
+    else:
+        (root / "etc" / "network" / "interfaces.d").mkdir(parents=True)
+        (root / "etc" / "network" / "interfaces").write_text("source /etc/network/interfaces.d/*\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("ip", FAKE_IP), ("netplan", FAKE_APPLY), ("ifup", FAKE_APPLY), ("ifdown", "#!/bin/bash\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run():
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_IP": "192.168.251.11",
+               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5"}
+        return subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-ip.sh")], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    return root, run
+
+
+def test_cluster_ip_on_a_netplan_guest_writes_a_private_netplan_file_for_the_second_nic_and_applies_it_once(tmp_path):
+    root, run = _cluster_ip_sandbox(tmp_path, "netplan")
+    first = run()
+    assert first.returncode == 0, first.stderr
+    config = root / "etc" / "netplan" / "60-k4w-cluster.yaml"
+    assert yaml.safe_load(config.read_text()) == {"network": {"version": 2, "ethernets": {
+        "eth1": {"dhcp4": False, "dhcp6": False, "addresses": ["192.168.251.11/24"]}}}}
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert "192.168.251.11/24 is up on eth1" in first.stdout
+    assert (root / "calls").read_text().count("netplan apply") == 1
+    assert not (root / "etc" / "network").exists()  # no ifupdown file on a netplan guest
+    # Again (every cluster-up): the file is unchanged, so nothing is applied.
+    second = run()
+    assert second.returncode == 0 and "wrote" not in second.stdout
+    assert (root / "calls").read_text().count("netplan apply") == 1
+
+
+def test_cluster_ip_without_netplan_keeps_ifupdown(tmp_path):
+    root, run = _cluster_ip_sandbox(tmp_path, "ifupdown")
+    result = run()
+    assert result.returncode == 0, result.stderr
+    text = (root / "etc" / "network" / "interfaces.d" / "k4w-cluster.cfg").read_text()
+    assert "iface eth1 inet static" in text and "netmask 255.255.255.0" in text
+    assert "ifup eth1" in (root / "calls").read_text() and "netplan" not in (root / "calls").read_text()
+    # Again: an unchanged file is neither rewritten nor taken down and up.
+    second = run()
+    assert second.returncode == 0 and "wrote" not in second.stdout
+    assert (root / "calls").read_text().count("ifup eth1") == 1
+
+
+# ------------------------------------------------------------------ cluster-init.sh in a K4W_ROOT sandbox
+#
+# Stand-ins: kubeadm logs its arguments (init writes admin.conf, as its kubeconfig phase does, and
+# the ConfigMaps unless told to fail before them); kubectl answers /healthz when api-up exists and
+# the two ConfigMaps when configmaps exists.
+FAKE_KUBEADM = r"""#!/bin/bash
+echo "kubeadm $*" >> "$K4W_ROOT/calls"
+case "$1" in
+  init) mkdir -p "$K4W_ROOT/etc/kubernetes/manifests"; echo admin > "$K4W_ROOT/etc/kubernetes/admin.conf"
+        touch "$K4W_ROOT/etc/kubernetes/manifests/kube-apiserver.yaml" "$K4W_ROOT/api-up"
+        [ -f "$K4W_ROOT/fail-init" ] && exit 1
+        touch "$K4W_ROOT/configmaps" ;;
+  reset) rm -rf "$K4W_ROOT/etc/kubernetes" "$K4W_ROOT/api-up" "$K4W_ROOT/configmaps" ;;
+esac
+"""
+FAKE_KUBECTL = r"""#!/bin/bash
+echo "kubectl $*" >> "$K4W_ROOT/calls"
+case "$*" in
+  *--raw=/healthz*) [ -f "$K4W_ROOT/api-up" ] ;;
+  *"get configmap"*) [ -f "$K4W_ROOT/configmaps" ] ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def _cluster_init_sandbox(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("kubeadm", FAKE_KUBEADM), ("kubectl", FAKE_KUBECTL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run():
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_KUBEADM_CONFIG": "/tmp/k4w/kubeadm-config.yaml",
+               "K4W_KUBECONFIG_USER": getpass.getuser(), "K4W_API_TIMEOUT_SECONDS": "0"}
+        result = subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-init.sh")], env=env,
+                                capture_output=True, text=True, timeout=60)
+        calls = (root / "calls").read_text().splitlines() if (root / "calls").exists() else []
+        (root / "calls").unlink(missing_ok=True)
+        return result, [c for c in calls if c.startswith("kubeadm")]
+
+    return root, run
+
+
+def test_cluster_init_inits_once_and_then_only_installs_the_kubeconfig(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    first, kubeadm = run()
+    assert first.returncode == 0, first.stderr
+    assert kubeadm == ["kubeadm init --config /tmp/k4w/kubeadm-config.yaml"]
+    assert (root / "home" / getpass.getuser() / ".kube" / "config").read_text() == "admin\n"
+    second, kubeadm = run()
+    assert second.returncode == 0 and kubeadm == [] and "the master is initialised" in second.stdout
+
+
+def test_an_init_that_failed_after_writing_admin_conf_is_reset_and_run_again(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    (root / "fail-init").touch()
+    failed, _ = run()
+    assert failed.returncode != 0 and (root / "etc" / "kubernetes" / "admin.conf").is_file()
+    (root / "fail-init").unlink()
+    again, kubeadm = run()
+    assert again.returncode == 0, again.stderr
+    assert kubeadm == ["kubeadm reset --force", "kubeadm init --config /tmp/k4w/kubeadm-config.yaml"]
+    assert "did not finish" in again.stdout
+
+
+def test_a_master_whose_api_does_not_answer_is_not_reset_but_named(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    run()
+    (root / "api-up").unlink()
+    result, kubeadm = run()
+    assert result.returncode == 1 and kubeadm == []
+    assert "the API server did not answer within 0s" in result.stderr and "invoke cluster-reset" in result.stderr

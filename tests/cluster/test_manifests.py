@@ -14,7 +14,7 @@ from k4w import sources
 from k4w.validate import manifest_rules as checks
 from k4w.errors import K4wError
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
-from tests.helpers import config_dict, use_sources
+from tests.helpers import config_dict, modern_config, use_sources
 
 
 def test_default_host_gw_render_passes_every_check(default_render):
@@ -206,3 +206,33 @@ def test_kubernetes_validate_uses_its_oldest_schema(default_render):
     _edit_yaml(out / "manifests" / "windows-node-rbac.yaml", lambda d: d["subjects"][0].update(kind=7))
     problems = checks.check_manifests(out)
     assert any(f"kubernetes-validate {oldest} (strict)" in p for p in problems), problems
+
+
+# The containerd era's Windows CNI config: HCN (apiVersion 2) with its policy shapes.
+MODERN_BROKEN = {
+    "hns v1 under containerd": (lambda d: d["delegate"].pop("apiVersion"), "delegate.apiVersion must be 2 under containerd"),
+    "no dns capability": (lambda d: d.pop("capabilities"), "capabilities.dns is not set"),
+    "hcn nat exceptions": (lambda d: d["delegate"]["policies"][0]["value"]["Settings"]["Exceptions"].remove("10.96.0.0/12"),
+                           "OutBoundNAT Exceptions"),
+    "hcn service route": (lambda d: d["delegate"]["policies"].pop(1), "no SDNRoute policy for the service CIDR"),
+}
+
+
+@pytest.fixture
+def modern_render(tmp_path):
+    out = tmp_path / "build"
+    return render_to(out, modern_config()), out
+
+
+def test_the_containerd_era_cni_config_passes(modern_render):
+    cluster, out = modern_render
+    assert checks.check_manifests(out, cluster) == []
+
+
+@pytest.mark.parametrize("case", sorted(MODERN_BROKEN))
+def test_each_containerd_era_cni_rule_fires(case, modern_render):
+    cluster, out = modern_render
+    breaker, expected = MODERN_BROKEN[case]
+    _edit_json(out / "nodes" / "worker-win" / "cni.conf", breaker)
+    problems = checks.check_manifests(out, cluster)
+    assert any(expected in p for p in problems), problems

@@ -10,11 +10,14 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from k4w import config, render
 from k4w.cluster_model import Cluster
+from k4w.errors import K4wError
+from tests.helpers import ROOT, config_dict, modern_config, use_sources
 
 OUT = Path("/tmp/k4w-property-out")  # never written: render_files renders in memory
 
@@ -133,3 +136,38 @@ def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
             assert all(str(n.ip) in no_proxy for n in cfg.nodes)
         else:
             assert no_proxy == [""]
+
+
+# ------------------------------------------------------------------ the Windows demo's image
+
+
+def _demo_image(files: dict[str, str]) -> str:
+    [deployment] = [d for d in yaml.safe_load_all(files["manifests/demo-win-webserver.yaml"]) if d and d["kind"] == "Deployment"]
+    return deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_the_demo_runs_the_server_core_image_of_the_windows_nodes_box(tmp_path):
+    # A process-isolated container needs the host's build: 1803 for windows-1803, ltsc2022 for windows-2022.
+    seed = render.render_files(Cluster.resolve(config.parse(yaml.safe_dump(config_dict()))), tmp_path / "seed")
+    assert _demo_image(seed) == "mcr.microsoft.com/windows/servercore:1803"
+    modern = render.render_files(Cluster.resolve(config.parse(yaml.safe_dump(modern_config()))), tmp_path / "modern")
+    assert _demo_image(modern) == "mcr.microsoft.com/windows/servercore:ltsc2022"
+
+
+def test_windows_nodes_on_boxes_with_different_images_are_refused_naming_both(tmp_path, monkeypatch):
+    # Today no two Windows boxes share a backend (1803: host-gw only, 2022: vxlan only), so a
+    # third-era box is made here: windows-2022 with another Server Core image.
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    profile = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
+    profile["name"] = "windows-next"
+    profile["images"]["servercore"] = "mcr.microsoft.com/windows/servercore:ltsc2025"
+    (boxes / "windows-next.yml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    use_sources(monkeypatch, box_folders=(boxes, ROOT / "boxes"))
+    data = modern_config()
+    data["nodes"].append(dict(data["nodes"][2], name="worker-win-next", box="windows-next", ip="192.168.250.22"))
+    with pytest.raises(K4wError) as refused:
+        render.render_files(Cluster.resolve(config.parse(yaml.safe_dump(data))), tmp_path / "out")
+    message = str(refused.value)
+    assert "servercore:ltsc2022 on worker-win" in message and "servercore:ltsc2025 on worker-win-next" in message
+    assert "give every Windows node the same box" in message

@@ -8,7 +8,7 @@
 # K4W_PROXY_ENV - the NAME=value pairs every downloader understands (HTTP_PROXY, https_proxy,
 #   NO_PROXY, ...; https is never copied from http), blank-separated: cluster.yml allows no blank
 #   in a proxy URL or NO_PROXY entry. Empty = no proxy.
-# K4W_APT_PROXY_CONF - the text of apt's proxy file, the same the installer's late_command wrote.
+# K4W_APT_PROXY_CONF - the text of apt's proxy file (for a preseed box the same its late_command wrote).
 # K4W_PROXY_FILE_MODE - the mode of the files that carry the proxy URLs (0600 with credentials).
 K4W_STEP="01-proxy"
 set -Eeuo pipefail

@@ -3,7 +3,8 @@
 # - Swap off, now and at boot: the kubelet refuses to start with swap on (--fail-swap-on).
 # - br_netfilter and overlay loaded at boot: bridged pod traffic must traverse iptables
 #   (Flannel, kube-proxy), and Docker's overlay2 storage driver needs overlay.
-# - net.bridge.bridge-nf-call-iptables=1 and net.ipv4.ip_forward=1 (kubeadm preflight checks).
+# - net.ipv4.ip_forward=1 (a kubeadm preflight check) and net.bridge.bridge-nf-call-iptables=1
+#   (bridged pod traffic through iptables, which Flannel and kube-proxy rely on).
 # No environment variables: these are the same for every box.
 K4W_STEP="02-kernel"
 set -Eeuo pipefail
@@ -50,7 +51,7 @@ if k4w_live; then
 fi
 
 # --- sysctls ------------------------------------------------------------------------------
-sysctl_lines="# k4w: kubeadm preflight requirements"
+sysctl_lines="# k4w: forwarding and bridged traffic for kubeadm, Flannel and kube-proxy"
 for key in $(printf '%s\n' "${!SYSCTLS[@]}" | sort); do
     sysctl_lines+=$'\n'"${key} = ${SYSCTLS[$key]}"
 done

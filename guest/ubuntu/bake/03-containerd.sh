@@ -103,6 +103,9 @@ else
     tarball="$(k4w_component_file cni)"
     unpacked="$(mktemp -d)"
     tar -xzf "$tarball" -C "$unpacked"
+    # The release puts its README.md and LICENSE beside the plugins (containernetworking/plugins
+    # v1.9.1 .github/workflows/release.yaml): not programs, so not into the plugin folder.
+    rm -f "${unpacked}/README.md" "${unpacked}/LICENSE"
     install_tree cni-plugins "$source_id" "$unpacked" "$CNI_BIN_DIR"
     rm -rf "$unpacked"
 fi

@@ -26,8 +26,10 @@ source "$K4W_LIB"
 BIN_DIR=/usr/local/bin
 KUBELET_UNIT=/etc/systemd/system/kubelet.service
 KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
-# kubeadm 1.35's preflight: conntrack and iptables missing are errors; socat, ethtool and ebtables
-# warnings (the kubelet and kube-proxy use them for port-forward and service traffic).
+# What the kubelet and kube-proxy call: iptables and conntrack (service rules and their connection
+# cleanup), socat (port-forward), ethtool and ebtables. kubeadm 1.35's preflight insists only on
+# iptables of these (cmd/kubeadm/app/preflight/checks_linux.go at 039c72e8 checks conntrack below
+# 1.32 only), so their absence would show later, at run time.
 PREREQUISITES=(socat ebtables ethtool conntrack iptables)
 # containerd's namespace for the images the kubelet (CRI) uses.
 CRI_NAMESPACE=k8s.io
@@ -106,16 +108,20 @@ if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
     present() {
         "${BIN_DIR}/ctr" --address "${K4W_KUBE_CRI_SOCKET#unix://}" --namespace "$CRI_NAMESPACE" images list --quiet
     }
+    # The list is read once per check, not piped into grep -q: grep leaves at its first match, and
+    # ctr writing on into the closed pipe dies of SIGPIPE, which pipefail turns into a failure.
+    listed="$(present)"
     missing=()
     for image in "${images[@]}"; do
-        present | grep -qxF "$image" || missing+=("$image")
+        grep -qxF "$image" <<<"$listed" || missing+=("$image")
     done
     if ((${#missing[@]} > 0)); then
         k4w_log "pulling ${#missing[@]} control-plane image(s) from ${K4W_KUBE_IMAGE_REPOSITORY}"
         "${BIN_DIR}/kubeadm" config images pull "${image_flags[@]}" --cri-socket "$K4W_KUBE_CRI_SOCKET"
     fi
+    listed="$(present)"
     for image in "${images[@]}"; do
-        present | grep -qxF "$image" || k4w_die "image ${image} is still missing after the pull"
+        grep -qxF "$image" <<<"$listed" || k4w_die "image ${image} is still missing after the pull"
     done
     k4w_log "control-plane images present: ${images[*]}"
 fi

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Give the cluster NIC its static address with ifupdown (Ubuntu 16.04), idempotently.
+# Give the cluster NIC its static address, idempotently: with netplan where the guest has it
+# (Ubuntu 24.04; /etc/netplan), else with ifupdown (Ubuntu 16.04, which predates netplan).
 # Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH.
+# K4W_ROOT (default empty) is an offline sandbox for tests, as in guest/ubuntu/lib.sh: the files
+# and /sys are taken under it, and the commands are whatever PATH holds.
 # The cluster NIC is the one interface that is up-able, is not loopback and does not carry
 # the default route (the management NIC, DHCP on hyperv.management_switch, does). No gateway
 # is configured on it: outbound traffic keeps using the management NIC.
@@ -10,7 +13,15 @@ trap 'echo "cluster-ip.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 : "${K4W_NODE_IP:?K4W_NODE_IP (the cluster IP of this node) must be set}"
 : "${K4W_PREFIX_LENGTH:?K4W_PREFIX_LENGTH (network.node_cidr prefix length) must be set}"
 TIMEOUT_SECONDS="${K4W_TIMEOUT_SECONDS:-60}"
-CONFIG=/etc/network/interfaces.d/k4w-cluster.cfg
+ROOT="${K4W_ROOT:-}"
+if [ -d "$ROOT/etc/netplan" ]; then
+  BACKEND=netplan
+  # Read after the installer's own file (50-cloud-init.yaml, eth0 by DHCP), as Vagrant's 50-vagrant.yaml is.
+  CONFIG="$ROOT/etc/netplan/60-k4w-cluster.yaml"
+else
+  BACKEND=ifupdown
+  CONFIG="$ROOT/etc/network/interfaces.d/k4w-cluster.cfg"
+fi
 
 netmask_of() {
   local bits=$1 mask="" octet _
@@ -26,11 +37,13 @@ has_address() {
 }
 
 default_dev="$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | head -n1)"
-if [ -f "$CONFIG" ]; then
+if [ -f "$CONFIG" ] && [ "$BACKEND" = netplan ]; then
+  nic="$(awk 'found {sub(/:$/, "", $1); print $1; exit} $1 == "ethernets:" {found = 1}' "$CONFIG")"
+elif [ -f "$CONFIG" ]; then
   nic="$(awk '$1 == "iface" {print $2}' "$CONFIG")"
 else
   candidates=()
-  for path in /sys/class/net/*; do
+  for path in "$ROOT"/sys/class/net/*; do
     name="${path##*/}"
     case "$name" in
       lo | docker* | cni* | flannel* | veth*) ;;   # loopback and what Docker/Flannel create
@@ -44,25 +57,49 @@ else
   nic="${candidates[0]}"
 fi
 
-wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
+if [ "$BACKEND" = netplan ]; then
+  wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
+network:
+  version: 2
+  ethernets:
+    $nic:
+      dhcp4: false
+      dhcp6: false
+      addresses:
+        - $K4W_NODE_IP/$K4W_PREFIX_LENGTH
+"
+else
+  wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
 auto $nic
 iface $nic inet static
     address $K4W_NODE_IP
     netmask $(netmask_of "$K4W_PREFIX_LENGTH")
 "
-if ! grep -q '^source /etc/network/interfaces.d/\*' /etc/network/interfaces; then
-  echo "cluster-ip.sh: /etc/network/interfaces does not source interfaces.d/*, so $CONFIG would be ignored" >&2
-  exit 1
+  if ! grep -q '^source /etc/network/interfaces.d/\*' "$ROOT/etc/network/interfaces"; then
+    echo "cluster-ip.sh: /etc/network/interfaces does not source interfaces.d/*, so $CONFIG would be ignored" >&2
+    exit 1
+  fi
 fi
-if [ "$(cat "$CONFIG" 2>/dev/null || true)" != "$wanted" ]; then
-  printf '%s' "$wanted" > "$CONFIG"
-  echo "cluster-ip.sh: wrote $CONFIG for $nic"
-  ifdown "$nic" 2>/dev/null || true   # it may not be configured yet; ifup below reports real errors
-  ifup "$nic"
+# Both sides through $( ): it drops the trailing newline from each, so an unchanged file compares equal.
+if [ "$(cat "$CONFIG" 2>/dev/null || true)" != "$(printf '%s' "$wanted")" ]; then
+  if [ "$BACKEND" = netplan ]; then
+    printf '%s' "$wanted" > "$CONFIG"
+    chmod 600 "$CONFIG"   # netplan warns that a configuration readable by others is too open
+    echo "cluster-ip.sh: wrote $CONFIG for $nic"
+    # As Vagrant applies its own netplan networks, over SSH on the management NIC (hashicorp/vagrant
+    # plugins/guests/debian/cap/configure_networks.rb at 35f3160f).
+    netplan apply
+  else
+    printf '%s' "$wanted" > "$CONFIG"
+    echo "cluster-ip.sh: wrote $CONFIG for $nic"
+    ifdown "$nic" 2>/dev/null || true   # it may not be configured yet; ifup below reports real errors
+    ifup "$nic"
+  fi
 fi
 # Re-applied on every cluster-up: the config above brings the address back at boot, but not when it
 # went missing since (a NIC reconnected to the cluster switch by the Vagrant trigger, an `ip addr
-# flush`), and ifup then does nothing for an interface ifupdown already counts as configured.
+# flush`), and ifup then does nothing for an interface ifupdown already counts as configured
+# (nor does netplan apply for a file that did not change).
 if ! has_address; then
   ip link set "$nic" up
   ip addr replace "$K4W_NODE_IP/$K4W_PREFIX_LENGTH" dev "$nic"

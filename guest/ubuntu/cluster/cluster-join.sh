@@ -16,14 +16,21 @@ done
 # kubeadm's kubelet drop-in reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian packaging,
 # every era). --node-ip pins the kubelet to the cluster NIC instead of the management NIC.
 wanted="KUBELET_EXTRA_ARGS=--node-ip=$K4W_NODE_IP${K4W_KUBELET_EXTRA_ARGS:+ $K4W_KUBELET_EXTRA_ARGS}"
+flags_changed=0
 if [ "$(cat /etc/default/kubelet 2>/dev/null || true)" != "$wanted" ]; then
   echo "$wanted" > /etc/default/kubelet
   systemctl daemon-reload
+  flags_changed=1
   echo "cluster-join.sh: kubelet pinned to $K4W_NODE_IP"
 fi
 
 if [ -f /etc/kubernetes/kubelet.conf ]; then
   echo "cluster-join.sh: /etc/kubernetes/kubelet.conf exists, $K4W_NODE_NAME has joined"
+  # A joined kubelet reads its flags only when it starts (a join starts it itself).
+  if [ "$flags_changed" = 1 ]; then
+    systemctl restart kubelet
+    echo "cluster-join.sh: kubelet restarted with its new flags"
+  fi
   exit 0
 fi
 # Leftovers of an interrupted join fail kubeadm's FileAvailable preflight checks.

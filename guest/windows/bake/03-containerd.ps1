@@ -24,8 +24,9 @@ $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 
 # The configuration, schema version 3 (containerd 2.x; docs/cri/config.md at v2.3.2). Each key is
 # checked against that document by tests/bake/windows/test_windows_containerd.py:
-# - pinned_images.sandbox: the pause image the CRI plugin runs every pod sandbox from and never
-#   garbage-collects; since kubelet 1.35 has no --pod-infra-container-image this is its only home;
+# - pinned_images.sandbox: the pause image the CRI plugin runs every pod sandbox from; since
+#   kubelet 1.35 has no --pod-infra-container-image this is its only home. The kubelet's image GC
+#   spares it only when the image carries the CRI's "pinned" label, which 04-prepull-images.ps1 sets;
 # - cni: where the kubelet-driven pod network setup finds the plugins (bin_dirs, the list that
 #   replaces the deprecated bin_dir since v2.1) and the flannel config (conf_dir); max_conf_num 1
 #   loads only the first config there, so no leftover file can take over (start-node.ps1 removes any).
@@ -76,7 +77,12 @@ New-Item -ItemType Directory -Path $cniBinDir, $cniConfDir -Force | Out-Null
 $changed = Set-K4wFileContent -Path $configFile -Content $config
 if ($changed) { Write-K4wStep "containerd config written: $configFile" }
 if (-not (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue)) {
-    Invoke-K4wExe -FilePath $containerd -ArgumentList @('--register-service')
+    # --log-file beside the other node services' logs; without it containerd logs to the Windows
+    # event log only. --register-service keeps every other argument for the service's command line
+    # (containerd v2.3.2 cmd/containerd/command/service_windows.go, registerService).
+    $logDir = Join-Path (Get-K4wEnv -Name 'K4W_NODE_DIR') 'logs'
+    New-Item -ItemType Directory -Path $logDir -Force | Out-Null
+    Invoke-K4wExe -FilePath $containerd -ArgumentList @('--register-service', '--log-file', (Join-Path $logDir 'containerd.log'))
     Write-K4wStep 'containerd service registered'
 }
 if (Set-K4wServiceProxy -Service 'containerd' -Proxy (Get-K4wProxySettings)) {

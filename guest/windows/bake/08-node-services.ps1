@@ -1,7 +1,7 @@
 # 08-node-services.ps1 - the NSSM services kubelet, flanneld and kube-proxy, and the startup task
 # k4w-node-start, exactly as docs/internals.md ("Windows box <-> cluster-up") describes:
 # - start order <runtime> -> kubelet -> flanneld -> kube-proxy as service dependencies, the runtime
-#   being docker or containerd (K4W_RUNTIME_SERVICE; why not the 2018 order of seed 000: see step 4
+#   being docker or containerd (K4W_CONTAINER_RUNTIME; why not the 2018 order of seed 000: see step 4
 #   of node/start-node.ps1);
 # - restarted on failure; stdout/stderr in C:\k\logs, rotated;
 # - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config\<svc>.args
@@ -15,7 +15,7 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 
 $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
 # The container runtime service the kubelet depends on: docker (seed profile) or containerd.
-$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'
+$runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'
 # A profile's kubernetes.kubelet_launcher: a script in the node folder the kubelet service runs
 # instead of kubelet.exe (the containerd era's start-kubelet.ps1, which reads kubeadm's
 # kubeadm-flags.env at every start). Unset: the service runs kubelet.exe with the arguments
@@ -147,7 +147,7 @@ if ($current) {
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
         -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew `
             -RestartCount $restartCount -RestartInterval $restartInterval) `
-        -Description 'k4w: apply C:\k\config and start docker, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)'
+        -Description "k4w: apply C:\k\config and start $runtimeService, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)"
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
     Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM, start-node.ps1 retried up to 10 times)"
 }

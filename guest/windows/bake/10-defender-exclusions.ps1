@@ -8,14 +8,14 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 . $env:K4W_COMMON
 
 $nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'
-$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'
+$runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'
 # Each container runtime's layer store and the processes that write it (why: see the header).
 $runtimes = @{
     docker     = @{ Paths = @((Join-Path $env:ProgramData 'docker')); Processes = @('dockerd.exe') }
     containerd = @{ Paths = @((Join-Path $env:ProgramData 'containerd'), (Join-Path $env:ProgramFiles 'containerd'))
                     Processes = @('containerd.exe', 'containerd-shim-runhcs-v1.exe') }
 }
-if (-not $runtimes.ContainsKey($runtimeService)) { throw "K4W_RUNTIME_SERVICE '$runtimeService' is neither docker nor containerd" }
+if (-not $runtimes.ContainsKey($runtimeService)) { throw "K4W_CONTAINER_RUNTIME '$runtimeService' is neither docker nor containerd" }
 $paths = @($runtimes[$runtimeService].Paths + $nodeDir)
 $processes = @($runtimes[$runtimeService].Processes + @('kubelet.exe', 'kube-proxy.exe', 'flanneld.exe'))
 

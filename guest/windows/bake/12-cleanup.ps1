@@ -31,11 +31,11 @@ foreach ($dir in @("$env:SystemRoot\Temp", $env:TEMP, "$env:SystemRoot\SoftwareD
 }
 
 # 3. The build's proxy goes: machine environment, WinHTTP/WinINet and the container runtime
-#    service's environment (K4W_RUNTIME_SERVICE: docker or containerd). A box never keeps the build's proxy or its credentials; cluster-up gives each
+#    service's environment (K4W_CONTAINER_RUNTIME: docker or containerd). A box never keeps the build's proxy or its credentials; cluster-up gives each
 #    node the proxy of its own cluster.yml (guest/windows/cluster/cluster-proxy.ps1).
 $direct = Get-K4wDirectProxySettings
 Set-K4wProxy -Proxy $direct
-$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'
+$runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'
 if (Set-K4wServiceProxy -Service $runtimeService -Proxy $direct) { Write-K4wStep "$runtimeService service: the build's proxy removed" }
 
 # 4. Free space. How a dynamic VHDX gets its space back depends on the disk controller:

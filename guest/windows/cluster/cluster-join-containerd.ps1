@@ -60,7 +60,9 @@ if (Test-Path -LiteralPath $KubeletConf) {
     exit 0
 }
 
-# Leftovers of an interrupted join make kubeadm's FileAvailable preflight checks fail.
+# Leftovers of an interrupted join make kubeadm's preflight checks fail: the files (FileAvailable)
+# and a kubelet it already started, which holds port 10250 (Port-10250).
+if ((Get-Service -Name 'kubelet').Status -ne 'Stopped') { Stop-Service -Name 'kubelet' -Force; Write-Output 'cluster-join: stopped the kubelet of an interrupted join' }
 foreach ($stale in @((Join-Path $KubeDir 'bootstrap-kubelet.conf'), (Join-Path $KubeDir 'pki\ca.crt'))) {
     if (Test-Path -LiteralPath $stale) { Remove-Item -LiteralPath $stale -Force; Write-Output "cluster-join: removed stale $stale" }
 }

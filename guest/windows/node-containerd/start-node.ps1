@@ -80,19 +80,22 @@ function Wait-Until {
 function Set-NssmValues {
     # NSSM reads a service's settings from its Parameters key at every start (nssm.cc/usage);
     # written directly, an empty value needs no native-command quoting.
-    param([string]$Service, [string]$Arguments, [string[]]$Environment)
+    # $Arguments untyped: a [string] parameter turns $null ("leave the arguments alone") into ''.
+    param([string]$Service, $Arguments = $null, [string[]]$Environment)
     $key = "HKLM:\SYSTEM\CurrentControlSet\Services\$Service\Parameters"
     if (-not (Test-Path -LiteralPath $key)) { throw "service $Service is not registered with NSSM ($key missing): rebuild the box" }
     $item = Get-ItemProperty -LiteralPath $key
     $current = if ($item.PSObject.Properties['AppParameters']) { $item.AppParameters } else { $null }
     if ($null -ne $Arguments -and $current -ne $Arguments) {
         Set-ItemProperty -LiteralPath $key -Name 'AppParameters' -Value $Arguments -Type ExpandString
+        $script:Reconfigured = $true
         Write-Output "start-node: $Service arguments updated"
     }
     $currentEnv = if ($item.PSObject.Properties['AppEnvironmentExtra']) { @($item.AppEnvironmentExtra) -join "`n" } else { '' }
     if ($currentEnv -ne ($Environment -join "`n")) {
         if ($Environment) { Set-ItemProperty -LiteralPath $key -Name 'AppEnvironmentExtra' -Value $Environment -Type MultiString }
         else { Remove-ItemProperty -LiteralPath $key -Name 'AppEnvironmentExtra' }
+        $script:Reconfigured = $true
         Write-Output "start-node: $Service environment updated"
     }
 }
@@ -110,11 +113,13 @@ function Set-CniConfig {
     $wanted = Join-Path $Node.cni_conf_dir 'cni.conf'
     foreach ($other in @(Get-ChildItem -LiteralPath $Node.cni_conf_dir -File | Where-Object { $_.FullName -ne $wanted })) {
         Remove-Item -LiteralPath $other.FullName -Force
+        $script:Reconfigured = $true
         Write-Output "start-node: removed leftover CNI config $($other.FullName)"
     }
     $source = Join-Path $ConfigDir 'cni.conf'
     if (-not (Test-Path -LiteralPath $wanted) -or (Get-FileHash -LiteralPath $source).Hash -ne (Get-FileHash -LiteralPath $wanted).Hash) {
         Copy-Item -LiteralPath $source -Destination $wanted -Force
+        $script:Reconfigured = $true
         Write-Output "start-node: $wanted updated"
     }
 }
@@ -178,22 +183,33 @@ function Get-SourceVip {
 
 function Test-KubeProxyReady {
     if ((Get-Service -Name 'kube-proxy').Status -ne 'Running') { return $false }
-    # Kernel-mode kube-proxy programs every ClusterIP as an HNS load-balancer policy whose VIPs
-    # hold the service IP; the cluster DNS service exists from kubeadm init on.
+    # Kernel-mode kube-proxy programs each ClusterIP that has endpoints as an HNS load-balancer
+    # policy whose VIPs hold the service IP. The API server's service has endpoints from kubeadm
+    # init on; the DNS service has none until CoreDNS is Ready (node.json explains).
     foreach ($list in @(Invoke-Hns GET '/policylists')) {
         foreach ($policy in @(Get-Field $list 'Policies')) {
-            if (@(Get-Field $policy 'VIPs') -contains $Node.dns_ip) { return $true }
+            if (@(Get-Field $policy 'VIPs') -contains $Node.kubernetes_service_ip) { return $true }
         }
     }
     return $false
 }
 
 # ---------------------------------------------------------------- 1. configuration
+$script:Reconfigured = $false
 Set-NssmValues -Service 'flanneld' -Arguments ((Read-Lines 'flanneld.args') -join ' ') -Environment (Read-Lines 'flanneld.env')
 Set-NssmValues -Service 'kube-proxy' -Arguments $null -Environment (Read-Lines 'kube-proxy.env')
 Set-CniConfig
 Set-KubeletFirewallScope
 if ($ConfigureOnly) { Write-Output 'start-node: services configured'; exit 0 }
+
+# A node already running as configured (cluster-up run again) is left alone: the clean slate below
+# removes the overlay network and its endpoints, which containerd's running pod sandboxes keep
+# using, so their pods would lose their network until recreated.
+$running = @($Node.runtime_service) + $Services | Where-Object { (Get-Service -Name $_).Status -ne 'Running' }
+if (-not $script:Reconfigured -and -not $running -and (Test-HnsNetwork $Node.network_name) -and (Test-KubeProxyReady)) {
+    Write-Output "start-node: node $($Node.name) already runs as configured; nothing restarted"
+    exit 0
+}
 
 # ---------------------------------------------------------------- 2. clean slate
 foreach ($service in $Services[($Services.Count - 1)..0]) { Stop-NodeService $service }
@@ -220,7 +236,7 @@ Wait-Until "Flannel network $($Node.network_name) up" { Test-FlannelNetwork } -H
 $sourceVip = Get-SourceVip
 Set-NssmValues -Service 'kube-proxy' -Arguments ((@(Read-Lines 'kube-proxy.args') + "--source-vip=$sourceVip") -join ' ') -Environment (Read-Lines 'kube-proxy.env')
 Start-Service -Name 'kube-proxy'
-Wait-Until "kube-proxy running with an HNS load balancer for the cluster DNS service IP $($Node.dns_ip)" { Test-KubeProxyReady } `
+Wait-Until "kube-proxy running with an HNS load balancer for the kubernetes service IP $($Node.kubernetes_service_ip)" { Test-KubeProxyReady } `
     -Hint 'kernel-mode kube-proxy programs one per ClusterIP on the overlay network; see C:\k\logs\kube-proxy.log'
 Write-Output "start-node: node $($Node.name) started (kube-proxy source VIP $sourceVip)"
 exit 0

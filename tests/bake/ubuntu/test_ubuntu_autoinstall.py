@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,8 +95,10 @@ def test_the_seed_goes_on_a_cidata_cd_and_the_boot_line_has_no_proxy(rendered):
     seed = rendered / "http" / BOX
     assert builder["cd_files"] == [str(seed / "user-data"), str(seed / "meta-data")]
     assert builder["cd_label"] == "cidata"  # NoCloud finds its seed by this label
-    # Packer's HTTP server is for the steps' downloads; the installer itself needs nothing from it.
-    assert builder["http_directory"] == str(seed)
+    # Packer's HTTP server is for the steps' downloads only: the installer needs nothing from it, and
+    # the seed, which holds the proxy's credentials, is not beneath it (the firewall rule admits the LAN).
+    assert builder["http_directory"] == str(seed / "components")
+    assert not (seed / "user-data").resolve().is_relative_to(Path(builder["http_directory"]).resolve())
     typed = " ".join(builder["boot_command"])
     assert "linux /casper/vmlinuz" in typed and " autoinstall<enter>" in typed and "initrd /casper/initrd" in typed
     assert "proxy" not in typed and "bob" not in typed and "ds=" not in typed

@@ -37,13 +37,14 @@ def step_env() -> dict[str, str]:
 
 @pytest.fixture
 def served():
-    """Packer's HTTP server with the four downloads under /components/ (build-media names from the
-    real step variables), and the environment with each digest pinned to the served file."""
+    """Packer's HTTP server with the four downloads where the box serves them (K4W_MEDIA_URL_PATH: the
+    build-media folder is its root) under their build-media names, both from the real step variables,
+    and the environment with each digest pinned to the served file."""
     env = step_env()
     files, digests = {}, {}
     for component, build in BUILDERS.items():
         body = build(PROFILE["components"][component]["version"])
-        files[f"/components/{env[f'K4W_{component.upper()}_FILE']}"] = body
+        files[env["K4W_MEDIA_URL_PATH"] + env[f"K4W_{component.upper()}_FILE"]] = body
         key = "SHA512" if component == "kubernetes" else "SHA256"
         digests[f"K4W_{component.upper()}_{key}"] = getattr(hashlib, key.lower())(body).hexdigest()
     with local_http.site(files) as site:
@@ -91,7 +92,7 @@ def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_bu
 
 def test_a_tampered_containerd_tarball_installs_nothing(tmp_path, served):
     env, _, files = served
-    files[f"/components/{env['K4W_CONTAINERD_FILE']}"] += b"tampered"
+    files[env['K4W_MEDIA_URL_PATH'] + env['K4W_CONTAINERD_FILE']] += b"tampered"
     root = make_root(tmp_path, "ubuntu-24.04")
     res = run_step("03-containerd.sh", root, **env)
     assert res.returncode == 1 and "sha256 mismatch for containerd" in res.stderr
@@ -128,7 +129,7 @@ def test_kubernetes_node_binaries_and_units_of_this_era_then_idempotent(tmp_path
     drop_in = (root / "etc" / "systemd" / "system" / "kubelet.service.d" / "10-kubeadm.conf").read_text()
     assert "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS" in drop_in
     assert "--pod-infra-container-image" not in drop_in  # removed from the kubelet in 1.35: containerd pins it
-    assert [r["path"] for r in site.requests] == [f"/components/{env['K4W_KUBERNETES_FILE']}"]
+    assert [r["path"] for r in site.requests] == [env['K4W_MEDIA_URL_PATH'] + env['K4W_KUBERNETES_FILE']]
     before = snapshot(root)
     res = run_step("04-kubernetes-node.sh", root, **{k: v for k, v in env.items() if k != "PACKER_HTTP_ADDR"})
     assert res.returncode == 0 and "already installed" in res.stdout and snapshot(root) == before

@@ -41,6 +41,7 @@ KUBE_ENV = {
     "K4W_KUBERNETES_VERSION": "1.11.10",
     "K4W_KUBERNETES_FILE": "kubernetes-kubernetes-node-linux-amd64.tar.gz",
     "K4W_KUBERNETES_SHA512": "0" * 128,
+    "K4W_MEDIA_URL_PATH": "/components/",  # ubuntu-1604's: its HTTP server also serves preseed.cfg
 }
 DOCKER_ENV = {
     "K4W_DOCKER_VERSION": "17.03.2",

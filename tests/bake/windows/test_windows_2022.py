@@ -126,10 +126,10 @@ def test_the_packer_steps_follow_the_profile_and_upload_the_recipe_after_the_sha
 
 def test_the_kubelet_service_runs_the_recipes_launcher_after_containerd(render_windows):
     env = render_windows(2, box=BOX).env("08-node-services.ps1")
-    assert (env["K4W_RUNTIME_SERVICE"], env["K4W_KUBELET_LAUNCHER"]) == ("containerd", "start-kubelet.ps1")
+    assert (env["K4W_CONTAINER_RUNTIME"], env["K4W_KUBELET_LAUNCHER"]) == ("containerd", "start-kubelet.ps1")
     assert (GUEST / "node-containerd" / env["K4W_KUBELET_LAUNCHER"]).is_file()
     seed = render_windows(2).env("08-node-services.ps1")
-    assert seed["K4W_RUNTIME_SERVICE"] == "docker" and "K4W_KUBELET_LAUNCHER" not in seed
+    assert seed["K4W_CONTAINER_RUNTIME"] == "docker" and "K4W_KUBELET_LAUNCHER" not in seed
 
 
 def test_hyper_v_is_enabled_without_the_hypervisor_check_and_the_hypervisor_stays_off():

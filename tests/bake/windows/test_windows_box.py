@@ -99,7 +99,7 @@ def test_services_are_registered_as_the_cluster_start_expects():
     chain = re.findall(r"Name = '([a-z-]+)'; Program = \(Join-Path \$nodeDir '[a-z-]+\.exe'\); Parameters = \$null; DependsOn = ([^;]+);", script)
     # <runtime> -> kubelet -> flanneld -> kube-proxy: kernelspace kube-proxy needs flanneld's HNS network.
     assert chain == [("kubelet", "$runtimeService"), ("flanneld", "'kubelet'"), ("kube-proxy", "'flanneld'")]
-    assert "$runtimeService = Get-K4wEnv -Name 'K4W_RUNTIME_SERVICE'" in script
+    assert "$runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'" in script
     assert "'Start' 'SERVICE_DEMAND_START'" in script  # Manual
     assert "'AppExit' @('Default', 'Restart')" in script
     assert re.search(r"'reset', \$svc.Name, \$value", script) and "'AppParameters'" in script

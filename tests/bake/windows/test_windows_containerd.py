@@ -68,7 +68,7 @@ def test_the_checker_catches_a_key_containerd_lacks():
 
 
 def test_containerd_is_a_service_that_answers_before_the_step_ends():
-    assert "@('--register-service')" in CONTAINERD and "Set-Service -Name 'containerd' -StartupType Automatic" in CONTAINERD
+    assert "@('--register-service', '--log-file', (Join-Path $logDir 'containerd.log'))" in CONTAINERD and "Set-Service -Name 'containerd' -StartupType Automatic" in CONTAINERD
     # Its proxy goes on the service key only once the service exists.
     assert CONTAINERD.index("'--register-service'") < CONTAINERD.index("Set-K4wServiceProxy -Service 'containerd'")
     assert re.search(r"Wait-K4wCondition -Description \"containerd answering on \$endpoint\"", CONTAINERD)
@@ -133,3 +133,28 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
     assert "'--cri-socket', $Node.runtime_endpoint" in join
     assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-Process -FilePath (Join-Path $K 'kubeadm.exe')")
+
+
+def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares_it():
+    # containerd v2.3.2: the CRI image store reports an image as pinned only with this label
+    # (internal/cri/store/image/image.go), and only pulls through the CRI set it (image_pull.go).
+    step = (ROOT / "guest" / "windows" / "bake" / "04-prepull-images.ps1").read_text()
+    assert "'--label', 'io.cri-containerd.pinned=pinned'" in step
+    assert "if ($image -eq (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'))" in step
+    assert "+ $labels +" in step  # the labels reach ctr images pull
+
+
+def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_network():
+    # cluster-up run again reaches start-node on a joined node; the clean slate would delete the HNS
+    # network under the running pod sandboxes. Only a change or a stopped service earns a restart.
+    head = START_NODE[:START_NODE.index("# ---------------------------------------------------------------- 2. clean slate")]
+    skip = head[head.index("$running = "):]
+    assert "-not $script:Reconfigured -and -not $running" in skip and "(Test-KubeProxyReady)" in skip and "exit 0" in skip
+    assert head.index("if ($ConfigureOnly)") < head.index("$running = ")
+    # Every configuration write marks the node reconfigured.
+    for write in ("-Name 'AppParameters' -Value $Arguments", "Remove-ItemProperty -LiteralPath $key -Name 'AppEnvironmentExtra'",
+                  "Copy-Item -LiteralPath $source -Destination $wanted -Force"):
+        after = START_NODE[START_NODE.index(write):]
+        assert after.index("$script:Reconfigured = $true") < after.index("Write-Output"), write
+    # $null leaves kube-proxy's arguments alone in step 1 (a [string] parameter would make it '').
+    assert "param([string]$Service, $Arguments = $null, [string[]]$Environment)" in START_NODE
