@@ -86,12 +86,16 @@ def served_folder(out: Path, profile: Profile) -> Path:
     proxy's credentials and reaches its guest on a CD (autoinstall's user-data on the cidata CD) is
     never served on the network, where the port range's firewall rule admits the host's LAN."""
     box_folder = folder(out, profile.name)
-    return box_folder.parent if profile.installer_kind in ANSWER_FILE_OVER_HTTP else box_folder
+    return box_folder.parent if _serves_answer_file(profile) else box_folder
 
 
 def url_path(profile: Profile) -> str:
     """The path of the build media under Packer's HTTP server (k4w_component_file in lib.sh)."""
-    return f"/{FOLDER}/" if profile.installer_kind in ANSWER_FILE_OVER_HTTP else "/"
+    return f"/{FOLDER}/" if _serves_answer_file(profile) else "/"
+
+
+def _serves_answer_file(profile: Profile) -> bool:
+    return profile.installer_kind in ANSWER_FILE_OVER_HTTP
 
 
 def folder(out: Path, box: str) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets as _secrets
 import shutil
 import string
@@ -184,18 +183,13 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
     }
 
 
-def installer_kind(prof: profiles.Profile) -> str | None:
-    """The profile's installer.kind (k4w.profiles.Profile.installer_kind)."""
-    return prof.installer_kind
-
-
 def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
     """The templates rendered to OUT/http/<box>/ for one box (docs/internals.md): those of its
     family for every box, plus those of its installer kind only, so a box never carries the
     answer files of an installer it does not run."""
     family = templates / "http" / prof.os_family
     found = sorted(family.glob("*.j2"))
-    kind = installer_kind(prof)
+    kind = prof.installer_kind
     if kind is not None:
         folder = family / kind
         if not folder.is_dir() or not any(folder.glob("*.j2")):
