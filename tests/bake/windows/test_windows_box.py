@@ -76,9 +76,12 @@ def test_box_release_records_exactly_the_profile_components(render_windows):
     assert "box-release.json" in script and "(Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json" in script
 
 
+MARKERS = ("restart", "upload", "fetch-release")
+
+
 def test_the_step_list_names_existing_scripts_and_known_markers():
     steps = PROFILE["provision"]
-    scripts = [s for s in steps if s not in ("restart", "upload")]
+    scripts = [s for s in steps if s not in MARKERS]
     for script in scripts:
         assert (GUEST / "bake" / script).is_file(), script
     assert scripts == sorted(scripts)
@@ -87,7 +90,7 @@ def test_the_step_list_names_existing_scripts_and_known_markers():
     for path in (ROOT / "boxes").glob("*.yml"):
         data = yaml.safe_load(path.read_text())
         if data["os_family"] == "windows":
-            every |= {s for s in data["provision"] if s not in ("restart", "upload")}
+            every |= {s for s in data["provision"] if s not in MARKERS}
     assert sorted(every) == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
     # The Containers feature needs its reboot before Docker; C:\k\ holds the node scripts before 08.
     assert steps.index("02-containers-feature.ps1") < steps.index("restart") < steps.index("03-docker.ps1")

@@ -39,6 +39,7 @@ EXPECTED_ORDER = [
     ("powershell", "09-firewall.ps1"),
     ("powershell", "10-defender-exclusions.ps1"),
     ("powershell", "11-box-release.ps1"),
+    ("file", "C:\\k\\box-release.json"),
     ("powershell", "12-cleanup.ps1"),
 ]
 
@@ -233,7 +234,7 @@ def test_the_step_list_is_the_profiles(render_windows, profile_dir):
 
 def test_an_unknown_step_marker_stops_the_render(render_windows, profile_dir):
     profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "reboot"]))
-    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor restart or upload"):
+    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor one of restart, upload, fetch-release"):
         render_windows(2)
 
 
