@@ -68,7 +68,7 @@ def cd_name_problems(profile: Profile) -> list[str]:
     for component, name in box_files(profile).items():
         if len(name) > JOLIET_NAME_MAX:
             found.append(f"{profile.path.name}: components.{component}: its build-media name {name!r} has {len(name)} "
-                         f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (shorten the URL's file name)")
+                         f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (give the component a shorter media_file)")
     return found
 
 

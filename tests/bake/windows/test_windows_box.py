@@ -283,3 +283,27 @@ def test_boot_task_retries_start_node_and_restarts_a_task_that_failed_to_start()
     loop = wrapper[wrapper.index("for ($attempt = 1;"):]
     assert "$code = $LASTEXITCODE" in loop and "if ($code -eq 0) { exit 0 }" in loop and loop.rstrip().endswith("exit $code")
     assert "$startNodeAtBoot" in script.split("foreach ($required in", 1)[1].split("\n", 1)[0]   # the bake checks it is there
+
+
+def _windows_profiles():
+    for path in sorted((ROOT / "boxes").glob("*.yml")):
+        data = yaml.safe_load(path.read_text())
+        if data["os_family"] == "windows":
+            yield pytest.param(data, id=data["name"])
+
+
+@pytest.mark.parametrize("profile", list(_windows_profiles()))
+def test_every_windows_box_records_its_patch_level_and_installs_the_update_it_pins(profile):
+    steps = profile["provision"]
+    # The host's build record gets the UBR only from the guest's record, downloaded after 11 wrote it.
+    assert "11-box-release.ps1" in steps and "fetch-release" in steps
+    assert steps.index("11-box-release.ps1") < steps.index("fetch-release") < steps.index("12-cleanup.ps1")
+    update = (profile.get("components") or {}).get("windows_update")
+    if update is None:
+        assert "02-windows-update.ps1" not in steps  # nothing to install
+        return
+    # A pinned update is installed, completed by a restart, and its UBR is what 11 holds the box to.
+    assert "02-windows-update.ps1" in steps and steps[steps.index("02-windows-update.ps1") + 1] == "restart"
+    assert isinstance(update["ubr"], int) and update["ubr"] > 0
+    assert re.fullmatch(r"KB\d{7}", update["version"])
+    assert update["url"].endswith(".msu") and update["media_file"].endswith(".msu")
