@@ -48,10 +48,24 @@ def _packer() -> str:
     return system_tool("packer")
 
 
-def _validate(out: Path) -> subprocess.CompletedProcess:
+def _validate(out: Path, box: str = BOX) -> subprocess.CompletedProcess:
     env = dict(os.environ, K4W_ADMIN_PASSWORD=SECRET, CHECKPOINT_DISABLE="1")
-    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{BOX}.json")],
+    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{box}.json")],
                           capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.tools
+def test_packer_validate_accepts_the_modern_template_with_its_update_restarts_and_record_download(render_windows):
+    rendered = render_windows(2, box="windows-2022", write=True)
+    result = _validate(rendered.out, "windows-2022")
+    assert result.returncode == 0, result.stdout + result.stderr
+    download = [p for p in rendered.packer["provisioners"] if p.get("direction") == "download"]
+    assert [(p["type"], p["source"]) for p in download] == [("file", "C:\\k\\box-release.json")]
+    # A download provisioner the real Packer refuses fails this check (the class check shown failing):
+    path = rendered.out / "packer" / "windows-2022.json"
+    path.write_text(path.read_text().replace('"direction": "download"', '"direction": "sideways"'))
+    broken = _validate(rendered.out, "windows-2022")
+    assert broken.returncode != 0 and "Direction must be one of" in broken.stdout + broken.stderr
 
 
 @pytest.mark.tools
