@@ -46,9 +46,11 @@ def file_name(url: str) -> str:
     return safe_segment(name or "download")
 
 
-def media_name(component: str, url: str) -> str:
-    """Where the guest finds a component: OUT/http/<box>/components/<this>."""
-    return f"{component}-{file_name(url)}"
+def media_name(component: str, url: str, media_file: str | None = None) -> str:
+    """Where the guest finds a component: OUT/http/<box>/components/<this>. media_file (the
+    component's `media_file` key) replaces the URL's file name where that is too long for a CD:
+    the Update Catalog's names end in a 40-digit hex digest."""
+    return f"{component}-{safe_segment(media_file) if media_file else file_name(url)}"
 
 
 def box_files(profile: Profile) -> dict[str, str]:
@@ -56,7 +58,7 @@ def box_files(profile: Profile) -> dict[str, str]:
     names = {}
     for component, spec in (profile.data.get("components") or {}).items():
         if spec.get("url"):
-            names[component] = media_name(component, str(spec["url"]))
+            names[component] = media_name(component, str(spec["url"]), spec.get("media_file"))
     return names
 
 
@@ -66,7 +68,7 @@ def cd_name_problems(profile: Profile) -> list[str]:
     for component, name in box_files(profile).items():
         if len(name) > JOLIET_NAME_MAX:
             found.append(f"{profile.path.name}: components.{component}: its build-media name {name!r} has {len(name)} "
-                         f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (shorten the URL's file name)")
+                         f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (give the component a shorter media_file)")
     return found
 
 

@@ -99,6 +99,12 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_NSSM_VERSION": FromProfile("components.nssm.version", (WINDOWS,)),
     "K4W_NSSM_SHA256": FromProfile("components.nssm.sha256", (WINDOWS,)),
     "K4W_NSSM_SHA512": FromProfile("components.nssm.sha512", (WINDOWS,)),
+    # The pinned cumulative update (02-windows-update.ps1) and the patch level it brings: the
+    # step skips a box already at that UBR, and 11-box-release.ps1 fails a box below it.
+    "K4W_WINDOWS_UPDATE_VERSION": FromProfile("components.windows_update.version", (WINDOWS,)),
+    "K4W_WINDOWS_UPDATE_SHA256": FromProfile("components.windows_update.sha256", (WINDOWS,)),
+    "K4W_WINDOWS_UPDATE_SHA512": FromProfile("components.windows_update.sha512", (WINDOWS,)),
+    "K4W_WINDOWS_UPDATE_UBR": FromProfile("components.windows_update.ubr", (WINDOWS,)),
 }
 
 # Step variable -> the component whose build-media file name it holds (k4w.build_media.media_name):
@@ -114,6 +120,7 @@ MEDIA_VARIABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "K4W_FLANNEL_FILE": ("flannel", (WINDOWS,)),
     "K4W_NSSM_FILE": ("nssm", (WINDOWS,)),
     "K4W_FLANNEL_CNI_FILE": ("flannel_cni", (WINDOWS,)),
+    "K4W_WINDOWS_UPDATE_FILE": ("windows_update", (WINDOWS,)),
 }
 
 
@@ -214,13 +221,16 @@ DOCUMENTATION_KEYS = ("checksum_source",)
 # `sha256_url` into the host cache; the guest gets the file from the build media instead
 # (MEDIA_VARIABLES) and checks it against the digest the profile pins.
 HOST_KEYS = ("url", "sha256_url")
+# Component keys that name the file on the build media (k4w.build_media.media_name), which reaches
+# the guest as the media variable, never as a value of its own.
+MEDIA_KEYS = ("media_file",)
 
 
 def _from_profile(profile: Profile, family: str) -> dict[str, str]:
     named = {spec.key for spec in PROFILE_VARIABLES.values()}
     for component, spec in (profile.data.get("components") or {}).items():
         for key in spec:
-            if key not in DOCUMENTATION_KEYS + HOST_KEYS and f"components.{component}.{key}" not in named:
+            if key not in DOCUMENTATION_KEYS + HOST_KEYS + MEDIA_KEYS and f"components.{component}.{key}" not in named:
                 raise K4wError(
                     f"{profile.path}: components.{component}.{key} reaches no guest step: name its step variable "
                     "in k4w/derive_steps.py PROFILE_VARIABLES (and read it in the step that needs it)"

@@ -19,6 +19,7 @@ $script:K4wComponents = [ordered]@{
     containerd = @{ Version = 'K4W_CONTAINERD_VERSION'; File = 'K4W_CONTAINERD_FILE'; Sha256 = 'K4W_CONTAINERD_SHA256'; Sha512 = 'K4W_CONTAINERD_SHA512' }
     flannel_cni = @{ Version = 'K4W_FLANNEL_CNI_VERSION'; File = 'K4W_FLANNEL_CNI_FILE'; Sha256 = 'K4W_FLANNEL_CNI_SHA256'; Sha512 = 'K4W_FLANNEL_CNI_SHA512' }
     nssm       = @{ Version = 'K4W_NSSM_VERSION'; File = 'K4W_NSSM_FILE'; Sha256 = 'K4W_NSSM_SHA256'; Sha512 = 'K4W_NSSM_SHA512' }
+    windows_update = @{ Version = 'K4W_WINDOWS_UPDATE_VERSION'; File = 'K4W_WINDOWS_UPDATE_FILE'; Sha256 = 'K4W_WINDOWS_UPDATE_SHA256'; Sha512 = 'K4W_WINDOWS_UPDATE_SHA512' }
 }
 
 function Write-K4wStep {
@@ -65,6 +66,14 @@ function Invoke-K4wExe {
     if ($AllowedExitCodes -notcontains $LASTEXITCODE) {
         throw "'$FilePath $($ArgumentList -join ' ')' failed with exit code $LASTEXITCODE"
     }
+}
+
+function Get-K4wPatchLevel {
+    # The running Windows' build and patch level: CurrentBuild (e.g. 20348) and the update build
+    # revision UBR (the number after it, 20348.<UBR>), which each cumulative update raises. Both
+    # from HKLM:\SOFTWARE\Microsoft\Windows NT\CurrentVersion, as winver and Get-ComputerInfo show them.
+    $version = Get-ItemProperty -LiteralPath 'HKLM:\SOFTWARE\Microsoft\Windows NT\CurrentVersion'
+    return [pscustomobject]@{ Build = [int]$version.CurrentBuild; Ubr = [int]$version.UBR }
 }
 
 function Wait-K4wCondition {

@@ -40,6 +40,30 @@ def record_path(out: Path, box: str) -> Path:
     return Path(out) / "boxes" / f"{box}.record.json"
 
 
+def guest_release_path(out: Path, box: str) -> Path:
+    """Where a Windows build's fetch-release step (templates/packer/windows.json.j2) downloads the
+    guest's own build record, C:\\k\\box-release.json, beside the box it is building."""
+    return Path(out) / "boxes" / ".partial" / f"{box}.box-release.json"
+
+
+def read_guest_release(out: Path, box: str) -> dict | None:
+    """The guest's build record as the build downloaded it; None when the box has no fetch-release
+    step (Ubuntu). A record that is there but unreadable stops the build: the box cannot say what
+    it is."""
+    path = guest_release_path(out, box)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # Windows PowerShell 5.1 writes a BOM
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise K4wError(f"{path}: the guest's build record is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("box") != box:
+        raise K4wError(f"{path}: the guest's build record names box {data.get('box') if isinstance(data, dict) else data!r}, not {box}")
+    return data
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
     outfiles.write_file(path, json.dumps(data, indent=2) + "\n")
@@ -106,6 +130,7 @@ def build_record(
     iso: dict,
     stamp: dict,
     git: dict | None,
+    guest: dict | None = None,
 ) -> dict:
     return {
         "box": box,
@@ -118,6 +143,9 @@ def build_record(
         "profile": profile.path.name,
         "components": components(profile),
         "kubernetes": profile.data.get("kubernetes", {}).get("version"),
+        # The patch level the guest reached ({"build": 20348, "ubr": 5622}), from its own record
+        # (11-box-release.ps1); None for a box that reports none (Ubuntu).
+        "os": (guest or {}).get("os"),
         "git": git,
         "build": {
             "started": started.isoformat(timespec="seconds"),

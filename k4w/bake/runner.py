@@ -470,6 +470,8 @@ class _Builder:
             return self._failed(plan, state, log_path, seconds,
                                 f"Packer succeeded but wrote no box to {partial}/{box}-<provider>.box; the template's "
                                 f"vagrant post-processor must write there (docs/internals.md)")
+        # Read first: an unreadable guest record fails the build before any box is moved into place.
+        guest = catalogue.read_guest_release(out, box)
         version = catalogue.box_version(started)
         providers = []
         finals = []
@@ -494,7 +496,7 @@ class _Builder:
             packer_version=self.packer_version,
             iso={"name": plan.profile.data.iso.name, "sha256": iso.expected if iso else None,
                  "source": (f"downloaded by Packer from {iso.url}" if iso and iso.mode == "remote" else str(iso.path) if iso else None)},
-            stamp=plan.stamp.as_record(), git=catalogue.git_revision(sources.REPO.root),
+            stamp=plan.stamp.as_record(), git=catalogue.git_revision(sources.REPO.root), guest=guest,
         )
         catalogue.write_json(catalogue.catalogue_path(out, box), meta)
         catalogue.write_json(catalogue.record_path(out, box), record)
@@ -543,7 +545,7 @@ def _partial_boxes(partial: Path, box: str) -> list[Path]:
 
 def _remove_partial(partial: Path, box: str) -> None:
     """Delete this box's partial output only: another box may be writing beside it."""
-    for leftover in _partial_boxes(partial, box):
+    for leftover in _partial_boxes(partial, box) + [catalogue.guest_release_path(partial.parent.parent, box)]:
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
     with contextlib.suppress(OSError):

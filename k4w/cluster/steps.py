@@ -258,11 +258,22 @@ def step_cluster_ip(ctx: Context) -> None:
         prepare_dirs(ctx, m)
         if m.is_windows:
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
-            ctx.remote.run(m, f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}")
+            command = f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}"
+            if cluster_nic_routes_outbound(m.box):
+                # The host's NetNat address on the cluster switch (host/network-up.ps1).
+                command += f" -Gateway {escape.ps(derive.derive_network(ctx.cfg).gateway)}"
+            ctx.remote.run(m, command)
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
             env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)
             ctx.remote.run(m, f"sudo {env} bash {script}")
+
+
+def cluster_nic_routes_outbound(box: str) -> bool:
+    """Whether a Windows box's pods leave through its cluster NIC, which then needs a default route
+    through the host's NAT (the profile's `cluster_nic_default_route`; cluster-ip.ps1 says why).
+    The seed era's Windows pods get no outbound NAT at all (k4w/verify/matrix.py, WINDOWS_OUTBOUND_NAT)."""
+    return bool(profiles.load(box).data.get("cluster_nic_default_route"))
 
 
 def step_node_proxy(ctx: Context) -> None:

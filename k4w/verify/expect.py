@@ -55,8 +55,17 @@ def kubernetes_version(profile: Profile) -> str:
 
 def release_document(profile: Profile) -> dict:
     """The build record the box writes inside the guest (docs/internals.md, Profile conventions):
-    exactly the profile's components, as the build record outside the guest lists them."""
+    exactly the profile's components, as the build record outside the guest lists them. A Windows
+    box adds "os" ({"build", "ubr"}), the patch level it reached, which the spec compares with the
+    running system (minimum_ubr), not with the profile."""
     return {"box": profile.name, "components": catalogue.components(profile)}
+
+
+def minimum_ubr(profile: Profile) -> int | None:
+    """The patch level a Windows box must have reached: the UBR its pinned cumulative update brings
+    (components.windows_update.ubr); None for a box that pins none (windows-1803: README "Patching")."""
+    ubr = ((profile.data.get("components") or {}).get("windows_update") or {}).get("ubr")
+    return None if ubr is None else int(ubr)
 
 
 def reported_version(output: str) -> str | None:

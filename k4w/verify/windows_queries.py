@@ -148,3 +148,10 @@ if ($docker -and $docker.PSObject.Properties['Environment']) { $docker_env = @($
   machine = $machine
   docker_service = $docker_env
 }"""
+
+
+def patch_level() -> str:
+    """The running Windows' build and update build revision (UBR), from the registry values
+    11-box-release.ps1 records (HKLM:\\SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion)."""
+    return """$v = Get-ItemProperty -LiteralPath 'HKLM:\\SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion'
+[pscustomobject]@{ build = [int]$v.CurrentBuild; ubr = [int]$v.UBR }"""

@@ -488,3 +488,39 @@ def test_a_download_missing_from_the_cache_refuses_the_box_before_packer(repo, f
     assert "kubernetes:" in message and str(empty) in message
     assert not [c for c in fake_packer.calls() if "build" in c["argv"]]  # Packer never started a build
     assert not list(empty.rglob("*.tar.gz"))  # nothing unverified kept
+
+
+RELEASE = "C:\\k\\box-release.json"
+
+
+def _fetch_release_step(repo) -> None:
+    """The miniature's Windows template with the real one's fetch-release download at its end."""
+    template = repo.root / "templates" / "packer" / "windows.json.j2"
+    text = template.read_text()
+    last = '{"type": "powershell", "scripts": ["<< paths.guest >>/windows/bake/docker.ps1"]}'
+    assert last in text
+    template.write_text(text.replace(last, last + ',\n    {"type": "file", "direction": "download", "source": "C:\\\\k\\\\box-release.json", '
+                                     '"destination": "<< paths.boxes >>/.partial/<< box.name >>.box-release.json"}'))
+
+
+def test_the_build_record_carries_the_patch_level_the_guest_reached(repo, fake_packer, console):
+    # Windows PowerShell 5.1's Set-Content writes UTF-8 with a BOM; the guest's record as the
+    # template's fetch-release download brings it back.
+    guest = '\ufeff{"box": "windows-1803", "components": {"kubernetes": "1.11.10"}, "os": {"build": 17134, "ubr": 1130}}\n'
+    _fetch_release_step(repo)
+    fake_packer.scenario("windows-1803", "windows-success.txt", guest_files={RELEASE: guest})
+    result = build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    assert result.status == "built", result.message
+    record = json.loads((repo.out / "boxes" / "windows-1803.record.json").read_text())
+    assert record["os"] == {"build": 17134, "ubr": 1130}
+    assert not (repo.out / "boxes" / ".partial").exists()  # the downloaded copy went with the partial box
+
+
+def test_a_guest_record_of_another_box_fails_the_build_and_leaves_no_record(repo, fake_packer, console):
+    guest = '{"box": "windows-2022", "components": {}, "os": {"build": 20348, "ubr": 5622}}'
+    _fetch_release_step(repo)
+    fake_packer.scenario("windows-1803", "windows-success.txt", guest_files={RELEASE: guest})
+    with pytest.raises(BuildFailed):
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    assert not (repo.out / "boxes" / "windows-1803.record.json").exists()
+    assert not list((repo.out / "boxes").glob("windows-1803-*.box"))

@@ -352,3 +352,20 @@ def test_readiness_wait_reports_the_last_ssh_failure_at_its_deadline(world):
     assert "the check itself failed: master: command failed with exit code 255" in message
     assert "Connection refused" in message
     assert 900 <= world.clock.slept <= 910
+
+
+def test_only_a_modern_windows_node_gets_a_default_route_through_the_host_nat_on_its_cluster_nic(tmp_path):
+    # windows-2022 (containerd era) pods leave through the cluster NIC (OutBoundNAT), so cluster-ip
+    # gives that NIC the host's NetNat address (node_cidr's first host) as a lower-ranked gateway;
+    # the seed era (test_full_run_order above) passes no -Gateway at all (CLUSTER_IP_RUNS end in $).
+    from tests.cluster.conftest import render_to
+    from tests.helpers import modern_config
+
+    out = tmp_path / "build"
+    cluster = render_to(out, modern_config())
+    w = FakeWorld(machines_of(out))
+    w.cluster, w.out, w.clock = cluster, out, FakeClock()
+    run_up(w)
+    [line] = [entry for entry in w.log if "cluster-ip.ps1" in entry and not entry.startswith("worker-win: upload")]
+    assert line == r"worker-win: & 'C:\k4w\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -Gateway '192.168.250.1'"
+    assert not any("-Gateway" in entry for entry in w.log if entry.startswith(("master:", "worker-linux:")))

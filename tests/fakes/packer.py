@@ -11,6 +11,10 @@ $FAKE_PACKER_CALLS, and:
                                      the JSON file $FAKE_PACKER_SCENARIOS:
       {"<box>": {"transcript": "windows-success.txt", "exit": 0,
                  "write_box": true, "line_delay": 0.0}}
+    guest_files maps a guest path to its text: each file provisioner with "direction": "download"
+    whose source is one of them writes that text to its destination, as Packer does once the
+    provisioners ran; a download of a path the scenario does not hold fails the build, as
+    Packer's does when the guest has no such file.
     write_box creates the box where the template's vagrant post-processor says
     (a real tar.gz holding metadata.json), also on failure, like an interrupted write;
     "before_wait" writes it before waiting for the interrupt, as if Packer was writing it then.
@@ -101,6 +105,20 @@ def write_box(template: dict) -> None:
     sys.exit("fake packer: the template has no vagrant post-processor")
 
 
+def download_guest_files(template: dict, guest_files: dict[str, str]) -> bool:
+    """The template's download provisioners, from the scenario's guest files; False on a missing one."""
+    for prov in template.get("provisioners", []):
+        if prov.get("type") == "file" and prov.get("direction") == "download":
+            if prov["source"] not in guest_files:
+                print(f"==> hyperv-iso: Downloading {prov['source']} => {prov['destination']}\n"
+                      f"Build 'hyperv-iso' errored after 1 second: the guest has no {prov['source']}", flush=True)
+                return False
+            target = Path(prov["destination"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(guest_files[prov["source"]], encoding="utf-8")
+    return True
+
+
 def build(argv: list[str]) -> int:
     template_path = Path(argv[-1])
     template = json.loads(template_path.read_text(encoding="utf-8"))
@@ -131,6 +149,8 @@ def build(argv: list[str]) -> int:
         print(substitute(line, template, box), flush=True)
         if delay:
             time.sleep(delay)
+    if "guest_files" in scenario and not download_guest_files(template, scenario["guest_files"]):
+        return 1
     if scenario.get("write_box") is True:
         write_box(template)
     return int(scenario.get("exit", 0))
@@ -198,9 +218,11 @@ class PackerOnPath:
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
     def scenario(self, box: str, transcript: str, exit: int = 0, write_box: bool | str = True, line_delay: float = 0.0,
-                 wait_for_interrupt: bool = False, plugin: bool = False) -> None:
+                 wait_for_interrupt: bool = False, plugin: bool = False, guest_files: dict[str, str] | None = None) -> None:
         self.scenarios[box] = {"transcript": transcript, "exit": exit, "write_box": write_box, "line_delay": line_delay,
                                "wait_for_interrupt": wait_for_interrupt, "plugin": plugin}
+        if guest_files is not None:
+            self.scenarios[box]["guest_files"] = guest_files
         self.scenarios_file.write_text(json.dumps(self.scenarios))
 
     def pids(self) -> list[int]:

@@ -29,7 +29,11 @@ SERVICES = {
     "kubelet": ("Stopped", "Manual", ["docker"], "C:\\k\\nssm.exe"),
     "flanneld": ("Stopped", "Manual", ["kubelet"], "C:\\k\\nssm.exe"),
     "kube-proxy": ("Stopped", "Manual", ["flanneld"], "C:\\k\\nssm.exe"),
+    "wuauserv": ("Stopped", "Manual", ["rpcss"], "C:\\Windows\\system32\\svchost.exe -k netsvcs -p"),
 }
+# 1803's last Server servicing level is not what a box of ours reaches (it pins no update): any UBR
+# the ISO brings. This one is a stand-in value.
+PATCH_LEVEL = {"build": 17134, "ubr": 48}
 FIREWALL = [
     ("k4w-kubelet", "TCP", "10250"),
     ("k4w-flannel-vxlan", "UDP", "4789"),
@@ -62,7 +66,8 @@ def _box_state(defect: str | None) -> dict:
     }
     for name in ("kubelet", "kube-proxy", "flanneld"):
         natives[f"sc.exe qfailure {name}"] = QFAILURE.format(name=name)
-    release = {"box": "windows-1803", "components": {n: str(c["version"]) for n, c in prof.components.items()}}
+    release = {"box": "windows-1803", "components": {n: str(c["version"]) for n, c in prof.components.items()},
+               "os": dict(PATCH_LEVEL)}
     state = {
         "services": {n: dict(zip(("status", "start_type", "depends_on", "image_path"), v)) for n, v in SERVICES.items()},
         "nssm": {n: {"application": f"{K}\\{n}.exe", "parameters": None, "stdout": f"{K}\\logs\\{n}.log",
@@ -76,6 +81,7 @@ def _box_state(defect: str | None) -> dict:
         "defender": {"installed": True, "paths": ["C:\\ProgramData\\docker", K],
                      "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
+        "patch_level": dict(PATCH_LEVEL),
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
         # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
         "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
@@ -107,6 +113,13 @@ def _box_state(defect: str | None) -> dict:
         elif name == "task_without_log":  # the boot task as before: -File, output lost
             state["task_actions"] = [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile "
                                      f"-NonInteractive -ExecutionPolicy Bypass -File \"{K}\\start-node.ps1\""]
+        elif name == "release_behind_the_system":  # a record written before the update's restart
+            state["release"] = json.dumps({**release, "os": {**PATCH_LEVEL, "ubr": PATCH_LEVEL["ubr"] - 1}})
+        elif name == "windows_update_disabled":
+            state["services"]["wuauserv"]["start_type"] = "Disabled"
+        elif name == "other_build":  # an ISO of another Windows build
+            state["patch_level"] = {**PATCH_LEVEL, "build": 17763}
+            state["release"] = json.dumps({**release, "os": state["patch_level"]})
         elif name == "stale_release":
             state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
         else:
@@ -157,6 +170,8 @@ class FakeWindowsBackend(base.BaseBackend):
             return [{"name": n, "exists": True, **s["services"][n]} for n in names]
         if "Test-Path -LiteralPath $path" in body:
             return {p: True for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])}
+        if "CurrentBuild" in body:
+            return s["patch_level"]
         if "Get-Content -LiteralPath" in body:
             return s["release"]
         if "Invoke-Native " in body:

@@ -50,6 +50,14 @@ def test_outbound_nat_from_windows_pods_is_only_expected_to_fail_on_1803_host_gw
         assert xfails == ["win-node->same-win-node:nodeport"], (backend, boxes)
 
 
+def test_outbound_from_a_windows_pod_runs_and_must_pass_on_the_modern_stack():
+    # examples/cluster-modern.yml: vxlan with windows-2022, whose cluster NIC gets a default route
+    # through the host NAT at cluster-up (guest/windows/cluster/cluster-ip.ps1 -Gateway).
+    params = {p.id: p for p in matrix.pytest_params("vxlan", {"windows-2022"})}
+    row = params["win-pod->external:nat"]
+    assert not _marks(row, "xfail") and not _marks(row, "k4w_deselect")
+
+
 def test_a_cluster_without_windows_deselects_every_windows_row_with_a_reason():
     params = matrix.pytest_params("host-gw", set())
     deselected = {p.id: _marks(p, "k4w_deselect")[0].args[0] for p in params if _marks(p, "k4w_deselect")}

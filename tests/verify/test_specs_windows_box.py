@@ -85,3 +85,21 @@ def test_a_box_that_kept_the_build_proxy_fails_the_proxy_checks_without_leaking_
     run = run_windows_spec(config=proxy_yml, proxy_from=proxy_yml)
     assert sorted(set(_failed(run))) == ["test_proxy_environment", "test_winhttp_proxy"]
     assert "s3cret" not in run.output
+
+
+def test_patch_level_defects_fail_their_checks_only(run_windows_spec):
+    # other_build: the system runs 17763, not the profile's 17134; release_behind_the_system: the
+    # record keeps a UBR the system has moved past; windows_update_disabled: cleanup disabled wuauserv.
+    run = run_windows_spec("other_build,release_behind_the_system,windows_update_disabled")
+    assert run.proc.returncode == 1
+    assert sorted(_failed(run)) == ["test_patch_level_reaches_the_profiles_cumulative_update",
+                                    "test_release_file_records_the_running_patch_level",
+                                    "test_windows_update_service_is_not_disabled"]
+
+
+def test_the_minimum_patch_level_is_the_pinned_updates_and_1803_has_none():
+    from k4w import profiles
+    from k4w.verify import expect
+
+    assert expect.minimum_ubr(profiles.load("windows-2022")) == 5622
+    assert expect.minimum_ubr(profiles.load("windows-1803")) is None

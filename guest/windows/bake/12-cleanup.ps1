@@ -16,7 +16,13 @@ Invoke-K4wExe -FilePath "$env:SystemRoot\System32\dism.exe" -ArgumentList @('/On
 
 # 2. Temporary files. Packer's own uploaded scripts (script-*.ps1, packer-*) are left alone: Packer
 #    removes them itself after this step.
+#    Windows Update's download cache is emptied with its service stopped (files it holds open are
+#    not deleted otherwise, and its datastore must not point at half-deleted downloads), then the
+#    service is left as it was: running again if it ran, its start type untouched, so a node can
+#    still be patched after the bake (the box spec checks it is not disabled).
 Write-K4wStep 'removing temporary files and download caches'
+$updateService = Get-Service -Name 'wuauserv'
+$updateWasRunning = $updateService.Status -eq 'Running'
 Stop-Service -Name 'wuauserv' -Force
 $keep = @('script-*', 'packer-*', 'k4w-common.ps1')
 foreach ($dir in @("$env:SystemRoot\Temp", $env:TEMP, "$env:SystemRoot\SoftwareDistribution\Download") | Select-Object -Unique) {
@@ -29,6 +35,7 @@ foreach ($dir in @("$env:SystemRoot\Temp", $env:TEMP, "$env:SystemRoot\SoftwareD
         Remove-Item -LiteralPath $_.FullName -Recurse -Force -ErrorAction SilentlyContinue
     }
 }
+if ($updateWasRunning) { Start-Service -Name 'wuauserv' }
 
 # 3. The build's proxy goes: machine environment, WinHTTP/WinINet and the container runtime
 #    service's environment (K4W_CONTAINER_RUNTIME: docker or containerd). A box never keeps the build's proxy or its credentials; cluster-up gives each

@@ -307,8 +307,44 @@ def test_proxy_environment(machine_proxy, proxy, where):
 # ------------------------------------------------------------------ build record
 
 
-@pytest.mark.k4w_check("release_file")
-def test_release_file_matches_profile(host, profile):
+@pytest.fixture(scope="module")
+def release(host) -> dict:
     text = _query(host, q.file_text(RELEASE_FILE), RELEASE_FILE)
     assert text, f"{RELEASE_FILE} is missing or empty"
-    assert json.loads(text.lstrip("\ufeff")) == expect.release_document(profile)
+    return json.loads(text.lstrip("\ufeff"))
+
+
+@pytest.fixture(scope="module")
+def patch_level(host) -> dict:
+    return _query(host, q.patch_level(), "build and UBR")
+
+
+@pytest.mark.k4w_check("release_file")
+def test_release_file_matches_profile(release, profile):
+    assert {k: v for k, v in release.items() if k != "os"} == expect.release_document(profile)
+
+
+@pytest.mark.k4w_check("release_file")
+def test_release_file_records_the_running_patch_level(release, patch_level):
+    assert release.get("os") == patch_level, f"{RELEASE_FILE} records {release.get('os')}, the system runs {patch_level}"
+
+
+# ------------------------------------------------------------------ patch level
+
+
+@pytest.mark.k4w_check("patch_level")
+def test_patch_level_reaches_the_profiles_cumulative_update(patch_level, profile):
+    assert patch_level["build"] == int(profile.data.guest.os_build)
+    minimum = expect.minimum_ubr(profile)
+    if minimum is not None:  # windows-1803 pins no update (README "Patching") and refuses no patch level
+        assert patch_level["ubr"] >= minimum, (
+            f"Windows is at {patch_level['build']}.{patch_level['ubr']}, below {patch_level['build']}.{minimum} "
+            f"that components.windows_update ({expect.component(profile, 'windows_update')}) brings")
+
+
+@pytest.mark.k4w_check("patch_level")
+def test_windows_update_service_is_not_disabled(host):
+    # Cleanup empties Windows Update's download cache but leaves the service able to run, so a
+    # node can still be patched after the bake (12-cleanup.ps1).
+    [row] = winps.as_list(_query(host, q.services(["wuauserv"]), "the Windows Update service"))
+    assert row["exists"] and row["start_type"] != "Disabled", f"wuauserv: {row}"

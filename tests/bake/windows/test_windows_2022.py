@@ -57,6 +57,8 @@ def test_the_build_refuses_until_flanneld_is_pinned_and_says_how(modern_config, 
     assert f"components.flannel (0.28.9) of {BOX} has no checksum" in output
     assert f"run: invoke pin {BOX} flannel --config {modern_config}" in output
     # The published checksum files are for the host's fetch; the guest needs a digest pinned at render time.
+    # The Update Catalog publishes no sha256 either: the cumulative update is pinned the same way.
+    assert f"run: invoke pin {BOX} windows_update --config {modern_config}" in output
     for component in ("containerd", "cni", "flannel_cni"):
         assert f"components.{component} of {BOX} is checked only against" in output
         assert f"run: invoke pin {BOX} {component} --config {modern_config}" in output
@@ -84,12 +86,12 @@ def test_the_iso_is_the_public_evaluation_media_pinned_with_its_sources():
 
 def test_every_component_is_checked_or_left_to_the_users_pin():
     components = PROFILE["components"]
-    assert set(components) == {"kubernetes", "containerd", "cni", "flannel_cni", "flannel", "nssm"}
+    assert set(components) == {"kubernetes", "containerd", "cni", "flannel_cni", "flannel", "nssm", "windows_update"}
     assert components["kubernetes"]["version"] == PROFILE["kubernetes"]["version"] == "1.35.4"
     assert re.fullmatch(r"[0-9a-f]{128}", components["kubernetes"]["sha512"])
     patterns = checksum_rules.published_patterns()
     for name, spec in components.items():
-        if name == "flannel":
+        if name in ("flannel", "windows_update"):
             assert not any(spec.get(k) for k in ("sha256", "sha512", "sha256_url"))  # the user pins it
             continue
         assert spec["checksum_source"], name
@@ -114,14 +116,21 @@ def test_the_packer_steps_follow_the_profile_and_upload_the_recipe_after_the_sha
             steps.append(prov["script"].rsplit("/", 1)[1])
         elif prov["type"] == "windows-restart":
             steps.append("restart")
+        elif prov.get("direction") == "download":
+            steps.append("fetch-release")
         else:
             steps.append("upload:" + prov["source"].rstrip("/").rsplit("/", 1)[1])
     wanted = [s if s != "upload" else "upload:node" for s in PROFILE["provision"]]
     wanted.insert(wanted.index("upload:node") + 1, "upload:node-containerd")
     assert steps == wanted
     # The features need their reboot before containerd; C:\k holds the recipe before 08 registers services.
-    assert steps.index("02-windows-features.ps1") < steps.index("restart") < steps.index("03-containerd.ps1")
+    assert steps.index("02-windows-features.ps1") < steps.index("restart", steps.index("02-windows-features.ps1")) < steps.index("03-containerd.ps1")
     assert steps.index("upload:node-containerd") < steps.index("08-node-services.ps1")
+    # The cumulative update goes in first, with a restart of its own before anything else is enabled;
+    # the record the host fetches is the one 11 wrote, before cleanup.
+    assert steps[steps.index("02-windows-update.ps1") + 1] == "restart"
+    assert steps.index("02-windows-update.ps1") < steps.index("02-windows-features.ps1")
+    assert steps.index("11-box-release.ps1") < steps.index("fetch-release") < steps.index("12-cleanup.ps1")
 
 
 def test_the_kubelet_service_runs_the_recipes_launcher_after_containerd(render_windows):

@@ -76,9 +76,12 @@ def test_box_release_records_exactly_the_profile_components(render_windows):
     assert "box-release.json" in script and "(Get-K4wEnv -Name 'K4W_RELEASE_JSON') | ConvertFrom-Json" in script
 
 
+MARKERS = ("restart", "upload", "fetch-release")
+
+
 def test_the_step_list_names_existing_scripts_and_known_markers():
     steps = PROFILE["provision"]
-    scripts = [s for s in steps if s not in ("restart", "upload")]
+    scripts = [s for s in steps if s not in MARKERS]
     for script in scripts:
         assert (GUEST / "bake" / script).is_file(), script
     assert scripts == sorted(scripts)
@@ -87,7 +90,7 @@ def test_the_step_list_names_existing_scripts_and_known_markers():
     for path in (ROOT / "boxes").glob("*.yml"):
         data = yaml.safe_load(path.read_text())
         if data["os_family"] == "windows":
-            every |= {s for s in data["provision"] if s not in ("restart", "upload")}
+            every |= {s for s in data["provision"] if s not in MARKERS}
     assert sorted(every) == sorted(p.name for p in (GUEST / "bake").glob("[0-9][0-9]-*.ps1"))
     # The Containers feature needs its reboot before Docker; C:\k\ holds the node scripts before 08.
     assert steps.index("02-containers-feature.ps1") < steps.index("restart") < steps.index("03-docker.ps1")
@@ -280,3 +283,27 @@ def test_boot_task_retries_start_node_and_restarts_a_task_that_failed_to_start()
     loop = wrapper[wrapper.index("for ($attempt = 1;"):]
     assert "$code = $LASTEXITCODE" in loop and "if ($code -eq 0) { exit 0 }" in loop and loop.rstrip().endswith("exit $code")
     assert "$startNodeAtBoot" in script.split("foreach ($required in", 1)[1].split("\n", 1)[0]   # the bake checks it is there
+
+
+def _windows_profiles():
+    for path in sorted((ROOT / "boxes").glob("*.yml")):
+        data = yaml.safe_load(path.read_text())
+        if data["os_family"] == "windows":
+            yield pytest.param(data, id=data["name"])
+
+
+@pytest.mark.parametrize("profile", list(_windows_profiles()))
+def test_every_windows_box_records_its_patch_level_and_installs_the_update_it_pins(profile):
+    steps = profile["provision"]
+    # The host's build record gets the UBR only from the guest's record, downloaded after 11 wrote it.
+    assert "11-box-release.ps1" in steps and "fetch-release" in steps
+    assert steps.index("11-box-release.ps1") < steps.index("fetch-release") < steps.index("12-cleanup.ps1")
+    update = (profile.get("components") or {}).get("windows_update")
+    if update is None:
+        assert "02-windows-update.ps1" not in steps  # nothing to install
+        return
+    # A pinned update is installed, completed by a restart, and its UBR is what 11 holds the box to.
+    assert "02-windows-update.ps1" in steps and steps[steps.index("02-windows-update.ps1") + 1] == "restart"
+    assert isinstance(update["ubr"], int) and update["ubr"] > 0
+    assert re.fullmatch(r"KB\d{7}", update["version"])
+    assert update["url"].endswith(".msu") and update["media_file"].endswith(".msu")

@@ -39,6 +39,7 @@ EXPECTED_ORDER = [
     ("powershell", "09-firewall.ps1"),
     ("powershell", "10-defender-exclusions.ps1"),
     ("powershell", "11-box-release.ps1"),
+    ("file", "C:\\k\\box-release.json"),
     ("powershell", "12-cleanup.ps1"),
 ]
 
@@ -47,10 +48,24 @@ def _packer() -> str:
     return system_tool("packer")
 
 
-def _validate(out: Path) -> subprocess.CompletedProcess:
+def _validate(out: Path, box: str = BOX) -> subprocess.CompletedProcess:
     env = dict(os.environ, K4W_ADMIN_PASSWORD=SECRET, CHECKPOINT_DISABLE="1")
-    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{BOX}.json")],
+    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{box}.json")],
                           capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.tools
+def test_packer_validate_accepts_the_modern_template_with_its_update_restarts_and_record_download(render_windows):
+    rendered = render_windows(2, box="windows-2022", write=True)
+    result = _validate(rendered.out, "windows-2022")
+    assert result.returncode == 0, result.stdout + result.stderr
+    download = [p for p in rendered.packer["provisioners"] if p.get("direction") == "download"]
+    assert [(p["type"], p["source"]) for p in download] == [("file", "C:\\k\\box-release.json")]
+    # A download provisioner the real Packer refuses fails this check (the class check shown failing):
+    path = rendered.out / "packer" / "windows-2022.json"
+    path.write_text(path.read_text().replace('"direction": "download"', '"direction": "sideways"'))
+    broken = _validate(rendered.out, "windows-2022")
+    assert broken.returncode != 0 and "Direction must be one of" in broken.stdout + broken.stderr
 
 
 @pytest.mark.tools
@@ -233,7 +248,7 @@ def test_the_step_list_is_the_profiles(render_windows, profile_dir):
 
 def test_an_unknown_step_marker_stops_the_render(render_windows, profile_dir):
     profile_dir(lambda data: data.__setitem__("provision", ["00-preflight.ps1", "reboot"]))
-    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor restart or upload"):
+    with pytest.raises(K4wError, match="provision entry reboot is neither a .ps1 script of guest/windows/bake/ nor one of restart, upload, fetch-release"):
         render_windows(2)
 
 
