@@ -4,6 +4,7 @@ executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches V
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -121,3 +122,23 @@ def test_join_token_never_reaches_a_command_line(fake_vagrant):
     assert upload[-1] == "worker-win" and not __import__("os").path.exists(upload[1])   # the host copy is gone
     windows_join = next(c["argv"][-1] for c in calls if c["argv"][0] == "winrm" and "cluster-join.ps1" in c["argv"][-1])
     assert "-TokenFile 'C:\\k4w\\join-token'" in windows_join
+
+
+def test_only_stdout_is_parsed_while_vagrant_ssh_and_sudo_write_to_stderr(fake_vagrant, capsys):
+    """The fake prints Vagrant's, ssh's and sudo's notices on stderr of every ssh/winrm call, as a
+    real run does: the kubeconfig holds exactly what `cat admin.conf` printed, and the Ready wait
+    and the summary read the nodes' JSON (a merged answer is neither YAML nor JSON)."""
+    from tests.fakes.vagrant import STDERR_NOISE
+
+    fake_vagrant.up()
+    assert (fake_vagrant.out / "kubeconfig").read_text() == "apiVersion: v1\nkind: Config\nclusters: []\n"
+    assert "Warning: Permanently added" in STDERR_NOISE
+    summary = capsys.readouterr().out
+    assert all(re.search(rf"{name}\s.*\sReady\s", summary) for name in ("master", "worker-linux", "worker-win")), summary
+
+
+def test_a_failure_quotes_stderr_too(fake_vagrant):
+    fake_vagrant.scenario({"fail": [{"pattern": "bash /tmp/k4w/cluster-init.sh", "times": 1, "exit": 2, "output": "init failed\n"}]})
+    with pytest.raises(RemoteError) as err:
+        fake_vagrant.up()
+    assert "init failed" in err.value.tail and "Permanently added" in err.value.tail

@@ -12,8 +12,9 @@ $K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and 
                                    from its catalogue under a non-blocking lock, as Vagrant's HandleBox does:
                                    a second process adding the same box at once fails (DownloadAlreadyInProgress)
   box list --machine-readable      the boxes added; box add CATALOGUE adds its newest version
-  ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py); winrm adds the
-                                   k4w wrapper's exit-code marker and exits 1 on failure, as Vagrant does
+  ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py) on stdout, with the
+                                   noise a real run prints on stderr (STDERR_NOISE); winrm adds the k4w
+                                   wrapper's exit-code marker and exits 1 on failure, as Vagrant does
   upload SOURCE DESTINATION NAME   checks SOURCE exists
   ssh-config [NAME...]             the recorded outputs in vagrant_outputs/, with HostName and Port
   winrm-config                     pointed at 127.0.0.1:$FAKE_VAGRANT_TARGET_PORT (nobody listens there)
@@ -37,6 +38,13 @@ from pathlib import Path
 from . import cluster_answers
 
 OUTPUTS = Path(__file__).parent / "vagrant_outputs"
+# What real ssh/winrm runs print on stderr next to the answer: Vagrant's own notice, ssh's known-hosts
+# warning and sudo's complaint about a hostname Vagrant just changed. k4w must parse stdout only.
+STDERR_NOISE = (
+    "==> vagrant: A new version of Vagrant is available: 2.4.1 (installed version: 2.3.4)!\n"
+    "Warning: Permanently added '127.0.0.1' (ED25519) to the list of known hosts.\n"
+    "sudo: unable to resolve host master: Name or service not known\n"
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -204,6 +212,7 @@ def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict]
         command = args[args.index("--command") + 1]
         code, output = cluster_answers.answer(state.scenario, machines, command)
         state.save()
+        sys.stderr.write(STDERR_NOISE)
         sys.stdout.write(output)
         if verb == "winrm":
             # vagrant winrm exits 1 on any failure; the k4w wrapper's marker carries the real code
