@@ -1,7 +1,8 @@
 """The steps of cluster-up, each small and idempotent, sharing one Context.
 
 Order (issue "invoke cluster-up"): network check -> vagrant up -> cluster NIC IPs -> kubeadm
-init -> manifests + master Ready -> Linux joins -> Windows joins -> all nodes Ready -> demo.
+init -> manifests + master Ready -> Linux joins -> Windows joins -> all nodes Ready -> CoreDNS,
+kube-proxy and Flannel rolled out -> demo.
 Each step is recorded in build/cluster-state.json when it finished; cluster_up (up.py) skips
 recorded steps, so a rerun after a failure continues where it stopped.
 """
@@ -73,6 +74,11 @@ class Context:
     poll_seconds: float = 5.0
     started: float = 0.0
     timings: dict = field(default_factory=dict)
+    artifacts: Path | None = None   # where the rendered files are read: a dry run's scratch render, else out
+
+    @property
+    def rendered(self) -> Path:
+        return self.artifacts or self.out
 
     @property
     def ready_timeout(self) -> int:
@@ -359,6 +365,49 @@ def step_ready(ctx: Context) -> None:
     wait_ready(ctx, list(ctx.cluster.machines))
 
 
+# The add-ons kubeadm creates (cmd/kubeadm/app/phases/addons: the CoreDNS Deployment and the kube-proxy
+# DaemonSet, both in kube-system, names fixed by kubeadm in both eras); Flannel's are read from its manifest.
+KUBEADM_ROLLOUTS = (("CoreDNS", "kube-system", "deployment", "coredns"),
+                    ("kube-proxy", "kube-system", "daemonset", "kube-proxy"))
+TIMED_OUT = 124   # coreutils timeout's exit code when the command ran out of time (timeout(1))
+
+
+def rollouts(out: Path) -> list[tuple[str, str, str, str]]:
+    """(what, namespace, kind, name) of every rollout cluster-up waits for: CoreDNS, kube-proxy and each
+    Flannel DaemonSet of OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28)."""
+    import yaml
+
+    manifest = Path(out) / "manifests" / "kube-flannel.yaml"
+    try:
+        documents = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as exc:
+        raise K4wError(f"cannot read the Flannel DaemonSets from {manifest} ({exc}): run `invoke render`") from None
+    flannel = [("Flannel", d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
+               for d in documents if d.get("kind") == "DaemonSet"]
+    if not flannel:
+        raise K4wError(f"{manifest} holds no DaemonSet: run `invoke render`")
+    return [*KUBEADM_ROLLOUTS, *flannel]
+
+
+def step_rollouts(ctx: Context) -> None:
+    """Nodes Ready is not a working cluster: wait until CoreDNS, kube-proxy and Flannel have every
+    replica/pod updated and available, and fail naming the one that did not come up. `rollout status`
+    watches until done; coreutils `timeout` bounds it the same way in both eras' kubectl."""
+    for what, namespace, kind, name in rollouts(ctx.rendered):
+        command = f"timeout {int(ctx.ready_timeout)} {KUBECTL} -n {namespace} rollout status {kind}/{name}"
+        if ctx.dry_run:
+            ui.say(f"would wait up to {ctx.ready_timeout} s for the {what} rollout ({kind} {namespace}/{name})")
+        try:
+            ctx.remote.run(ctx.cluster.master, command)
+        except RemoteError as exc:
+            why = (f"did not finish within {ctx.ready_timeout} s" if exc.code == TIMED_OUT
+                   else f"could not be watched (exit {exc.code})")
+            raise K4wError(f"{what} did not come up: the rollout of {kind} {namespace}/{name} {why}. "
+                           f"Last lines of `kubectl rollout status`:\n{exc.tail or '  (no output)'}\n"
+                           f"Look at its pods: kubectl -n {namespace} get pods -o wide; "
+                           f"kubectl -n {namespace} describe {kind} {name}") from None
+
+
 def step_demo(ctx: Context) -> None:
     master = ctx.cluster.master
     if not ctx.cluster.windows_workers:
@@ -415,5 +464,5 @@ def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]
     ]
     steps += [(f"join:{m.name}", lambda ctx, m=m: step_join_linux(ctx, m)) for m in cluster.linux_workers]
     steps += [(f"join:{m.name}", lambda ctx, m=m: step_join_windows(ctx, m)) for m in cluster.windows_workers]
-    steps += [("ready", step_ready), ("demo", step_demo)]
+    steps += [("ready", step_ready), ("rollouts", step_rollouts), ("demo", step_demo)]
     return steps

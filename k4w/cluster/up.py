@@ -77,7 +77,7 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
-                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
+                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts)
 
 
 def refuse_gen1_windows(cluster: Cluster) -> None:
@@ -123,6 +123,7 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     if finished:
         if restarted:
             S.step_ready(ctx)  # a restarted node is back only once it is Ready again
+            S.step_rollouts(ctx)  # ... and its CoreDNS, kube-proxy and Flannel pods run again
         else:
             ui.say("cluster is already up: nothing else to do")
         finish(ctx)

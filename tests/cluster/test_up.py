@@ -68,6 +68,9 @@ def test_full_run_order(world):
         r"^worker-win: upload kubelet.args C:\\k\\config\\kubelet.args",
         r"^worker-win: & 'C:\\k4w\\cluster-join.ps1' -ApiServer '192.168.250.10:6443'",
         r"^master: kubectl get nodes -o json",
+        r"^master: timeout 900 kubectl -n kube-system rollout status deployment/coredns$",
+        r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-proxy$",
+        r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-flannel-ds-amd64$",
         r"^master: kubectl apply -f /tmp/k4w/manifests/demo-win-webserver.yaml",
         r"^master: kubectl get deployment win-webserver -o json",
     ]
@@ -77,7 +80,7 @@ def test_full_run_order(world):
     assert (world.out / "kubeconfig").read_text().startswith("apiVersion: v1")
     assert oct((world.out / "kubeconfig").stat().st_mode & 0o777) == "0o600"
     assert list(state(world)["steps"]) == ["up", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
-                                           "join:worker-win", "ready", "demo"]
+                                           "join:worker-win", "ready", "rollouts", "demo"]
     # every node's config file went to C:\k\config before the join script ran
     uploads = [line for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line]
     assert len(uploads) == 8
@@ -144,6 +147,7 @@ FAILURES = {
     "join:worker-linux": r"cluster-join\.sh",
     "join:worker-win": r"cluster-join\.ps1",
     "ready": None,   # fails through the timeout test below
+    "rollouts": r"rollout status daemonset/kube-proxy",
     "demo": r"apply -f /tmp/k4w/manifests/demo",
 }
 
@@ -352,3 +356,36 @@ def test_readiness_wait_reports_the_last_ssh_failure_at_its_deadline(world):
     assert "the check itself failed: master: command failed with exit code 255" in message
     assert "Connection refused" in message
     assert 900 <= world.clock.slept <= 910
+
+
+@pytest.mark.parametrize("what, target", [("CoreDNS", "deployment kube-system/coredns"),
+                                          ("kube-proxy", "daemonset kube-system/kube-proxy"),
+                                          ("Flannel", "daemonset kube-system/kube-flannel-ds-amd64")])
+def test_an_add_on_that_does_not_roll_out_fails_cluster_up_by_name_and_a_rerun_waits_again(world, what, target):
+    kind, name = target.split(" ")
+    world.scenario["fail"] = [{"pattern": f"rollout status {kind}/{name.split('/')[1]}$", "times": 1, "exit": 124,
+                               "output": f'Waiting for {kind} "{name}" rollout to finish: 1 of 3 updated pods are available...\n'}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    message = str(err.value)
+    assert message.startswith(f"{what} did not come up: the rollout of {target} did not finish within 900 s")
+    assert "1 of 3 updated pods are available" in message and f"describe {kind}" in message
+    assert "rollouts" not in state(world)["steps"] and "ready" in state(world)["steps"]
+    assert not any("demo-win-webserver" in line for line in world.log)
+    world.log.clear()
+    run_up(world)   # resumes at the rollouts, then the demo
+    assert index(world.log, r"rollout status deployment/coredns") < index(world.log, r"demo-win-webserver")
+    assert not any("kubeadm" in line for line in world.log)
+
+
+def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch):
+    from k4w import sources
+    from tests.cluster.conftest import render_to
+    from tests.helpers import MODERN_BOXES, modern_config
+
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    render_to(out, modern_config())
+    from k4w.cluster.steps import rollouts
+
+    assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in rollouts(out)
