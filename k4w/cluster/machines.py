@@ -68,6 +68,21 @@ def load_cluster(out: Path) -> ClusterInfo:
     return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines)
 
 
+def vm_id(out: Path, name: str) -> str | None:
+    """The Hyper-V VM GUID Vagrant records for a machine, or None when it records none.
+
+    Vagrant keeps a machine's provider id in <dotfile>/machines/<name>/<provider>/id
+    (hashicorp/vagrant v2.3.4 lib/vagrant/environment.rb `machine`, lib/vagrant/machine.rb `id=`);
+    the Hyper-V provider's id is the VM's Id (plugins/providers/hyperv/action/import.rb), and its
+    read_state forgets it (deletes the file) once `Get-VM -Id` finds no such VM (action/read_state.rb,
+    scripts/get_vm_status.ps1): after any `vagrant status`, a destroyed VM has no id here."""
+    path = Path(out) / DOTFILE_DIR / "machines" / name / PROVIDER / "id"
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def vagrant_env(out: Path) -> dict:
     """The variables the cluster's Vagrantfile reads (added to ours)."""
     return {

@@ -25,7 +25,7 @@ from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
 from ..vagrant import PROVIDER
-from .machines import ClusterInfo, Machine, VagrantDriver
+from .machines import ClusterInfo, Machine, VagrantDriver, vm_id
 from .network import switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
 from .state import State
@@ -208,9 +208,50 @@ def step_network(ctx: Context) -> None:
         raise K4wError(f"checking the cluster switch failed (exit {code}): {output}")
 
 
-def machines_not_running(ctx: Context) -> list[str]:
-    states = ctx.vagrant.status()
+def machines_not_running(ctx: Context, states: dict[str, str] | None = None) -> list[str]:
+    states = ctx.vagrant.status() if states is None else states
     return [m.name for m in ctx.cluster.machines if states.get(m.name) != "running"]
+
+
+def record_vm_ids(ctx: Context) -> None:
+    """Remember which Hyper-V VM each machine is, so a later run notices one replaced behind its back."""
+    if ctx.dry_run:
+        return
+    ctx.state.set_vms({m.name: vm_id(ctx.out, m.name) for m in ctx.cluster.machines})
+
+
+def check_vms_are_the_recorded_ones(ctx: Context, states: dict[str, str]) -> None:
+    """Refuse to go on with a cluster whose VMs are not the ones it was built on.
+
+    states: a `vagrant status` just taken, which made Vagrant forget the id of a VM that is gone.
+    A VM destroyed outside k4w (Hyper-V Manager, `vagrant destroy`) would otherwise be re-created
+    from the box by the restart below, and one re-created out of band already was: either way that
+    node has none of the cluster's state (no kubeadm join, no proxy), and cluster-up would wait for
+    it to be Ready until its timeout."""
+    if ctx.dry_run:
+        return
+    recorded = ctx.state.vms()
+    if recorded is None:   # a state file from before VM ids were kept: adopt what is there now
+        record_vm_ids(ctx)
+        return
+    problems = []
+    for m in ctx.cluster.machines:
+        was, now = recorded.get(m.name), vm_id(ctx.out, m.name)
+        if not was:
+            continue
+        if states.get(m.name, "not_created") == "not_created" or not now:
+            problems.append(f"{m.name}: its Hyper-V VM {m.vmname} (Id {was}) no longer exists: it was destroyed "
+                            "outside cluster-up")
+        elif now != was:
+            problems.append(f"{m.name}: it is now Hyper-V VM Id {now}, not the VM {was} this cluster was built on: "
+                            "it was re-created outside cluster-up")
+    if problems:
+        raise K4wError(
+            f"the cluster's VMs changed behind k4w's back ({ctx.state.path} records the VMs it was built on):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nA replaced VM has none of the cluster's state. Run `invoke cluster-down` and then `invoke cluster-up` "
+            "to build the cluster again; if every VM exists and runs, `invoke cluster-reset` and then "
+            "`invoke cluster-up` rebuild it on the VMs as they are now.")
 
 
 def build_task(m: Machine) -> str:
@@ -257,6 +298,7 @@ def step_up(ctx: Context) -> None:
     still = machines_not_running(ctx)
     if still and not ctx.dry_run:
         raise K4wError(f"vagrant up finished but these machines are not running: {', '.join(still)}")
+    record_vm_ids(ctx)
 
 
 def step_cluster_ip(ctx: Context) -> None:

@@ -112,7 +112,9 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     if ctx.state.done("up"):
         # VMs stopped since the last run (a host reboot leaves them off: Vagrant's Hyper-V
         # auto_start_action defaults to Nothing): start them, the triggers reconnect the cluster NIC.
-        restarted = S.machines_not_running(ctx)
+        states = ctx.vagrant.status()
+        S.check_vms_are_the_recorded_ones(ctx, states)
+        restarted = S.machines_not_running(ctx, states)
         if restarted:
             ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
                    else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
@@ -205,6 +207,9 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")
+    # The cluster is rebuilt on the VMs as they are now, so these become the recorded ones, even
+    # if one was re-created outside cluster-up (the way out cluster-up names).
+    S.record_vm_ids(ctx)
     master = ctx.cluster.master
     workers = [m for m in ctx.cluster.machines if not m.is_master]
     vxlan_device = S.flannel_vxlan_device(ctx.out)

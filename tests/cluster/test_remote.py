@@ -142,3 +142,18 @@ def test_a_failure_quotes_stderr_too(fake_vagrant):
     with pytest.raises(RemoteError) as err:
         fake_vagrant.up()
     assert "init failed" in err.value.tail and "Permanently added" in err.value.tail
+
+
+def test_a_vm_deleted_in_hyperv_manager_stops_cluster_up_through_the_real_driver(fake_vagrant):
+    """Vagrant keeps each VM's Id under VAGRANT_DOTFILE_PATH and forgets it in `vagrant status` once
+    the VM is gone; cluster-up compares it with the Id it recorded and refuses to re-create the VM."""
+    fake_vagrant.up()
+    id_file = fake_vagrant.out / "vagrant-state" / "machines" / "worker-linux" / "hyperv" / "id"
+    was = id_file.read_text()
+    assert json.loads((fake_vagrant.out / "cluster-state.json").read_text())["vms"]["worker-linux"] == was
+    machines_json = fake_vagrant.dir / "machines.json"
+    machines_json.write_text(json.dumps({**json.loads(machines_json.read_text()), "worker-linux": "not_created"}))
+    before = len(fake_vagrant.argvs())
+    with pytest.raises(K4wError, match=rf"worker-linux: its Hyper-V VM k4w-worker-linux \(Id {was}\) no longer exists"):
+        fake_vagrant.up()
+    assert [c[0] for c in fake_vagrant.argvs()[before:]] == ["status"]

@@ -389,3 +389,52 @@ def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch
     from k4w.cluster.steps import rollouts
 
     assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in rollouts(out)
+
+
+# ------------------------------------------------------------------ VMs replaced outside cluster-up
+
+def test_the_state_records_each_machines_hyperv_vm_id(world):
+    run_up(world)
+    recorded = state(world)["vms"]
+    assert set(recorded) == {"master", "worker-linux", "worker-win"}
+    assert all(recorded[name] == world.id_file(name).read_text() for name in recorded)
+
+
+def test_a_vm_destroyed_outside_cluster_up_is_named_and_not_silently_recreated(world):
+    run_up(world)
+    was = state(world)["vms"]["worker-linux"]
+    world.destroy_out_of_band("worker-linux")
+    world.log.clear()
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert f"worker-linux: its Hyper-V VM k4w-worker-linux (Id {was}) no longer exists" in str(err.value)
+    assert "invoke cluster-down" in str(err.value) and "master:" not in str(err.value)
+    assert not any("vagrant up" in line for line in world.log)   # an empty box would never join
+    with pytest.raises(K4wError, match="no longer exists"):       # and it stays refused
+        run_up(world)
+
+
+def test_a_vm_recreated_outside_cluster_up_is_refused_until_cluster_reset_rebuilds_on_it(world):
+    run_up(world)
+    was = state(world)["vms"]["worker-win"]
+    new = world.recreate_out_of_band("worker-win")
+    world.log.clear()
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert f"worker-win: it is now Hyper-V VM Id {new}, not the VM {was} this cluster was built on" in str(err.value)
+    assert "invoke cluster-reset" in str(err.value)
+    assert not any("cluster-ip" in line or "kubectl" in line for line in world.log)
+    up_mod.cluster_reset(world.cluster, world.out, vagrant=world.vagrant, remote=world.remote, host=world.host, clock=world.clock)
+    assert state(world)["vms"]["worker-win"] == new
+    world.log.clear()
+    run_up(world)
+    assert any("cluster-join.ps1" in line for line in world.log)
+
+
+def test_a_state_file_from_before_vm_ids_adopts_the_vms_there_now(world):
+    run_up(world)
+    data = state(world)
+    del data["vms"]
+    (world.out / "cluster-state.json").write_text(json.dumps(data))
+    run_up(world)
+    assert state(world)["vms"]["master"] == world.id_file("master").read_text()

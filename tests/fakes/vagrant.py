@@ -5,8 +5,10 @@ VagrantRemote) and test-box / cluster-test (k4w.verify.flows). Tests install it 
 with VagrantOnPath. It appends every call to $FAKE_VAGRANT_LOG as a JSON line (argv, cwd and
 $K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and answers:
 
-  status [NAME...]                 machine-readable states (not_created until `up`)
-  up / destroy [NAME...]           change the states; `up` of a machine takes scenario["boot_seconds"][NAME]
+  status [NAME...]                 machine-readable states (not_created until `up`); like the Hyper-V
+                                   provider, it deletes the id file of a machine whose VM is gone
+  up / destroy [NAME...]           change the states (a created VM gets a new Id in
+                                   $VAGRANT_DOTFILE_PATH/machines/NAME/hyperv/id, as Vagrant records it); `up` of a machine takes scenario["boot_seconds"][NAME]
                                    seconds (default 0) and logs its start and end ("span"), so tests can
                                    measure concurrency; creating a machine whose box is not installed adds it
                                    from its catalogue under a non-blocking lock, as Vagrant's HandleBox does:
@@ -33,6 +35,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from . import cluster_answers
@@ -133,10 +136,28 @@ def _up_one(folder: str, machine: dict, args: list[str]) -> int:
     time.sleep(boot)
     with _locked(folder):
         state = _State(folder)
-        state.machines[name] = "running"
+        _set_created(state, name, True)
         state.save()
     _log({"span": name, "start": started, "end": time.time()})
     return 0
+
+
+def _id_file(name: str) -> str | None:
+    """<VAGRANT_DOTFILE_PATH>/machines/<name>/hyperv/id, where Vagrant keeps the Hyper-V VM's Id."""
+    dotfile = os.environ.get("VAGRANT_DOTFILE_PATH")
+    return os.path.join(dotfile, "machines", name, "hyperv", "id") if dotfile else None
+
+
+def _set_created(state: "_State", name: str, created: bool) -> None:
+    """A machine created (a new VM, a new Id) or destroyed, as Vagrant records it."""
+    path = _id_file(name)
+    if created and state.machines.get(name, "not_created") == "not_created" and path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(str(uuid.uuid4()))
+    if not created and path and os.path.exists(path):
+        os.remove(path)
+    state.machines[name] = "running" if created else "not_created"
 
 
 def _read_json(path: str, default):
@@ -194,6 +215,8 @@ def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict]
 
     if verb == "status":
         for name in targets:
+            if state.machines.get(name, "not_created") == "not_created":
+                _set_created(state, name, False)   # read_state forgets the Id of a VM that is gone
             print(f"1,{name},provider-name,hyperv")
             print(f"1,{name},state,{state.machines.get(name, 'not_created')}")
         return 0
@@ -205,7 +228,7 @@ def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict]
             return failed[0]
         for name in targets:
             print(f"Bringing machine '{name}' up with 'hyperv' provider..." if verb == "up" else f"==> {name}: Stopping the machine...")
-            state.machines[name] = "running" if verb == "up" else "not_created"
+            _set_created(state, name, verb == "up")
         state.save()
         return 0
     if verb in ("ssh", "winrm"):
