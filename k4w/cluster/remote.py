@@ -79,7 +79,7 @@ class VagrantRemote:
             code, stdout, stderr = self._call(["winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
             # The wrapper writes its marker with Write-Output: on stdout, where vagrant winrm puts the
             # remote success stream, and the remote
-            # error stream on stderr (hashicorp/vagrant v2.3.4 plugins/commands/winrm/command.rb, execute).
+            # error stream on stderr (hashicorp/vagrant@v2.3.4 (986a0173) plugins/commands/winrm/command.rb, execute).
             found = _EXIT_LINE.findall(stdout)
             if found:
                 code = int(found[-1])

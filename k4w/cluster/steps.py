@@ -1,6 +1,6 @@
 """The steps of cluster-up, each small and idempotent, sharing one Context.
 
-Order (issue "invoke cluster-up"): network check -> vagrant up -> cluster NIC IPs -> kubeadm
+Order (issue "invoke cluster-up"): network check -> vagrant up -> cluster NICs (host) -> their IPs -> kubeadm
 init -> manifests + master Ready -> Linux joins -> Windows joins -> all nodes Ready -> CoreDNS,
 kube-proxy and Flannel rolled out -> demo.
 Each step is recorded in build/cluster-state.json when it finished; cluster_up (up.py) skips
@@ -25,8 +25,8 @@ from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
 from ..vagrant import PROVIDER
-from .machines import ClusterInfo, Machine, VagrantDriver, vm_id
-from .network import switch_check_script
+from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
+from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
 from .state import State
 
@@ -301,15 +301,38 @@ def step_up(ctx: Context) -> None:
     record_vm_ids(ctx)
 
 
+def step_cluster_nic(ctx: Context) -> None:
+    """Every VM's cluster NIC, from the host (host/cluster-nic.ps1): on the cluster switch, with its
+    static MAC and MAC spoofing. Run for every machine on every cluster-up, because Vagrant moves
+    every adapter to the management switch on each cold start, and one failed attach must not leave
+    a machine without its NIC for good (it was a Vagrant trigger before)."""
+    macs = {ctx.cluster.cluster_mac(m): m.name for m in ctx.cluster.machines}
+    if len(macs) != len(ctx.cluster.machines):   # 40 bits of a hash: never seen, but never silently shared
+        raise K4wError(f"two nodes of cluster {ctx.cluster.name} got the same cluster NIC MAC; rename one of them")
+    for m in ctx.cluster.machines:
+        code, output = ctx.host(cluster_nic_command(ctx.cfg, m.vmname, ctx.cluster.cluster_mac(m), m.is_windows))
+        for line in output.splitlines():
+            ui.say(line)
+        if code == NOT_ELEVATED:
+            raise K4wError("cluster-up attaches each VM's cluster NIC on this host and needs the rights Vagrant's "
+                           "Hyper-V provider needs: run the terminal as Administrator (or join Hyper-V Administrators)")
+        if code != 0:
+            raise K4wError(f"{m.name}: attaching its cluster NIC to '{ctx.cfg.hyperv.cluster_switch}' failed "
+                           f"(exit {code}){': ' + output.strip() if output.strip() else ''}")
+
+
 def step_cluster_ip(ctx: Context) -> None:
+    """Each node's static IP on the NIC whose MAC is its cluster NIC's (never by interface name or order)."""
     for m in ctx.cluster.machines:
         prepare_dirs(ctx, m)
+        mac = ctx.cluster.cluster_mac(m)
         if m.is_windows:
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
-            ctx.remote.run(m, f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}")
+            ctx.remote.run(m, f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length} "
+                              f"-MacAddress {escape.ps(mac_with(mac, '-'))}")
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
-            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)
+            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length, K4W_CLUSTER_MAC=mac_with(mac, ":"))
             ctx.remote.run(m, f"sudo {env} bash {script}")
 
 
@@ -499,6 +522,7 @@ def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]
     """Every recorded step, in order, as (state key, function)."""
     steps: list[tuple[str, Callable[[Context], None]]] = [
         ("up", step_up),
+        ("cluster-nic", step_cluster_nic),
         ("cluster-ip", step_cluster_ip),
         ("node-proxy", step_node_proxy),
         ("master-init", step_master_init),

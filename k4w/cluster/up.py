@@ -21,11 +21,12 @@ from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote, sh_env
 from .state import State
 
-# Steps that survive cluster-reset: the VMs and their cluster NIC addresses stay.
-KEPT_BY_RESET = ("up", "cluster-ip")
-# Run again on every cluster-up once done: a node's static IP must hold after a host reboot or a
-# `vagrant halt` + `up` (the guest scripts are idempotent: nothing changes when it is in place).
-REAPPLIED = "cluster-ip"
+# Steps that survive cluster-reset: the VMs, their cluster NICs and the NICs' addresses stay.
+KEPT_BY_RESET = ("up", "cluster-nic", "cluster-ip")
+# Run again on every cluster-up once the VMs exist: the cluster NIC (Vagrant moves it to the management
+# switch on every cold start) and the node's static IP must hold after a host reboot or a
+# `vagrant halt` + `up`. Both scripts are idempotent: nothing changes where it is in place.
+REAPPLIED = (("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip))
 
 
 def artifacts_digest(out: Path) -> str:
@@ -81,9 +82,10 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
 
 
 def refuse_gen1_windows(cluster: Cluster) -> None:
-    """The cluster NIC is hot-added to running VMs (the Vagrantfile's after-up trigger), and
+    """The cluster NIC is hot-added to running VMs (host/cluster-nic.ps1, after `vagrant up`), and
     Hyper-V hot-adds network adapters only to Generation 2 VMs: a Gen1 Windows box can be built
-    and tested alone, but never joins a cluster."""
+    and tested alone, but never joins a cluster. (A Gen1 Ubuntu VM is refused by the host script
+    itself, with the same reason.)"""
     gen1 = [f"{box} ({prof.path.name}: build.generation {prof.data.build.get('generation')})"
             for box, prof in cluster.profiles.items()
             if prof.is_windows and prof.data.build.get("generation", 2) != 2]
@@ -111,7 +113,8 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     restarted = []
     if ctx.state.done("up"):
         # VMs stopped since the last run (a host reboot leaves them off: Vagrant's Hyper-V
-        # auto_start_action defaults to Nothing): start them, the triggers reconnect the cluster NIC.
+        # auto_start_action defaults to Nothing): start them; cluster-nic below puts each cluster
+        # NIC back on its switch.
         states = ctx.vagrant.status()
         S.check_vms_are_the_recorded_ones(ctx, states)
         restarted = S.machines_not_running(ctx, states)
@@ -119,9 +122,14 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
             ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
                    else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
             S.step_up(ctx)
-    if ctx.state.done(REAPPLIED):
-        ui.say(f"==> {REAPPLIED} (re-applied on every run; unchanged where already in place)", style="bold")
-        S.step_cluster_ip(ctx)
+    for key, step in REAPPLIED:
+        # The NIC on every run once the VMs exist (also for a state file from before it was a step); the
+        # IP once it was set, on the NIC the step before just put back.
+        if ctx.state.done(key) or (key == "cluster-nic" and ctx.state.done("up")):
+            ui.say(f"==> {key} (re-applied on every run; unchanged where already in place)", style="bold")
+            step(ctx)
+            if not ctx.state.done(key):
+                ctx.state.mark(key, 0.0)
     if finished:
         if restarted:
             S.step_ready(ctx)  # a restarted node is back only once it is Ready again

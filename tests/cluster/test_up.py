@@ -44,15 +44,26 @@ def index(log, pattern, start=0):
     raise AssertionError(f"{pattern!r} not in log:\n" + "\n".join(log))
 
 
+# host/cluster-nic.ps1 for every VM: its static MAC (k4w.cluster.machines.cluster_nic_mac of the
+# cluster and node names) and MAC spoofing on the Windows node only.
+CLUSTER_NIC_RUNS = [
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-master' -SwitchName 'k4w-cluster' -AdapterName 'k4w-cluster' "
+    r"-MacAddress '02EF07A4AD4C' -MacSpoofing 'Off'; exit \$LASTEXITCODE$",
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-worker-linux' .* -MacAddress '02724F2B9A2A' -MacSpoofing 'Off'",
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-worker-win' .* -MacAddress '02C603E68ABF' -MacSpoofing 'On'",
+]
+
+
 def test_full_run_order(world):
     run_up(world)
     log = world.log
     order = [
         r"^host: switch check",
         r"^vagrant up master worker-linux worker-win",
-        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh",
+        *CLUSTER_NIC_RUNS,
+        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh",
         r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 .*cluster-ip.sh",
-        r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24",
+        r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'",
         r"^master: sudo env K4W_PROXY_FILE=/tmp/k4w/proxy.env bash /tmp/k4w/cluster-proxy.sh",
         r"^worker-win: & 'C:\\k4w\\cluster-proxy.ps1' -ValuesFile 'C:\\k4w\\proxy.json' -Common 'C:\\k4w\\common.ps1'",
         r"^master: upload kubeadm-config.yaml /tmp/k4w/kubeadm-config.yaml",
@@ -79,7 +90,7 @@ def test_full_run_order(world):
         at = index(log, pattern, at) + 1
     assert (world.out / "kubeconfig").read_text().startswith("apiVersion: v1")
     assert oct((world.out / "kubeconfig").stat().st_mode & 0o777) == "0o600"
-    assert list(state(world)["steps"]) == ["up", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
+    assert list(state(world)["steps"]) == ["up", "cluster-nic", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
                                            "join:worker-win", "ready", "rollouts", "demo"]
     # every node's config file went to C:\k\config before the join script ran
     uploads = [line for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line]
@@ -87,9 +98,9 @@ def test_full_run_order(world):
 
 
 CLUSTER_IP_RUNS = [
-    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
-    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
-    r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24$",
+    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:72:4f:2b:9a:2a bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'$",
 ]
 
 
@@ -99,7 +110,7 @@ def test_second_run_checks_status_and_reapplies_every_static_ip(world, capsys):
     run_up(world)
     assert world.log[:2] == ["host: switch check", "vagrant status"]
     at = 0
-    for pattern in CLUSTER_IP_RUNS:
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:   # every NIC from the host, then every IP on it
         at = index(world.log, pattern, at) + 1
     assert world.log[-1] == "master: kubectl get nodes -o json"
     assert not any("vagrant up" in line or "kubeadm" in line or "cluster-join" in line for line in world.log)
@@ -119,7 +130,7 @@ def test_after_a_host_reboot_vms_start_ips_are_reapplied_and_every_node_is_await
         run_up(world)
     up_at = index(world.log, r"^vagrant up master worker-linux worker-win$")
     at = up_at
-    for pattern in CLUSTER_IP_RUNS:
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:
         at = index(world.log, pattern, at) + 1
     assert not any("kubeadm" in line for line in world.log)
     world.scenario["not_ready"] = {}
@@ -140,6 +151,7 @@ def test_stopped_vms_are_started_again_on_a_finished_cluster(world):
 # A command unique to each step, and the step key that must not be marked done when it fails.
 FAILURES = {
     "up": r"vagrant up",
+    "cluster-nic": r"cluster-nic\.ps1' -VMName 'k4w-worker-linux'",
     "cluster-ip": r"cluster-ip\.ps1",
     "node-proxy": r"cluster-proxy\.ps1",
     "master-init": r"cluster-init\.sh",
@@ -189,7 +201,7 @@ def test_resume_after_a_failure_at_each_step(world, step):
     assert list(state(world)["steps"]) == keys
     # nothing that finished before the failure runs again, except the static IPs (re-applied on every run)
     for earlier, pattern in FAILURES.items():
-        if pattern and earlier != "cluster-ip" and keys.index(earlier) < keys.index(step):
+        if pattern and earlier not in ("cluster-nic", "cluster-ip") and keys.index(earlier) < keys.index(step):
             assert not any(re.search(pattern, line) for line in world.log), (earlier, world.log)
     assert any(re.search(FAILURES[step], line) for line in world.log) and any(re.search(FAILURES[step], l) for l in first_log)
 
@@ -282,7 +294,7 @@ def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
     at = index(log, r"^worker-linux: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     at = index(log, r"^worker-win: & 'C:\\k4w\\cluster-reset.ps1'", at)
     index(log, r"^master: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
-    assert list(state(world)["steps"]) == ["up", "cluster-ip"]
+    assert list(state(world)["steps"]) == ["up", "cluster-nic", "cluster-ip"]
     assert not (world.out / "kubeconfig").exists()
     world.log.clear()
     run_up(world)
@@ -438,3 +450,37 @@ def test_a_state_file_from_before_vm_ids_adopts_the_vms_there_now(world):
     (world.out / "cluster-state.json").write_text(json.dumps(data))
     run_up(world)
     assert state(world)["vms"]["master"] == world.id_file("master").read_text()
+
+
+# ------------------------------------------------------------------ the cluster NIC, from the host
+
+def test_a_failed_nic_attach_names_the_machine_and_the_next_run_attaches_it(world):
+    world.scenario["fail"] = [{"pattern": "cluster-nic\\.ps1' -VMName 'k4w-worker-win'", "times": 1, "exit": 1,
+                               "output": "cluster-nic k4w-worker-win failed: The operation failed because the file was not found."}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert str(err.value).startswith("worker-win: attaching its cluster NIC to 'k4w-cluster' failed (exit 1): ")
+    assert "file was not found" in str(err.value)
+    assert not any("cluster-ip" in line for line in world.log)   # no IP on a NIC that is not there
+    world.log.clear()
+    run_up(world)
+    at = 0
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:
+        at = index(world.log, pattern, at) + 1
+
+
+def test_without_the_rights_vagrant_needs_cluster_up_says_so(world):
+    world.scenario["fail"] = [{"pattern": "cluster-nic\\.ps1", "times": 1, "exit": 2, "output": ""}]
+    with pytest.raises(K4wError, match="needs the rights Vagrant's Hyper-V provider needs"):
+        run_up(world)
+
+
+def test_a_cluster_from_before_the_nic_step_gets_its_nics_attached_and_recorded(world):
+    run_up(world)
+    data = state(world)
+    del data["steps"]["cluster-nic"]
+    (world.out / "cluster-state.json").write_text(json.dumps(data))
+    world.log.clear()
+    run_up(world)
+    index(world.log, CLUSTER_NIC_RUNS[-1])
+    assert "cluster-nic" in state(world)["steps"]

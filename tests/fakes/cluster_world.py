@@ -65,8 +65,14 @@ class FakeWorld:
         return new
 
     def host(self, script: str) -> tuple[int, str]:
-        self.log.append("host: switch check")
-        return (0, "") if self.switch_exists else (3, "")
+        """The host's PowerShell: the switch check, or a host script's command line (logged as is);
+        failures are injected like the guests' (scenario "fail", matched on the command)."""
+        if "Get-VMSwitch" in script:
+            self.log.append("host: switch check")
+            return (0, "") if self.switch_exists else (3, "")
+        self.log.append(f"host: {script}")
+        failed = cluster_answers.check_failure(self.scenario, script)
+        return failed if failed else (0, "")
 
     def commands(self) -> list[str]:
         return list(self.log)

@@ -4,8 +4,8 @@
 
 .DESCRIPTION
   The cluster NIC sits on the Internal switch, which has no DHCP: until this runs it holds an
-  APIPA 169.254/16 address. The NIC is the up, physical adapter that does not carry the default
-  route (the management NIC does). Once start-node.ps1 has created the HNS network 'External' on
+  APIPA 169.254/16 address. The NIC is the physical adapter whose MAC is -MacAddress, the static
+  MAC cluster-up gave it on the host (host/cluster-nic.ps1), never one picked by name or route. Once start-node.ps1 has created the HNS network 'External' on
   that NIC (the vSwitch Flannel's l2bridge network then shares), the address lives on the
   vSwitch's vEthernet adapter instead, so an address that is already present anywhere counts as done.
   Waits until the address is Preferred: Tentative (duplicate detection running) or Duplicate
@@ -15,6 +15,8 @@
 param(
     [Parameter(Mandatory = $true)][string]$IPAddress,
     [Parameter(Mandatory = $true)][ValidateRange(1, 30)][int]$PrefixLength,
+    # As Get-NetAdapter writes it: six pairs of upper-case hex digits joined by '-'.
+    [Parameter(Mandatory = $true)][ValidatePattern('^([0-9A-F]{2}-){5}[0-9A-F]{2}$')][string]$MacAddress,
     [int]$TimeoutSeconds = 120
 )
 $ErrorActionPreference = 'Stop'
@@ -33,16 +35,12 @@ function Get-ClusterAddress {
 
 $address = Get-ClusterAddress
 if ($null -eq $address) {
-    $defaultRoutes = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0' -ErrorAction SilentlyContinue)
-    $managementIndexes = @($defaultRoutes | ForEach-Object { $_.ifIndex })
-    $candidates = @(Get-NetAdapter -Physical | Where-Object {
-            $_.Status -eq 'Up' -and $managementIndexes -notcontains $_.ifIndex
-        })
+    $candidates = @(Get-NetAdapter -Physical | Where-Object { $_.MacAddress -eq $MacAddress })
     if ($candidates.Count -ne 1) {
-        $names = ($candidates | ForEach-Object { $_.Name }) -join ', '
-        throw "expected exactly one up adapter without the default route (the cluster NIC), found $($candidates.Count): $names"
+        throw "expected one physical adapter with the cluster NIC's MAC $MacAddress, found $($candidates.Count): host/cluster-nic.ps1 did not attach it; run invoke cluster-up again"
     }
     $nic = $candidates[0]
+    if ($nic.Status -ne 'Up') { throw "the cluster NIC '$($nic.Name)' ($MacAddress) is $($nic.Status), not Up" }
     Write-Output "cluster-ip: configuring $IPAddress/$PrefixLength on '$($nic.Name)'"
     # A static address also ends DHCP/APIPA on the adapter; no gateway: the management NIC keeps the default route.
     Set-NetIPInterface -InterfaceIndex $nic.ifIndex -Dhcp Disabled
