@@ -293,6 +293,19 @@ def test_cluster_ip_finds_the_cluster_nic_by_its_mac_whatever_its_name_or_order(
         assert "iface eth0 inet static" in (root / "etc" / "network" / "interfaces.d" / "k4w-cluster.cfg").read_text()
 
 
+def test_cluster_ip_waits_for_a_cluster_nic_the_host_has_just_hot_added(tmp_path):
+    """The NIC appears in sysfs only after the script started; `sleep` stands in for the time it takes."""
+    nics = {"lo": "00:00:00:00:00:00", "eth0": "00:15:5d:01:02:03"}
+    root, run = _cluster_ip_sandbox(tmp_path, "netplan", nics)
+    eth1 = root / "sys" / "class" / "net" / "eth1"
+    (tmp_path / "bin" / "sleep").write_text(
+        f'#!/bin/bash\necho "sleep $*" >> "$K4W_ROOT/calls"\nmkdir -p "{eth1}/device"\necho "{CLUSTER_MAC}" > "{eth1}/address"\n')
+    (tmp_path / "bin" / "sleep").chmod(0o755)
+    result = run()
+    assert result.returncode == 0, result.stderr
+    assert "192.168.251.11/24 is up on eth1" in result.stdout and "sleep 1" in (root / "calls").read_text()
+
+
 def test_cluster_ip_fails_naming_the_mac_when_no_nic_has_it(tmp_path):
     root, run = _cluster_ip_sandbox(tmp_path, "netplan", mac="02:00:00:00:00:99")
     result = run()

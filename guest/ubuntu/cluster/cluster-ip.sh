@@ -39,18 +39,27 @@ has_address() {
   ip -4 -o addr show | awk '{print $4}' | grep -qx "$K4W_NODE_IP/$K4W_PREFIX_LENGTH"
 }
 
-nic=""
-for path in "$ROOT"/sys/class/net/*; do
-  # The NIC itself (a device, hv_netvsc, behind it), not a virtual interface that copied its MAC.
-  if [ -e "$path/device" ] && [ "$(tr 'A-F' 'a-f' < "$path/address" 2>/dev/null || true)" = "$CLUSTER_MAC" ]; then
-    nic="${path##*/}"
-    break
+# The NIC itself (a device, hv_netvsc, behind it), not a virtual interface that copied its MAC.
+nic_with_cluster_mac() {
+  local path
+  for path in "$ROOT"/sys/class/net/*; do
+    if [ -e "$path/device" ] && [ "$(tr 'A-F' 'a-f' < "$path/address" 2>/dev/null || true)" = "$CLUSTER_MAC" ]; then
+      echo "${path##*/}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# A NIC the host step has just hot-added takes a moment to appear in the guest: wait for it.
+deadline=$((SECONDS + TIMEOUT_SECONDS))
+until nic="$(nic_with_cluster_mac)"; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "cluster-ip.sh: no network interface has the cluster NIC's MAC $CLUSTER_MAC after ${TIMEOUT_SECONDS}s: the host step (host/cluster-nic.ps1) did not attach it; run invoke cluster-up again" >&2
+    exit 1
   fi
+  sleep 1
 done
-if [ -z "$nic" ]; then
-  echo "cluster-ip.sh: no network interface has the cluster NIC's MAC $CLUSTER_MAC: the host step (host/cluster-nic.ps1) did not attach it; run invoke cluster-up again" >&2
-  exit 1
-fi
 
 if [ "$BACKEND" = netplan ]; then
   wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)

@@ -35,12 +35,19 @@ function Get-ClusterAddress {
 
 $address = Get-ClusterAddress
 if ($null -eq $address) {
-    $candidates = @(Get-NetAdapter -Physical | Where-Object { $_.MacAddress -eq $MacAddress })
-    if ($candidates.Count -ne 1) {
-        throw "expected one physical adapter with the cluster NIC's MAC $MacAddress, found $($candidates.Count): host/cluster-nic.ps1 did not attach it; run invoke cluster-up again"
+    # A NIC the host step has just hot-added takes a moment to appear and come Up: wait for it.
+    $nicDeadline = (Get-Date).AddSeconds($TimeoutSeconds)
+    while ($true) {
+        $candidates = @(Get-NetAdapter -Physical | Where-Object { $_.MacAddress -eq $MacAddress })
+        if ($candidates.Count -gt 1) { throw "$($candidates.Count) physical adapters have the cluster NIC's MAC $MacAddress" }
+        if ($candidates.Count -eq 1 -and $candidates[0].Status -eq 'Up') { break }
+        if ((Get-Date) -gt $nicDeadline) {
+            $seen = if ($candidates.Count -eq 0) { 'no physical adapter has it' } else { "'$($candidates[0].Name)' is $($candidates[0].Status)" }
+            throw "no Up adapter with the cluster NIC's MAC $MacAddress after $TimeoutSeconds s ($seen): host/cluster-nic.ps1 did not attach it; run invoke cluster-up again"
+        }
+        Start-Sleep -Seconds $PollSeconds
     }
     $nic = $candidates[0]
-    if ($nic.Status -ne 'Up') { throw "the cluster NIC '$($nic.Name)' ($MacAddress) is $($nic.Status), not Up" }
     Write-Output "cluster-ip: configuring $IPAddress/$PrefixLength on '$($nic.Name)'"
     # A static address also ends DHCP/APIPA on the adapter; no gateway: the management NIC keeps the default route.
     Set-NetIPInterface -InterfaceIndex $nic.ifIndex -Dhcp Disabled
