@@ -23,10 +23,11 @@ from .state import State
 
 # Steps that survive cluster-reset: the VMs, their cluster NICs and the NICs' addresses stay.
 KEPT_BY_RESET = ("up", "cluster-nic", "cluster-ip")
-# Run again on every cluster-up once the VMs exist: the cluster NIC (Vagrant moves it to the management
-# switch on every cold start) and the node's static IP must hold after a host reboot or a
-# `vagrant halt` + `up`. Both scripts are idempotent: nothing changes where it is in place.
-REAPPLIED = (("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip))
+# Run again on every cluster-up, as (step, the recorded step that makes it due, function): the cluster
+# NIC once the VMs exist (Vagrant moves it to the management switch on every cold start; also a state
+# file from before it was a step), and the node's static IP once it was set, on the NIC just put back.
+# Both must hold after a host reboot or a `vagrant halt` + `up`; both scripts are idempotent.
+REAPPLIED = (("cluster-nic", "up", S.step_cluster_nic), ("cluster-ip", "cluster-ip", S.step_cluster_ip))
 
 
 def artifacts_digest(out: Path) -> str:
@@ -122,10 +123,8 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
             ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
                    else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
             S.step_up(ctx)
-    for key, step in REAPPLIED:
-        # The NIC on every run once the VMs exist (also for a state file from before it was a step); the
-        # IP once it was set, on the NIC the step before just put back.
-        if ctx.state.done(key) or (key == "cluster-nic" and ctx.state.done("up")):
+    for key, due_after, step in REAPPLIED:
+        if ctx.state.done(due_after):
             ui.say(f"==> {key} (re-applied on every run; unchanged where already in place)", style="bold")
             step(ctx)
             if not ctx.state.done(key):
