@@ -148,6 +148,8 @@ def validate(cluster: Cluster, s: Settings, files: dict[str, str]) -> None:
         ui.say(f"{'✓' if res.ok else '✗'} {res.validator}: {len(res.checked)} checked by {res.tool} in {res.seconds:.1f} s")
         for problem in res.problems:
             ui.say(f"    {problem}", style="red")
+        for note in res.notes:
+            ui.say(f"    note: {note}", style="yellow")
         rows.append([res.validator, res.tool, len(res.checked), status, f"{res.seconds:.1f}"])
 
     results = validate_mod.validate_all(cluster, s.out, report)

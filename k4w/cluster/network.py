@@ -18,7 +18,9 @@ from ..derive import derive_network
 
 POWERSHELL = ["powershell.exe", "-NoProfile", "-ExecutionPolicy", "Bypass", "-Command", "-"]
 SCRIPT = "network-up.ps1"
-NOT_ELEVATED = 2  # host/network-up.ps1's exit code when the session is not elevated
+NOT_ELEVATED = 2  # host/network-up.ps1's and host/cluster-nic.ps1's exit code when the session lacks the rights
+CLUSTER_NIC_SCRIPT = "cluster-nic.ps1"
+CLUSTER_NIC_NAME = "k4w-cluster"   # the Hyper-V adapter's name: how host/cluster-nic.ps1 finds it again
 
 
 def nat_name(cfg: Config) -> str:
@@ -45,6 +47,27 @@ def network_up_command(cfg: Config) -> str:
     arguments = " ".join(f"-{name} {escape.ps(value)}" for name, value in network_up_parameters(cfg).items())
     # `exit $LASTEXITCODE`: -Command turns a script's own exit code into 0 or 1 otherwise
     # (about_PowerShell_exe, -Command), and cluster-up must tell "not elevated" (2) apart.
+    return f"& {escape.ps(script)} {arguments}; exit $LASTEXITCODE"
+
+
+def cluster_nic_parameters(cfg: Config, vmname: str, mac: str, windows: bool) -> dict[str, str]:
+    """host/cluster-nic.ps1's parameters for one VM. MAC spoofing: l2bridge (Flannel host-gw on
+    Windows) sends pod traffic with the pods' own MAC addresses through the node's NIC, which Hyper-V
+    drops unless spoofing is on; Linux nodes route pod traffic with their own MAC, so they keep the
+    safer default."""
+    return {
+        "VMName": vmname,
+        "SwitchName": cfg.hyperv.cluster_switch,
+        "AdapterName": CLUSTER_NIC_NAME,
+        "MacAddress": mac,
+        "MacSpoofing": "On" if windows else "Off",
+    }
+
+
+def cluster_nic_command(cfg: Config, vmname: str, mac: str, windows: bool) -> str:
+    """The PowerShell line that runs host/cluster-nic.ps1 for one VM (see network_up_command)."""
+    script = sources.REPO.host / CLUSTER_NIC_SCRIPT
+    arguments = " ".join(f"-{name} {escape.ps(value)}" for name, value in cluster_nic_parameters(cfg, vmname, mac, windows).items())
     return f"& {escape.ps(script)} {arguments}; exit $LASTEXITCODE"
 
 

@@ -1,9 +1,12 @@
 """Remote commands on the cluster VMs, behind one small interface a fake can replace.
 
 RemoteExec.run(machine, command) runs a shell command (bash on Linux through `vagrant ssh -c`,
-PowerShell on Windows through `vagrant winrm -e -c`) and returns its output, or raises
-RemoteError naming the node, the command (credentials redacted), the exit code and the last
-20 lines of output. RemoteExec.upload copies a file or folder to the guest (`vagrant upload`).
+PowerShell on Windows through `vagrant winrm -e -c`) and returns its standard output only, or
+raises RemoteError naming the node, the command (credentials redacted), the exit code and the
+last 20 lines of output (stdout and stderr). Only stdout is ever parsed: Vagrant prints its own
+notices on stderr ("A new version of Vagrant is available", plugin warnings), and so do sudo,
+ssh ("Warning: Permanently added ...") and kubectl; mixed into a kubeconfig or a JSON answer
+they would corrupt it. RemoteExec.upload copies a file or folder to the guest (`vagrant upload`).
 """
 
 from __future__ import annotations
@@ -59,12 +62,13 @@ class VagrantRemote:
     vagrant: Vagrant
     timeout: float = 3600
 
-    def _call(self, argv: list[str], stdin: str = "") -> tuple[int, str]:
+    def _call(self, argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) of one vagrant command."""
         try:
             result = self.vagrant.call(*argv, timeout=self.timeout, input=stdin)
         except proc.TimedOut as exc:
-            return 124, f"timed out after {self.timeout:.0f} s\n{exc.output}"
-        return result.returncode, result.output
+            return 124, "", f"timed out after {self.timeout:.0f} s\n{exc.output}"
+        return result.returncode, result.stdout or "", result.stderr or ""
 
     def run(self, machine: Machine, command: str, stdin: str = "") -> str:
         """stdin reaches a Linux command's standard input (for secrets: never on a command line,
@@ -72,22 +76,25 @@ class VagrantRemote:
         if machine.is_windows:
             if stdin:
                 raise ValueError("vagrant winrm cannot pass standard input; upload a file instead")
-            code, output = self._call(["winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
-            found = _EXIT_LINE.findall(output)
+            code, stdout, stderr = self._call(["winrm", machine.name, "--elevated", "--command", powershell_wrapper(command)])
+            # The wrapper writes its marker with Write-Output: on stdout, where vagrant winrm puts the
+            # remote success stream, and the remote
+            # error stream on stderr (hashicorp/vagrant@v2.3.4 (986a0173) plugins/commands/winrm/command.rb, execute).
+            found = _EXIT_LINE.findall(stdout)
             if found:
                 code = int(found[-1])
-                output = _EXIT_LINE.sub("", output).rstrip() + "\n"
+                stdout = _EXIT_LINE.sub("", stdout).rstrip() + "\n"
         else:
-            code, output = self._call(["ssh", machine.name, "--no-tty", "--command", command], stdin)
+            code, stdout, stderr = self._call(["ssh", machine.name, "--no-tty", "--command", command], stdin)
         if code != 0:
-            raise RemoteError(machine.name, command, code, output)
-        return output
+            raise RemoteError(machine.name, command, code, stdout + stderr)
+        return stdout
 
     def upload(self, machine: Machine, source: Path, destination: str) -> None:
         argv = ["upload", str(source), destination, machine.name]
-        code, output = self._call(argv)
+        code, stdout, stderr = self._call(argv)
         if code != 0:
-            raise RemoteError(machine.name, shlex.join(argv), code, output)
+            raise RemoteError(machine.name, shlex.join(argv), code, stdout + stderr)
 
 
 class DryRunRemote:

@@ -2,7 +2,9 @@
 
 A step is recorded only after it finished. The file also keeps a digest of the rendered
 cluster.json and kubeadm config: resuming a half-built cluster from a different config would
-mix two clusters, so that is refused with a message naming cluster-reset/cluster-down.
+mix two clusters, so that is refused with a message naming cluster-reset/cluster-down. And it
+keeps the Hyper-V VM id of each machine ("vms"), so that a VM destroyed or re-created outside
+cluster-up is noticed (steps.check_vms_are_the_recorded_ones) instead of trusted.
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ class State:
 
     def set_node(self, name: str, **values) -> None:
         self.node(name).update(values)
+        self.save()
+
+    def vms(self) -> dict[str, str | None] | None:
+        """{machine: Hyper-V VM id} recorded after the VMs were last brought up; None if never."""
+        return self.data.get("vms")
+
+    def set_vms(self, ids: dict[str, str | None]) -> None:
+        self.data["vms"] = dict(ids)
         self.save()
 
     def clear_after(self, keep: tuple[str, ...]) -> None:

@@ -1,7 +1,8 @@
 """The steps of cluster-up, each small and idempotent, sharing one Context.
 
-Order (issue "invoke cluster-up"): network check -> vagrant up -> cluster NIC IPs -> kubeadm
-init -> manifests + master Ready -> Linux joins -> Windows joins -> all nodes Ready -> demo.
+Order (issue "invoke cluster-up"): network check -> vagrant up -> cluster NICs (host) -> their IPs -> kubeadm
+init -> manifests + master Ready -> Linux joins -> Windows joins -> all nodes Ready -> CoreDNS,
+kube-proxy and Flannel rolled out -> demo.
 Each step is recorded in build/cluster-state.json when it finished; cluster_up (up.py) skips
 recorded steps, so a rerun after a failure continues where it stopped.
 """
@@ -24,8 +25,8 @@ from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
 from ..vagrant import PROVIDER
-from .machines import ClusterInfo, Machine, VagrantDriver
-from .network import switch_check_script
+from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
+from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
 from .state import State
 
@@ -73,6 +74,11 @@ class Context:
     poll_seconds: float = 5.0
     started: float = 0.0
     timings: dict = field(default_factory=dict)
+    artifacts: Path | None = None   # where the rendered files are read: a dry run's scratch render, else out
+
+    @property
+    def rendered(self) -> Path:
+        return self.artifacts or self.out
 
     @property
     def ready_timeout(self) -> int:
@@ -202,9 +208,50 @@ def step_network(ctx: Context) -> None:
         raise K4wError(f"checking the cluster switch failed (exit {code}): {output}")
 
 
-def machines_not_running(ctx: Context) -> list[str]:
-    states = ctx.vagrant.status()
+def machines_not_running(ctx: Context, states: dict[str, str] | None = None) -> list[str]:
+    states = ctx.vagrant.status() if states is None else states
     return [m.name for m in ctx.cluster.machines if states.get(m.name) != "running"]
+
+
+def record_vm_ids(ctx: Context) -> None:
+    """Remember which Hyper-V VM each machine is, so a later run notices one replaced behind its back."""
+    if ctx.dry_run:
+        return
+    ctx.state.set_vms({m.name: vm_id(ctx.out, m.name) for m in ctx.cluster.machines})
+
+
+def check_vms_are_the_recorded_ones(ctx: Context, states: dict[str, str]) -> None:
+    """Refuse to go on with a cluster whose VMs are not the ones it was built on.
+
+    states: a `vagrant status` just taken, which made Vagrant forget the id of a VM that is gone.
+    A VM destroyed outside k4w (Hyper-V Manager, `vagrant destroy`) would otherwise be re-created
+    from the box by the restart below, and one re-created out of band already was: either way that
+    node has none of the cluster's state (no kubeadm join, no proxy), and cluster-up would wait for
+    it to be Ready until its timeout."""
+    if ctx.dry_run:
+        return
+    recorded = ctx.state.vms()
+    if recorded is None:   # a state file from before VM ids were kept: adopt what is there now
+        record_vm_ids(ctx)
+        return
+    problems = []
+    for m in ctx.cluster.machines:
+        was, now = recorded.get(m.name), vm_id(ctx.out, m.name)
+        if not was:
+            continue
+        if states.get(m.name, "not_created") == "not_created" or not now:
+            problems.append(f"{m.name}: its Hyper-V VM {m.vmname} (Id {was}) no longer exists: it was destroyed "
+                            "outside cluster-up")
+        elif now != was:
+            problems.append(f"{m.name}: it is now Hyper-V VM Id {now}, not the VM {was} this cluster was built on: "
+                            "it was re-created outside cluster-up")
+    if problems:
+        raise K4wError(
+            f"the cluster's VMs changed behind k4w's back ({ctx.state.path} records the VMs it was built on):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nA replaced VM has none of the cluster's state. Run `invoke cluster-down` and then `invoke cluster-up` "
+            "to build the cluster again; if every VM exists and runs, `invoke cluster-reset` and then "
+            "`invoke cluster-up` rebuild it on the VMs as they are now.")
 
 
 def build_task(m: Machine) -> str:
@@ -251,21 +298,45 @@ def step_up(ctx: Context) -> None:
     still = machines_not_running(ctx)
     if still and not ctx.dry_run:
         raise K4wError(f"vagrant up finished but these machines are not running: {', '.join(still)}")
+    record_vm_ids(ctx)
+
+
+def step_cluster_nic(ctx: Context) -> None:
+    """Every VM's cluster NIC, from the host (host/cluster-nic.ps1): on the cluster switch, with its
+    static MAC and MAC spoofing. Run for every machine on every cluster-up, because Vagrant moves
+    every adapter to the management switch on each cold start, and one failed attach must not leave
+    a machine without its NIC for good (it was a Vagrant trigger before)."""
+    macs = {ctx.cluster.cluster_mac(m): m.name for m in ctx.cluster.machines}
+    if len(macs) != len(ctx.cluster.machines):   # 40 bits of a hash: never seen, but never silently shared
+        raise K4wError(f"two nodes of cluster {ctx.cluster.name} got the same cluster NIC MAC; rename one of them")
+    for m in ctx.cluster.machines:
+        code, output = ctx.host(cluster_nic_command(ctx.cfg, m.vmname, ctx.cluster.cluster_mac(m), m.is_windows))
+        for line in output.splitlines():
+            ui.say(line)
+        if code == NOT_ELEVATED:
+            raise K4wError("cluster-up attaches each VM's cluster NIC on this host and needs the rights Vagrant's "
+                           "Hyper-V provider needs: run the terminal as Administrator (or join Hyper-V Administrators)")
+        if code != 0:
+            raise K4wError(f"{m.name}: attaching its cluster NIC to '{ctx.cfg.hyperv.cluster_switch}' failed "
+                           f"(exit {code}){': ' + output.strip() if output.strip() else ''}")
 
 
 def step_cluster_ip(ctx: Context) -> None:
+    """Each node's static IP on the NIC whose MAC is its cluster NIC's (never by interface name or order)."""
     for m in ctx.cluster.machines:
         prepare_dirs(ctx, m)
+        mac = ctx.cluster.cluster_mac(m)
         if m.is_windows:
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
-            command = f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}"
+            command = (f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length} "
+                       f"-MacAddress {escape.ps(mac_with(mac, '-'))}")
             if cluster_nic_routes_outbound(m.box):
                 # The host's NetNat address on the cluster switch (host/network-up.ps1).
                 command += f" -Gateway {escape.ps(derive.derive_network(ctx.cfg).gateway)}"
             ctx.remote.run(m, command)
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
-            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)
+            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length, K4W_CLUSTER_MAC=mac_with(mac, ":"))
             ctx.remote.run(m, f"sudo {env} bash {script}")
 
 
@@ -370,6 +441,49 @@ def step_ready(ctx: Context) -> None:
     wait_ready(ctx, list(ctx.cluster.machines))
 
 
+# The add-ons kubeadm creates (cmd/kubeadm/app/phases/addons: the CoreDNS Deployment and the kube-proxy
+# DaemonSet, both in kube-system, names fixed by kubeadm in both eras); Flannel's are read from its manifest.
+KUBEADM_ROLLOUTS = (("CoreDNS", "kube-system", "deployment", "coredns"),
+                    ("kube-proxy", "kube-system", "daemonset", "kube-proxy"))
+TIMED_OUT = 124   # coreutils timeout's exit code when the command ran out of time (timeout(1))
+
+
+def rollouts(out: Path) -> list[tuple[str, str, str, str]]:
+    """(what, namespace, kind, name) of every rollout cluster-up waits for: CoreDNS, kube-proxy and each
+    Flannel DaemonSet of OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28)."""
+    import yaml
+
+    manifest = Path(out) / "manifests" / "kube-flannel.yaml"
+    try:
+        documents = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as exc:
+        raise K4wError(f"cannot read the Flannel DaemonSets from {manifest} ({exc}): run `invoke render`") from None
+    flannel = [("Flannel", d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
+               for d in documents if d.get("kind") == "DaemonSet"]
+    if not flannel:
+        raise K4wError(f"{manifest} holds no DaemonSet: run `invoke render`")
+    return [*KUBEADM_ROLLOUTS, *flannel]
+
+
+def step_rollouts(ctx: Context) -> None:
+    """Nodes Ready is not a working cluster: wait until CoreDNS, kube-proxy and Flannel have every
+    replica/pod updated and available, and fail naming the one that did not come up. `rollout status`
+    watches until done; coreutils `timeout` bounds it the same way in both eras' kubectl."""
+    for what, namespace, kind, name in rollouts(ctx.rendered):
+        command = f"timeout {int(ctx.ready_timeout)} {KUBECTL} -n {namespace} rollout status {kind}/{name}"
+        if ctx.dry_run:
+            ui.say(f"would wait up to {ctx.ready_timeout} s for the {what} rollout ({kind} {namespace}/{name})")
+        try:
+            ctx.remote.run(ctx.cluster.master, command)
+        except RemoteError as exc:
+            why = (f"did not finish within {ctx.ready_timeout} s" if exc.code == TIMED_OUT
+                   else f"could not be watched (exit {exc.code})")
+            raise K4wError(f"{what} did not come up: the rollout of {kind} {namespace}/{name} {why}. "
+                           f"Last lines of `kubectl rollout status`:\n{exc.tail or '  (no output)'}\n"
+                           f"Look at its pods: kubectl -n {namespace} get pods -o wide; "
+                           f"kubectl -n {namespace} describe {kind} {name}") from None
+
+
 def step_demo(ctx: Context) -> None:
     master = ctx.cluster.master
     if not ctx.cluster.windows_workers:
@@ -419,6 +533,7 @@ def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]
     """Every recorded step, in order, as (state key, function)."""
     steps: list[tuple[str, Callable[[Context], None]]] = [
         ("up", step_up),
+        ("cluster-nic", step_cluster_nic),
         ("cluster-ip", step_cluster_ip),
         ("node-proxy", step_node_proxy),
         ("master-init", step_master_init),
@@ -426,5 +541,5 @@ def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]
     ]
     steps += [(f"join:{m.name}", lambda ctx, m=m: step_join_linux(ctx, m)) for m in cluster.linux_workers]
     steps += [(f"join:{m.name}", lambda ctx, m=m: step_join_windows(ctx, m)) for m in cluster.windows_workers]
-    steps += [("ready", step_ready), ("demo", step_demo)]
+    steps += [("ready", step_ready), ("rollouts", step_rollouts), ("demo", step_demo)]
     return steps

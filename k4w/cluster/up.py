@@ -21,11 +21,13 @@ from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote, sh_env
 from .state import State
 
-# Steps that survive cluster-reset: the VMs and their cluster NIC addresses stay.
-KEPT_BY_RESET = ("up", "cluster-ip")
-# Run again on every cluster-up once done: a node's static IP must hold after a host reboot or a
-# `vagrant halt` + `up` (the guest scripts are idempotent: nothing changes when it is in place).
-REAPPLIED = "cluster-ip"
+# Steps that survive cluster-reset: the VMs, their cluster NICs and the NICs' addresses stay.
+KEPT_BY_RESET = ("up", "cluster-nic", "cluster-ip")
+# Run again on every cluster-up, as (step, the recorded step that makes it due, function): the cluster
+# NIC once the VMs exist (Vagrant moves it to the management switch on every cold start; also a state
+# file from before it was a step), and the node's static IP once it was set, on the NIC just put back.
+# Both must hold after a host reboot or a `vagrant halt` + `up`; both scripts are idempotent.
+REAPPLIED = (("cluster-nic", "up", S.step_cluster_nic), ("cluster-ip", "cluster-ip", S.step_cluster_ip))
 
 
 def artifacts_digest(out: Path) -> str:
@@ -77,13 +79,14 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
-                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now())
+                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts)
 
 
 def refuse_gen1_windows(cluster: Cluster) -> None:
-    """The cluster NIC is hot-added to running VMs (the Vagrantfile's after-up trigger), and
+    """The cluster NIC is hot-added to running VMs (host/cluster-nic.ps1, after `vagrant up`), and
     Hyper-V hot-adds network adapters only to Generation 2 VMs: a Gen1 Windows box can be built
-    and tested alone, but never joins a cluster."""
+    and tested alone, but never joins a cluster. (A Gen1 Ubuntu VM is refused by the host script
+    itself, with the same reason.)"""
     gen1 = [f"{box} ({prof.path.name}: build.generation {prof.data.build.get('generation')})"
             for box, prof in cluster.profiles.items()
             if prof.is_windows and prof.data.build.get("generation", 2) != 2]
@@ -111,18 +114,25 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     restarted = []
     if ctx.state.done("up"):
         # VMs stopped since the last run (a host reboot leaves them off: Vagrant's Hyper-V
-        # auto_start_action defaults to Nothing): start them, the triggers reconnect the cluster NIC.
-        restarted = S.machines_not_running(ctx)
+        # auto_start_action defaults to Nothing): start them; cluster-nic below puts each cluster
+        # NIC back on its switch.
+        states = ctx.vagrant.status()
+        S.check_vms_are_the_recorded_ones(ctx, states)
+        restarted = S.machines_not_running(ctx, states)
         if restarted:
             ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
                    else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
             S.step_up(ctx)
-    if ctx.state.done(REAPPLIED):
-        ui.say(f"==> {REAPPLIED} (re-applied on every run; unchanged where already in place)", style="bold")
-        S.step_cluster_ip(ctx)
+    for key, due_after, step in REAPPLIED:
+        if ctx.state.done(due_after):
+            ui.say(f"==> {key} (re-applied on every run; unchanged where already in place)", style="bold")
+            step(ctx)
+            if not ctx.state.done(key):
+                ctx.state.mark(key, 0.0)
     if finished:
         if restarted:
             S.step_ready(ctx)  # a restarted node is back only once it is Ready again
+            S.step_rollouts(ctx)  # ... and its CoreDNS, kube-proxy and Flannel pods run again
         else:
             ui.say("cluster is already up: nothing else to do")
         finish(ctx)
@@ -204,6 +214,9 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")
+    # The cluster is rebuilt on the VMs as they are now, so these become the recorded ones, even
+    # if one was re-created outside cluster-up (the way out cluster-up names).
+    S.record_vm_ids(ctx)
     master = ctx.cluster.master
     workers = [m for m in ctx.cluster.machines if not m.is_master]
     vxlan_device = S.flannel_vxlan_device(ctx.out)

@@ -33,6 +33,7 @@ class Result:
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     missing_tool: str | None = None  # the validator could not run: this program is not installed
+    notes: list[str] = field(default_factory=list)  # what this consumer could not check here, said out loud
 
     @property
     def ok(self) -> bool:
@@ -217,6 +218,23 @@ def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     return _run_each(res, [vf for vf in files if vf.is_file()], lambda vf: _ruby_syntax(ruby, vf))
 
 
+def cluster_vagrantfile(cluster: Cluster, out: Path) -> Result:
+    """Vagrant's own validate, Hyper-V provider, on the cluster Vagrantfile with OUT's cluster.json."""
+    from . import vagrant_rules
+
+    res = Result("cluster Vagrantfile", "vagrant validate (hyperv provider)")
+    vagrant = require("vagrant")
+    vagrantfile, cluster_json = cluster.sources.vagrant / "Vagrantfile", out / "vagrant" / "cluster.json"
+    res.checked.append(f"{_rel(vagrantfile)} with {_rel(cluster_json)}")
+    if not cluster_json.is_file():
+        res.problems.append(f"{_rel(cluster_json)}: not rendered")
+        return res
+    outcome = vagrant_rules.validate(vagrant, vagrantfile.parent, cluster_json)
+    res.problems += outcome.problems
+    res.notes += [outcome.note] if outcome.note else []
+    return res
+
+
 # ------------------------------------------------------------------ what a dry run shows
 
 
@@ -292,6 +310,16 @@ def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[
     return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
 
 
+def _would_vagrant_validate(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    from . import vagrant_rules
+
+    env = vagrant_rules.environment(Path("$TMP"), Path("$TMP") / "cluster.json")
+    shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PATH")
+    return [f"# in {cluster.sources.vagrant}, with $TMP a throwaway folder: $TMP/vagrant.d/Vagrantfile is "
+            f"{vagrant_rules.SHIM} and $TMP/cluster.json is {out / 'vagrant' / 'cluster.json'} without its Windows machines",
+            f"env {shown} {shlex.join(vagrant_rules.argv(_tool('vagrant')))}"]
+
+
 @dataclass(frozen=True)
 class Validator:
     """One consumer of the artifacts: the check of a rendered OUT, and the commands a dry run
@@ -314,6 +342,7 @@ VALIDATORS: list[Validator] = [
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(vagrantfiles, _would_check_vagrantfiles),
+    Validator(cluster_vagrantfile, _would_vagrant_validate),
 ]
 
 

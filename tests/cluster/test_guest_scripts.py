@@ -229,10 +229,18 @@ echo "$K4W_NODE_IP/$K4W_PREFIX_LENGTH" > "$K4W_ROOT/applied"
 """
 
 
-def _cluster_ip_sandbox(tmp_path, backend: str):
+CLUSTER_MAC = "02:4b:34:57:00:11"
+NICS = {"lo": "00:00:00:00:00:00", "eth0": "00:15:5d:01:02:03", "eth1": CLUSTER_MAC.upper()}
+
+
+def _cluster_ip_sandbox(tmp_path, backend: str, nics: dict[str, str] = NICS, mac: str = CLUSTER_MAC):
+    """nics: {name: MAC} in sysfs, each a device except lo, plus a bridge that copied eth1's MAC."""
     root = tmp_path / "root"
-    for nic in ("lo", "eth0", "eth1"):
+    for nic, address in {**nics, "cni0": CLUSTER_MAC}.items():
         (root / "sys" / "class" / "net" / nic).mkdir(parents=True)
+        (root / "sys" / "class" / "net" / nic / "address").write_text(address + "\n")
+        if nic not in ("lo", "cni0"):
+            (root / "sys" / "class" / "net" / nic / "device").mkdir()
     if backend == "netplan":
         (root / "etc" / "netplan").mkdir(parents=True)
         (root / "etc" / "netplan" / "50-cloud-init.yaml").write_text("network: {version: 2, ethernets: {eth0: {dhcp4: true}}}\n")
@@ -247,7 +255,7 @@ def _cluster_ip_sandbox(tmp_path, backend: str):
 
     def run():
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_IP": "192.168.251.11",
-               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5"}
+               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5", "K4W_CLUSTER_MAC": mac}
         return subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-ip.sh")], env=env,
                               capture_output=True, text=True, timeout=60)
 
@@ -260,7 +268,8 @@ def test_cluster_ip_on_a_netplan_guest_writes_a_private_netplan_file_for_the_sec
     assert first.returncode == 0, first.stderr
     config = root / "etc" / "netplan" / "60-k4w-cluster.yaml"
     assert yaml.safe_load(config.read_text()) == {"network": {"version": 2, "ethernets": {
-        "eth1": {"dhcp4": False, "dhcp6": False, "addresses": ["192.168.251.11/24"]}}}}
+        "k4w-cluster": {"match": {"macaddress": CLUSTER_MAC}, "dhcp4": False, "dhcp6": False,
+                        "addresses": ["192.168.251.11/24"]}}}}
     assert config.stat().st_mode & 0o777 == 0o600
     assert "192.168.251.11/24 is up on eth1" in first.stdout
     assert (root / "calls").read_text().count("netplan apply") == 1
@@ -269,6 +278,40 @@ def test_cluster_ip_on_a_netplan_guest_writes_a_private_netplan_file_for_the_sec
     second = run()
     assert second.returncode == 0 and "wrote" not in second.stdout
     assert (root / "calls").read_text().count("netplan apply") == 1
+
+
+@pytest.mark.parametrize("backend", ["netplan", "ifupdown"])
+def test_cluster_ip_finds_the_cluster_nic_by_its_mac_whatever_its_name_or_order(tmp_path, backend):
+    """The kernel named the cluster NIC eth0 and the management NIC eth2 (probe order is not stable),
+    and eth1 is a third NIC without the default route: only the MAC tells which one is the cluster's."""
+    nics = {"lo": "00:00:00:00:00:00", "eth0": CLUSTER_MAC, "eth1": "00:15:5d:aa:bb:cc", "eth2": "00:15:5d:01:02:03"}
+    root, run = _cluster_ip_sandbox(tmp_path, backend, nics)
+    result = run()
+    assert result.returncode == 0, result.stderr
+    assert "192.168.251.11/24 is up on eth0" in result.stdout
+    if backend == "ifupdown":
+        assert "iface eth0 inet static" in (root / "etc" / "network" / "interfaces.d" / "k4w-cluster.cfg").read_text()
+
+
+def test_cluster_ip_waits_for_a_cluster_nic_the_host_has_just_hot_added(tmp_path):
+    """The NIC appears in sysfs only after the script started; `sleep` stands in for the time it takes."""
+    nics = {"lo": "00:00:00:00:00:00", "eth0": "00:15:5d:01:02:03"}
+    root, run = _cluster_ip_sandbox(tmp_path, "netplan", nics)
+    eth1 = root / "sys" / "class" / "net" / "eth1"
+    (tmp_path / "bin" / "sleep").write_text(
+        f'#!/bin/bash\necho "sleep $*" >> "$K4W_ROOT/calls"\nmkdir -p "{eth1}/device"\necho "{CLUSTER_MAC}" > "{eth1}/address"\n')
+    (tmp_path / "bin" / "sleep").chmod(0o755)
+    result = run()
+    assert result.returncode == 0, result.stderr
+    assert "192.168.251.11/24 is up on eth1" in result.stdout and "sleep 1" in (root / "calls").read_text()
+
+
+def test_cluster_ip_fails_naming_the_mac_when_no_nic_has_it(tmp_path):
+    root, run = _cluster_ip_sandbox(tmp_path, "netplan", mac="02:00:00:00:00:99")
+    result = run()
+    assert result.returncode == 1
+    assert "no network interface has the cluster NIC's MAC 02:00:00:00:00:99" in result.stderr
+    assert "host/cluster-nic.ps1" in result.stderr and not (root / "etc" / "netplan" / "60-k4w-cluster.yaml").exists()
 
 
 def test_cluster_ip_without_netplan_keeps_ifupdown(tmp_path):

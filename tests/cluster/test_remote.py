@@ -4,6 +4,7 @@ executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches V
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -121,3 +122,38 @@ def test_join_token_never_reaches_a_command_line(fake_vagrant):
     assert upload[-1] == "worker-win" and not __import__("os").path.exists(upload[1])   # the host copy is gone
     windows_join = next(c["argv"][-1] for c in calls if c["argv"][0] == "winrm" and "cluster-join.ps1" in c["argv"][-1])
     assert "-TokenFile 'C:\\k4w\\join-token'" in windows_join
+
+
+def test_only_stdout_is_parsed_while_vagrant_ssh_and_sudo_write_to_stderr(fake_vagrant, capsys):
+    """The fake prints Vagrant's, ssh's and sudo's notices on stderr of every ssh/winrm call, as a
+    real run does: the kubeconfig holds exactly what `cat admin.conf` printed, and the Ready wait
+    and the summary read the nodes' JSON (a merged answer is neither YAML nor JSON)."""
+    from tests.fakes.vagrant import STDERR_NOISE
+
+    fake_vagrant.up()
+    assert (fake_vagrant.out / "kubeconfig").read_text() == "apiVersion: v1\nkind: Config\nclusters: []\n"
+    assert "Warning: Permanently added" in STDERR_NOISE
+    summary = capsys.readouterr().out
+    assert all(re.search(rf"{name}\s.*\sReady\s", summary) for name in ("master", "worker-linux", "worker-win")), summary
+
+
+def test_a_failure_quotes_stderr_too(fake_vagrant):
+    fake_vagrant.scenario({"fail": [{"pattern": "bash /tmp/k4w/cluster-init.sh", "times": 1, "exit": 2, "output": "init failed\n"}]})
+    with pytest.raises(RemoteError) as err:
+        fake_vagrant.up()
+    assert "init failed" in err.value.tail and "Permanently added" in err.value.tail
+
+
+def test_a_vm_deleted_in_hyperv_manager_stops_cluster_up_through_the_real_driver(fake_vagrant):
+    """Vagrant keeps each VM's Id under VAGRANT_DOTFILE_PATH and forgets it in `vagrant status` once
+    the VM is gone; cluster-up compares it with the Id it recorded and refuses to re-create the VM."""
+    fake_vagrant.up()
+    id_file = fake_vagrant.out / "vagrant-state" / "machines" / "worker-linux" / "hyperv" / "id"
+    was = id_file.read_text()
+    assert json.loads((fake_vagrant.out / "cluster-state.json").read_text())["vms"]["worker-linux"] == was
+    machines_json = fake_vagrant.dir / "machines.json"
+    machines_json.write_text(json.dumps({**json.loads(machines_json.read_text()), "worker-linux": "not_created"}))
+    before = len(fake_vagrant.argvs())
+    with pytest.raises(K4wError, match=rf"worker-linux: its Hyper-V VM k4w-worker-linux \(Id {was}\) no longer exists"):
+        fake_vagrant.up()
+    assert [c[0] for c in fake_vagrant.argvs()[before:]] == ["status"]

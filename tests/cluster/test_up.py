@@ -44,15 +44,26 @@ def index(log, pattern, start=0):
     raise AssertionError(f"{pattern!r} not in log:\n" + "\n".join(log))
 
 
+# host/cluster-nic.ps1 for every VM: its static MAC (k4w.cluster.machines.cluster_nic_mac of the
+# cluster and node names) and MAC spoofing on the Windows node only.
+CLUSTER_NIC_RUNS = [
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-master' -SwitchName 'k4w-cluster' -AdapterName 'k4w-cluster' "
+    r"-MacAddress '02EF07A4AD4C' -MacSpoofing 'Off'; exit \$LASTEXITCODE$",
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-worker-linux' .* -MacAddress '02724F2B9A2A' -MacSpoofing 'Off'",
+    r"^host: & '.*cluster-nic\.ps1' -VMName 'k4w-worker-win' .* -MacAddress '02C603E68ABF' -MacSpoofing 'On'",
+]
+
+
 def test_full_run_order(world):
     run_up(world)
     log = world.log
     order = [
         r"^host: switch check",
         r"^vagrant up master worker-linux worker-win",
-        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh",
+        *CLUSTER_NIC_RUNS,
+        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh",
         r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 .*cluster-ip.sh",
-        r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24",
+        r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'",
         r"^master: sudo env K4W_PROXY_FILE=/tmp/k4w/proxy.env bash /tmp/k4w/cluster-proxy.sh",
         r"^worker-win: & 'C:\\k4w\\cluster-proxy.ps1' -ValuesFile 'C:\\k4w\\proxy.json' -Common 'C:\\k4w\\common.ps1'",
         r"^master: upload kubeadm-config.yaml /tmp/k4w/kubeadm-config.yaml",
@@ -68,6 +79,9 @@ def test_full_run_order(world):
         r"^worker-win: upload kubelet.args C:\\k\\config\\kubelet.args",
         r"^worker-win: & 'C:\\k4w\\cluster-join.ps1' -ApiServer '192.168.250.10:6443'",
         r"^master: kubectl get nodes -o json",
+        r"^master: timeout 900 kubectl -n kube-system rollout status deployment/coredns$",
+        r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-proxy$",
+        r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-flannel-ds-amd64$",
         r"^master: kubectl apply -f /tmp/k4w/manifests/demo-win-webserver.yaml",
         r"^master: kubectl get deployment win-webserver -o json",
     ]
@@ -76,17 +90,17 @@ def test_full_run_order(world):
         at = index(log, pattern, at) + 1
     assert (world.out / "kubeconfig").read_text().startswith("apiVersion: v1")
     assert oct((world.out / "kubeconfig").stat().st_mode & 0o777) == "0o600"
-    assert list(state(world)["steps"]) == ["up", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
-                                           "join:worker-win", "ready", "demo"]
+    assert list(state(world)["steps"]) == ["up", "cluster-nic", "cluster-ip", "node-proxy", "master-init", "manifests", "join:worker-linux",
+                                           "join:worker-win", "ready", "rollouts", "demo"]
     # every node's config file went to C:\k\config before the join script ran
     uploads = [line for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line]
     assert len(uploads) == 8
 
 
 CLUSTER_IP_RUNS = [
-    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
-    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 bash /tmp/k4w/cluster-ip.sh$",
-    r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24$",
+    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:72:4f:2b:9a:2a bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'$",
 ]
 
 
@@ -96,7 +110,7 @@ def test_second_run_checks_status_and_reapplies_every_static_ip(world, capsys):
     run_up(world)
     assert world.log[:2] == ["host: switch check", "vagrant status"]
     at = 0
-    for pattern in CLUSTER_IP_RUNS:
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:   # every NIC from the host, then every IP on it
         at = index(world.log, pattern, at) + 1
     assert world.log[-1] == "master: kubectl get nodes -o json"
     assert not any("vagrant up" in line or "kubeadm" in line or "cluster-join" in line for line in world.log)
@@ -116,7 +130,7 @@ def test_after_a_host_reboot_vms_start_ips_are_reapplied_and_every_node_is_await
         run_up(world)
     up_at = index(world.log, r"^vagrant up master worker-linux worker-win$")
     at = up_at
-    for pattern in CLUSTER_IP_RUNS:
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:
         at = index(world.log, pattern, at) + 1
     assert not any("kubeadm" in line for line in world.log)
     world.scenario["not_ready"] = {}
@@ -137,6 +151,7 @@ def test_stopped_vms_are_started_again_on_a_finished_cluster(world):
 # A command unique to each step, and the step key that must not be marked done when it fails.
 FAILURES = {
     "up": r"vagrant up",
+    "cluster-nic": r"cluster-nic\.ps1' -VMName 'k4w-worker-linux'",
     "cluster-ip": r"cluster-ip\.ps1",
     "node-proxy": r"cluster-proxy\.ps1",
     "master-init": r"cluster-init\.sh",
@@ -144,6 +159,7 @@ FAILURES = {
     "join:worker-linux": r"cluster-join\.sh",
     "join:worker-win": r"cluster-join\.ps1",
     "ready": None,   # fails through the timeout test below
+    "rollouts": r"rollout status daemonset/kube-proxy",
     "demo": r"apply -f /tmp/k4w/manifests/demo",
 }
 
@@ -185,7 +201,7 @@ def test_resume_after_a_failure_at_each_step(world, step):
     assert list(state(world)["steps"]) == keys
     # nothing that finished before the failure runs again, except the static IPs (re-applied on every run)
     for earlier, pattern in FAILURES.items():
-        if pattern and earlier != "cluster-ip" and keys.index(earlier) < keys.index(step):
+        if pattern and earlier not in ("cluster-nic", "cluster-ip") and keys.index(earlier) < keys.index(step):
             assert not any(re.search(pattern, line) for line in world.log), (earlier, world.log)
     assert any(re.search(FAILURES[step], line) for line in world.log) and any(re.search(FAILURES[step], l) for l in first_log)
 
@@ -278,7 +294,7 @@ def test_reset_undoes_kubeadm_everywhere_and_keeps_the_vms(world):
     at = index(log, r"^worker-linux: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
     at = index(log, r"^worker-win: & 'C:\\k4w\\cluster-reset.ps1'", at)
     index(log, r"^master: sudo env K4W_FLANNEL_VXLAN_DEVICE=flannel.1 bash /tmp/k4w/cluster-reset.sh", at)
-    assert list(state(world)["steps"]) == ["up", "cluster-ip"]
+    assert list(state(world)["steps"]) == ["up", "cluster-nic", "cluster-ip"]
     assert not (world.out / "kubeconfig").exists()
     world.log.clear()
     run_up(world)
@@ -367,5 +383,122 @@ def test_only_a_modern_windows_node_gets_a_default_route_through_the_host_nat_on
     w.cluster, w.out, w.clock = cluster, out, FakeClock()
     run_up(w)
     [line] = [entry for entry in w.log if "cluster-ip.ps1" in entry and not entry.startswith("worker-win: upload")]
-    assert line == r"worker-win: & 'C:\k4w\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -Gateway '192.168.250.1'"
+    assert re.fullmatch(r"worker-win: & 'C:\\k4w\\cluster-ip\.ps1' -IPAddress '192\.168\.250\.21' -PrefixLength 24 "
+                        r"-MacAddress '02(-[0-9A-F]{2}){5}' -Gateway '192\.168\.250\.1'", line)
     assert not any("-Gateway" in entry for entry in w.log if entry.startswith(("master:", "worker-linux:")))
+
+
+@pytest.mark.parametrize("what, target", [("CoreDNS", "deployment kube-system/coredns"),
+                                          ("kube-proxy", "daemonset kube-system/kube-proxy"),
+                                          ("Flannel", "daemonset kube-system/kube-flannel-ds-amd64")])
+def test_an_add_on_that_does_not_roll_out_fails_cluster_up_by_name_and_a_rerun_waits_again(world, what, target):
+    kind, name = target.split(" ")
+    world.scenario["fail"] = [{"pattern": f"rollout status {kind}/{name.split('/')[1]}$", "times": 1, "exit": 124,
+                               "output": f'Waiting for {kind} "{name}" rollout to finish: 1 of 3 updated pods are available...\n'}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    message = str(err.value)
+    assert message.startswith(f"{what} did not come up: the rollout of {target} did not finish within 900 s")
+    assert "1 of 3 updated pods are available" in message and f"describe {kind}" in message
+    assert "rollouts" not in state(world)["steps"] and "ready" in state(world)["steps"]
+    assert not any("demo-win-webserver" in line for line in world.log)
+    world.log.clear()
+    run_up(world)   # resumes at the rollouts, then the demo
+    assert index(world.log, r"rollout status deployment/coredns") < index(world.log, r"demo-win-webserver")
+    assert not any("kubeadm" in line for line in world.log)
+
+
+def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch):
+    from k4w import sources
+    from tests.cluster.conftest import render_to
+    from tests.helpers import MODERN_BOXES, modern_config
+
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    render_to(out, modern_config())
+    from k4w.cluster.steps import rollouts
+
+    assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in rollouts(out)
+
+
+# ------------------------------------------------------------------ VMs replaced outside cluster-up
+
+def test_the_state_records_each_machines_hyperv_vm_id(world):
+    run_up(world)
+    recorded = state(world)["vms"]
+    assert set(recorded) == {"master", "worker-linux", "worker-win"}
+    assert all(recorded[name] == world.id_file(name).read_text() for name in recorded)
+
+
+def test_a_vm_destroyed_outside_cluster_up_is_named_and_not_silently_recreated(world):
+    run_up(world)
+    was = state(world)["vms"]["worker-linux"]
+    world.destroy_out_of_band("worker-linux")
+    world.log.clear()
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert f"worker-linux: its Hyper-V VM k4w-worker-linux (Id {was}) no longer exists" in str(err.value)
+    assert "invoke cluster-down" in str(err.value) and "master:" not in str(err.value)
+    assert not any("vagrant up" in line for line in world.log)   # an empty box would never join
+    with pytest.raises(K4wError, match="no longer exists"):       # and it stays refused
+        run_up(world)
+
+
+def test_a_vm_recreated_outside_cluster_up_is_refused_until_cluster_reset_rebuilds_on_it(world):
+    run_up(world)
+    was = state(world)["vms"]["worker-win"]
+    new = world.recreate_out_of_band("worker-win")
+    world.log.clear()
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert f"worker-win: it is now Hyper-V VM Id {new}, not the VM {was} this cluster was built on" in str(err.value)
+    assert "invoke cluster-reset" in str(err.value)
+    assert not any("cluster-ip" in line or "kubectl" in line for line in world.log)
+    up_mod.cluster_reset(world.cluster, world.out, vagrant=world.vagrant, remote=world.remote, host=world.host, clock=world.clock)
+    assert state(world)["vms"]["worker-win"] == new
+    world.log.clear()
+    run_up(world)
+    assert any("cluster-join.ps1" in line for line in world.log)
+
+
+def test_a_state_file_from_before_vm_ids_adopts_the_vms_there_now(world):
+    run_up(world)
+    data = state(world)
+    del data["vms"]
+    (world.out / "cluster-state.json").write_text(json.dumps(data))
+    run_up(world)
+    assert state(world)["vms"]["master"] == world.id_file("master").read_text()
+
+
+# ------------------------------------------------------------------ the cluster NIC, from the host
+
+def test_a_failed_nic_attach_names_the_machine_and_the_next_run_attaches_it(world):
+    world.scenario["fail"] = [{"pattern": "cluster-nic\\.ps1' -VMName 'k4w-worker-win'", "times": 1, "exit": 1,
+                               "output": "cluster-nic k4w-worker-win failed: The operation failed because the file was not found."}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert str(err.value).startswith("worker-win: attaching its cluster NIC to 'k4w-cluster' failed (exit 1): ")
+    assert "file was not found" in str(err.value)
+    assert not any("cluster-ip" in line for line in world.log)   # no IP on a NIC that is not there
+    world.log.clear()
+    run_up(world)
+    at = 0
+    for pattern in CLUSTER_NIC_RUNS + CLUSTER_IP_RUNS:
+        at = index(world.log, pattern, at) + 1
+
+
+def test_without_the_rights_vagrant_needs_cluster_up_says_so(world):
+    world.scenario["fail"] = [{"pattern": "cluster-nic\\.ps1", "times": 1, "exit": 2, "output": ""}]
+    with pytest.raises(K4wError, match="needs the rights Vagrant's Hyper-V provider needs"):
+        run_up(world)
+
+
+def test_a_cluster_from_before_the_nic_step_gets_its_nics_attached_and_recorded(world):
+    run_up(world)
+    data = state(world)
+    del data["steps"]["cluster-nic"]
+    (world.out / "cluster-state.json").write_text(json.dumps(data))
+    world.log.clear()
+    run_up(world)
+    index(world.log, CLUSTER_NIC_RUNS[-1])
+    assert "cluster-nic" in state(world)["steps"]

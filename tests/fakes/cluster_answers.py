@@ -44,6 +44,9 @@ def answer(scenario: dict, machines: list[dict], command: str) -> tuple[int, str
             cond = {"type": "Ready", "status": "False", **bad} if bad else {"type": "Ready", "status": "True"}
             items.append({"metadata": {"name": m["name"]}, "status": {"conditions": [cond]}})
         return 0, json.dumps({"items": items})
+    rollout = re.search(r"rollout status (\S+)", command)
+    if rollout:
+        return 0, f'{rollout[1]} successfully rolled out\n'
     if "get deployment" in command:
         return 0, json.dumps({"status": {"availableReplicas": 1}})
     if "cat /etc/kubernetes/admin.conf" in command:

@@ -7,9 +7,12 @@ They replace the seams k4w.cluster.up takes as arguments; tests/fakes/vagrant.py
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+from k4w.cluster.machines import DOTFILE_DIR
 from k4w.cluster.remote import RemoteError
+from k4w.vagrant import PROVIDER
 
 from . import cluster_answers
 
@@ -45,9 +48,31 @@ class FakeWorld:
         self.remote = FakeRemote(self)
         self.switch_exists = True
 
+    def id_file(self, name: str) -> Path | None:
+        """Where Vagrant keeps the machine's Hyper-V VM id (k4w.cluster.machines.vm_id), once tests set .out."""
+        out = getattr(self, "out", None)
+        return Path(out) / DOTFILE_DIR / "machines" / name / PROVIDER / "id" if out else None
+
+    def destroy_out_of_band(self, name: str) -> None:
+        """The VM deleted in Hyper-V Manager: Vagrant still has its id until its next status."""
+        self.states[name] = "not_created"
+
+    def recreate_out_of_band(self, name: str) -> str:
+        """`vagrant destroy NAME` + `vagrant up NAME` typed by hand: a new VM with a new id."""
+        self.states[name] = "running"
+        new = str(uuid.uuid4())
+        self.id_file(name).write_text(new)
+        return new
+
     def host(self, script: str) -> tuple[int, str]:
-        self.log.append("host: switch check")
-        return (0, "") if self.switch_exists else (3, "")
+        """The host's PowerShell: the switch check, or a host script's command line (logged as is);
+        failures are injected like the guests' (scenario "fail", matched on the command)."""
+        if "Get-VMSwitch" in script:
+            self.log.append("host: switch check")
+            return (0, "") if self.switch_exists else (3, "")
+        self.log.append(f"host: {script}")
+        failed = cluster_answers.check_failure(self.scenario, script)
+        return failed if failed else (0, "")
 
     def commands(self) -> list[str]:
         return list(self.log)
@@ -59,7 +84,12 @@ class FakeVagrant:
 
     def status(self) -> dict[str, str]:
         self.world.log.append("vagrant status")
-        return {m["name"]: self.world.states.get(m["name"], "not_created") for m in self.world.machines}
+        states = {m["name"]: self.world.states.get(m["name"], "not_created") for m in self.world.machines}
+        for name, state in states.items():
+            path = self.world.id_file(name)
+            if state == "not_created" and path:
+                path.unlink(missing_ok=True)   # as the Hyper-V provider's read_state forgets a VM that is gone
+        return states
 
     def up(self, names: list[str]) -> None:
         self.world.log.append("vagrant up " + " ".join(names))
@@ -69,6 +99,10 @@ class FakeVagrant:
 
             raise K4wError(f"vagrant up failed with exit code {failed[0]}")
         for name in names:
+            path = self.world.id_file(name)
+            if path and self.world.states.get(name, "not_created") == "not_created":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(str(uuid.uuid4()))   # Hyper-V's import gives the new VM its Id
             self.world.states[name] = "running"
 
     def boxes(self) -> set[tuple[str, str, str]]:
@@ -83,6 +117,10 @@ class FakeVagrant:
 
     def destroy(self) -> None:
         self.world.log.append("vagrant destroy")
+        for name in self.world.states:
+            path = self.world.id_file(name)
+            if path:
+                path.unlink(missing_ok=True)
         self.world.states.clear()
 
 

@@ -5,15 +5,18 @@ VagrantRemote) and test-box / cluster-test (k4w.verify.flows). Tests install it 
 with VagrantOnPath. It appends every call to $FAKE_VAGRANT_LOG as a JSON line (argv, cwd and
 $K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and answers:
 
-  status [NAME...]                 machine-readable states (not_created until `up`)
-  up / destroy [NAME...]           change the states; `up` of a machine takes scenario["boot_seconds"][NAME]
+  status [NAME...]                 machine-readable states (not_created until `up`); like the Hyper-V
+                                   provider, it deletes the id file of a machine whose VM is gone
+  up / destroy [NAME...]           change the states (a created VM gets a new Id in
+                                   $VAGRANT_DOTFILE_PATH/machines/NAME/hyperv/id, as Vagrant records it); `up` of a machine takes scenario["boot_seconds"][NAME]
                                    seconds (default 0) and logs its start and end ("span"), so tests can
                                    measure concurrency; creating a machine whose box is not installed adds it
                                    from its catalogue under a non-blocking lock, as Vagrant's HandleBox does:
                                    a second process adding the same box at once fails (DownloadAlreadyInProgress)
   box list --machine-readable      the boxes added; box add CATALOGUE adds its newest version
-  ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py); winrm adds the
-                                   k4w wrapper's exit-code marker and exits 1 on failure, as Vagrant does
+  ssh|winrm NAME ... --command C   a healthy cluster's answer (cluster_answers.py) on stdout, with the
+                                   noise a real run prints on stderr (STDERR_NOISE); winrm adds the k4w
+                                   wrapper's exit-code marker and exits 1 on failure, as Vagrant does
   upload SOURCE DESTINATION NAME   checks SOURCE exists
   ssh-config [NAME...]             the recorded outputs in vagrant_outputs/, with HostName and Port
   winrm-config                     pointed at 127.0.0.1:$FAKE_VAGRANT_TARGET_PORT (nobody listens there)
@@ -32,11 +35,19 @@ import os
 import re
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from . import cluster_answers
 
 OUTPUTS = Path(__file__).parent / "vagrant_outputs"
+# What real ssh/winrm runs print on stderr next to the answer: Vagrant's own notice, ssh's known-hosts
+# warning and sudo's complaint about a hostname Vagrant just changed. k4w must parse stdout only.
+STDERR_NOISE = (
+    "==> vagrant: A new version of Vagrant is available: 2.4.1 (installed version: 2.3.4)!\n"
+    "Warning: Permanently added '127.0.0.1' (ED25519) to the list of known hosts.\n"
+    "sudo: unable to resolve host master: Name or service not known\n"
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,10 +136,28 @@ def _up_one(folder: str, machine: dict, args: list[str]) -> int:
     time.sleep(boot)
     with _locked(folder):
         state = _State(folder)
-        state.machines[name] = "running"
+        _set_created(state, name, True)
         state.save()
     _log({"span": name, "start": started, "end": time.time()})
     return 0
+
+
+def _id_file(name: str) -> str | None:
+    """<VAGRANT_DOTFILE_PATH>/machines/<name>/hyperv/id, where Vagrant keeps the Hyper-V VM's Id."""
+    dotfile = os.environ.get("VAGRANT_DOTFILE_PATH")
+    return os.path.join(dotfile, "machines", name, "hyperv", "id") if dotfile else None
+
+
+def _set_created(state: "_State", name: str, created: bool) -> None:
+    """A machine created (a new VM, a new Id) or destroyed, as Vagrant records it."""
+    path = _id_file(name)
+    if created and state.machines.get(name, "not_created") == "not_created" and path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(str(uuid.uuid4()))
+    if not created and path and os.path.exists(path):
+        os.remove(path)
+    state.machines[name] = "running" if created else "not_created"
 
 
 def _read_json(path: str, default):
@@ -186,6 +215,8 @@ def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict]
 
     if verb == "status":
         for name in targets:
+            if state.machines.get(name, "not_created") == "not_created":
+                _set_created(state, name, False)   # read_state forgets the Id of a VM that is gone
             print(f"1,{name},provider-name,hyperv")
             print(f"1,{name},state,{state.machines.get(name, 'not_created')}")
         return 0
@@ -197,13 +228,14 @@ def _main_locked(args: list[str], verb: str, state: _State, machines: list[dict]
             return failed[0]
         for name in targets:
             print(f"Bringing machine '{name}' up with 'hyperv' provider..." if verb == "up" else f"==> {name}: Stopping the machine...")
-            state.machines[name] = "running" if verb == "up" else "not_created"
+            _set_created(state, name, verb == "up")
         state.save()
         return 0
     if verb in ("ssh", "winrm"):
         command = args[args.index("--command") + 1]
         code, output = cluster_answers.answer(state.scenario, machines, command)
         state.save()
+        sys.stderr.write(STDERR_NOISE)
         sys.stdout.write(output)
         if verb == "winrm":
             # vagrant winrm exits 1 on any failure; the k4w wrapper's marker carries the real code

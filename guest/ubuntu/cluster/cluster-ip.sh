@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Give the cluster NIC its static address, idempotently: with netplan where the guest has it
 # (Ubuntu 24.04; /etc/netplan), else with ifupdown (Ubuntu 16.04, which predates netplan).
-# Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH.
+# Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH, K4W_CLUSTER_MAC.
 # K4W_ROOT (default empty) is an offline sandbox for tests, as in guest/ubuntu/lib.sh: the files
 # and /sys are taken under it, and the commands are whatever PATH holds.
-# The cluster NIC is the one interface that is up-able, is not loopback and does not carry
-# the default route (the management NIC, DHCP on hyperv.management_switch, does). No gateway
-# is configured on it: outbound traffic keeps using the management NIC.
+# The cluster NIC is the interface whose MAC is K4W_CLUSTER_MAC, the static MAC cluster-up gave it
+# on the host (host/cluster-nic.ps1): never a name like eth1 or "the NIC without the default route",
+# which change with probe order and with a NIC that was missing or re-added. No gateway is
+# configured on it: outbound traffic keeps using the management NIC.
 set -euo pipefail
 trap 'echo "cluster-ip.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 : "${K4W_NODE_IP:?K4W_NODE_IP (the cluster IP of this node) must be set}"
 : "${K4W_PREFIX_LENGTH:?K4W_PREFIX_LENGTH (network.node_cidr prefix length) must be set}"
+: "${K4W_CLUSTER_MAC:?K4W_CLUSTER_MAC (the cluster NIC MAC address, aa:bb:cc:dd:ee:ff) must be set}"
+CLUSTER_MAC="$(printf '%s' "$K4W_CLUSTER_MAC" | tr 'A-F' 'a-f')"   # sysfs and netplan write it in lower case
 TIMEOUT_SECONDS="${K4W_TIMEOUT_SECONDS:-60}"
 ROOT="${K4W_ROOT:-}"
 if [ -d "$ROOT/etc/netplan" ]; then
@@ -36,40 +39,49 @@ has_address() {
   ip -4 -o addr show | awk '{print $4}' | grep -qx "$K4W_NODE_IP/$K4W_PREFIX_LENGTH"
 }
 
-default_dev="$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | head -n1)"
-if [ -f "$CONFIG" ] && [ "$BACKEND" = netplan ]; then
-  nic="$(awk 'found {sub(/:$/, "", $1); print $1; exit} $1 == "ethernets:" {found = 1}' "$CONFIG")"
-elif [ -f "$CONFIG" ]; then
-  nic="$(awk '$1 == "iface" {print $2}' "$CONFIG")"
-else
-  candidates=()
+# The NIC itself (a device, hv_netvsc, behind it), not a virtual interface that copied its MAC.
+nic_with_cluster_mac() {
+  local path
   for path in "$ROOT"/sys/class/net/*; do
-    name="${path##*/}"
-    case "$name" in
-      lo | docker* | cni* | flannel* | veth*) ;;   # loopback and what Docker/Flannel create
-      *) if [ "$name" != "${default_dev:-}" ]; then candidates+=("$name"); fi ;;
-    esac
+    if [ -e "$path/device" ] && [ "$(tr 'A-F' 'a-f' < "$path/address" 2>/dev/null || true)" = "$CLUSTER_MAC" ]; then
+      echo "${path##*/}"
+      return 0
+    fi
   done
-  if [ "${#candidates[@]}" -ne 1 ]; then
-    echo "cluster-ip.sh: expected exactly one NIC besides the default-route NIC (${default_dev:-none}), found: ${candidates[*]:-none}" >&2
+  return 1
+}
+
+# A NIC the host step has just hot-added takes a moment to appear in the guest: wait for it.
+deadline=$((SECONDS + TIMEOUT_SECONDS))
+until nic="$(nic_with_cluster_mac)"; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "cluster-ip.sh: no network interface has the cluster NIC's MAC $CLUSTER_MAC after ${TIMEOUT_SECONDS}s: the host step (host/cluster-nic.ps1) did not attach it; run invoke cluster-up again" >&2
     exit 1
   fi
-  nic="${candidates[0]}"
-fi
+  sleep 1
+done
 
 if [ "$BACKEND" = netplan ]; then
   wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
 network:
   version: 2
   ethernets:
-    $nic:
+    # Matched by MAC, so the file holds whatever name the kernel gives the NIC. No set-name: the
+    # interface keeps its kernel name (netplan apply cannot rename a NIC that is up, so a rename
+    # would wait for the next boot and change a name under a running kubelet).
+    k4w-cluster:
+      match:
+        macaddress: \"$CLUSTER_MAC\"
       dhcp4: false
       dhcp6: false
       addresses:
         - $K4W_NODE_IP/$K4W_PREFIX_LENGTH
 "
 else
+  # ifupdown (16.04) matches no MAC: the stanza names the interface found by MAC above, and is
+  # rewritten (below) should the kernel ever name it differently.
   wanted="# k4w cluster NIC on the Internal switch: static, no gateway (written by cluster-up)
+# MAC $CLUSTER_MAC
 auto $nic
 iface $nic inet static
     address $K4W_NODE_IP
@@ -97,7 +109,7 @@ if [ "$(cat "$CONFIG" 2>/dev/null || true)" != "$(printf '%s' "$wanted")" ]; the
   fi
 fi
 # Re-applied on every cluster-up: the config above brings the address back at boot, but not when it
-# went missing since (a NIC reconnected to the cluster switch by the Vagrant trigger, an `ip addr
+# went missing since (a NIC reconnected to the cluster switch by host/cluster-nic.ps1, an `ip addr
 # flush`), and ifup then does nothing for an interface ifupdown already counts as configured
 # (nor does netplan apply for a file that did not change).
 if ! has_address; then

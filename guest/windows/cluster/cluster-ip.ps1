@@ -4,8 +4,8 @@
 
 .DESCRIPTION
   The cluster NIC sits on the Internal switch, which has no DHCP: until this runs it holds an
-  APIPA 169.254/16 address. The NIC is the up, physical adapter that does not carry the default
-  route (the management NIC does). Once start-node.ps1 has created the HNS network 'External' on
+  APIPA 169.254/16 address. The NIC is the physical adapter whose MAC is -MacAddress, the static
+  MAC cluster-up gave it on the host (host/cluster-nic.ps1), never one picked by name or route. Once start-node.ps1 has created the HNS network 'External' on
   that NIC (the vSwitch Flannel's l2bridge network then shares), the address lives on the
   vSwitch's vEthernet adapter instead, so an address that is already present anywhere counts as done.
   Waits until the address is Preferred: Tentative (duplicate detection running) or Duplicate
@@ -29,6 +29,8 @@ param(
     [Parameter(Mandatory = $true)][string]$IPAddress,
     [Parameter(Mandatory = $true)][ValidateRange(1, 30)][int]$PrefixLength,
     [string]$Gateway = '',
+    # As Get-NetAdapter writes it: six pairs of upper-case hex digits joined by '-'.
+    [Parameter(Mandatory = $true)][ValidatePattern('^([0-9A-F]{2}-){5}[0-9A-F]{2}$')][string]$MacAddress,
     [int]$TimeoutSeconds = 120
 )
 $ErrorActionPreference = 'Stop'
@@ -51,14 +53,17 @@ function Get-ClusterAddress {
 
 $address = Get-ClusterAddress
 if ($null -eq $address) {
-    $defaultRoutes = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0' -ErrorAction SilentlyContinue)
-    $managementIndexes = @($defaultRoutes | ForEach-Object { $_.ifIndex })
-    $candidates = @(Get-NetAdapter -Physical | Where-Object {
-            $_.Status -eq 'Up' -and $managementIndexes -notcontains $_.ifIndex
-        })
-    if ($candidates.Count -ne 1) {
-        $names = ($candidates | ForEach-Object { $_.Name }) -join ', '
-        throw "expected exactly one up adapter without the default route (the cluster NIC), found $($candidates.Count): $names"
+    # A NIC the host step has just hot-added takes a moment to appear and come Up: wait for it.
+    $nicDeadline = (Get-Date).AddSeconds($TimeoutSeconds)
+    while ($true) {
+        $candidates = @(Get-NetAdapter -Physical | Where-Object { $_.MacAddress -eq $MacAddress })
+        if ($candidates.Count -gt 1) { throw "$($candidates.Count) physical adapters have the cluster NIC's MAC $MacAddress" }
+        if ($candidates.Count -eq 1 -and $candidates[0].Status -eq 'Up') { break }
+        if ((Get-Date) -gt $nicDeadline) {
+            $seen = if ($candidates.Count -eq 0) { 'no physical adapter has it' } else { "'$($candidates[0].Name)' is $($candidates[0].Status)" }
+            throw "no Up adapter with the cluster NIC's MAC $MacAddress after $TimeoutSeconds s ($seen): host/cluster-nic.ps1 did not attach it; run invoke cluster-up again"
+        }
+        Start-Sleep -Seconds $PollSeconds
     }
     $nic = $candidates[0]
     Write-Output "cluster-ip: configuring $IPAddress/$PrefixLength on '$($nic.Name)'"

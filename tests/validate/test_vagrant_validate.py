@@ -1,0 +1,74 @@
+"""`invoke validate` runs Vagrant's own `vagrant validate` on the cluster Vagrantfile with the Hyper-V
+provider (k4w/validate/vagrant_rules.py): option names and types are Vagrant's to judge, and the
+project's shim bypasses only the provider's host check."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from k4w.validate import vagrant_rules
+from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to
+from tests.helpers import ROOT, config_dict, system_tool
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    out = tmp_path / "build"
+    render_to(out, config_dict())
+    return out / "vagrant" / "cluster.json"
+
+
+def planted(tmp_path, old: str, new: str):
+    """A copy of vagrant/ whose Vagrantfile has one defect planted."""
+    folder = tmp_path / "planted"
+    shutil.copytree(ROOT / "vagrant", folder)
+    text = (folder / "Vagrantfile").read_text()
+    assert old in text
+    (folder / "Vagrantfile").write_text(text.replace(old, new, 1))
+    return folder
+
+
+@pytest.mark.tools
+def test_vagrant_accepts_the_cluster_vagrantfile_with_the_hyperv_provider_and_says_what_it_left_out(rendered):
+    outcome = vagrant_rules.validate(system_tool("vagrant"), ROOT / "vagrant", rendered)
+    assert outcome.problems == [] and outcome.validated == ["master", "worker-linux"]
+    assert outcome.not_validated == ["worker-win"]
+    assert "worker-win" in outcome.note and "winrm gem" in outcome.note and "ruby -c" in outcome.note
+
+
+@pytest.mark.tools
+def test_a_linux_only_cluster_is_validated_whole(tmp_path):
+    out = tmp_path / "build"
+    render_to(out, LINUX_ONLY_VXLAN)
+    outcome = vagrant_rules.validate(system_tool("vagrant"), ROOT / "vagrant", out / "vagrant" / "cluster.json")
+    assert outcome.problems == [] and outcome.validated == ["master", "worker-a"] and outcome.note == ""
+
+
+@pytest.mark.tools
+def test_a_misspelt_hyperv_option_is_rejected_by_vagrant(tmp_path, rendered):
+    folder = planted(tmp_path, 'h.memory = m.fetch("memory")', 'h.memroy = m.fetch("memory")')
+    outcome = vagrant_rules.validate(system_tool("vagrant"), folder, rendered)
+    assert len(outcome.problems) == 1, outcome.problems
+    assert "Hyper-V:" in outcome.problems[0] and "The following settings shouldn't exist: memroy" in outcome.problems[0]
+
+
+@pytest.mark.tools
+def test_a_hyperv_option_of_the_wrong_type_is_rejected_by_vagrant(tmp_path, rendered):
+    folder = planted(tmp_path, "heartbeat: true,", 'heartbeat: "yes",')
+    outcome = vagrant_rules.validate(system_tool("vagrant"), folder, rendered)
+    assert len(outcome.problems) == 1 and "Hyper-V:" in outcome.problems[0], outcome.problems
+    assert "yes" in outcome.problems[0]
+
+
+@pytest.mark.tools
+def test_without_the_shim_vagrant_refuses_the_hyperv_provider_on_this_host(tmp_path, rendered, monkeypatch):
+    """The shim is what lets the Hyper-V provider load here, so the run above really is Hyper-V's
+    validation (not a provider-less one)."""
+    empty = tmp_path / "empty.rb"
+    empty.write_text("# no shim\n")
+    monkeypatch.setattr(vagrant_rules, "SHIM", empty)
+    outcome = vagrant_rules.validate(system_tool("vagrant"), ROOT / "vagrant", rendered)
+    assert len(outcome.problems) == 1 and "hyperv" in outcome.problems[0]
+    assert "Windows" in outcome.problems[0], outcome.problems[0]
