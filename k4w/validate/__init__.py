@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .. import proc, sources
+from .. import derive, proc, sources
 from ..cluster_model import Cluster
 from ..errors import K4wError, ToolMissing
 from ..tools import require
@@ -189,7 +189,29 @@ def kubeadm_config(cluster: Cluster, out: Path) -> Result:
     path = out / "kubeadm" / "kubeadm-config.yaml"
     res.checked.append(_rel(path))
     res.problems = kubeadm_rules.check(path, cluster.kube.kubeadm_api)
+    res.problems += _join_config_problems(cluster)
     return res
+
+
+def _join_config_problems(cluster: Cluster) -> list[str]:
+    """Each worker's join configuration, as cluster-up builds it (with a sample token: the real one
+    exists only during cluster-up, which checks it again), against its own kubeadm API's fields."""
+    from ..cluster import join_config
+
+    problems = []
+    for node in cluster.config.nodes:
+        if node.role == "master":
+            continue
+        try:
+            join_config.for_worker(node.box, f"{_master_ip(cluster)}:{derive.API_PORT}", join_config.SAMPLE_TOKEN,
+                                   join_config.SAMPLE_HASH, node.name)
+        except K4wError as exc:
+            problems.append(f"join configuration of {node.name}: {exc}")
+    return problems
+
+
+def _master_ip(cluster: Cluster) -> str:
+    return next(n.ip for n in cluster.config.nodes if n.role == "master")
 
 
 def pinned_flags(cluster: Cluster, out: Path) -> Result:
@@ -271,7 +293,8 @@ def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collectio
     from . import kubeadm_rules
 
     return [f"# in this process: every field of {out / 'kubeadm' / 'kubeadm-config.yaml'} against "
-            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}"]
+            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}",
+            "# in this process: every worker's kubeadm join configuration (sample token) against its kubeadm API's field table"]
 
 
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
