@@ -141,13 +141,23 @@ def shell_scripts(cluster: Cluster, out: Path) -> Result:
 
 
 def powershell_scripts(cluster: Cluster, out: Path) -> Result:
-    res = Result("PowerShell scripts", "tree-sitter-powershell")
+    res = Result("PowerShell scripts", "tree-sitter-powershell + Windows PowerShell 5.1 rules")
     from . import powershell_rules as powershell
+    from . import powershell_snippets, ps51_rules
 
-    for script in _powershell_files(cluster.sources):
+    scripts = _powershell_files(cluster.sources)
+    pitfalls = ps51_rules.check_files(scripts)
+    for script in scripts:
         res.checked.append(_rel(script))
-        # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
-        res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
+        # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar
+        # allows; the 5.1 rules what runs but differs from PowerShell 7.
+        found = powershell.parse_errors(script) + powershell.lint_errors(script) + pitfalls[script]
+        res.problems += [f"{_rel(script)}:{p}" for p in found]
+    functions = ps51_rules.defined_functions([script.read_bytes() for script in scripts])
+    for where, snippet in powershell_snippets.rendered(out):
+        res.checked.append(where)
+        found = powershell.parse_text_errors(snippet) + ps51_rules.check_text(snippet, functions)
+        res.problems += [f"{where}:{p}" for p in found]
     return res
 
 
@@ -282,7 +292,8 @@ def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) ->
 
 def _would_parse_powershell(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     names = [str(p) for p in _powershell_files(cluster.sources)]
-    return [f"# in this process: parse and lint {name}" for name in names]
+    return [f"# in this process: parse, lint and Windows PowerShell 5.1 rules on {name}" for name in names] + \
+        ["# in this process: the same on the PowerShell inline in the rendered Packer templates and Autounattend.xml"]
 
 
 def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:

@@ -22,7 +22,8 @@ Sources of the differences (one line each, the rule names them):
 - file-encoding: Out-File and `>`/`>>` write UTF-16LE, Set-Content/Add-Content the ANSI code page,
   and `-Encoding UTF8` a byte-order mark, in 5.1 (7 writes BOM-less UTF-8; utf8NoBOM is 6.0+).
   Files here are read by kubelet, flanneld, containerd, kubeadm (Go: a BOM or UTF-16 breaks
-  their JSON/YAML), so every write names an encoding 5.1 writes without a BOM.
+  their JSON/YAML), so every write names an encoding 5.1 writes without a BOM; only a log that
+  is appended to (-Append, read by people) may be UTF-8 with its one BOM.
 - ps6-parameter / ps6-variable: parameters and automatic variables that 5.1 does not have.
 """
 
@@ -279,6 +280,8 @@ def _file_encoding(root, functions: set[str]) -> list[Finding]:
                 default = "UTF-16LE" if name == "out-file" else "the ANSI code page"
                 findings.append(_at(node, "file-encoding", f"{name} without -Encoding writes {default} in Windows PowerShell 5.1; "
                                                            "name an encoding (ASCII) or write with [IO.File]::WriteAllText and UTF8Encoding($false)"))
+            elif encoding.lower() == "utf8" and "-append" in _parameters(node):
+                pass   # a log appended to: read by people, the BOM once at its top is harmless
             elif encoding.lower() not in _SAFE_ENCODINGS:
                 findings.append(_at(node, "file-encoding", f"{name} -Encoding {encoding} writes a byte-order mark (or UTF-16) in Windows "
                                                            "PowerShell 5.1, or does not exist there (utf8NoBOM); Go's JSON/YAML readers reject it"))
