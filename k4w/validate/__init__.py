@@ -240,6 +240,14 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def windows_preflight(cluster: Cluster, out: Path) -> Result:
+    res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
+    from . import preflight_rules
+
+    res.checked, res.problems = preflight_rules.check(cluster)
+    return res
+
+
 def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
@@ -321,6 +329,11 @@ def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str
     return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
 
 
+def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each seed-recipe Windows box's build and Docker version against "
+            "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
+
+
 def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     ruby = _tool("ruby")
     return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
@@ -347,6 +360,7 @@ VALIDATORS: list[Validator] = [
     Validator(kubeadm_config, _would_check_kubeadm_config),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
+    Validator(windows_preflight, _would_check_windows_preflight),
     Validator(vagrantfiles, _would_check_vagrantfiles),
 ]
 
