@@ -240,6 +240,15 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def packer_enums(cluster: Cluster, out: Path) -> Result:
+    res = Result("Packer enumerated options", "the hyperv builders' own choices at the tags")
+    from . import packer_enum_rules
+
+    checked, res.problems = packer_enum_rules.check(out)
+    res.checked = [_rel(Path(c)) for c in checked]
+    return res
+
+
 def windows_preflight(cluster: Cluster, out: Path) -> Result:
     res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
     from . import preflight_rules
@@ -329,6 +338,11 @@ def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str
     return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
 
 
+def _would_check_packer_enums(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: enumerated hyperv options of {t} against k4w/validate/facts/packer-hyperv-enums.yml"
+            for t in _matching(rendered, out, PACKER_TEMPLATES)]
+
+
 def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: each seed-recipe Windows box's build and Docker version against "
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
@@ -350,6 +364,7 @@ class Validator:
 
 VALIDATORS: list[Validator] = [
     Validator(packer_templates, _would_validate_packer),
+    Validator(packer_enums, _would_check_packer_enums),
     Validator(preseeds, _would_check_preseeds),
     Validator(cloud_configs, _would_check_cloud_configs),
     Validator(autoinstall_seeds, _would_check_autoinstall),
