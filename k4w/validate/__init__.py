@@ -249,6 +249,14 @@ def packer_enums(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def cni_versions(cluster: Cluster, out: Path) -> Result:
+    res = Result("Windows CNI versions", "the pinned CNI plugins' supported versions at their tags")
+    from . import cni_rules
+
+    res.checked, res.problems = cni_rules.check(cluster, out)
+    return res
+
+
 def windows_preflight(cluster: Cluster, out: Path) -> Result:
     res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
     from . import preflight_rules
@@ -343,6 +351,11 @@ def _would_check_packer_enums(cluster: Cluster, out: Path, rendered: Collection[
             for t in _matching(rendered, out, PACKER_TEMPLATES)]
 
 
+def _would_check_cni_versions(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: cniVersion of {out / rel} against k4w/validate/facts/cni-plugin-versions.yml"
+            for rel in sorted(rendered) if PurePosixPath(rel).match("nodes/*/cni.conf")]
+
+
 def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: each seed-recipe Windows box's build and Docker version against "
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
@@ -376,6 +389,7 @@ VALIDATORS: list[Validator] = [
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(windows_preflight, _would_check_windows_preflight),
+    Validator(cni_versions, _would_check_cni_versions),
     Validator(vagrantfiles, _would_check_vagrantfiles),
 ]
 
