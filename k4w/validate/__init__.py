@@ -241,10 +241,10 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
 
 
 def packer_enums(cluster: Cluster, out: Path) -> Result:
-    res = Result("Packer enumerated options", "the hyperv builders' own choices at the tags")
-    from . import packer_enum_rules
+    res = Result("Packer options", "the hyperv builders' own choices and windows-restart at the tags")
+    from . import packer_option_rules
 
-    checked, res.problems = packer_enum_rules.check(out)
+    checked, res.problems = packer_option_rules.check(out)
     res.checked = [_rel(Path(c)) for c in checked]
     return res
 
@@ -347,7 +347,7 @@ def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str
 
 
 def _would_check_packer_enums(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    return [f"# in this process: enumerated hyperv options of {t} against k4w/validate/facts/packer-hyperv-enums.yml"
+    return [f"# in this process: enumerated hyperv options of {t} against k4w/validate/facts/packer-hyperv-enums.yml, and windows-restart check_registry"
             for t in _matching(rendered, out, PACKER_TEMPLATES)]
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from k4w.validate import packer_enum_rules
+from k4w.validate import packer_option_rules
 from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
 
 
@@ -21,7 +21,7 @@ def _render(tmp_path, config=None, env=None):
 
 
 def test_both_builders_are_named_at_their_tags():
-    sources = packer_enum_rules.facts()["sources"]
+    sources = packer_option_rules.facts()["sources"]
     assert (sources["packer"]["tag"], sources["plugin"]["tag"]) == ("v1.6.6", "v1.1.4")
     assert all(len(s["commit"]) == 40 for s in sources.values())
 
@@ -29,7 +29,7 @@ def test_both_builders_are_named_at_their_tags():
 @pytest.mark.parametrize("era", ["seed", "modern"])
 def test_every_rendered_hyperv_template_uses_the_builders_own_choices(tmp_path, era):
     out = _render(tmp_path, *((modern_config(), MODERN_ENV) if era == "modern" else ()))
-    checked, problems = packer_enum_rules.check(out)
+    checked, problems = packer_option_rules.check(out)
     assert len(checked) == 2 and problems == []
     for template in checked:
         builder = json.loads(open(template).read())["builders"][0]
@@ -44,5 +44,19 @@ def test_a_value_the_builder_does_not_name_is_refused(tmp_path, option, planted)
     data = json.loads(template.read_text())
     data["builders"][0][option] = planted
     template.write_text(json.dumps(data))
-    problems = packer_enum_rules.check_template(template)
+    problems = packer_option_rules.check_template(template)
     assert len(problems) == 1 and f"{option} is {planted!r}" in problems[0] and "packer-plugin-hyperv@v1.1.4" in problems[0]
+
+
+def test_every_windows_restart_waits_out_a_pending_reboot(tmp_path):
+    out = _render(tmp_path)
+    template = out / "packer" / "windows-1803.json"
+    restarts = [p for p in json.loads(template.read_text())["provisioners"] if p["type"] == "windows-restart"]
+    assert restarts and all(p["check_registry"] is True for p in restarts)
+    assert packer_option_rules.check_restarts(template) == []
+    data = json.loads(template.read_text())
+    for p in data["provisioners"]:
+        p.pop("check_registry", None)
+    template.write_text(json.dumps(data))
+    problems = packer_option_rules.check_restarts(template)
+    assert len(problems) == len(restarts) and "check_registry" in problems[0]

@@ -1,4 +1,6 @@
-"""Enumerated options of the rendered hyperv builders hold one of the values the builder names.
+"""Packer options whose wrong value `packer validate` lets through.
+
+Enumerated options of the rendered hyperv builders hold one of the values the builder names.
 
 `packer validate` does not catch them all: both hyperv builders compare guest_additions_mode with
 "attach" only, so "disable" passed validation and meant nothing. The choices are read from the
@@ -38,7 +40,17 @@ def check_template(template: Path) -> list[str]:
     return problems
 
 
+def check_restarts(template: Path) -> list[str]:
+    """Every windows-restart waits out a pending reboot (check_registry): a feature install
+    (Containers, Hyper-V) can still be finishing when WinRM answers again, and the next step would
+    run on a half-configured system. Without the option Packer only waits for WinRM."""
+    provisioners = json.loads(template.read_text(encoding="utf-8")).get("provisioners", [])
+    return [f"{template.name} provisioner {number}: windows-restart without \"check_registry\": true continues while "
+            "Windows still has a reboot pending (hashicorp/packer@v1.6.6 provisioner/windows-restart)"
+            for number, p in enumerate(provisioners, 1) if p.get("type") == "windows-restart" and p.get("check_registry") is not True]
+
+
 def check(out: Path) -> tuple[list[str], list[str]]:
     """(templates checked, problems) for the rendered Packer templates under OUT."""
     templates = sorted(out.glob("packer/*.json"))
-    return [str(t) for t in templates], [p for t in templates for p in check_template(t)]
+    return [str(t) for t in templates], [p for t in templates for p in check_template(t) + check_restarts(t)]
