@@ -317,7 +317,7 @@ def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) ->
 
 def _would_parse_powershell(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     names = [str(p) for p in _powershell_files(cluster.sources)]
-    return [f"# in this process: parse, lint and Windows PowerShell 5.1 rules on {name}" for name in names] + \
+    return [f"# in this process: parse and lint {name}, with the Windows PowerShell 5.1 rules" for name in names] + \
         ["# in this process: the same on the PowerShell inline in the rendered Packer templates and Autounattend.xml"]
 
 
