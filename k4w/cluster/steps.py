@@ -25,6 +25,7 @@ from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..redact import register_secret
 from ..vagrant import PROVIDER
+from . import join_config
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -35,7 +36,7 @@ WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
 WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
-JOIN_TOKEN_FILE = "join-token"      # its file on a Windows node, under WINDOWS_DIR, deleted by cluster-join.ps1
+JOIN_CONFIG_FILE = "kubeadm-join.yaml"  # the join config (token inside) on a Windows node, under WINDOWS_DIR; cluster-join*.ps1 deletes it
 DEMO_DEPLOYMENT = "win-webserver"
 DEMO_NODE_PORT = 30080              # templates/manifests/demo-win-webserver.yaml.j2
 SWITCH_MISSING = 3                  # exit code of network.switch_check_script when the switch is absent
@@ -181,7 +182,7 @@ def upload_secret(ctx: Context, m: Machine, secret: str, name: str) -> str:
     """Hand a guest a secret as a file (`vagrant winrm` has no standard input, a command line is
     visible to every process on both ends and sudo logs it): written 0600 in a private host
     folder, uploaded, deleted here at once; the guest script reads and deletes its copy
-    (cluster-join.ps1 -TokenFile, cluster-proxy.*)."""
+    (cluster-join*.ps1 -ConfigFile, cluster-proxy.*)."""
     with tempfile.TemporaryDirectory(prefix="k4w-secret-") as folder:   # mode 0700
         path = Path(folder) / name
         write_private(path, secret)
@@ -405,10 +406,11 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
     # The era's kubelet flags (e.g. 1.11's pause image, kubernetes/kubeadm#1003), from the box profile.
     flags = derive.linux_kubelet_flags(profiles.load(node.box))
-    env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_API_SERVER=join["api"],
-                 K4W_CA_CERT_HASH=join["hash"], K4W_KUBELET_EXTRA_ARGS=" ".join(flags))
-    # The token goes on standard input: sudo logs its whole command line to auth.log.
-    ctx.remote.run(m, f"sudo {env} bash {script}", stdin=join["token"] + "\n")
+    config = join_config.for_worker(node.box, join["api"], join["token"], join["hash"], m.name)
+    env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_KUBELET_EXTRA_ARGS=" ".join(flags))
+    # The join config (token inside) goes on standard input: sudo logs its whole command line to
+    # auth.log, and an upload would leave it in a file the vagrant user owns.
+    ctx.remote.run(m, f"sudo {env} bash {script}", stdin=config)
 
 
 def windows_join_script(box: str) -> str:
@@ -428,13 +430,16 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
-    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / windows_join_script(m.box))
-    token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
+    cluster_scripts = sources.REPO.guest / "windows" / "cluster"
+    upload_windows(ctx, m, cluster_scripts / "cluster-join-lib.ps1")   # dot-sourced by the join script
+    script = upload_windows(ctx, m, cluster_scripts / windows_join_script(m.box))
+    config = join_config.for_worker(m.box, join["api"], join["token"], join["hash"], m.name)
+    config_file = upload_secret(ctx, m, config, JOIN_CONFIG_FILE)
     # cluster.ready_timeout bounds the join and each service wait, not the scripts' own 300 s default:
     # kubeadm join alone waits for the kubelet's health and then for its TLS bootstrap (5 minutes,
     # TLSBootstrapTimeout in cmd/kubeadm/app/constants of current releases).
-    ctx.remote.run(m, f"& {escape.ps(script)} -ApiServer {escape.ps(join['api'])} -TokenFile {escape.ps(token_file)} "
-                      f"-CaCertHash {escape.ps(join['hash'])} -NodeName {escape.ps(m.name)} -TimeoutSeconds {int(ctx.ready_timeout)}")
+    ctx.remote.run(m, f"& {escape.ps(script)} -ConfigFile {escape.ps(config_file)} -NodeName {escape.ps(m.name)} "
+                      f"-TimeoutSeconds {int(ctx.ready_timeout)}")
 
 
 def step_ready(ctx: Context) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .. import proc, sources
+from .. import derive, proc, sources
 from ..cluster_model import Cluster
 from ..errors import K4wError, ToolMissing
 from ..tools import require
@@ -142,13 +142,23 @@ def shell_scripts(cluster: Cluster, out: Path) -> Result:
 
 
 def powershell_scripts(cluster: Cluster, out: Path) -> Result:
-    res = Result("PowerShell scripts", "tree-sitter-powershell")
+    res = Result("PowerShell scripts", "tree-sitter-powershell + Windows PowerShell 5.1 rules")
     from . import powershell_rules as powershell
+    from . import powershell_snippets, ps51_rules
 
-    for script in _powershell_files(cluster.sources):
+    scripts = _powershell_files(cluster.sources)
+    pitfalls = ps51_rules.check_files(scripts)
+    for script in scripts:
         res.checked.append(_rel(script))
-        # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar allows.
-        res.problems += [f"{_rel(script)}:{p}" for p in powershell.parse_errors(script) + powershell.lint_errors(script)]
+        # The parse catches syntax errors; the lint catches what PowerShell refuses but the grammar
+        # allows; the 5.1 rules what runs but differs from PowerShell 7.
+        found = powershell.parse_errors(script) + powershell.lint_errors(script) + pitfalls[script]
+        res.problems += [f"{_rel(script)}:{p}" for p in found]
+    functions = ps51_rules.defined_functions([script.read_bytes() for script in scripts])
+    for where, snippet in powershell_snippets.rendered(out):
+        res.checked.append(where)
+        found = powershell.parse_text_errors(snippet) + ps51_rules.check_text(snippet, functions)
+        res.problems += [f"{where}:{p}" for p in found]
     return res
 
 
@@ -190,7 +200,29 @@ def kubeadm_config(cluster: Cluster, out: Path) -> Result:
     path = out / "kubeadm" / "kubeadm-config.yaml"
     res.checked.append(_rel(path))
     res.problems = kubeadm_rules.check(path, cluster.kube.kubeadm_api)
+    res.problems += _join_config_problems(cluster)
     return res
+
+
+def _join_config_problems(cluster: Cluster) -> list[str]:
+    """Each worker's join configuration, as cluster-up builds it (with a sample token: the real one
+    exists only during cluster-up, which checks it again), against its own kubeadm API's fields."""
+    from ..cluster import join_config
+
+    problems = []
+    for node in cluster.config.nodes:
+        if node.role == "master":
+            continue
+        try:
+            join_config.for_worker(node.box, f"{_master_ip(cluster)}:{derive.API_PORT}", join_config.SAMPLE_TOKEN,
+                                   join_config.SAMPLE_HASH, node.name)
+        except K4wError as exc:
+            problems.append(f"join configuration of {node.name}: {exc}")
+    return problems
+
+
+def _master_ip(cluster: Cluster) -> str:
+    return next(n.ip for n in cluster.config.nodes if n.role == "master")
 
 
 def pinned_flags(cluster: Cluster, out: Path) -> Result:
@@ -206,6 +238,31 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
     from . import checksum_rules
 
     res.checked, res.problems = checksum_rules.check(cluster)
+    return res
+
+
+def packer_enums(cluster: Cluster, out: Path) -> Result:
+    res = Result("Packer options", "the hyperv builders' own choices and windows-restart at the tags")
+    from . import packer_option_rules
+
+    checked, res.problems = packer_option_rules.check(out)
+    res.checked = [_rel(Path(c)) for c in checked]
+    return res
+
+
+def cni_versions(cluster: Cluster, out: Path) -> Result:
+    res = Result("Windows CNI versions", "the pinned CNI plugins' supported versions at their tags")
+    from . import cni_rules
+
+    res.checked, res.problems = cni_rules.check(cluster, out)
+    return res
+
+
+def windows_preflight(cluster: Cluster, out: Path) -> Result:
+    res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
+    from . import preflight_rules
+
+    res.checked, res.problems = preflight_rules.check(cluster)
     return res
 
 
@@ -278,7 +335,8 @@ def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) ->
 
 def _would_parse_powershell(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     names = [str(p) for p in _powershell_files(cluster.sources)]
-    return [f"# in this process: parse and lint {name}" for name in names]
+    return [f"# in this process: parse and lint {name}, with the Windows PowerShell 5.1 rules" for name in names] + \
+        ["# in this process: the same on the PowerShell inline in the rendered Packer templates and Autounattend.xml"]
 
 
 def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -289,7 +347,8 @@ def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collectio
     from . import kubeadm_rules
 
     return [f"# in this process: every field of {out / 'kubeadm' / 'kubeadm-config.yaml'} against "
-            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}"]
+            f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}",
+            "# in this process: every worker's kubeadm join configuration (sample token) against its kubeadm API's field table"]
 
 
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -303,6 +362,21 @@ def _would_check_checksum_sources(cluster: Cluster, out: Path, rendered: Collect
 
 def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
+
+
+def _would_check_packer_enums(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: enumerated hyperv options of {t} against k4w/validate/facts/packer-hyperv-enums.yml, and windows-restart check_registry"
+            for t in _matching(rendered, out, PACKER_TEMPLATES)]
+
+
+def _would_check_cni_versions(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: cniVersion of {out / rel} against k4w/validate/facts/cni-plugin-versions.yml"
+            for rel in sorted(rendered) if PurePosixPath(rel).match("nodes/*/cni.conf")]
+
+
+def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each seed-recipe Windows box's build and Docker version against "
+            "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
 
 
 def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -331,6 +405,7 @@ class Validator:
 
 VALIDATORS: list[Validator] = [
     Validator(packer_templates, _would_validate_packer),
+    Validator(packer_enums, _would_check_packer_enums),
     Validator(preseeds, _would_check_preseeds),
     Validator(cloud_configs, _would_check_cloud_configs),
     Validator(autoinstall_seeds, _would_check_autoinstall),
@@ -341,6 +416,8 @@ VALIDATORS: list[Validator] = [
     Validator(kubeadm_config, _would_check_kubeadm_config),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
+    Validator(windows_preflight, _would_check_windows_preflight),
+    Validator(cni_versions, _would_check_cni_versions),
     Validator(vagrantfiles, _would_check_vagrantfiles),
     Validator(cluster_vagrantfile, _would_vagrant_validate),
 ]

@@ -91,6 +91,23 @@ KUBEADM_CALL = re.compile(r"(?:\bkubeadm(?:\.exe)?[\"']?\s+|@\(\s*')(init|join)\
 KUBELET_VARIABLE = re.compile(r"\bKUBELET_[A-Z_]*ARGS=")
 
 
+# Flags kubeadm 1.11 accepts beside --config (ValidateMixedArguments, kubernetes/kubernetes@v1.11.10
+# cmd/kubeadm/app/apis/kubeadm/validation/validation.go, called by init and by join's NewValidJoin in
+# cmd/kubeadm/app/cmd/join.go; commit 7a578febe155). Later releases allow more; k4w keeps to these
+# on every era, so everything else goes in the config file.
+MIXABLE_WITH_CONFIG = {"config", "ignore-preflight-errors", "dry-run", "kubeconfig", "v"}
+
+
+def config_mixing(uses: list[Use]) -> list[str]:
+    """Problems of one kubeadm call that passes --config and flags kubeadm 1.11 refuses beside it."""
+    flags = {u.flag for u in uses}
+    if "config" not in flags:
+        return []
+    refused = sorted(f for f in flags - MIXABLE_WITH_CONFIG if not f.startswith("skip-"))
+    return [f"{uses[0].where}: {uses[0].binary} --config together with --{', --'.join(refused)}: kubeadm 1.11 refuses the mix "
+            "(ValidateMixedArguments); put them in the config file"] if refused else []
+
+
 def _script(path: Path, rel: str) -> list[Use]:
     uses = []
     for n, line in _logical_lines(path.read_text(encoding="utf-8")):
@@ -165,4 +182,6 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
                 if uses:
                     checked.append(rel)
                 judge(uses, {"kubeadm": k8s, "kubelet": k8s}, os_name)
+                for where in sorted({u.where for u in uses if u.binary.startswith("kubeadm ")}):
+                    problems += config_mixing([u for u in uses if u.where == where and u.binary.startswith("kubeadm ")])
     return checked, problems

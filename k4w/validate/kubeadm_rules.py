@@ -39,15 +39,22 @@ def field_table(api: str) -> dict | None:
 
 def check(path: Path, api: str) -> list[str]:
     """Every problem of the kubeadm config at path for the master's kubeadm API (empty = accepted)."""
-    where = f"kubeadm/{path.name}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [f"kubeadm/{path.name}: not rendered"]
+    return check_text(text, api, f"kubeadm/{path.name}")
+
+
+def check_text(text: str, api: str, where: str) -> list[str]:
+    """The same for a kubeadm config held in memory (a join configuration, which carries a token
+    and is never written under OUT); `where` names it in each problem."""
     table = field_table(api)
     if table is None:
         return [f"{where}: no field table for {api} in {table_path(api).relative_to(FACTS.parent.parent.parent)}: "
                 "read the types from kubeadm's source at the tag and vendor them before using that API"]
     try:
-        docs = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
-    except FileNotFoundError:
-        return [f"{where}: not rendered"]
+        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         return [f"{where}: not valid YAML: {exc}"]
     if not docs:

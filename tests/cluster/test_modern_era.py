@@ -15,7 +15,7 @@ from tests.helpers import MODERN_BOXES, MODERN_ENV as ENV, invoke, modern_config
 
 # Flannel v0.28.9's images (flannel-io/flannel Documentation/kube-flannel.yml at 5cd0d526).
 FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v0.28.9"
-CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel3"
+CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel1"
 
 
 def render_modern(tmp_path: Path, data: dict | None = None) -> Path:

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from k4w.cluster import machines, up as up_mod
 from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
@@ -108,20 +109,24 @@ def test_vagrant_remote_uses_the_given_executable(tmp_path, fake_vagrant, monkey
 
 
 def test_join_token_never_reaches_a_command_line(fake_vagrant):
-    """sudo logs its command line to auth.log, and argv is visible to every process: the Linux join
-    reads the token on standard input, the Windows join from a file it deletes."""
-    from tests.fakes.cluster_answers import TOKEN
+    """sudo logs its command line to auth.log, and argv is visible to every process: each join
+    reads a kubeadm join configuration (token inside) on standard input (Linux) or from an
+    uploaded file it protects and deletes (Windows); no command passes --token."""
+    from tests.fakes.cluster_answers import CA_HASH, TOKEN
 
     fake_vagrant.up()
     calls = fake_vagrant.calls()
-    assert not [c["argv"] for c in calls if any(TOKEN in a for a in c["argv"])]
+    assert not [c["argv"] for c in calls if any(TOKEN in a or CA_HASH in a for a in c["argv"])]
+    assert not [c["argv"] for c in calls if c["argv"][0] in ("ssh", "winrm") and "--token" in c["argv"][-1]]
     linux_join = next(c for c in calls if c["argv"][0] == "ssh" and "cluster-join.sh" in c["argv"][-1])
-    assert linux_join["stdin"] == TOKEN + "\n" and "K4W_JOIN_TOKEN" not in linux_join["argv"][-1]
+    sent = yaml.safe_load(linux_join["stdin"])
+    assert sent["kind"] == "NodeConfiguration" and sent["token"] == TOKEN and sent["discoveryTokenCACertHashes"] == [CA_HASH]
+    assert sent["nodeRegistration"]["name"] == "worker-linux" and sent["discoveryTokenAPIServers"] == ["192.168.250.10:6443"]
     assert all(c["stdin"] == "" for c in calls if c["argv"][0] == "ssh" and c is not linux_join)
-    upload = next(c["argv"] for c in calls if c["argv"][0] == "upload" and c["argv"][2] == "C:\\k4w\\join-token")
+    upload = next(c["argv"] for c in calls if c["argv"][0] == "upload" and c["argv"][2] == "C:\\k4w\\kubeadm-join.yaml")
     assert upload[-1] == "worker-win" and not __import__("os").path.exists(upload[1])   # the host copy is gone
     windows_join = next(c["argv"][-1] for c in calls if c["argv"][0] == "winrm" and "cluster-join.ps1" in c["argv"][-1])
-    assert "-TokenFile 'C:\\k4w\\join-token'" in windows_join
+    assert "-ConfigFile 'C:\\k4w\\kubeadm-join.yaml'" in windows_join
 
 
 def test_only_stdout_is_parsed_while_vagrant_ssh_and_sudo_write_to_stderr(fake_vagrant, capsys):

@@ -66,3 +66,27 @@ def test_reset_without_a_rendered_flannel_manifest_names_the_file(running):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert f"{out / 'manifests' / 'kube-flannel.yaml'}" in result.stdout + result.stderr
     assert not any(c["argv"][0] in ("ssh", "winrm") for c in fake.calls())
+
+
+def test_reset_deletes_each_worker_node_object_from_the_master_before_resetting_it(running):
+    config, out, fake = running
+    (out / "cluster-state.json").write_text(json.dumps({
+        "version": 1, "digest": up_mod.artifacts_digest(out), "nodes": {},
+        "steps": {key: {"at": "2024-01-01T00:00:00Z", "seconds": 1} for key in ("up", "cluster-ip", "master-init")}}))
+    result = invoke("cluster-reset", "--config", str(config), "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = [(c["argv"][1] if len(c["argv"]) > 1 else "", c["argv"][-1]) for c in fake.calls() if c["argv"][0] in ("ssh", "winrm")]
+    for worker, script in (("worker-linux", "cluster-reset.sh"), ("worker-win", "cluster-reset.ps1")):
+        delete = next(i for i, (_, cmd) in enumerate(ran) if f"delete node {worker} --ignore-not-found" in cmd)
+        reset = next(i for i, (_, cmd) in enumerate(ran) if script in cmd)
+        assert delete < reset
+
+
+def test_containerd_reset_removes_pod_sandboxes_through_the_cri_before_the_hns_network():
+    from tests.helpers import ROOT
+
+    text = (ROOT / "guest" / "windows" / "cluster" / "cluster-reset.ps1").read_text(encoding="utf-8")
+    call = text.index("Remove-CriPodSandboxes $Node }")
+    assert "reset --force --cri-socket $Node.runtime_endpoint" in text
+    assert "$Node.PSObject.Properties['runtime_endpoint']" in text[call - 120:call]   # containerd recipe only
+    assert call < text.index("& (Join-Path $K 'kube-cleanup.ps1')")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 
 import pytest
@@ -17,8 +18,9 @@ from tests.helpers import config_dict, invoke, use_sources, write_config
 
 # Flag tables only: published-checksums.yml, the runtime config tables (*-config.yml) and the kubeadm
 # config field tables (kubeadm_rules) are other facts.
-FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml") if p.name != "published-checksums.yml"
-               and not p.name.endswith("-config.yml") and not p.name.startswith("kubeadm-config-"))
+# The flag tables: <binary>-<version>.yml (the other facts files hold other facts, each with its own test).
+FACTS = sorted(p for p in flag_rules.FACTS.glob("*.yml")
+               if re.fullmatch(r"(kubelet|kube-proxy|kubeadm|flanneld)-[0-9.]+\.yml", p.name))
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def test_the_default_cluster_passes_only_flags_its_binaries_have(rendered):
     checked, problems = flag_rules.check(cluster, out)
     assert problems == []
     assert {"nodes/worker-win/kubelet.args", "nodes/worker-win/kube-proxy.args", "nodes/worker-win/flanneld.args",
-            "kubeadm/kubeadm-config.yaml", "guest/ubuntu/cluster/cluster-join.sh", "guest/windows/cluster/cluster-join.ps1"} <= set(checked)
+            "kubeadm/kubeadm-config.yaml", "guest/ubuntu/cluster/cluster-join.sh", "guest/windows/cluster/cluster-join-lib.ps1"} <= set(checked)
 
 
 def test_net_config_path_on_flanneld_0_11_is_caught(rendered):
@@ -72,10 +74,10 @@ def test_kubeadm_join_flags_in_guest_scripts_are_checked(rendered, tmp_path, mon
     shutil.copytree(ROOT / "guest", root / "guest")
     script = root / "guest" / "ubuntu" / "cluster" / "cluster-join.sh"
     # kubeadm join has no --apiserver-advertise-address in 1.11 (only init does).
-    script.write_text(script.read_text().replace('--node-name "$K4W_NODE_NAME"', '--node-name "$K4W_NODE_NAME" --apiserver-advertise-address 1.2.3.4'))
+    script.write_text(script.read_text().replace('kubeadm join --config "$join_config"', 'kubeadm join --apiserver-advertise-address 1.2.3.4'))
     scratch = use_sources(monkeypatch, root=root)
     _, problems = flag_rules.check(dataclasses.replace(cluster, sources=scratch), out)
-    assert problems == [f"guest/ubuntu/cluster/cluster-join.sh:{_line_of(script, 'kubeadm join')}: kubeadm join 1.11.10 has no flag "
+    assert problems == [f"guest/ubuntu/cluster/cluster-join.sh:{_line_of(script, 'kubeadm join --apiserver')}: kubeadm join 1.11.10 has no flag "
                         "--apiserver-advertise-address (k4w/validate/facts/, read from upstream source at that tag)"]
 
 
@@ -117,3 +119,18 @@ def test_a_linux_workers_era_kubelet_flags_are_held_against_its_own_version(tmp_
             "kubelet 1.35.4 has no flag --pod-infra-container-image") in result.stdout + result.stderr
     seed = invoke("validate", "--out", str(tmp_path / "seed-out"))
     assert seed.returncode == 0, seed.stdout + seed.stderr
+
+
+def test_kubeadm_config_mixed_with_other_join_flags_is_refused(rendered, tmp_path, monkeypatch):
+    """kubeadm 1.11 refuses --config beside --node-name, --token and the like (ValidateMixedArguments):
+    a join script that mixes them fails validation, naming the flags."""
+    cluster, out = rendered
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "guest", root / "guest")
+    script = root / "guest" / "ubuntu" / "cluster" / "cluster-join.sh"
+    script.write_text(script.read_text().replace('kubeadm join --config "$join_config"',
+                                                 'kubeadm join --config "$join_config" --node-name "$K4W_NODE_NAME" --v 2'))
+    scratch = use_sources(monkeypatch, root=root)
+    _, problems = flag_rules.check(dataclasses.replace(cluster, sources=scratch), out)
+    assert problems == [f"guest/ubuntu/cluster/cluster-join.sh:{_line_of(script, 'kubeadm join --config')}: kubeadm join --config together "
+                        "with --node-name: kubeadm 1.11 refuses the mix (ValidateMixedArguments); put them in the config file"]

@@ -6,19 +6,18 @@
 .DESCRIPTION
   Run by cluster-up over WinRM after it copied the rendered node configs to C:\k\config
   (k4w/cluster/steps.py picks this script for a box whose profile names node_recipe: containerd).
-  kubeadm join talks to containerd on the node's CRI endpoint (--cri-socket, node.json's
-  runtime_endpoint), writes C:\var\lib\kubelet\config.yaml and kubeadm-flags.env, restarts the
+  kubeadm join reads its JoinConfiguration (v1beta4: API server, token, CA hash, node name, the
+  containerd CRI endpoint) from -ConfigFile, talks to containerd on that endpoint, writes C:\var\lib\kubelet\config.yaml and kubeadm-flags.env, restarts the
   "kubelet" service (whose program, start-kubelet.ps1, reads both) and waits for its TLS
   bootstrap, so it runs in the foreground here. A node with kubelet.conf has joined: only the
   services start.
 #>
 [CmdletBinding()]
 param(
-    [Parameter(Mandatory = $true)][string]$ApiServer,
-    # A file holding the join token, uploaded by cluster-up and deleted here once read: a token
-    # on the command line of this script would be visible to every process on the host.
-    [Parameter(Mandatory = $true)][string]$TokenFile,
-    [Parameter(Mandatory = $true)][string]$CaCertHash,
+    # kubeadm's join configuration (k4w/cluster/join_config.py), token inside, uploaded by
+    # cluster-up: restricted to SYSTEM and Administrators at once and deleted here, failure
+    # included. A token on a command line would be visible to every process on the node and host.
+    [Parameter(Mandatory = $true)][string]$ConfigFile,
     [Parameter(Mandatory = $true)][string]$NodeName,
     [int]$TimeoutSeconds = 300
 )
@@ -27,16 +26,13 @@ Set-StrictMode -Version Latest
 trap {
     Write-Output ("cluster-join-containerd.ps1 failed: " + $_.Exception.Message)
     Write-Output $_.InvocationInfo.PositionMessage
+    if (Test-Path -LiteralPath $ConfigFile) { Remove-Item -LiteralPath $ConfigFile -Force }
     exit 1
 }
 
-if (-not (Test-Path -LiteralPath $TokenFile)) { throw "join token file $TokenFile is missing: cluster-up uploads it before each join" }
-try {
-    $Token = (Get-Content -LiteralPath $TokenFile -Raw).Trim()
-} finally {
-    Remove-Item -LiteralPath $TokenFile -Force
-}
-if (-not $Token) { throw "join token file $TokenFile was empty" }
+. (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')
+if (-not (Test-Path -LiteralPath $ConfigFile)) { throw "kubeadm join configuration $ConfigFile is missing: cluster-up uploads it before each join" }
+Protect-K4wSecretFile $ConfigFile
 
 $K = 'C:\k'
 $KubeDir = 'C:\etc\kubernetes'
@@ -56,6 +52,7 @@ function Invoke-StartNode([string[]]$Arguments) {
 
 if (Test-Path -LiteralPath $KubeletConf) {
     Write-Output "cluster-join: $KubeletConf exists, $NodeName has joined; starting its services"
+    Remove-K4wSecretFile $ConfigFile
     Invoke-StartNode @('-TimeoutSeconds', "$TimeoutSeconds")
     exit 0
 }
@@ -71,17 +68,16 @@ Invoke-StartNode @('-ConfigureOnly')
 Start-Service -Name $Node.runtime_service
 
 New-Item -ItemType Directory -Force -Path (Split-Path -Parent $JoinLog) | Out-Null
-$joinArgs = @('join', $ApiServer, '--token', $Token, '--discovery-token-ca-cert-hash', $CaCertHash, '--node-name', $NodeName, '--cri-socket', $Node.runtime_endpoint)
-$join = Start-Process -FilePath (Join-Path $K 'kubeadm.exe') -ArgumentList $joinArgs -NoNewWindow -PassThru `
-    -RedirectStandardOutput $JoinLog -RedirectStandardError "$JoinLog.err"
-if (-not $join.WaitForExit($TimeoutSeconds * 1000)) {
-    $join.Kill()
-    throw "kubeadm join still running after $TimeoutSeconds s; see $JoinLog"
+try {
+    $join = Start-K4wKubeadmJoin -Kubeadm (Join-Path $K 'kubeadm.exe') -ConfigFile $ConfigFile -Log $JoinLog
+    if (-not $join.WaitForExit($TimeoutSeconds * 1000)) {
+        $join.Kill()
+        throw "kubeadm join still running after $TimeoutSeconds s; see $JoinLog"
+    }
+} finally {
+    Remove-K4wSecretFile $ConfigFile
 }
-if ($join.ExitCode -ne 0) {
-    $log = (Get-Content -LiteralPath $JoinLog, "$JoinLog.err" -ErrorAction SilentlyContinue | Select-Object -Last 20) -join "`n"
-    throw "kubeadm join exited with $($join.ExitCode):`n$log"
-}
+if ($join.ExitCode -ne 0) { throw "kubeadm join exited with $($join.ExitCode):`n$(Get-K4wJoinLog $JoinLog)" }
 
 Invoke-StartNode @('-TimeoutSeconds', "$TimeoutSeconds")
 Write-Output "cluster-join: $NodeName joined"

@@ -9,20 +9,25 @@
   runs: kubeadm goes to the background, and start-node.ps1 starts the services once the
   bootstrap kubeconfig exists. A node with kubelet.conf has joined: only the services start.
 
+  kubeadm reads a v1alpha2 NodeConfiguration (API server, token, CA hash, node name) from
+  -ConfigFile: kubeadm 1.11 refuses --node-name and the other join flags beside --config.
+
   No --ignore-preflight-errors: kubeadm 1.11's Windows preflight (IsPrivilegedUser via the
   elevated WinRM session, the CRI check on its default /var/run/dockershim.sock socket, which
   it answers with `docker info` - hence docker is started first, KubeletVersion from C:\k on
-  PATH, SystemVerification with the windowsfilter graph driver) passes on this box. 1.12 changed
+  PATH) passes on this box. SystemVerification too, per k4w/validate/facts/
+  kubeadm-1.11-windows-preflight.yml (checked by `invoke validate`): build 17134 reports kernel
+  10.0.17134, which the spec's `10\.0\.1[5-9][0-9]{3}` accepts; Docker 17.09.0-ce is past the
+  spec's 17.03 and only warns (the graph driver is then not looked at). 1.12 changed
   the Windows default socket to tcp://localhost:2375 (kubernetes#67447, after kubeadm#1079);
   that does not apply to 1.11.
 #>
 [CmdletBinding()]
 param(
-    [Parameter(Mandatory = $true)][string]$ApiServer,
-    # A file holding the join token, uploaded by cluster-up and deleted here once read: a token
-    # on the command line would be visible to every process on the node and on the host.
-    [Parameter(Mandatory = $true)][string]$TokenFile,
-    [Parameter(Mandatory = $true)][string]$CaCertHash,
+    # kubeadm's join configuration (k4w/cluster/join_config.py), token inside, uploaded by
+    # cluster-up: restricted to SYSTEM and Administrators at once and deleted here, failure
+    # included. A token on a command line would be visible to every process on the node and host.
+    [Parameter(Mandatory = $true)][string]$ConfigFile,
     [Parameter(Mandatory = $true)][string]$NodeName,
     [int]$TimeoutSeconds = 300
 )
@@ -31,16 +36,13 @@ Set-StrictMode -Version Latest
 trap {
     Write-Output ("cluster-join.ps1 failed: " + $_.Exception.Message)
     Write-Output $_.InvocationInfo.PositionMessage
+    if (Test-Path -LiteralPath $ConfigFile) { Remove-Item -LiteralPath $ConfigFile -Force }
     exit 1
 }
 
-if (-not (Test-Path -LiteralPath $TokenFile)) { throw "join token file $TokenFile is missing: cluster-up uploads it before each join" }
-try {
-    $Token = (Get-Content -LiteralPath $TokenFile -Raw).Trim()
-} finally {
-    Remove-Item -LiteralPath $TokenFile -Force
-}
-if (-not $Token) { throw "join token file $TokenFile was empty" }
+. (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')
+if (-not (Test-Path -LiteralPath $ConfigFile)) { throw "kubeadm join configuration $ConfigFile is missing: cluster-up uploads it before each join" }
+Protect-K4wSecretFile $ConfigFile
 
 $K = 'C:\k'
 $KubeDir = 'C:\etc\kubernetes'
@@ -55,6 +57,7 @@ if (-not (Test-Path -LiteralPath (Join-Path $K 'config\node.json'))) {
 }
 if (Test-Path -LiteralPath $KubeletConf) {
     Write-Output "cluster-join: $KubeletConf exists, $NodeName has joined; starting its services"
+    Remove-K4wSecretFile $ConfigFile
     $global:LASTEXITCODE = 0
     & (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
     exit $LASTEXITCODE
@@ -83,25 +86,25 @@ while ($true) {
 }
 
 New-Item -ItemType Directory -Force -Path (Split-Path -Parent $JoinLog) | Out-Null
-$joinArgs = @('join', $ApiServer, '--token', $Token, '--discovery-token-ca-cert-hash', $CaCertHash, '--node-name', $NodeName)
-$join = Start-Process -FilePath (Join-Path $K 'kubeadm.exe') -ArgumentList $joinArgs -NoNewWindow -PassThru `
-    -RedirectStandardOutput $JoinLog -RedirectStandardError "$JoinLog.err"
-
-while (-not (Test-Path -LiteralPath $BootstrapConf)) {
-    if ($join.HasExited) {
-        $log = (Get-Content -LiteralPath $JoinLog, "$JoinLog.err" -ErrorAction SilentlyContinue | Select-Object -Last 20) -join "`n"
-        throw "kubeadm join exited with $($join.ExitCode) before writing $BootstrapConf`n$log"
+try {
+    $join = Start-K4wKubeadmJoin -Kubeadm (Join-Path $K 'kubeadm.exe') -ConfigFile $ConfigFile -Log $JoinLog
+    while (-not (Test-Path -LiteralPath $BootstrapConf)) {
+        if ($join.HasExited) {
+            throw "kubeadm join exited with $($join.ExitCode) before writing $BootstrapConf`n$(Get-K4wJoinLog $JoinLog)"
+        }
+        if ((Get-Date) -gt $deadline) { throw "timed out after $TimeoutSeconds s waiting for kubeadm join to write $BootstrapConf" }
+        Start-Sleep -Seconds $PollSeconds
     }
-    if ((Get-Date) -gt $deadline) { throw "timed out after $TimeoutSeconds s waiting for kubeadm join to write $BootstrapConf" }
-    Start-Sleep -Seconds $PollSeconds
+
+    $global:LASTEXITCODE = 0
+    & (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
+    if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 failed' }
+
+    if (-not $join.WaitForExit($TimeoutSeconds * 1000)) { $join.Kill(); throw "kubeadm join still running after $TimeoutSeconds s" }
+} finally {
+    Remove-K4wSecretFile $ConfigFile
 }
-
-$global:LASTEXITCODE = 0
-& (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
-if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 failed' }
-
-if (-not $join.WaitForExit($TimeoutSeconds * 1000)) { throw "kubeadm join still running after $TimeoutSeconds s" }
-$log = (Get-Content -LiteralPath $JoinLog, "$JoinLog.err" -ErrorAction SilentlyContinue | Select-Object -Last 20) -join "`n"
+$log = Get-K4wJoinLog $JoinLog
 if ($join.ExitCode -ne 0) {
     if (Test-Path -LiteralPath $KubeletConf) {
         # The kubelet bootstrapped and registered; only kubeadm's final annotation step failed.

@@ -130,9 +130,17 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     from k4w.cluster import steps
     assert steps.windows_join_script("windows-2022") == "cluster-join-containerd.ps1"
     assert steps.windows_join_script("windows-1803") == "cluster-join.ps1"
+    # The socket travels in the JoinConfiguration (kubeadm refuses join flags beside --config), from
+    # the profile value node.json's runtime_endpoint also comes from.
+    from k4w import profiles
+    from k4w.cluster import join_config
+    doc = yaml.safe_load(join_config.for_worker("windows-2022", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
+                                                join_config.SAMPLE_HASH, "w"))
+    assert doc["nodeRegistration"]["criSocket"] == profiles.load("windows-2022").data.runtime.endpoint
+    assert "criSocket" not in yaml.safe_load(join_config.for_worker("windows-1803", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
+                                                                    join_config.SAMPLE_HASH, "w"))["nodeRegistration"]
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
-    assert "'--cri-socket', $Node.runtime_endpoint" in join
-    assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-Process -FilePath (Join-Path $K 'kubeadm.exe')")
+    assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
 
 
 def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares_it():

@@ -1,0 +1,66 @@
+"""The kubeadm join configuration of one worker: the join token and discovery hash in a file, never
+on a command line (a command line is visible to every process and sudo logs it).
+
+The file is built here, held against kubeadm's field table of the worker's kubeadm API
+(k4w/validate/facts/kubeadm-config-*.yml), and handed to the guest as a secret: on standard input
+for Linux (cluster-join.sh writes it 0600 and deletes it), as an uploaded file for Windows
+(cluster-join*.ps1 restricts its ACL and deletes it), both also on failure.
+
+Each document carries everything the join flags carried, because `--config` cannot be mixed with
+them:
+- kubeadm 1.11 (v1alpha2 NodeConfiguration): ValidateMixedArguments allows only --config,
+  --ignore-preflight-errors, --skip-*, --dry-run, --kubeconfig and --v beside --config
+  (kubernetes/kubernetes@v1.11.10:cmd/kubeadm/app/apis/kubeadm/validation/validation.go,
+  commit 7a578febe155a7366767abce40d8a16795a96371); `token` also serves as discoveryToken and
+  tlsBootstrapToken (SetDefaults_NodeConfiguration, cmd/kubeadm/app/apis/kubeadm/v1alpha2/defaults.go).
+- current kubeadm (v1beta4 JoinConfiguration): discovery.bootstrapToken {apiServerEndpoint, token,
+  caCertHashes}; token-based discovery also uses the token for the TLS bootstrap when
+  discovery.tlsBootstrapToken is empty (cmd/kubeadm/app/apis/kubeadm/v1beta4/defaults.go at v1.35).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from .. import profiles
+from ..errors import K4wError
+
+V1ALPHA2 = "kubeadm.k8s.io/v1alpha2"
+V1BETA4 = "kubeadm.k8s.io/v1beta4"
+# Shapes only, for `invoke validate` (the real values exist only during cluster-up).
+SAMPLE_TOKEN = "abcdef.0123456789abcdef"
+SAMPLE_HASH = "sha256:" + "0" * 64
+
+
+def cri_socket(box: str) -> str | None:
+    """The CRI endpoint kubeadm must register for a worker of this box: the Windows containerd
+    recipe's runtime.endpoint, the Linux profile's kubernetes.cri_socket; None leaves kubeadm's
+    default (1.11: dockershim)."""
+    data = profiles.load(box).data
+    runtime = data.get("runtime") or {}
+    return runtime.get("endpoint") or (data.get("kubernetes") or {}).get("cri_socket")
+
+
+def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str, socket: str | None) -> dict:
+    registration = {"name": node_name, **({"criSocket": socket} if socket else {})}
+    if api == V1ALPHA2:
+        return {"apiVersion": V1ALPHA2, "kind": "NodeConfiguration", "discoveryTokenAPIServers": [api_server],
+                "token": token, "discoveryTokenCACertHashes": [ca_hash], "nodeRegistration": registration}
+    if api == V1BETA4:
+        return {"apiVersion": V1BETA4, "kind": "JoinConfiguration",
+                "discovery": {"bootstrapToken": {"apiServerEndpoint": api_server, "token": token, "caCertHashes": [ca_hash]}},
+                "nodeRegistration": registration}
+    raise K4wError(f"no kubeadm join configuration for {api}: k4w writes {V1ALPHA2} and {V1BETA4}")
+
+
+def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str) -> str:
+    """The YAML text of a worker's join configuration, refused when kubeadm's field table of the
+    worker's API does not accept it."""
+    from ..validate import kubeadm_rules
+
+    api = profiles.load(box).data.kubernetes.kubeadm_api
+    text = yaml.safe_dump(document(api, api_server, token, ca_hash, node_name, cri_socket(box)), sort_keys=False)
+    problems = kubeadm_rules.check_text(text, api, "kubeadm join config")
+    if problems:
+        raise K4wError(f"the join configuration of {node_name} is not one kubeadm {api} reads: " + "; ".join(problems))
+    return text

@@ -1,0 +1,56 @@
+"""Packer options whose wrong value `packer validate` lets through.
+
+Enumerated options of the rendered hyperv builders hold one of the values the builder names.
+
+`packer validate` does not catch them all: both hyperv builders compare guest_additions_mode with
+"attach" only, so "disable" passed validation and meant nothing. The choices are read from the
+builders' source at the tags the templates must work with (facts/packer-hyperv-enums.yml names
+them); every option listed there that a template sets is checked, in every rendered template.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+FACTS = Path(__file__).resolve().parent / "facts" / "packer-hyperv-enums.yml"
+HYPERV_BUILDERS = ("hyperv-iso", "hyperv-vmcx")
+
+
+@lru_cache(maxsize=1)
+def facts() -> dict:
+    return yaml.safe_load(FACTS.read_text(encoding="utf-8"))
+
+
+def check_template(template: Path) -> list[str]:
+    """"<file> builder <n>: <option> ..." for every enumerated option with a value the builder lacks."""
+    table = facts()
+    sources = " and ".join(f"{s['repo']}@{s['tag']}" for s in table["sources"].values())
+    problems = []
+    for number, builder in enumerate(json.loads(template.read_text(encoding="utf-8")).get("builders", []), 1):
+        if builder.get("type") not in HYPERV_BUILDERS:
+            continue
+        for option, spec in table["options"].items():
+            if option in builder and builder[option] not in spec["values"]:
+                problems.append(f"{template.name} builder {number}: {option} is {builder[option]!r}, not one of "
+                                f"{spec['values']} ({sources}: {spec['where']})")
+    return problems
+
+
+def check_restarts(template: Path) -> list[str]:
+    """Every windows-restart waits out a pending reboot (check_registry): a feature install
+    (Containers, Hyper-V) can still be finishing when WinRM answers again, and the next step would
+    run on a half-configured system. Without the option Packer only waits for WinRM."""
+    provisioners = json.loads(template.read_text(encoding="utf-8")).get("provisioners", [])
+    return [f"{template.name} provisioner {number}: windows-restart without \"check_registry\": true continues while "
+            "Windows still has a reboot pending (hashicorp/packer@v1.6.6 provisioner/windows-restart)"
+            for number, p in enumerate(provisioners, 1) if p.get("type") == "windows-restart" and p.get("check_registry") is not True]
+
+
+def check(out: Path) -> tuple[list[str], list[str]]:
+    """(templates checked, problems) for the rendered Packer templates under OUT."""
+    templates = sorted(out.glob("packer/*.json"))
+    return [str(t) for t in templates], [p for t in templates for p in check_template(t) + check_restarts(t)]

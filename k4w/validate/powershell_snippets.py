@@ -1,0 +1,49 @@
+"""The PowerShell that rendered templates carry inline, so that the parse and the Windows PowerShell
+5.1 rules read it as they read the .ps1 files: Packer's powershell provisioner `inline` lines and
+the `powershell.exe ... -Command "..."` command lines of Autounattend.xml (run by Windows Setup
+under 5.1, as everything else)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from lxml import etree
+
+# The command after -Command up to the closing quote of the command line (Autounattend's
+# CommandLine is one cmd.exe-style line: powershell.exe <options> -Command "<script>").
+_COMMAND = re.compile(r'^\s*"?powershell(?:\.exe)?"?\s.*?-Command\s+"(?P<script>.*)"\s*$', re.IGNORECASE | re.DOTALL)
+_UNATTEND_NS = "urn:schemas-microsoft-com:unattend"
+
+
+def packer_inline(template: Path) -> list[tuple[str, str]]:
+    """(where, script) for every powershell provisioner with inline lines in a Packer JSON template."""
+    data = json.loads(template.read_text(encoding="utf-8"))
+    found = []
+    for number, provisioner in enumerate(data.get("provisioners", []), 1):
+        if provisioner.get("type") == "powershell" and provisioner.get("inline"):
+            found.append((f"{template.name} provisioner {number} inline", "\n".join(provisioner["inline"])))
+    return found
+
+
+def unattend_commands(answer_file: Path) -> list[tuple[str, str]]:
+    """(where, script) for every CommandLine of an answer file that runs powershell -Command."""
+    root = etree.fromstring(answer_file.read_bytes())
+    found = []
+    for element in root.iter(f"{{{_UNATTEND_NS}}}CommandLine"):
+        match = _COMMAND.match(element.text or "")
+        if match:
+            found.append((f"{answer_file.parent.name}/{answer_file.name} line {element.sourceline} CommandLine",
+                          match.group("script")))
+    return found
+
+
+def rendered(out: Path) -> list[tuple[str, str]]:
+    """Every inline PowerShell snippet of a rendered OUT."""
+    snippets = []
+    for template in sorted(out.glob("packer/*.json")):
+        snippets += packer_inline(template)
+    for answer_file in sorted(out.glob("http/*/Autounattend.xml")):
+        snippets += unattend_commands(answer_file)
+    return snippets

@@ -1,0 +1,138 @@
+"""The Windows PowerShell 5.1 rules (k4w/validate/ps51_rules.py): each catches its planted
+pitfall, leaves the 5.1-safe form alone, finds nothing in the project's scripts, and runs in
+`invoke validate` on files and on the PowerShell the templates render inline."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from k4w.validate import powershell_snippets, ps51_rules
+from tests.helpers import ROOT, use_sources
+
+# rule -> (planted defect, the 5.1-safe form of the same code)
+CASES = {
+    "exitcode-without-handle": (
+        "$p = Start-Process -FilePath 'kubeadm.exe' -ArgumentList @('join') -NoNewWindow -PassThru\n"
+        "$p.WaitForExit()\nif ($p.ExitCode -ne 0) { throw 'join failed' }\n",
+        "$p = Start-Process -FilePath 'kubeadm.exe' -ArgumentList @('join') -NoNewWindow -PassThru\n"
+        "$null = $p.Handle\n$p.WaitForExit()\nif ($p.ExitCode -ne 0) { throw 'join failed' }\n"),
+    "web-request-basic-parsing": (
+        "Invoke-WebRequest -Uri $url -OutFile $file\n",
+        "Invoke-WebRequest -Uri $url -OutFile $file -UseBasicParsing\n"),
+    "lastexitcode-after-cmdlet": (
+        "Start-Service -Name 'docker'\nif ($LASTEXITCODE -ne 0) { throw 'docker did not start' }\n",
+        "& docker.exe version\nif ($LASTEXITCODE -ne 0) { throw 'docker does not answer' }\n"),
+    "pipeline-chain": (
+        "kubeadm.exe reset -f && Write-Output 'reset'\n",
+        "kubeadm.exe reset -f\nif ($LASTEXITCODE -eq 0) { Write-Output 'reset' }\n"),
+    "join-path-children": (
+        "$p = Join-Path 'C:\\k' 'cni' 'config'\n",
+        "$p = Join-Path 'C:\\k' 'cni\\config'\n"),
+    "convertto-json-depth": (
+        "$record | ConvertTo-Json | Set-Content -LiteralPath $f -Encoding ASCII\n",
+        "$record | ConvertTo-Json -Depth 4 | Set-Content -LiteralPath $f -Encoding ASCII\n"),
+    "file-encoding": (
+        "$json | Set-Content -LiteralPath 'C:\\k\\config\\node.json' -Encoding UTF8\n",
+        "[IO.File]::WriteAllText('C:\\k\\config\\node.json', $json, (New-Object System.Text.UTF8Encoding $false))\n"),
+    "ps6-parameter": (
+        "$node = Get-Content -LiteralPath $f -Raw | ConvertFrom-Json -AsHashtable\n",
+        "$node = Get-Content -LiteralPath $f -Raw | ConvertFrom-Json\n"),
+    "ps6-variable": (
+        "if ($IsWindows) { Write-Output 'windows' }\n",
+        "if ($env:OS -eq 'Windows_NT') { Write-Output 'windows' }\n"),
+}
+
+
+def _rules(text: str) -> set[str]:
+    return {f.rule for f in ps51_rules.check_source(text.encode("utf-8"))}
+
+
+def test_every_rule_has_a_planted_case():
+    assert set(CASES) == set(ps51_rules.RULES)
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_catches_its_planted_pitfall(rule):
+    planted, _ = CASES[rule]
+    assert rule in _rules(planted)
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_accepts_the_51_safe_form(rule):
+    _, safe = CASES[rule]
+    assert _rules(safe) == set()
+
+
+@pytest.mark.parametrize("text", [
+    "Out-File -FilePath $log -InputObject 'x'\n",      # UTF-16LE in 5.1
+    "'x' > C:\\k\\config\\kubelet.args\n",             # the same through redirection
+    "Set-Content -LiteralPath $f -Value 'x'\n",         # the ANSI code page
+    "Set-Content -LiteralPath $f -Value 'x' -Encoding utf8NoBOM\n",   # 6.0+
+])
+def test_every_51_default_encoding_is_caught(text):
+    assert "file-encoding" in _rules(text) or "ps6-parameter" in _rules(text)
+
+
+@pytest.mark.parametrize("text", [
+    "& $ctr version *> $null\n",
+    "Write-Output 'x' | Out-File -FilePath $log -Append -Encoding utf8 -Width 4096\n",   # a log, appended
+    "curl.exe -fsSL $url\n",
+])
+def test_what_is_fine_in_51_is_not_reported(text):
+    assert _rules(text) == set()
+
+
+def test_curl_and_wget_are_invoke_webrequest_in_51():
+    assert "web-request-basic-parsing" in _rules("curl -o $f $url\n")
+    assert "web-request-basic-parsing" in _rules("wget $url\n")
+
+
+def test_a_project_function_counts_as_a_program_for_lastexitcode():
+    text = "Invoke-K4wExe -FilePath 'sc.exe' -ArgumentList @('query')\nif ($LASTEXITCODE -ne 0) { throw 'x' }\n"
+    assert "lastexitcode-after-cmdlet" in _rules(text)
+    assert ps51_rules.check_text(text, {"invoke-k4wexe"}) == []
+
+
+def test_the_projects_powershell_has_no_51_pitfall():
+    scripts = sorted((ROOT / "guest").rglob("*.ps1")) + sorted((ROOT / "host").rglob("*.ps1"))
+    found = {str(p.relative_to(ROOT)): f for p, f in ps51_rules.check_files(scripts).items() if f}
+    assert found == {}
+
+
+def test_validate_reports_a_planted_pitfall_in_a_script(tmp_path, monkeypatch):
+    from k4w import config, validate
+    from k4w.cluster_model import Cluster
+
+    cluster = Cluster.resolve(config.load(ROOT / "cluster.yml"))
+    scratch = use_sources(monkeypatch, root=tmp_path)
+    (tmp_path / "guest").mkdir()
+    (tmp_path / "host").mkdir()
+    (tmp_path / "guest" / "join.ps1").write_text(CASES["exitcode-without-handle"][0])
+    result = validate.powershell_scripts(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
+    assert not result.ok
+    assert any(p.startswith("guest/join.ps1:3:5: [exitcode-without-handle]") for p in result.problems), result.problems
+
+
+def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp_path):
+    from k4w import render, validate
+    from k4w.cluster_model import Cluster
+
+    cluster = Cluster.load(ROOT / "cluster.yml")
+    out = tmp_path / "out"
+    render.render(cluster, out)
+    clean = validate.powershell_scripts(cluster, out)
+    assert clean.ok, clean.problems
+    assert any("Autounattend.xml" in c and "CommandLine" in c for c in clean.checked)
+
+    answer = out / "http" / "windows-1803" / "Autounattend.xml"
+    answer.write_text(answer.read_text().replace("Select-Object -First 1;", "Select-Object -First 1; $IsWindows;", 1))
+    template = out / "packer" / "windows-1803.json"
+    template.write_text(template.read_text().replace('"type": "windows-restart"',
+                                                     '"type": "powershell", "inline": ["a.exe && b.exe"], "x-was": "windows-restart"', 1))
+    snippets = dict(powershell_snippets.rendered(out))
+    assert any("inline" in where for where in snippets)
+    broken = validate.powershell_scripts(cluster, out)
+    assert any("CommandLine" in p and "[ps6-variable]" in p for p in broken.problems), broken.problems
+    assert any("inline" in p and "[pipeline-chain]" in p for p in broken.problems), broken.problems
