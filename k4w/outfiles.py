@@ -31,9 +31,17 @@ class LinkRefused(K4wError):
                          f"Remove the link and run again (k4w creates a plain file or folder there).")
 
 
-def check_out(out: Path) -> None:
-    """Refuse an --out that no command could write, naming it, before any work starts."""
+def check_out(out: Path, repository: Path | None = None) -> None:
+    """Refuse an --out that no command could write, or that is k4w's own repository or a folder
+    holding it (a render there would replace the tracked vagrant/ sources), naming it, before any
+    work starts."""
     out = Path(out)
+    if repository is not None:
+        repo, chosen = Path(repository).resolve(), out.resolve()
+        if chosen == repo or chosen in repo.parents:
+            raise K4wError(f"--out {out} is {'the k4w repository' if chosen == repo else f'a folder holding the k4w repository {repo}'}: "
+                           f"k4w writes packer/, http/, vagrant/, ... there and would replace its sources; "
+                           f"use a folder of its own, e.g. --out {repo / 'build'}")
     if out.exists():
         if not out.is_dir():
             raise K4wError(f"--out {out} is a file, not a folder: point --out at a folder (it is created if missing)")

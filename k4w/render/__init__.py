@@ -12,8 +12,10 @@ import json
 import os
 import secrets as _secrets
 import shutil
+import signal
 import string
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +27,7 @@ from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
 from ..redact import register_secret
-from . import escape
+from . import escape, owned
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
@@ -272,29 +274,87 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
     Windows cannot rename a folder over a non-empty one, and folder symlinks need a privilege
     there, so the switch cannot be one rename of the folders themselves. Its commit is one
     atomic rename instead: SWAP_RECORD names the staged render. Before it, --out is untouched (a
-    failure only leaves a staging folder, swept by the next render); after it, the swap is
-    finished, by this call even when Ctrl-C interrupts it, or else by the next render under the
-    same lock. A reader holding the --out lock (every k4w task) sees all old or all new.
+    failure, Ctrl-C or SIGTERM only leaves a staging folder, swept by the next render); from it
+    on, Ctrl-C and SIGTERM wait until the swap is finished (then the command stops, exit 130). A
+    process killed outright leaves SWAP_RECORD: every k4w task that holds the --out lock finishes
+    the swap before it reads, and those that read without the lock (doctor, dry runs) report it
+    (swap_pending). Only folders a render made are replaced (owned.check).
     """
     out = Path(out).resolve()
-    with outlock.hold(out):
+    with outlock.hold(out), _sigterm_as_interrupt():
         outfiles.refuse_links(out / SWAP_RECORD, out)
         finish_swap(out)
+        owned.check(out, MANAGED)
         staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
+        committed = False
         try:
             _write_tree(files, staging, durable=True)
+            outfiles.write_file(staging / owned.MANIFEST, owned.manifest_text(files, MANAGED), within=staging)
             trash = out / (".old-" + staging.name.removeprefix(".render-"))
             fresh = sorted(name for name in MANAGED if (staging / name).exists())
             record = {"staging": staging.name, "trash": trash.name, "fresh": fresh}
-            outfiles.write_file(out / SWAP_RECORD, json.dumps(record) + "\n", within=out)  # the commit
+            with _interrupts_deferred():
+                outfiles.write_file(out / SWAP_RECORD, json.dumps(record) + "\n", within=out)  # the commit
+                committed = True
+                try:
+                    finish_swap(out)
+                except KeyboardInterrupt:
+                    finish_swap(out)  # committed: complete it before giving up, so --out is never mixed
+                    raise
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if not committed:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
-        try:
-            finish_swap(out)
-        except KeyboardInterrupt:
-            finish_swap(out)  # committed: complete it before giving up, so --out is never mixed
-            raise
+
+
+def swap_pending(out: Path) -> Path | None:
+    """The commit record of a render swap that a killed process left unfinished, if any: a reader
+    without the --out lock then sees some managed folders new and some old."""
+    record = Path(out) / SWAP_RECORD
+    return record if record.is_file() else None
+
+
+def pending_swap_message(record: Path) -> str:
+    return (f"{record.parent} holds an unfinished render ({record.name}: a render was killed while it switched the "
+            f"folders), so packer/, http/, vagrant/, manifests/, kubeadm/ and nodes/ may be of two renders; "
+            f"any k4w command on it that writes (e.g. invoke render --out {record.parent}) completes it first")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager or `kill`) stops a render the way Ctrl-C does, so it cleans up
+    instead of dying mid-step. Signal handlers can only be set from the main thread."""
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block is done, then raise KeyboardInterrupt: a committed
+    swap is always finished by the process that started it, unless it is killed outright."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    wanted = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum)) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise KeyboardInterrupt
 
 
 def finish_swap(out: Path) -> None:
@@ -324,6 +384,8 @@ def finish_swap(out: Path) -> None:
                     current.rename(old)
                 if new.exists():
                     new.rename(current)
+            if (staging / owned.MANIFEST).is_file():
+                os.replace(staging / owned.MANIFEST, out / owned.MANIFEST)
             outfiles.sync_folder(out)
         record_path.unlink(missing_ok=True)
     for pattern in LEFTOVERS:
@@ -364,6 +426,10 @@ def render(cluster: Cluster, out: Path) -> dict[str, str]:
     def secrets_for(box: str) -> dict:
         return load_secrets(out, box) if cluster.profile(box).is_windows else PLACEHOLDER_SECRETS
 
+    if out.is_dir():
+        with outlock.hold(out):
+            finish_swap(out)
+            owned.check(out, MANAGED)  # before secrets/ is written: a refused --out gets nothing
     files = render_files(cluster, out, secrets_for=secrets_for)
     write_atomically(files, out)
     return files
