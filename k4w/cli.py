@@ -68,6 +68,9 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
             holds.enter_context(outlock.hold(s.out))
             # A render that crashed after its commit is finished before this task reads --out.
             render_mod.finish_swap(s.out)
+        elif render_mod.swap_pending(s.out):
+            # A dry run reads --out without the lock, and finishes nothing: say what it sees.
+            ui.say(f"warning: {render_mod.pending_swap_message(render_mod.swap_pending(s.out))}", style="yellow")
     return s
 
 
