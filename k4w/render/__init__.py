@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, iso, outfiles, outlock, packer_http, profiles, ui
+from .. import build_media, iso, outfiles, outlock, packer_http, private, profiles, ui
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
@@ -119,7 +119,9 @@ def load_secrets(out: Path, box: str) -> dict:
     data = _read_secrets(path) if path.exists() else None
     if data is None:
         data = _new_secrets()
-        outfiles.write_file(path, json.dumps(data), within=out, mode=0o600)
+    # Written even when it exists: a file left readable by others (mode 0644, an inherited
+    # Windows ACL) is tightened by every render (k4w.private).
+    private.write_private(path, json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
     return data
@@ -148,7 +150,7 @@ def rotate_secrets(out: Path, box: str) -> dict:
     """New secrets for a box, replacing the old file in one rename (never a moment without one)."""
     out = Path(out)
     data = _new_secrets()
-    outfiles.write_file(secrets_path(out, box), json.dumps(data), within=out, mode=0o600)
+    private.write_private(secrets_path(out, box), json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
     return data
@@ -406,13 +408,14 @@ def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
 
 
 def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> None:
-    """Write files into a fresh folder; those under PRIVATE are created 0600 (not chmod-ed after).
-    durable: fsync each file, so that a committed render survives a power cut whole."""
+    """Write files into a fresh folder; those under PRIVATE are restricted to this user before
+    their text is written (k4w.private). durable: fsync each file, so that a committed render
+    survives a power cut whole."""
     for rel, text in files.items():
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        mode = 0o600 if rel.split("/", 1)[0] in PRIVATE else 0o644
-        with outfiles.naming(target), outfiles.open_for_write(target, within=folder, mode=mode) as fh:
+        opener = private.open_private if rel.split("/", 1)[0] in PRIVATE else outfiles.open_for_write
+        with outfiles.naming(target), opener(target, within=folder) as fh:
             fh.write(text)
             if durable:
                 fh.flush()
