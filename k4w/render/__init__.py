@@ -24,7 +24,7 @@ import jinja2
 
 from .. import build_media, iso, outfiles, outlock, packer_http, private, profiles, ui
 from ..cluster_model import Cluster
-from ..derive_steps import step_env
+from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
 from ..redact import register_secret
 from . import escape, owned
@@ -62,6 +62,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     )
     env.filters.update(escape.FILTERS)
     env.globals["fail"] = _fail
+    env.globals["secret_env"] = secret_env_name
     env.globals["has_template"] = lambda name: _has_template(env, name)
     return env
 
