@@ -114,3 +114,31 @@ def test_no_lock_file_is_left_in_out_after_a_command(tmp_path):
 def test_an_iso_that_is_a_folder_is_named_as_not_a_file(tmp_path):
     result = invoke("build-windows", "--dry-run", "--out", str(tmp_path / "out"), "--iso", str(tmp_path))
     assert f"--iso {tmp_path} is not a file" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_caller_that_opened_the_lock_file_as_its_holder_deleted_it_locks_the_new_one(tmp_path, monkeypatch):
+    """The race the deletion on release opens (k4w.filelock): a second caller opened OUT/.lock just
+    before the holder deleted it, then gets the lock on the deleted file. It must notice and lock
+    the file now at the path, or two commands would hold the same --out."""
+    import os
+
+    from k4w import filelock
+
+    path = tmp_path / ".lock"
+    holder = filelock.acquire(path)
+    stale = os.open(path, os.O_RDWR)  # the second caller's open, before the holder releases
+    filelock.release(holder, path)
+    real_open, opened = os.open, []
+
+    def open_(file, flags, mode=0o777):
+        opened.append(file)
+        return stale if len(opened) == 1 else real_open(file, flags, mode)
+
+    monkeypatch.setattr(filelock.os, "open", open_)
+    fd = filelock.acquire(path)
+    monkeypatch.undo()
+    assert len(opened) == 2 and os.fstat(fd).st_ino == os.stat(path).st_ino  # the file at the path
+    with pytest.raises(BlockingIOError):
+        filelock.acquire(path)  # and it really holds it
+    filelock.release(fd, path)
+    assert not path.exists()
