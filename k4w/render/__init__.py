@@ -31,9 +31,10 @@ from . import escape, owned
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
-# The rendered folders whose files may hold a credential, so every file in them is 0600: Packer
-# templates carry the proxy URLs (user:password@) as sensitive-variable defaults, preseed.cfg the
-# apt proxy, Autounattend.xml the Administrator password (base64, which is no protection).
+# The rendered folders whose files may hold a credential, so every file in them is owner-only
+# (k4w.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
+# password (base64, which is no protection). The Packer templates read their secrets from the
+# environment and hold none; they stay private should a template ever inline one.
 PRIVATE = ("packer", "http")
 # The commit record of a render swap (write_atomically); not named .render-* so that the sweep of
 # leftover staging folders never takes it for one.
