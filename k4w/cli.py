@@ -17,7 +17,7 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from . import outfiles, outlock, render as render_mod, ui, validate as validate_mod
+from . import outfiles, outlock, render as render_mod, sources, ui, validate as validate_mod
 from .cluster_model import Cluster
 from .errors import K4wError
 
@@ -35,6 +35,8 @@ class Settings:
 
 # What the running task holds until it returns (the --out lock); user_errors opens it per task.
 _TASK_HOLDS: contextvars.ContextVar[contextlib.ExitStack | None] = contextvars.ContextVar("k4w_task_holds", default=None)
+# The config a task validated before it took the lock, so that load() does not read it twice.
+_TASK_CLUSTER: contextvars.ContextVar[tuple[str, Cluster] | None] = contextvars.ContextVar("k4w_task_cluster", default=None)
 
 
 def settings(c, config: str | None = None, out: str | None = None, dry_run: bool = False,
@@ -48,18 +50,27 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
     folders whole (render.finish_swap). A dry run writes nothing, so it takes no lock.
     """
     k4w = c.config.k4w
+    chosen_out = k4w.out if out is None else out
+    if not str(chosen_out).strip():
+        # An unset shell variable (--out "$OUT") must not silently mean ./build.
+        raise K4wError('--out is empty: name a folder (the default is "build")')
     s = Settings(
         config=config or k4w.config,
-        out=Path(out or k4w.out).resolve(),
+        out=Path(chosen_out).resolve(),
         dry_run=bool(dry_run or k4w.dry_run or c.config.run.dry),
     )
     if uses_out:
-        outfiles.check_out(s.out)
+        outfiles.check_out(s.out, repository=sources.REPO.root)
         holds = _TASK_HOLDS.get()
         if holds is not None and not s.dry_run:
+            # A bad or missing config is refused before --out or its lock exist (README, "--out").
+            _TASK_CLUSTER.set((s.config, Cluster.load(s.config)))
             holds.enter_context(outlock.hold(s.out))
             # A render that crashed after its commit is finished before this task reads --out.
             render_mod.finish_swap(s.out)
+        elif render_mod.swap_pending(s.out):
+            # A dry run reads --out without the lock, and finishes nothing: say what it sees.
+            ui.say(f"warning: {render_mod.pending_swap_message(render_mod.swap_pending(s.out))}", style="yellow")
     return s
 
 
@@ -71,10 +82,11 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             with contextlib.ExitStack() as holds:
-                token = _TASK_HOLDS.set(holds)
+                token, loaded = _TASK_HOLDS.set(holds), _TASK_CLUSTER.set(None)
                 try:
                     return fn(*args, **kwargs)
                 finally:
+                    _TASK_CLUSTER.reset(loaded)
                     _TASK_HOLDS.reset(token)
         except K4wError as exc:
             ui.error(str(exc))
@@ -109,6 +121,10 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def load(s: Settings) -> Cluster:
+    """The task's Cluster: the one settings already validated before taking the lock, else loaded now."""
+    loaded = _TASK_CLUSTER.get()
+    if loaded is not None and loaded[0] == s.config:
+        return loaded[1]
     return Cluster.load(s.config)
 
 

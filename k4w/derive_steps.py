@@ -139,6 +139,12 @@ class StepEnv:
         """env as Packer's environment_vars list."""
         return [f"{name}={value}" for name, value in self.env.items()]
 
+    @property
+    def secret_environment(self) -> dict[str, str]:
+        """What the build runner puts into Packer's environment: the templates read each secret
+        variable from there ({{env `K4W_SECRET_...`}}), so no credential is written to packer/*.json."""
+        return {secret_env_name(name): value for name, value in self.secrets.items()}
+
     def ref(self, variable: str) -> str:
         """The Packer reference to one of secrets, for template text outside the environment."""
         if variable not in self.secrets:
@@ -256,6 +262,18 @@ def _media_files(profile: Profile, family: str) -> dict[str, str]:
                        "file: add it to k4w/derive_steps.py MEDIA_VARIABLES (and read it in the step that installs it)")
     return {name: files[component] for name, (component, families) in MEDIA_VARIABLES.items()
             if family in families and component in files}
+
+
+# Packer 1.6.6 JSON templates can read the environment in the "variables" block only: its core
+# enables the env function just while it renders the user variables
+# (hashicorp/packer@v1.6.6:packer/core.go renderVarsRecursively, ctx.EnableEnv = true;
+# packer-plugin-sdk/template/interpolate/funcs.go funcGenEnv refuses it elsewhere; commit 9b997f2).
+SECRET_ENV_PREFIX = "K4W_SECRET_"
+
+
+def secret_env_name(variable: str) -> str:
+    """The environment variable the Packer templates read a secret user variable from."""
+    return SECRET_ENV_PREFIX + variable.upper()
 
 
 def _packer_ref(variable: str) -> str:

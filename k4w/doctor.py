@@ -253,9 +253,20 @@ def proxy_checks(cfg: Config, config_file: Path | str = "cluster.yml") -> list[C
     return checks
 
 
+def out_checks(out: Path) -> list[Check]:
+    """doctor reads --out without its lock: a render killed mid-swap shows as a failure, not as
+    templates of two renders."""
+    from . import render
+
+    record = render.swap_pending(out)
+    if record is None:
+        return []
+    return [Check("--out", False, render.pending_swap_message(record), f"invoke render --out {out}")]
+
+
 def run(cluster: Cluster, out: Path) -> list[Check]:
     cfg = cluster.config
-    return [*host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
+    return [*out_checks(out), *host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
             *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml")]
 
 

@@ -219,6 +219,8 @@ def check_iso(
         url = _remote_fallback(profile)
         if url and not iso:
             return IsoCheck(box, name, path, expected, source, "remote", url=url)
+        if iso and path.exists():
+            raise IsoError(f"box {box}: --iso {path} is not a file (a folder or a device): name the ISO file itself")
         if iso:
             raise IsoError(f"box {box}: --iso {path} does not exist")
         raise IsoError(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -31,9 +31,17 @@ class LinkRefused(K4wError):
                          f"Remove the link and run again (k4w creates a plain file or folder there).")
 
 
-def check_out(out: Path) -> None:
-    """Refuse an --out that no command could write, naming it, before any work starts."""
+def check_out(out: Path, repository: Path | None = None) -> None:
+    """Refuse an --out that no command could write, or that is k4w's own repository or a folder
+    holding it (a render there would replace the tracked vagrant/ sources), naming it, before any
+    work starts."""
     out = Path(out)
+    if repository is not None:
+        repo, chosen = Path(repository).resolve(), out.resolve()
+        if chosen == repo or chosen in repo.parents:
+            raise K4wError(f"--out {out} is {'the k4w repository' if chosen == repo else f'a folder holding the k4w repository {repo}'}: "
+                           f"k4w writes packer/, http/, vagrant/, ... there and would replace its sources; "
+                           f"use a folder of its own, e.g. --out {repo / 'build'}")
     if out.exists():
         if not out.is_dir():
             raise K4wError(f"--out {out} is a file, not a folder: point --out at a folder (it is created if missing)")
@@ -94,21 +102,23 @@ def naming(path: Path) -> Iterator[None]:
         raise
 
 
-def write_file(path: Path, text: str, *, within: Path | None = None, mode: int = 0o644) -> None:
-    """Replace path with text in one rename. A link at path is refused, not written through."""
+def write_file(path: Path, text: str, *, within: Path | None = None, mode: int = 0o644,
+               secure: Callable[[Path], None] | None = None) -> None:
+    """Replace path with text in one rename. A link at path is refused, not written through.
+    secure(temp file) runs before any text is written (k4w.private gives it the owner-only ACL)."""
     path = Path(path)
     refuse_links(path, within)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp creates with O_EXCL (never through a link) and mode 0600: a private file is never
-    # readable by others, not even for a moment.
+    # mkstemp creates with O_EXCL (never through a link) and mode 0600 (POSIX).
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with naming(path), os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if secure is not None:
+                secure(Path(tmp))
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode != 0o600:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,8 +1,8 @@
 """One k4w command at a time per --out folder.
 
-The lock is OUT/.lock, held with an OS lock for as long as the command runs: the OS releases it
-when the process ends, however it ends, so a crash never leaves a stale lock. The holder writes
-its pid and command into the file, so a second caller is told who holds it.
+The lock is OUT/.lock (k4w.filelock: an OS lock that ends with the process, and a file deleted
+on release, so --out shows no lock between commands). The holder writes its pid and command into
+the file, so a second caller is told who holds it.
 Holding is re-entrant within a process: a task that renders and then builds locks once.
 """
 
@@ -15,13 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import outfiles
+from . import filelock
 from .errors import K4wError
 
 LOCK_NAME = ".lock"
-# msvcrt locks a byte range, and other processes cannot read locked bytes. The lock sits on one
-# byte far past the holder's note, so a refused caller can still read who holds it.
-_WINDOWS_LOCK_OFFSET = 1 << 20
 
 _held: dict[Path, int] = {}  # --out -> how many nested holds of this process
 
@@ -43,12 +40,13 @@ def hold(out: Path, command: str | None = None) -> Iterator[None]:
         return
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
-    outfiles.refuse_links(path, out)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | outfiles.BINARY, 0o644)
+
+    def busy(fd: int) -> OutBusy:
+        return OutBusy(f"{out} is in use by another k4w command ({_holder(fd)}). "
+                       f"Wait for it to finish, or stop it, then run again.")
+
+    fd = filelock.acquire(path, within=out, busy=busy)
     try:
-        if not _try_lock(fd):
-            raise OutBusy(f"{out} is in use by another k4w command ({_holder(fd)}). "
-                          f"Wait for it to finish, or stop it, then run again.")
         started = _dt.datetime.now().isoformat(timespec="seconds")
         _note(fd, f"pid {os.getpid()}: {command or this_command()}, since {started}\n")
         _held[out] = 1
@@ -57,9 +55,8 @@ def hold(out: Path, command: str | None = None) -> Iterator[None]:
         finally:
             del _held[out]
             _note(fd, "")  # released: leave no holder to be misread later
-            _unlock(fd)
     finally:
-        os.close(fd)
+        filelock.release(fd, path)
 
 
 def this_command() -> str:
@@ -81,32 +78,3 @@ def _note(fd: int, text: str) -> None:
     os.lseek(fd, 0, os.SEEK_SET)
     os.ftruncate(fd, 0)
     os.write(fd, text.encode("utf-8"))
-
-
-if os.name == "nt":
-    import msvcrt
-
-    def _try_lock(fd: int) -> bool:
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-
-    def _unlock(fd: int) -> None:
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-else:
-    import fcntl
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)

@@ -27,6 +27,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .. import filelock
 from ..build_media import file_name, safe_segment as _safe
 from ..cluster_model import Cluster
 from ..config import Config
@@ -154,13 +155,16 @@ class Manifest:
         self.root = root
         self.file = root / MANIFEST
         self._lock = threading.Lock()
-        self.files: dict[str, dict] = {}
+        self.files: dict[str, dict] = self._read()
+
+    def _read(self) -> dict[str, dict]:
         try:
             data = json.loads(self.file.read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("version") == MANIFEST_VERSION and isinstance(data.get("files"), dict):
-                self.files = data["files"]
+                return data["files"]
         except (OSError, ValueError):
             pass  # no or unreadable manifest: every cached file is simply hashed again
+        return {}
 
     def fresh(self, item: Item) -> dict | None:
         """The entry, when the file is still the one verified against this item's checksum."""
@@ -187,8 +191,11 @@ class Manifest:
                  "mtime_ns": stat.st_mtime_ns, "sha256": got.sha256, "sha512": got.sha512,
                  "checked_against": _against(item.checksum) if item.checksum else None,
                  "verified_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-        with self._lock:
-            self.files[item.relpath] = entry
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Another process's fetch may have recorded files since this one read index.json: merge
+        # under the cache's lock, so neither entry is lost.
+        with self._lock, filelock.held(self.root / (MANIFEST + ".lock")):
+            self.files = {**self.files, **self._read(), item.relpath: entry}
             self._save()
 
     def _save(self) -> None:

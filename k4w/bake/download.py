@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import filelock
 from ..derive import Proxy
 from ..errors import K4wError
 from ..redact import redact
@@ -123,20 +125,27 @@ def _hash_file(path: Path) -> tuple[hashlib._Hash, hashlib._Hash]:
 
 
 def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | None = None,
-             progress: Progress | None = None) -> Downloaded:
+             progress: Progress | None = None, on_wait: Callable[[], None] | None = None) -> Downloaded:
     """Fetch url to dest (resuming dest.part), verify, then rename into place.
 
+    One process at a time per file (a lock file beside it, k4w.filelock): two fetches resuming
+    the same .part would append to it in turn. on_wait is told when this one waits for another.
     expected None is for `invoke pin` only: the caller shows the measured checksum to the user.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.held(dest.with_name(dest.name + ".lock"), on_wait=on_wait):
+        return _download_locked(url, dest, expected, proxy, progress)
+
+
+def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Proxy | None,
+                     progress: Progress | None) -> Downloaded:
     if dest.is_file():
         h256, h512 = _hash_file(dest)
         if expected is None or _matches(expected, h256.hexdigest(), h512.hexdigest()):
             return Downloaded(dest, dest.stat().st_size, h256.hexdigest(), h512.hexdigest(), 0)
         dest.unlink()  # a stale or corrupt copy: fetch it again
     part = dest.with_name(dest.name + ".part")
-    h256, h512 = _hash_file(part)
     have = part.stat().st_size if part.is_file() else 0
     request = _request(url)
     if have:
@@ -145,15 +154,12 @@ def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | Non
     try:
         with _opener(url, proxy).open(request, timeout=TIMEOUT_S) as resp:
             if have and resp.status != 206:
-                # The server ignored the Range: start over rather than append a second copy.
-                have, h256, h512 = 0, hashlib.sha256(), hashlib.sha512()
+                have = 0  # the server ignored the Range: start over rather than append a second copy
             length = resp.headers.get("Content-Length")
             total = have + int(length) if length and length.isdigit() else None
             with open(part, "ab" if have else "wb") as fh:
                 while block := resp.read(CHUNK):
                     fh.write(block)
-                    h256.update(block)
-                    h512.update(block)
                     fetched += len(block)
                     if progress:
                         progress(have + fetched, total)
@@ -161,12 +167,18 @@ def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | Non
                 # http.client returns a short body without an error when the peer closes early.
                 raise OSError(f"connection closed after {have + fetched} of {total} bytes")
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:
-            part.unlink(missing_ok=True)  # our partial file is longer than the resource
-        raise DownloadError(f"{redact(url)}: HTTP {exc.code} {exc.reason}") from None
+        if exc.code == 416 and have and _whole(part, have, expected, exc.headers.get("Content-Range")):
+            pass  # the .part already holds the whole file (stopped after its last block): use it
+        else:
+            if exc.code == 416 and have:
+                part.unlink(missing_ok=True)  # our partial file is longer than the resource
+            raise DownloadError(f"{redact(url)}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise DownloadError(f"{redact(url)}: {redact(str(reason))} (partial download kept as {part.name}; run again to resume)") from None
+    # Hashed from the disk, not from what this process believes it wrote: what is verified is
+    # exactly what is used.
+    h256, h512 = _hash_file(part)
     sha256, sha512 = h256.hexdigest(), h512.hexdigest()
     if expected is not None and not _matches(expected, sha256, sha512):
         part.unlink(missing_ok=True)
@@ -174,6 +186,17 @@ def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | Non
         raise DownloadError(f"{redact(url)}: {expected.algorithm} mismatch: expected {expected.value}, got {got}; the file was deleted")
     os.replace(part, dest)
     return Downloaded(dest, dest.stat().st_size, sha256, sha512, fetched)
+
+
+def _whole(part: Path, have: int, expected: Expected | None, content_range: str | None) -> bool:
+    """Whether a .part answered 416 (its Range starts at or past the end) is the whole file: it
+    matches the checksum, or with none (`invoke pin`) the server names its length
+    (RFC 9110 15.5.17: a 416 carries Content-Range: bytes */<length>) and that is the part's."""
+    if expected is not None:
+        h256, h512 = _hash_file(part)
+        return _matches(expected, h256.hexdigest(), h512.hexdigest())
+    unsatisfied = re.fullmatch(r"bytes \*/(\d+)", (content_range or "").strip())
+    return bool(unsatisfied) and int(unsatisfied.group(1)) == have
 
 
 def _matches(expected: Expected, sha256: str, sha512: str) -> bool:

@@ -109,7 +109,9 @@ def _fetch_one(item: cache.Item, manifest: cache.Manifest, proxy: Proxy | None, 
         update(done, total)
 
     try:
-        got = download(item.source, item.path(manifest.root), _expected(item, proxy), proxy, progress)
+        got = download(item.source, item.path(manifest.root), _expected(item, proxy), proxy, progress,
+                       on_wait=lambda: ui.say(f"{item.label}: another k4w process is downloading "
+                                              f"{item.path(manifest.root)}; waiting for it"))
     except (K4wError, OSError) as exc:
         bars.finish(item.label, "failed")
         return Row(item, "failed", problem=str(exc))

@@ -66,6 +66,16 @@ def proxy_env(proxy: Proxy) -> dict[str, str]:
     return env
 
 
+_ENV_REF = re.compile(r"\{\{\s*env\s+`([^`]*)`\s*\}\}")
+
+
+def variable_values(template: dict, environ: dict[str, str]) -> dict[str, str]:
+    """A JSON template's user variables as Packer gives them for a build with environ: an
+    {{env `X`}} in a default reads environ ("" when unset), as Packer's env function does."""
+    return {name: _ENV_REF.sub(lambda m: environ.get(m.group(1), ""), str(value))
+            for name, value in (template.get("variables") or {}).items()}
+
+
 def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None = None,
               base: dict[str, str] | None = None) -> dict[str, str]:
     """Packer's whole environment. proxy: proxy_env(cluster.proxy); the host's own proxy

@@ -26,6 +26,7 @@ from rich.console import Console
 from .. import iso as iso_mod
 from .. import build_media, iso_images, outfiles, proc, profiles, render, sources
 from ..cluster_model import Cluster
+from ..derive_steps import step_env
 from ..config import Config
 from ..errors import K4wError
 from ..profiles import Profile
@@ -231,7 +232,8 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"    {line}")
         _say(console, f"    then staged in {build_media.folder(out, box)} for {build_media.delivery(plan.profile)}; "
                       "the guest checks each hash again")
-        secret_sources = {}
+        secret_sources = {name: f"{cluster.config_file or 'cluster.yml'} proxy"
+                          for name in step_env(plan.profile, cluster.config).secret_environment}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
@@ -414,15 +416,17 @@ class _Builder:
         view.add(box, state)
         _remove_partial(partial, box)
         try:
-            secrets = {}
+            # The templates read every secret from Packer's environment, none is in packer/*.json.
+            secrets = step_env(plan.profile, self.cluster.config).secret_environment
+            secret_files = {k: f"{self.cluster.config_file or 'cluster.yml'} proxy" for k in secrets}
             if plan.profile.is_windows:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
+                secret_files[ADMIN_PASSWORD_ENV] = str(out / "secrets" / f"{box}.json")
             cmd = packer_cli.build_command(plan.template_path, packer_cli.packer_path() or packer_cli.PACKER)
             proxy = packer_cli.proxy_env(self.cluster.proxy)
             env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")
-                secret_files = {k: str(out / "secrets" / f"{box}.json") for k in secrets}
                 for line in packer_cli.describe_command(cmd, out, secret_files, proxy):
                     log.write(f"# {line}\n")
                 rc = self._stream(plan, cmd, env, log, state, view)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive, derive_steps, outfiles, proc, profiles, sources, ui
+from .. import derive, derive_steps, private, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -531,7 +531,7 @@ def flannel_vxlan_device(out: Path) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write a credential file readable only by the user (admin kubeconfig)."""
-    outfiles.write_file(path, text, mode=0o600)
+    private.write_private(path, text)
 
 
 def step_list(cluster: ClusterInfo) -> list[tuple[str, Callable[[Context], None]]]:

@@ -12,26 +12,29 @@ import json
 import os
 import secrets as _secrets
 import shutil
+import signal
 import string
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import jinja2
 
-from .. import build_media, iso, outfiles, outlock, packer_http, profiles, ui
+from .. import build_media, iso, outfiles, outlock, packer_http, private, profiles, ui
 from ..cluster_model import Cluster
-from ..derive_steps import step_env
+from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
 from ..redact import register_secret
-from . import escape
+from . import escape, owned
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
-# The rendered folders whose files may hold a credential, so every file in them is 0600: Packer
-# templates carry the proxy URLs (user:password@) as sensitive-variable defaults, preseed.cfg the
-# apt proxy, Autounattend.xml the Administrator password (base64, which is no protection).
+# The rendered folders whose files may hold a credential, so every file in them is owner-only
+# (k4w.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
+# password (base64, which is no protection). The Packer templates read their secrets from the
+# environment and hold none; they stay private should a template ever inline one.
 PRIVATE = ("packer", "http")
 # The commit record of a render swap (write_atomically); not named .render-* so that the sweep of
 # leftover staging folders never takes it for one.
@@ -60,6 +63,7 @@ def _environment(templates: Path) -> jinja2.Environment:
     )
     env.filters.update(escape.FILTERS)
     env.globals["fail"] = _fail
+    env.globals["secret_env"] = secret_env_name
     env.globals["has_template"] = lambda name: _has_template(env, name)
     return env
 
@@ -117,7 +121,9 @@ def load_secrets(out: Path, box: str) -> dict:
     data = _read_secrets(path) if path.exists() else None
     if data is None:
         data = _new_secrets()
-        outfiles.write_file(path, json.dumps(data), within=out, mode=0o600)
+    # Written even when it exists: a file left readable by others (mode 0644, an inherited
+    # Windows ACL) is tightened by every render (k4w.private).
+    private.write_private(path, json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
     return data
@@ -146,7 +152,7 @@ def rotate_secrets(out: Path, box: str) -> dict:
     """New secrets for a box, replacing the old file in one rename (never a moment without one)."""
     out = Path(out)
     data = _new_secrets()
-    outfiles.write_file(secrets_path(out, box), json.dumps(data), within=out, mode=0o600)
+    private.write_private(secrets_path(out, box), json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
     return data
@@ -272,29 +278,87 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
     Windows cannot rename a folder over a non-empty one, and folder symlinks need a privilege
     there, so the switch cannot be one rename of the folders themselves. Its commit is one
     atomic rename instead: SWAP_RECORD names the staged render. Before it, --out is untouched (a
-    failure only leaves a staging folder, swept by the next render); after it, the swap is
-    finished, by this call even when Ctrl-C interrupts it, or else by the next render under the
-    same lock. A reader holding the --out lock (every k4w task) sees all old or all new.
+    failure, Ctrl-C or SIGTERM only leaves a staging folder, swept by the next render); from it
+    on, Ctrl-C and SIGTERM wait until the swap is finished (then the command stops, exit 130). A
+    process killed outright leaves SWAP_RECORD: every k4w task that holds the --out lock finishes
+    the swap before it reads, and those that read without the lock (doctor, dry runs) report it
+    (swap_pending). Only folders a render made are replaced (owned.check).
     """
     out = Path(out).resolve()
-    with outlock.hold(out):
+    with outlock.hold(out), _sigterm_as_interrupt():
         outfiles.refuse_links(out / SWAP_RECORD, out)
         finish_swap(out)
+        owned.check(out, MANAGED)
         staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
+        committed = False
         try:
             _write_tree(files, staging, durable=True)
+            outfiles.write_file(staging / owned.MANIFEST, owned.manifest_text(files, MANAGED), within=staging)
             trash = out / (".old-" + staging.name.removeprefix(".render-"))
             fresh = sorted(name for name in MANAGED if (staging / name).exists())
             record = {"staging": staging.name, "trash": trash.name, "fresh": fresh}
-            outfiles.write_file(out / SWAP_RECORD, json.dumps(record) + "\n", within=out)  # the commit
+            with _interrupts_deferred():
+                outfiles.write_file(out / SWAP_RECORD, json.dumps(record) + "\n", within=out)  # the commit
+                committed = True
+                try:
+                    finish_swap(out)
+                except KeyboardInterrupt:
+                    finish_swap(out)  # committed: complete it before giving up, so --out is never mixed
+                    raise
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if not committed:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
-        try:
-            finish_swap(out)
-        except KeyboardInterrupt:
-            finish_swap(out)  # committed: complete it before giving up, so --out is never mixed
-            raise
+
+
+def swap_pending(out: Path) -> Path | None:
+    """The commit record of a render swap that a killed process left unfinished, if any: a reader
+    without the --out lock then sees some managed folders new and some old."""
+    record = Path(out) / SWAP_RECORD
+    return record if record.is_file() else None
+
+
+def pending_swap_message(record: Path) -> str:
+    return (f"{record.parent} holds an unfinished render ({record.name}: a render was killed while it switched the "
+            f"folders), so packer/, http/, vagrant/, manifests/, kubeadm/ and nodes/ may be of two renders; "
+            f"any k4w command on it that writes (e.g. invoke render --out {record.parent}) completes it first")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager or `kill`) stops a render the way Ctrl-C does, so it cleans up
+    instead of dying mid-step. Signal handlers can only be set from the main thread."""
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block is done, then raise KeyboardInterrupt: a committed
+    swap is always finished by the process that started it, unless it is killed outright."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    wanted = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum)) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise KeyboardInterrupt
 
 
 def finish_swap(out: Path) -> None:
@@ -324,6 +388,8 @@ def finish_swap(out: Path) -> None:
                     current.rename(old)
                 if new.exists():
                     new.rename(current)
+            if (staging / owned.MANIFEST).is_file():
+                os.replace(staging / owned.MANIFEST, out / owned.MANIFEST)
             outfiles.sync_folder(out)
         record_path.unlink(missing_ok=True)
     for pattern in LEFTOVERS:
@@ -344,13 +410,14 @@ def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
 
 
 def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> None:
-    """Write files into a fresh folder; those under PRIVATE are created 0600 (not chmod-ed after).
-    durable: fsync each file, so that a committed render survives a power cut whole."""
+    """Write files into a fresh folder; those under PRIVATE are restricted to this user before
+    their text is written (k4w.private). durable: fsync each file, so that a committed render
+    survives a power cut whole."""
     for rel, text in files.items():
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        mode = 0o600 if rel.split("/", 1)[0] in PRIVATE else 0o644
-        with outfiles.naming(target), outfiles.open_for_write(target, within=folder, mode=mode) as fh:
+        opener = private.open_private if rel.split("/", 1)[0] in PRIVATE else outfiles.open_for_write
+        with outfiles.naming(target), opener(target, within=folder) as fh:
             fh.write(text)
             if durable:
                 fh.flush()
@@ -364,6 +431,10 @@ def render(cluster: Cluster, out: Path) -> dict[str, str]:
     def secrets_for(box: str) -> dict:
         return load_secrets(out, box) if cluster.profile(box).is_windows else PLACEHOLDER_SECRETS
 
+    if out.is_dir():
+        with outlock.hold(out):
+            finish_swap(out)
+            owned.check(out, MANAGED)  # before secrets/ is written: a refused --out gets nothing
     files = render_files(cluster, out, secrets_for=secrets_for)
     write_atomically(files, out)
     return files

@@ -19,7 +19,7 @@ import yaml
 from k4w import sources
 from k4w.sources import REPO_ROOT as ROOT
 from tests.fakes import local_http
-from tests.helpers import config_dict, invoke, write_config
+from tests.helpers import config_dict, invoke, start_invoke, write_config
 
 # Distinct bodies a little over one read chunk (1 MiB), so a file takes several reads and progress.
 BODIES = {
@@ -304,3 +304,41 @@ def test_a_checksum_file_beside_the_download_is_read_and_checked(tmp_path):
     assert second.returncode == 0 and "(0 files downloaded, 2 already cached)" in second.stdout
     entry = json.loads((cache / "index.json").read_text())["files"]["cni/0.6.0/cni-ubuntu-1604.bin"]
     assert entry["checked_against"].startswith(f"sha256_url {site.url}{cni}.sha256")
+
+
+def test_two_fetches_resuming_the_same_partial_file_take_turns_and_the_file_is_whole(tmp_path):
+    cache = tmp_path / "cache"
+    with local_http.site(_site_files()) as site:
+        env = _profiles(tmp_path, site.url)
+        config = _config(tmp_path)
+        # Learn where the file lives, then leave a partial download of it, as a Ctrl-C would.
+        assert _fetch(config, cache, env, "--box", "ubuntu-1604").returncode == 0
+        final = next(p for p in cache.rglob("*") if p.is_file() and p.name == "kubernetes-ubuntu-1604.bin")
+        body = BODIES[("ubuntu-1604", "kubernetes")]
+        final.unlink()
+        (cache / "index.json").unlink()
+        final.with_name(final.name + ".part").write_bytes(body[:500_000])
+        site.delay = 3.0  # both requests are in flight together unless one waits for the other
+        argv = ["fetch", "--config", config, "--cache", str(cache), "--box", "ubuntu-1604"]
+        first, second = start_invoke(*argv, env=env), start_invoke(*argv, env=env)
+        outputs = [p.communicate(timeout=240)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outputs
+    assert final.read_bytes() == body  # not two appended tails
+    assert any("another k4w process is downloading" in out for out in outputs), outputs
+    assert not list(cache.rglob("*.part")) and not list(cache.rglob("*.lock"))
+
+
+def test_a_partial_file_that_is_already_whole_is_hashed_and_used(tmp_path):
+    cache = tmp_path / "cache"
+    with local_http.site(_site_files()) as site:
+        env = _profiles(tmp_path, site.url)
+        config = _config(tmp_path)
+        assert _fetch(config, cache, env, "--box", "ubuntu-1604").returncode == 0
+        final = next(p for p in cache.rglob("*") if p.is_file() and p.name == "kubernetes-ubuntu-1604.bin")
+        final.rename(final.with_name(final.name + ".part"))  # Ctrl-C after the last block, before the rename
+        before = len(site.requests)
+        result = _fetch(config, cache, env, "--box", "ubuntu-1604")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [r["range"] for r in site.requests[before:]] == [f"bytes={len(BODIES[('ubuntu-1604', 'kubernetes')])}-"]
+    assert final.read_bytes() == BODIES[("ubuntu-1604", "kubernetes")]
+    assert not list(cache.rglob("*.part"))

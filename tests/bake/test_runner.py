@@ -81,6 +81,17 @@ def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, c
     assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.json").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
 
 
+@pytest.mark.parametrize("box", ["windows-1803", "ubuntu-1604"])
+def test_packer_gets_the_proxy_credentials_from_its_environment_not_from_the_template(box, repo, fake_packer, console):
+    cluster = repo.cluster(proxy=PROXY)
+    fake_packer.scenario(box, "windows-success.txt" if box.startswith("windows") else "ubuntu-success.txt")
+    build_box(cluster, box, repo.out, console=console)
+    assert fake_packer.builds()[0]["variables"]["http_proxy"] == PROXY
+    # The real templates' whole text is checked in tests/bake/windows and tests/bake/ubuntu.
+    template = json.loads((repo.out / "packer" / f"{box}.json").read_text())
+    assert PROXY_PASSWORD not in json.dumps(template["variables"])
+
+
 def test_log_has_full_transcript_with_credentials_redacted(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-success.txt")
     build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, console=console)

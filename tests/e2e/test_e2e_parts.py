@@ -407,7 +407,15 @@ def test_base_image_paths_in_the_profile_are_the_cache_layout():
 def rendered_template(tmp_path) -> dict:
     import json
 
-    return json.loads(render.render_files(Cluster.resolve(e2e_cluster()), tmp_path / "out")["packer/debian-12-e2e.json"])
+    from k4w.bake import packer_cli
+    from k4w.derive_steps import step_env
+
+    cluster = Cluster.resolve(e2e_cluster())
+    template = json.loads(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.json"])
+    # As the harness does: the variables' values as Packer's build gets them from the environment.
+    template["variables"] = packer_cli.variable_values(
+        template, step_env(cluster.profile("debian-12-e2e"), cluster.config).secret_environment)
+    return template
 
 
 def test_rerun_repeats_the_rendered_provisioners_in_order(tmp_path):

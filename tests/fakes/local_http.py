@@ -80,7 +80,11 @@ def site(files: dict[str, bytes], host: str = "127.0.0.1"):
             if rng and state.honour_range and rng.startswith("bytes="):
                 start = int(rng[6:].split("-")[0])
                 if start >= len(body):
-                    self.send_error(416)
+                    # RFC 9110 15.5.17: a 416 names the representation's length.
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(body)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 self.send_response(206)
                 self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")

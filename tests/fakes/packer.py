@@ -71,6 +71,9 @@ def log_call(argv: list[str]) -> None:
     if argv[:1] == ["build"]:
         template = json.loads(Path(argv[-1]).read_text(encoding="utf-8"))
         record["iso_checksums"] = [b.get("iso_checksum") for b in template.get("builders", [])]
+        # The user variables as Packer resolves them: {{env `X`}} from this process's environment.
+        record["variables"] = {name: re.sub(r"\{\{\s*env\s+`([^`]*)`\s*\}\}", lambda m: os.environ.get(m.group(1), ""), str(v))
+                               for name, v in (template.get("variables") or {}).items()}
     with open(calls, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
 

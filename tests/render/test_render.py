@@ -15,7 +15,9 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from k4w import config, render
+from k4w.bake import packer_cli
 from k4w.cluster_model import Cluster
+from k4w.derive_steps import step_env
 from k4w.errors import K4wError
 from tests.helpers import ROOT, config_dict, modern_config, use_sources
 
@@ -71,11 +73,12 @@ def _args(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def _env(template: dict) -> dict[str, str]:
+def _env(template: dict, environ: dict[str, str]) -> dict[str, str]:
     """The environment every provisioner of a rendered Packer template passes to the guest,
-    with Packer's {{user `x`}} references filled in as Packer does."""
+    with Packer's {{user `x`}} references filled in as Packer does, the variables' {{env}}
+    defaults from environ (the build runner's secret environment)."""
     env: dict[str, str] = {}
-    variables = template.get("variables", {})
+    variables = packer_cli.variable_values(template, environ)
     for prov in template["provisioners"]:
         for item in prov.get("environment_vars", []):
             key, _, value = item.partition("=")
@@ -127,7 +130,7 @@ def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
     # NO_PROXY in every box build (the NAME=value pairs the guest writes) carries the pod,
     # service and node CIDRs
     for box in cfg.boxes():
-        env = _env(json.loads(files[f"packer/{box}.json"]))
+        env = _env(json.loads(files[f"packer/{box}.json"]), step_env(cluster.profile(box), cfg).secret_environment)
         pairs = dict(pair.split("=", 1) for pair in env["K4W_PROXY_ENV"].split())
         no_proxy = pairs.get("NO_PROXY", "").split(",")
         if cfg.proxy.http or cfg.proxy.https:

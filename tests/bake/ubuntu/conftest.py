@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from k4w import config, derive_steps, profiles, render
+from k4w.bake import packer_cli
 from k4w.cluster_model import Cluster
 from tests.helpers import use_sources
 
@@ -63,9 +64,10 @@ QEMU_PROFILE = {
 USER_VARIABLE = re.compile(r"\{\{\s*user `([^`]+)`\s*\}\}")
 
 
-def resolve_user_variables(template: dict) -> dict:
-    """The template as Packer sees it at build time: {{user `x`}} replaced by variables[x]."""
-    variables = template.get("variables", {})
+def resolve_user_variables(template: dict, environ: dict[str, str] | None = None) -> dict:
+    """The template as Packer sees it at build time: {{user `x`}} replaced by variables[x], whose
+    {{env `X`}} defaults read environ (the build runner's secret environment)."""
+    variables = packer_cli.variable_values(template, environ or {})
 
     def resolve(value):
         if isinstance(value, str):
@@ -121,8 +123,10 @@ def ubuntu(render_box):
     """ubuntu(http=None, https=None) -> (packer template dict, preseed text) for ubuntu-1604."""
 
     def _ubuntu(http=None, https=None):
-        files = render_box(cluster(http, https))
-        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"])), files[f"http/{BOX}/preseed.cfg"]
+        resolved = cluster(http, https)
+        files = render_box(resolved)
+        environ = derive_steps.step_env(resolved.profile(BOX), resolved.config).secret_environment
+        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"]), environ), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

@@ -49,6 +49,16 @@ class Rendered:
     def profile(self):
         return profiles.load(self.box).data
 
+    @property
+    def variables(self) -> dict[str, str]:
+        """The template's user variables as a build gets them: the secrets from the environment
+        the build runner gives Packer (StepEnv.secret_environment)."""
+        from k4w.bake import packer_cli
+        from k4w.derive_steps import step_env
+
+        environ = step_env(profiles.load(self.box), self.cfg).secret_environment
+        return packer_cli.variable_values(self.packer, environ)
+
     def env(self, script: str) -> dict[str, str]:
         """environment_vars of the powershell provisioner running this script, as a dict."""
         for prov in self.packer["provisioners"]:

@@ -39,6 +39,7 @@ from typing import Callable
 
 from k4w import config, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, fetch, packer_cli
+from k4w.derive_steps import step_env
 from k4w.cluster_model import Cluster
 from k4w.errors import K4wError
 from k4w.redact import register_secret
@@ -275,6 +276,9 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cluster = Cluster.resolve(cfg)
         files = render.render(cluster, out)
         template = json.loads(files[f"packer/{box}.json"])
+        # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
+        template["variables"] = packer_cli.variable_values(
+            template, step_env(cluster.profile(box), cluster.config).secret_environment)
         ph.note = f"{len(files)} artifacts"
 
     with phases.phase("fetch", BUDGETS["fetch"]) as ph:
