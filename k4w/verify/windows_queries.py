@@ -148,3 +148,25 @@ if ($docker -and $docker.PSObject.Properties['Environment']) { $docker_env = @($
   machine = $machine
   docker_service = $docker_env
 }"""
+
+
+def folder_acls(paths: list[str]) -> str:
+    """Each path's DACL by SID (names are localised): protected from inheritance, owner, and every
+    ACE with its rights, inheritance flags and whether it was inherited."""
+    return f"""foreach ($path in {_list(paths)}) {{
+  if (-not (Test-Path -LiteralPath $path)) {{ [pscustomobject]@{{ path = $path; exists = $false }}; continue }}
+  $acl = Get-Acl -LiteralPath $path
+  $sid = [System.Security.Principal.SecurityIdentifier]
+  [pscustomobject]@{{
+    path = $path; exists = $true
+    protected = [bool]$acl.AreAccessRulesProtected
+    owner = [string]$acl.GetOwner($sid).Value
+    rules = @($acl.GetAccessRules($true, $true, $sid) | ForEach-Object {{
+      [pscustomobject]@{{
+        sid = [string]$_.IdentityReference.Value; type = [string]$_.AccessControlType
+        rights = [string]$_.FileSystemRights; inheritance = [string]$_.InheritanceFlags
+        propagation = [string]$_.PropagationFlags; inherited = [bool]$_.IsInherited
+      }}
+    }})
+  }}
+}}"""

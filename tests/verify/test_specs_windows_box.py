@@ -85,3 +85,13 @@ def test_a_box_that_kept_the_build_proxy_fails_the_proxy_checks_without_leaking_
     run = run_windows_spec(config=proxy_yml, proxy_from=proxy_yml)
     assert sorted(set(_failed(run))) == ["test_proxy_environment", "test_winhttp_proxy"]
     assert "s3cret" not in run.output
+
+
+def test_a_node_folder_any_local_account_can_write_fails_the_acl_check(run_windows_spec):
+    # C:\k with C:\'s inherited ACL: any local account could replace kubelet.exe, which runs as LocalSystem.
+    run = run_windows_spec("k_inherits")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_node_folders_are_system_and_administrators_only"]
+    failure = run.result["failed_tests"][0]
+    assert "test_node_folders_are_system_and_administrators_only" in failure
+    assert "C:\\k inherits its parent's ACL" in run.output and "S-1-5-11" in run.output

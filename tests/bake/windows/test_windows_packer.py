@@ -37,6 +37,7 @@ EXPECTED_ORDER = [
     ("file", "node"),
     ("powershell", "08-node-services.ps1"),
     ("powershell", "09-firewall.ps1"),
+    ("powershell", "09-node-acls.ps1"),
     ("powershell", "10-defender-exclusions.ps1"),
     ("powershell", "11-box-release.ps1"),
     ("powershell", "12-cleanup.ps1"),
