@@ -8,6 +8,7 @@ recorded steps, so a rerun after a failure continues where it stopped.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive, derive_steps, outfiles, proc, profiles, sources, ui
+from .. import derive, derive_steps, identities, outfiles, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -336,6 +337,57 @@ def windows_join_script(box: str) -> str:
     return f"cluster-join-{recipe}.ps1" if recipe else "cluster-join.ps1"
 
 
+def service_account_token(ctx: Context, identity: identities.Identity) -> tuple[str, str]:
+    """(token, base64 CA) of a component's token Secret (windows-node-rbac.yaml), once the token
+    controller has filled it. The token is registered as a secret before anything could print it."""
+    found: dict[str, str] = {}
+
+    def filled() -> tuple[bool, str]:
+        raw = kubectl(ctx, f"-n {identity.namespace} get secret {identity.secret} -o json")
+        try:
+            data = (json.loads(raw or "{}").get("data") or {})
+        except json.JSONDecodeError:
+            raise UnreadableAnswer(f"kubectl get secret {identity.secret} -o json returned no JSON") from None
+        register_secret(data.get("token"))
+        if data.get("token") and data.get("ca.crt"):
+            found.update(data)
+            return True, ""
+        return False, f"secret {identity.namespace}/{identity.secret} has no token yet (the token controller fills it)"
+
+    wait_for(ctx, f"the token of service account {identity.service_account}", filled, ctx.ready_timeout)
+    if not found:  # dry run
+        return "", ""
+    token = base64.b64decode(found["token"]).decode("ascii")
+    register_secret(token)
+    return token, found["ca.crt"]
+
+
+def component_kubeconfig(api: str, identity: identities.Identity, token: str, ca_b64: str) -> str:
+    """A kubeconfig for one Windows component: the API server of the join, the cluster CA of the
+    token Secret, the ServiceAccount's token."""
+    import yaml
+
+    cluster, user = "k4w", identity.service_account
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": f"https://{api}", "certificate-authority-data": ca_b64}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
+        "current-context": f"{user}@{cluster}",
+    }, sort_keys=False)
+
+
+def install_component_kubeconfigs(ctx: Context, m: Machine, api: str) -> None:
+    """flanneld and kube-proxy on a Windows node get kubeconfigs of their own identities, before the
+    join script starts them. Each travels as a private file; cluster-kubeconfig.ps1 moves it into
+    C:\\etc\\kubernetes with an ACL of SYSTEM and Administrators only and deletes the upload."""
+    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-kubeconfig.ps1")
+    for identity in identities.WINDOWS_COMPONENTS:
+        token, ca_b64 = service_account_token(ctx, identity)
+        uploaded = upload_secret(ctx, m, component_kubeconfig(api, identity, token, ca_b64), f"{identity.component}.conf")
+        ctx.remote.run(m, f"& {escape.ps(script)} -Source {escape.ps(uploaded)} -Destination {escape.ps(identity.kubeconfig)}")
+
+
 def step_join_windows(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
@@ -346,6 +398,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
+    install_component_kubeconfigs(ctx, m, join["api"])
     script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / windows_join_script(m.box))
     token_file = upload_secret(ctx, m, join["token"], JOIN_TOKEN_FILE)
     # cluster.ready_timeout bounds the join and each service wait, not the scripts' own 300 s default:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, iso, outfiles, outlock, packer_http, profiles, ui
+from .. import build_media, identities, iso, outfiles, outlock, packer_http, profiles, ui
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..errors import K4wError
@@ -211,6 +211,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
+            "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
     files: dict[str, str] = {}
 
