@@ -28,6 +28,7 @@ QUERIES = {
     "folder_acls": q.folder_acls(["C:\\k", "C:\\etc\\kubernetes"]),
     "probe_by_name": probes.windows_body("http://win-webserver.default.svc.cluster.local:80/", "win-webserver.default.svc.cluster.local"),
     "probe_by_ip": probes.windows_body("http://10.244.1.5:80/", None),
+    "tcp_probe": probes.windows_tcp_body("192.168.250.21", 5986),
 }
 
 
