@@ -33,6 +33,7 @@ from .state import State
 LINUX_DIR = "/tmp/k4w"              # where scripts and manifests are uploaded on Linux guests
 WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
 WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
+WINRM_SCOPE_SCRIPT = "C:\\k\\winrm-scope.ps1"  # guest/windows/node/winrm-scope.ps1, installed by the bake
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
 JOIN_TOKEN_FILE = "join-token"      # its file on a Windows node, under WINDOWS_DIR, deleted by cluster-join.ps1
@@ -260,6 +261,9 @@ def step_cluster_ip(ctx: Context) -> None:
         if m.is_windows:
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
             ctx.remote.run(m, f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length}")
+            # With the cluster NIC configured, WinRM's rule is re-derived: the management NIC only
+            # (guest/windows/node/winrm-scope.ps1, in the box since its bake).
+            ctx.remote.run(m, f"& {escape.ps(WINRM_SCOPE_SCRIPT)}")
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
             env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length)

@@ -170,3 +170,30 @@ def folder_acls(paths: list[str]) -> str:
     }})
   }}
 }}"""
+
+
+def winrm_exposure() -> str:
+    """What WinRM offers: its listeners, every enabled inbound allow rule for 5985/5986 with the
+    interfaces and remote addresses it admits, and whether the built-in Administrator (RID 500,
+    by SID: its name is localised) is enabled."""
+    return """$listeners = @(Get-ChildItem -Path 'WSMan:\\localhost\\Listener' | ForEach-Object {
+  [string](@($_.Keys | Where-Object { $_ -like 'Transport=*' }) -join '')
+})
+$rules = foreach ($f in (Get-NetFirewallPortFilter -PolicyStore ActiveStore)) {
+  $local = @($f.LocalPort | ForEach-Object { [string]$_ })
+  if (-not ($local | Where-Object { @('5985', '5986') -contains $_ })) { continue }
+  $rule = $f | Get-NetFirewallRule
+  if ([string]$rule.Enabled -ne 'True' -or [string]$rule.Direction -ne 'Inbound' -or [string]$rule.Action -ne 'Allow') { continue }
+  [pscustomobject]@{
+    name = [string]$rule.Name; ports = $local
+    interfaces = @(($rule | Get-NetFirewallInterfaceFilter).InterfaceAlias | ForEach-Object { [string]$_ })
+    remote = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { [string]$_ })
+  }
+}
+$admin = Get-LocalUser | Where-Object { $_.SID.Value -like 'S-1-5-21-*-500' }
+[pscustomobject]@{
+  listeners = $listeners
+  rules = @($rules)
+  administrator_enabled = [bool]$admin.Enabled
+  scope_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-scope' -ErrorAction SilentlyContinue)
+}"""

@@ -76,6 +76,9 @@ def _box_state(defect: str | None) -> dict:
         "defender": {"installed": True, "paths": ["C:\\ProgramData\\docker", K],
                      "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
+        # What guest/windows/node/winrm-scope.ps1 and the build's shutdown_command leave.
+        "winrm": {"listeners": ["Transport=HTTPS"], "administrator_enabled": False, "scope_task": True,
+                  "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Ethernet"], "remote": ["DefaultGateway"]}]},
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
         # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
         "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
@@ -107,6 +110,10 @@ def _box_state(defect: str | None) -> dict:
         elif name == "task_without_log":  # the boot task as before: -File, output lost
             state["task_actions"] = [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile "
                                      f"-NonInteractive -ExecutionPolicy Bypass -File \"{K}\\start-node.ps1\""]
+        elif name == "winrm_as_before":  # the bootstrap of before: HTTP listener, 5986 for any address, Administrator on
+            state["winrm"] = {"listeners": ["Transport=HTTP", "Transport=HTTPS"], "administrator_enabled": True, "scope_task": False,
+                              "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Any"], "remote": ["Any"]},
+                                        {"name": "WINRM-HTTP-In-TCP", "ports": ["5985"], "interfaces": ["Any"], "remote": ["Any"]}]}
         elif name == "k_inherits":  # C:\k left with C:\'s ACL: Authenticated Users may modify kubelet.exe
             state["acl_inherits"] = [K, f"{K}\\kubelet.exe"]
         elif name == "stale_release":
@@ -156,6 +163,8 @@ class FakeWindowsBackend(base.BaseBackend):
 
     def _answer(self, body: str):
         s = self.state
+        if "WSMan:\\localhost\\Listener" in body:
+            return s["winrm"]
         if "Get-Acl -LiteralPath $path" in body:
             return [_acl_row(p, p in s.get("acl_inherits", ())) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
         if "Get-WindowsFeature" in body:

@@ -263,6 +263,49 @@ def test_defender_exclusions(host):
     assert not missing, f"Defender exclusions missing: {missing}"
 
 
+# ------------------------------------------------------------------ WinRM and accounts
+
+# WinRM over HTTPS only (Microsoft, "Installation and configuration for Windows Remote Management":
+# HTTP 5985, HTTPS 5986), on the management NIC, from the host (guest/windows/node/winrm-scope.ps1).
+WINRM_HTTPS_PORT = "5986"
+WINRM_REMOTE_SCOPES = {"DefaultGateway", "LocalSubnet"}
+
+
+@pytest.fixture(scope="module")
+def winrm(host) -> dict:
+    return _query(host, q.winrm_exposure(), "WinRM listeners, firewall rules and the Administrator account")
+
+
+@pytest.mark.k4w_check("winrm")
+def test_winrm_listens_over_https_only(winrm):
+    listeners = sorted(winps.as_list(winrm["listeners"]))
+    assert listeners == ["Transport=HTTPS"], f"WinRM listeners: {listeners} (HTTP 5985 must be gone; Vagrant and Packer use 5986)"
+
+
+@pytest.mark.k4w_check("winrm")
+def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
+    rules = winps.as_list(winrm["rules"])
+    assert rules, "no enabled inbound rule admits WinRM on 5986: Vagrant cannot reach the box"
+    wide = []
+    for rule in rules:
+        ports = winps.as_list(rule["ports"])
+        interfaces = winps.as_list(rule["interfaces"])
+        remote = winps.as_list(rule["remote"])
+        if ports != [WINRM_HTTPS_PORT]:
+            wide.append(f"{rule['name']} opens {ports}")
+        if not interfaces or "Any" in interfaces:
+            wide.append(f"{rule['name']} applies to every interface (the cluster NIC and HNS's vEthernet adapters too)")
+        if len(remote) != 1 or remote[0] not in WINRM_REMOTE_SCOPES:
+            wide.append(f"{rule['name']} admits remote addresses {remote}, not only the host side")
+    assert not wide, "WinRM is reachable from more than the Hyper-V host: " + "; ".join(wide)
+    assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
+
+
+@pytest.mark.k4w_check("accounts")
+def test_builtin_administrator_is_disabled(winrm):
+    assert not winrm["administrator_enabled"], "the built-in Administrator (RID 500) is enabled: the build's shutdown_command disables it"
+
+
 # ------------------------------------------------------------------ folder ACLs
 
 # Well-known SIDs (Microsoft, "Well-known SIDs"): LocalSystem and BUILTIN\Administrators.

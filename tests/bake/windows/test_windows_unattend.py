@@ -12,7 +12,7 @@ from lxml import etree
 
 from k4w.validate.unattend_rules import bootstrap_arguments, check_unattend
 
-from windows_fixtures import HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
+from windows_fixtures import BOX_USER_SECRET, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
 
 NS = {"u": "urn:schemas-microsoft-com:unattend"}
 
@@ -34,14 +34,15 @@ def test_rendered_answer_file_passes_the_checker(render_windows, generation, pro
     assert check_unattend(rendered.unattend, generation, iso.index, proxy=rendered.proxy, image_name=iso.image_name) == []
 
 
-def test_passwords_decode_to_the_per_build_secret_and_vagrant(render_windows):
+def test_passwords_decode_to_the_per_build_secret_and_the_installations_box_user_password(render_windows):
     xml = render_windows(2).unattend
     [admin] = _values(xml, ".//u:UserAccounts/u:AdministratorPassword/u:Value")
     [autologon] = _values(xml, ".//u:AutoLogon/u:Password/u:Value")
     [vagrant] = _values(xml, ".//u:LocalAccount/u:Password/u:Value")
     assert _decode(admin, "AdministratorPassword") == SECRET
     assert _decode(autologon, "Password") == SECRET
-    assert _decode(vagrant, "Password") == "vagrant"
+    # not Vagrant's shared vagrant/vagrant: nothing a pod can reach may offer a well-known login
+    assert _decode(vagrant, "Password") == BOX_USER_SECRET != "vagrant"
     assert set(_values(xml, ".//u:PlainText")) == {"false"}
 
 
