@@ -142,7 +142,7 @@ MATRIX: tuple[Path, ...] = (
     ),
     # Pods are masqueraded to their node's address, so "from a pod" also means "from any node":
     # WinRM listens for the host side only (the management NIC, from its default gateway, which
-    # on the Default Switch is the Hyper-V host; guest/windows/setup/winrm-scope.ps1).
+    # on the Default Switch is the Hyper-V host; guest/windows/node/winrm-scope.ps1).
     *(
         Path(source, target, way, f"WinRM ({WINRM_PORTS[way]}) of a Windows node is closed to pods: nothing a pod can reach offers a login",
              closed=True)
