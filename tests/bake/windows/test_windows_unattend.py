@@ -74,7 +74,15 @@ def test_image_selection_and_product_key_come_from_the_profile(render_windows, p
 
 
 def test_no_proxy_argument_without_a_proxy(render_windows):
-    assert bootstrap_arguments(render_windows(2).unattend) == {}
+    # only where WinRM may be reached from: the Default Switch's gateway, the host (k4w/winrm_scope.py)
+    assert bootstrap_arguments(render_windows(2).unattend) == {"WinRmRemote": "DefaultGateway"}
+
+
+def test_winrm_on_another_management_switch_admits_the_local_subnet():
+    from k4w import winrm_scope
+
+    assert winrm_scope.remote_scope("Default Switch") == "DefaultGateway"
+    assert winrm_scope.remote_scope("corp-external") == "LocalSubnet"
 
 
 def test_proxy_reaches_the_bootstrap_without_credentials(render_windows):
@@ -84,6 +92,7 @@ def test_proxy_reaches_the_bootstrap_without_credentials(render_windows):
         "HttpProxy": "proxy.corp.example:3128",
         "HttpsProxy": "secure-proxy.corp.example:8443",
         "NoProxy": rendered.proxy.no_proxy_str,
+        "WinRmRemote": "DefaultGateway",
     }
     assert PROXY_PASSWORD not in rendered.unattend and "builder" not in rendered.unattend
 
