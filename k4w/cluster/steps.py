@@ -9,6 +9,7 @@ recorded steps, so a rerun after a failure continues where it stopped.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive, derive_steps, private, proc, profiles, sources, ui
+from .. import derive, derive_steps, identities, private, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
 from ..errors import K4wError
@@ -34,6 +35,7 @@ from .state import State
 LINUX_DIR = "/tmp/k4w"              # where scripts and manifests are uploaded on Linux guests
 WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
 WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
+WINRM_SCOPE_SCRIPT = "C:\\k\\winrm-scope.ps1"  # guest/windows/node/winrm-scope.ps1, installed by the bake
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
 JOIN_CONFIG_FILE = "kubeadm-join.yaml"  # the join config (token inside) on a Windows node, under WINDOWS_DIR; cluster-join*.ps1 deletes it
@@ -335,6 +337,9 @@ def step_cluster_ip(ctx: Context) -> None:
                 # The host's NetNat address on the cluster switch (host/network-up.ps1).
                 command += f" -Gateway {escape.ps(derive.derive_network(ctx.cfg).gateway)}"
             ctx.remote.run(m, command)
+            # With the cluster NIC configured, WinRM's rule is re-derived: the management NIC only
+            # (guest/windows/node/winrm-scope.ps1, in the box since its bake).
+            ctx.remote.run(m, f"& {escape.ps(WINRM_SCOPE_SCRIPT)}")
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
             env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length, K4W_CLUSTER_MAC=mac_with(mac, ":"))
@@ -420,6 +425,57 @@ def windows_join_script(box: str) -> str:
     return f"cluster-join-{recipe}.ps1" if recipe else "cluster-join.ps1"
 
 
+def service_account_token(ctx: Context, identity: identities.Identity) -> tuple[str, str]:
+    """(token, base64 CA) of a component's token Secret (windows-node-rbac.yaml), once the token
+    controller has filled it. The token is registered as a secret before anything could print it."""
+    found: dict[str, str] = {}
+
+    def filled() -> tuple[bool, str]:
+        raw = kubectl(ctx, f"-n {identity.namespace} get secret {identity.secret} -o json")
+        try:
+            data = (json.loads(raw or "{}").get("data") or {})
+        except json.JSONDecodeError:
+            raise UnreadableAnswer(f"kubectl get secret {identity.secret} -o json returned no JSON") from None
+        register_secret(data.get("token"))
+        if data.get("token") and data.get("ca.crt"):
+            found.update(data)
+            return True, ""
+        return False, f"secret {identity.namespace}/{identity.secret} has no token yet (the token controller fills it)"
+
+    wait_for(ctx, f"the token of service account {identity.service_account}", filled, ctx.ready_timeout)
+    if not found:  # dry run
+        return "", ""
+    token = base64.b64decode(found["token"]).decode("ascii")
+    register_secret(token)
+    return token, found["ca.crt"]
+
+
+def component_kubeconfig(api: str, identity: identities.Identity, token: str, ca_b64: str) -> str:
+    """A kubeconfig for one Windows component: the API server of the join, the cluster CA of the
+    token Secret, the ServiceAccount's token."""
+    import yaml
+
+    cluster, user = "k4w", identity.service_account
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": f"https://{api}", "certificate-authority-data": ca_b64}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
+        "current-context": f"{user}@{cluster}",
+    }, sort_keys=False)
+
+
+def install_component_kubeconfigs(ctx: Context, m: Machine, api: str) -> None:
+    """flanneld and kube-proxy on a Windows node get kubeconfigs of their own identities, before the
+    join script starts them. Each travels as a private file; cluster-kubeconfig.ps1 moves it into
+    C:\\etc\\kubernetes with an ACL of SYSTEM and Administrators only and deletes the upload."""
+    script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-kubeconfig.ps1")
+    for identity in identities.WINDOWS_COMPONENTS:
+        token, ca_b64 = service_account_token(ctx, identity)
+        uploaded = upload_secret(ctx, m, component_kubeconfig(api, identity, token, ca_b64), f"{identity.component}.conf")
+        ctx.remote.run(m, f"& {escape.ps(script)} -Source {escape.ps(uploaded)} -Destination {escape.ps(identity.kubeconfig)}")
+
+
 def step_join_windows(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
@@ -430,6 +486,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
+    install_component_kubeconfigs(ctx, m, join["api"])
     cluster_scripts = sources.REPO.guest / "windows" / "cluster"
     upload_windows(ctx, m, cluster_scripts / "cluster-join-lib.ps1")   # dot-sourced by the join script
     script = upload_windows(ctx, m, cluster_scripts / windows_join_script(m.box))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, iso, outfiles, outlock, packer_http, private, profiles, ui
+from .. import build_media, identities, iso, outfiles, outlock, packer_http, private, profiles, ui, winrm_scope
 from ..cluster_model import Cluster
 from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
@@ -42,7 +42,7 @@ SWAP_RECORD = ".swap-commit.json"
 # Staging and trash folders of interrupted renders, and a commit record's own temp file.
 LEFTOVERS = (".render-*", ".old-*", f".{SWAP_RECORD}.*.tmp")  # outfiles.write_file's temp name
 # Stands in for per-build secrets when the up-to-date stamp is computed.
-PLACEHOLDER_SECRETS = {"admin_password": "k4w-stamp-placeholder"}
+PLACEHOLDER_SECRETS = {"admin_password": "k4w-stamp-placeholder", "box_user_password": "k4w-stamp-placeholder"}
 
 
 def _environment(templates: Path) -> jinja2.Environment:
@@ -107,6 +107,41 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
 
 def secrets_path(out: Path, box: str) -> Path:
     return out / "secrets" / f"{box}.json"
+
+
+# The Windows box user's ("vagrant") password: random, made once per --out folder and kept, unlike
+# the Administrator's, which each build rotates. A rotation would lock Vagrant out of every VM made
+# from an earlier build of the box (they keep the password they were built with), and the
+# Administrator's needs none: it is disabled when its build ends. Vagrant reads it from this file
+# (vagrant/Vagrantfile, through cluster.json's box_user_secrets): it is never on a command line
+# nor in the box's own Vagrantfile.
+BOX_USER_SECRETS = "box-user.json"
+
+
+def box_user_secrets_path(out: Path) -> Path:
+    return Path(out) / "secrets" / BOX_USER_SECRETS
+
+
+def load_box_user_password(out: Path) -> str:
+    out = Path(out)
+    path = box_user_secrets_path(out)
+    outfiles.refuse_links(path, out)
+    password = None
+    if path.exists():
+        try:
+            password = json.loads(path.read_text(encoding="utf-8")).get("password")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            password = None
+        if not isinstance(password, str) or not password:
+            # Replacing it would lock Vagrant out of the VMs made with the old one: say so, stop.
+            raise K4wError(f"{path} holds no readable box user password; restore it, or delete it and rebuild the "
+                           "Windows boxes and their VMs (invoke cluster-down, build-windows, cluster-up)")
+    else:
+        password = _new_secrets()["admin_password"]
+    # Written even when it exists, like load_secrets: a file left readable by others is tightened.
+    private.write_private(path, json.dumps({"password": password}), within=out)
+    register_secret(password)
+    return password
 
 
 def load_secrets(out: Path, box: str) -> dict:
@@ -185,6 +220,8 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
         "prefix_length": net.node_prefixlen,
         "gateway": net.gateway,
         "dns_ip": net.dns_ip,
+        # Where Vagrant reads the Windows box user's password (never in this file itself).
+        "box_user_secrets": str(box_user_secrets_path(out)),
         "machines": machines,
     }
 
@@ -217,6 +254,8 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
+            "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
+            "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
     files: dict[str, str] = {}
 
@@ -429,7 +468,9 @@ def render(cluster: Cluster, out: Path) -> dict[str, str]:
     out = Path(out).resolve()
 
     def secrets_for(box: str) -> dict:
-        return load_secrets(out, box) if cluster.profile(box).is_windows else PLACEHOLDER_SECRETS
+        if not cluster.profile(box).is_windows:
+            return PLACEHOLDER_SECRETS
+        return {**load_secrets(out, box), "box_user_password": load_box_user_password(out)}
 
     if out.is_dir():
         with outlock.hold(out):

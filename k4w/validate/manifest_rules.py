@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import identities
 from ..derive import VXLAN_PORT, VXLAN_VNI
 from ..errors import ToolMissing
 from ..tools import INSTALL
@@ -62,6 +63,8 @@ def check_manifests(out_dir, cluster=None) -> list[str]:
     problems += check_kubeadm(kubeadm_docs, expected)
     problems += check_flannel(out / "manifests" / "kube-flannel.yaml", expected)
     problems += check_node_selectors(out, expected)
+    problems += check_rbac_subjects(out)
+    problems += check_windows_identities(out)
     for node_dir in sorted((out / "nodes").glob("*")):
         if (node_dir / "kubelet.args").is_file():
             problems += check_windows_node(node_dir, expected)
@@ -125,6 +128,61 @@ def _check_manifest_schemas(out: Path) -> list[str]:
                 problems.append(f"{name}: kubernetes-validate {oldest} (strict): {where}: {exc.message}")
             except kubernetes_validate.SchemaNotFoundError as exc:
                 problems.append(f"{name}: kubernetes-validate {oldest}: {exc.message}")
+    return problems
+
+
+# ------------------------------------------------------------------ identities and RBAC
+
+# Groups every kubelet, every ServiceAccount or every client is in (Kubernetes "Using RBAC
+# Authorization", default roles and role bindings): a binding to one widens what all of them may do.
+BUILTIN_GROUP_PREFIX = "system:"
+
+
+def check_rbac_subjects(out: Path) -> list[str]:
+    """No rendered (Cluster)RoleBinding names a built-in group (system:nodes, system:authenticated,
+    system:serviceaccounts...): each component gets an identity of its own instead."""
+    problems: list[str] = []
+    for path in sorted((out / "manifests").glob("*.yaml")):
+        for doc in _load_yaml_docs(path, problems):
+            if doc.get("kind") not in ("ClusterRoleBinding", "RoleBinding"):
+                continue
+            for subject in doc.get("subjects") or []:
+                if isinstance(subject, dict) and subject.get("kind") == "Group" and str(subject.get("name", "")).startswith(BUILTIN_GROUP_PREFIX):
+                    problems.append(f"{path.name}: {doc['kind']}/{doc.get('metadata', {}).get('name', '?')} binds the built-in group "
+                                    f"{subject['name']!r}, which widens what every member may do: bind a ServiceAccount of "
+                                    "the one component that needs the role (k4w/identities.py)")
+    return problems
+
+
+def check_windows_identities(out: Path) -> list[str]:
+    """Each Windows component of k4w.identities has its ServiceAccount, its token Secret and a
+    binding to its Linux twin's ClusterRole in windows-node-rbac.yaml, and that ClusterRole is one
+    the cluster has (the Flannel manifest's own, or a built-in system: role)."""
+    problems: list[str] = []
+    docs = _load_yaml_docs(out / "manifests" / "windows-node-rbac.yaml", problems)
+    flannel_roles = {d.get("metadata", {}).get("name") for d in _load_yaml_docs(out / "manifests" / "kube-flannel.yaml", [])
+                     if d.get("kind") == "ClusterRole"}
+
+    def find(kind: str, name: str) -> dict | None:
+        return next((d for d in docs if d.get("kind") == kind and d.get("metadata", {}).get("name") == name), None)
+
+    for ident in identities.WINDOWS_COMPONENTS:
+        where = f"windows-node-rbac.yaml ({ident.component})"
+        account = find("ServiceAccount", ident.service_account)
+        if not account or account["metadata"].get("namespace") != ident.namespace:
+            problems.append(f"{where}: no ServiceAccount {ident.namespace}/{ident.service_account}")
+        secret = find("Secret", ident.secret)
+        if (not secret or secret.get("type") != "kubernetes.io/service-account-token"
+                or (secret["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name") != ident.service_account):
+            problems.append(f"{where}: no kubernetes.io/service-account-token Secret {ident.secret} for {ident.service_account}")
+        bound = [d for d in docs if d.get("kind") == "ClusterRoleBinding"
+                 and any(s.get("kind") == "ServiceAccount" and s.get("name") == ident.service_account
+                         and s.get("namespace") == ident.namespace for s in d.get("subjects") or [])]
+        roles = sorted({d.get("roleRef", {}).get("name") for d in bound})
+        if roles != [ident.cluster_role]:
+            problems.append(f"{where}: {ident.service_account} is bound to {roles or 'nothing'}, its Linux twin has {ident.cluster_role!r}")
+        if not ident.cluster_role.startswith("system:") and ident.cluster_role not in flannel_roles:
+            problems.append(f"{where}: ClusterRole {ident.cluster_role!r} is not in kube-flannel.yaml (has {sorted(filter(None, flannel_roles))})")
     return problems
 
 
@@ -292,6 +350,13 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     for name, args, flag, want, what in wants:
         if args.get(flag) != want:
             problems.append(f"{where}/{name}: {flag} is {args.get(flag)!r}, {what} is {want!r}")
+    # flanneld and kube-proxy run on identities of their own, never on the kubelet's credentials.
+    for name, flag, component in (("flanneld.args", "--kubeconfig-file", "flanneld"), ("kube-proxy.args", "--kubeconfig", "kube-proxy")):
+        want = identities.by_component(component).kubeconfig
+        got = read_args(files[name]).get(flag)
+        if got != want:
+            problems.append(f"{where}/{name}: {flag} is {got!r}, {component}'s own kubeconfig is {want!r} (k4w/identities.py)"
+                            + (": that is the kubelet's credential" if got and got == kubelet.get("--kubeconfig") else ""))
     version = str((info or {}).get("kubernetes_version") or "")
     if version and _minor(version) >= PAUSE_FLAG_GONE:
         if "--pod-infra-container-image" in kubelet:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import outfiles, profiles, ui
+from .. import outfiles, profiles, render, ui
 from ..bake import catalogue
 from ..cluster.machines import cluster_vagrant, load_cluster
 from ..cluster_model import Cluster
@@ -128,7 +128,8 @@ def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> di
     runner = Runner(log=out / "logs" / f"test-box-{box}-{stamp}.log", dry_run=dry_run)
     vagrant = Vagrant(workdir, runner=runner)
     ref = _box_ref(out, profile, dry_run)
-    vagrantfile = throwaway.vagrantfile(ref, profile, f"{cfg.cluster.name}-test-{box}-{stamp}", cfg.hyperv.management_switch)
+    vagrantfile = throwaway.vagrantfile(ref, profile, f"{cfg.cluster.name}-test-{box}-{stamp}", cfg.hyperv.management_switch,
+                                        box_user_secrets=render.box_user_secrets_path(out).resolve())
     config_file = _write_config(cfg, workdir, dry_run)
     ui.say(f"test-box {box}: throwaway VM in {workdir}")
     if dry_run:

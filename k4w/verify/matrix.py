@@ -12,6 +12,7 @@ Endpoints (what k4w/verify/specs/test_cluster_connectivity.py resolves them to):
   win-svc        the demo's Service (ClusterIP of the NodePort service)
   linux-svc      a ClusterIP Service in front of the Linux nginx pod
   win-node       a Windows node's cluster IP (NodePort); same-win-node: the node hosting the pod
+  win-node-mgmt  that node's management IP (the address Vagrant and cluster-test use for WinRM)
   linux-node     a Linux node's cluster IP (NodePort)
   external       outside the cluster: as a source, the machine running the spec (the Hyper-V
                  host); as a target, --k4w-external-url or DEFAULT_EXTERNAL_URL / the proxy
@@ -20,6 +21,12 @@ Ways:
   dns      target addressed by its cluster DNS name (pods: a headless Service's name)
   nodeport the Service's NodePort on the node's cluster IP
   nat      outbound to an address outside every cluster CIDR (needs outbound NAT)
+  winrm-http, winrm-https
+           a TCP connection to WinRM's HTTP (5985) or HTTPS (5986) port
+
+A row marked `closed` is the opposite claim: the path must NOT connect (nothing a pod can reach
+offers a login, DESIGN "Security is part of it works"). It passes only when every attempt is
+refused or dropped, and fails the moment one connects.
 """
 
 from __future__ import annotations
@@ -27,8 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SOURCES = ("win-pod", "linux-pod", "external", "win-node")
-TARGETS = ("win-pod", "linux-pod", "win-svc", "linux-svc", "win-node", "linux-node", "same-win-node", "external")
-WAYS = ("ip", "dns", "nodeport", "nat")
+TARGETS = ("win-pod", "linux-pod", "win-svc", "linux-svc", "win-node", "win-node-mgmt", "linux-node", "same-win-node", "external")
+WAYS = ("ip", "dns", "nodeport", "nat", "winrm-http", "winrm-https")
+# WinRM's default listener ports (Microsoft, "Installation and configuration for Windows Remote
+# Management": HTTP 5985, HTTPS 5986).
+WINRM_PORTS = {"winrm-http": 5985, "winrm-https": 5986}
 
 # Outbound target when cluster.yml has no proxy: Ubuntu's network connectivity check, a plain
 # HTTP endpoint kept up for NetworkManager (/etc/NetworkManager/conf.d/20-connectivity-ubuntu.conf).
@@ -68,6 +78,7 @@ class Path:
     way: str
     claim: str  # what a pass proves, in the words of the checklist it comes from
     known_issue: KnownIssue | None = None
+    closed: bool = False  # the path must not connect (see the module docstring)
 
     def __post_init__(self):
         if self.source not in SOURCES or self.target not in TARGETS or self.way not in WAYS:
@@ -128,6 +139,16 @@ MATRIX: tuple[Path, ...] = (
         "nodeport",
         "NodePort service from the Windows node that hosts its pod",
         known_issue=NODEPORT_FROM_HOSTING_WINDOWS_NODE,
+    ),
+    # Pods are masqueraded to their node's address, so "from a pod" also means "from any node":
+    # WinRM listens for the host side only (the management NIC, from its default gateway, which
+    # on the Default Switch is the Hyper-V host; guest/windows/node/winrm-scope.ps1).
+    *(
+        Path(source, target, way, f"WinRM ({WINRM_PORTS[way]}) of a Windows node is closed to pods: nothing a pod can reach offers a login",
+             closed=True)
+        for source in ("linux-pod", "win-pod")
+        for target in ("win-node", "win-node-mgmt")
+        for way in ("winrm-http", "winrm-https")
     ),
 )
 

@@ -96,6 +96,66 @@ def parse_windows(stdout: str, stderr: str, rc: int, what: str) -> tuple[bool, s
     return bool(data["ok"]), str(data.get("detail", ""))
 
 
+# ------------------------------------------------------------------ TCP connect (closed rows)
+
+CONNECT_SECONDS = 5   # one connection attempt; a firewall drop shows as this timeout
+CLOSED_ATTEMPTS = 3   # a closed path must refuse or drop every one of these
+
+
+def linux_tcp_script(host: str, port: int, timeout: int = CONNECT_SECONDS) -> str:
+    """busybox nc -z (netcat 1.10 compatible scan mode, in busybox:1.28): exit 0 only if the TCP
+    handshake completed."""
+    return (f"out=$(nc -z -w {int(timeout)} {shlex.quote(host)} {int(port)} 2>&1); "
+            f'echo "{MARKER}=tcp rc=$?"; echo "$out"')
+
+
+def parse_linux_tcp(stdout: str, stderr: str, what: str) -> tuple[bool, str]:
+    text = stdout.strip()
+    marker, _, detail = text.partition("\n")
+    if not marker.startswith(f"{MARKER}=tcp rc=") or "Usage:" in text or "applet not found" in text or "invalid option" in text:
+        raise ProbeBroken(redact(f"{what}: the TCP probe did not run: {stderr.strip() or text}"))
+    if marker.endswith("rc=0"):
+        return True, "TCP connection established"
+    return False, detail.strip() or "connection refused or timed out"
+
+
+def windows_tcp_body(host: str, port: int, timeout: int = CONNECT_SECONDS) -> str:
+    """PowerShell 5.1 block: a TCP connect with a deadline; returns {ok, detail}."""
+    return f"""$client = New-Object System.Net.Sockets.TcpClient
+try {{
+  $task = $client.ConnectAsync({ps(host)}, {int(port)})
+  $done = $false
+  try {{ $done = $task.Wait({int(timeout) * 1000}) }} catch {{ return @{{ ok = $false; detail = $_.Exception.InnerException.Message }} }}
+  if ($done -and $client.Connected) {{ @{{ ok = $true; detail = 'TCP connection established' }} }}
+  else {{ @{{ ok = $false; detail = 'no connection within {int(timeout)} s' }} }}
+}} finally {{ $client.Dispose() }}"""
+
+
+def tcp_from_pod(kubectl, namespace: str, pod: str, os_name: str, host: str, port: int) -> tuple[bool, str]:
+    what = f"TCP probe from pod {namespace}/{pod} to {host}:{port}"
+    if os_name == "windows":
+        proc = kubectl.exec(namespace, pod, winps.command_line(windows_tcp_body(host, port)).split(" "))
+        return parse_windows(proc.stdout, proc.stderr, proc.returncode, what)
+    proc = kubectl.exec(namespace, pod, ["sh", "-c", linux_tcp_script(host, port)])
+    if proc.returncode != 0:
+        raise ProbeBroken(redact(f"{what}: kubectl exec exited {proc.returncode}: {proc.stderr.strip()}"))
+    return parse_linux_tcp(proc.stdout, proc.stderr, what)
+
+
+class PathOpen(AssertionError):
+    """A path that must stay closed connected."""
+
+
+def never_connects(probe, what: str, attempts: int = CLOSED_ATTEMPTS) -> str:
+    """Run a TCP probe a few times; any connection fails (PathOpen). Returns the last refusal."""
+    detail = ""
+    for _ in range(attempts):
+        connected, detail = probe()
+        if connected:
+            raise PathOpen(redact(f"{what}: connected ({detail}), but this path must be closed"))
+    return detail
+
+
 # ------------------------------------------------------------------ sources
 
 

@@ -21,7 +21,7 @@ SPEC_DIR = Path(__file__).resolve().parent / "specs"
 SPECS = {
     "ubuntu": [SPEC_DIR / "test_ubuntu_box.py"],
     "windows": [SPEC_DIR / "test_windows_box.py"],
-    "cluster": [SPEC_DIR / "test_cluster_nodes.py", SPEC_DIR / "test_cluster_connectivity.py"],
+    "cluster": [SPEC_DIR / "test_cluster_nodes.py", SPEC_DIR / "test_cluster_identities.py", SPEC_DIR / "test_cluster_connectivity.py"],
 }
 
 # pytest's exit codes (pytest.ExitCode): 0 all passed, 1 some failed, 2 interrupted,

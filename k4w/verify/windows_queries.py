@@ -155,3 +155,52 @@ def patch_level() -> str:
     11-box-release.ps1 records (HKLM:\\SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion)."""
     return """$v = Get-ItemProperty -LiteralPath 'HKLM:\\SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion'
 [pscustomobject]@{ build = [int]$v.CurrentBuild; ubr = [int]$v.UBR }"""
+
+
+def folder_acls(paths: list[str]) -> str:
+    """Each path's DACL by SID (names are localised): protected from inheritance, owner, and every
+    ACE with its rights, inheritance flags and whether it was inherited."""
+    return f"""foreach ($path in {_list(paths)}) {{
+  if (-not (Test-Path -LiteralPath $path)) {{ [pscustomobject]@{{ path = $path; exists = $false }}; continue }}
+  $acl = Get-Acl -LiteralPath $path
+  $sid = [System.Security.Principal.SecurityIdentifier]
+  [pscustomobject]@{{
+    path = $path; exists = $true
+    protected = [bool]$acl.AreAccessRulesProtected
+    owner = [string]$acl.GetOwner($sid).Value
+    rules = @($acl.GetAccessRules($true, $true, $sid) | ForEach-Object {{
+      [pscustomobject]@{{
+        sid = [string]$_.IdentityReference.Value; type = [string]$_.AccessControlType
+        rights = [string]$_.FileSystemRights; inheritance = [string]$_.InheritanceFlags
+        propagation = [string]$_.PropagationFlags; inherited = [bool]$_.IsInherited
+      }}
+    }})
+  }}
+}}"""
+
+
+def winrm_exposure() -> str:
+    """What WinRM offers: its listeners, every enabled inbound allow rule for 5985/5986 with the
+    interfaces and remote addresses it admits, and whether the built-in Administrator (RID 500,
+    by SID: its name is localised) is enabled."""
+    return """$listeners = @(Get-ChildItem -Path 'WSMan:\\localhost\\Listener' | ForEach-Object {
+  [string](@($_.Keys | Where-Object { $_ -like 'Transport=*' }) -join '')
+})
+$rules = foreach ($f in (Get-NetFirewallPortFilter -PolicyStore ActiveStore)) {
+  $local = @($f.LocalPort | ForEach-Object { [string]$_ })
+  if (-not ($local | Where-Object { @('5985', '5986') -contains $_ })) { continue }
+  $rule = $f | Get-NetFirewallRule
+  if ([string]$rule.Enabled -ne 'True' -or [string]$rule.Direction -ne 'Inbound' -or [string]$rule.Action -ne 'Allow') { continue }
+  [pscustomobject]@{
+    name = [string]$rule.Name; ports = $local
+    interfaces = @(($rule | Get-NetFirewallInterfaceFilter).InterfaceAlias | ForEach-Object { [string]$_ })
+    remote = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { [string]$_ })
+  }
+}
+$admin = Get-LocalUser | Where-Object { $_.SID.Value -like 'S-1-5-21-*-500' }
+[pscustomobject]@{
+  listeners = $listeners
+  rules = @($rules)
+  administrator_enabled = [bool]$admin.Enabled
+  scope_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-scope' -ErrorAction SilentlyContinue)
+}"""

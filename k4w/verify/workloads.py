@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import K4wError
+from .matrix import WINRM_PORTS
 
 NAMESPACE = "k4w-test"
 # Rendered from templates/manifests/demo-win-webserver.yaml.j2 (docs/internals.md template table).
@@ -157,6 +158,7 @@ class Endpoints:
     linux_pod_ip: str | None = None
     linux_svc_ip: str | None = None
     win_node: tuple[str, str] | None = None  # (name, cluster IP) of the node hosting the demo pod
+    win_node_management_ip: str | None = None  # that node's management NIC address (its WinRM URL's host)
     linux_node: tuple[str, str] | None = None
     external_url: str = ""
     pods: dict = field(default_factory=dict)  # source -> (namespace, pod, os)
@@ -183,10 +185,19 @@ class Endpoints:
             ("same-win-node", "nodeport"): lambda: (http(self.win_node[1], self.node_port), None),
             ("linux-node", "nodeport"): lambda: (http(self.linux_node[1], self.node_port), None),
             ("external", "nat"): lambda: (self.external_url, None),
+            **{(target, way): (lambda target=target, way=way: (self._tcp(target, way), None))
+               for target in ("win-node", "win-node-mgmt") for way in WINRM_PORTS},
         }
         if (target, way) not in table:
             raise K4wError(f"the matrix has no way to reach {target} by {way}")
         return table[(target, way)]()
+
+    def _tcp(self, target: str, way: str) -> str:
+        host = self.win_node[1] if target == "win-node" else self.win_node_management_ip
+        if not host:
+            raise K4wError(f"no address for {target}: the Windows node's management IP comes from its WinRM URL "
+                           "(--k4w-node-url NODE=winrm://..., which invoke cluster-test passes)")
+        return f"tcp://{host}:{WINRM_PORTS[way]}"
 
     def _by_name(self, name: str, namespace: str, port: int) -> tuple[str, str]:
         fqdn = self._dns(name, namespace)

@@ -144,7 +144,33 @@ def _flannel_ds(edit):
     return apply
 
 
+# The group binding windows-node-rbac.yaml had before the Windows components got identities of their own.
+NODES_GROUP_BINDING = """---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: k4w:windows-kube-proxy
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:node-proxier
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: Group
+    name: system:nodes
+"""
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
 BROKEN = {
+    "system:nodes group binding": ("manifests/windows-node-rbac.yaml", lambda p: _append(p, NODES_GROUP_BINDING), "binds the built-in group 'system:nodes'"),
+    "kube-proxy identity widened": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "name: system:node-proxier", "name: cluster-admin"), "its Linux twin has 'system:node-proxier'"),
+    "no token secret": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "type: kubernetes.io/service-account-token", "type: Opaque"), "no kubernetes.io/service-account-token Secret"),
+    "kube-proxy on the kubelet's credential": ("nodes/worker-win/kube-proxy.args", lambda p: _replace(p, "kube-proxy.conf", "kubelet.conf"), "that is the kubelet's credential"),
+    "flanneld on the kubelet's credential": ("nodes/worker-win/flanneld.args", lambda p: _replace(p, "flanneld.conf", "kubelet.conf"), "that is the kubelet's credential"),
     "old API group": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "rbac.authorization.k8s.io/v1", "rbac.authorization.k8s.io/v1beta1"), "is not one of"),
     "extensions/v1beta1": ("manifests/kube-flannel.yaml", lambda p: _replace(p, "apiVersion: apps/v1", "apiVersion: extensions/v1beta1"), "is not one of"),
     "schema: unknown field": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, _flannel_ds(lambda d: d["spec"]["template"]["spec"].update(nodeSelecter={}))), "kubernetes-validate"),
@@ -203,7 +229,7 @@ def test_kubernetes_validate_uses_its_oldest_schema(default_render):
 
     _, out = default_render
     oldest = utils.all_versions()[0]
-    _edit_yaml(out / "manifests" / "windows-node-rbac.yaml", lambda d: d["subjects"][0].update(kind=7))
+    _edit_yaml(out / "manifests" / "windows-node-rbac.yaml", lambda d: d["kind"] == "ClusterRoleBinding" and d["subjects"][0].update(kind=7))
     problems = checks.check_manifests(out)
     assert any(f"kubernetes-validate {oldest} (strict)" in p for p in problems), problems
 

@@ -13,10 +13,14 @@ Scenario (a dict, stored as JSON for the executable):
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
 TOKEN = "abcdef.0123456789abcdef"
+# What the token controller puts in a service-account-token Secret: a JWT and the cluster CA.
+SERVICE_ACCOUNT_TOKEN = "eyJhbGciOiJSUzI1NiJ9.fake-service-account-token.signature"
+CLUSTER_CA = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 CA_HASH = "sha256:" + "1" * 64
 
 
@@ -47,6 +51,12 @@ def answer(scenario: dict, machines: list[dict], command: str) -> tuple[int, str
     rollout = re.search(r"rollout status (\S+)", command)
     if rollout:
         return 0, f'{rollout[1]} successfully rolled out\n'
+    if re.search(r"get secret \S+-token -o json", command):
+        if scenario.get("tokens_pending", 0) > 0:   # the token controller has not filled it yet
+            scenario["tokens_pending"] -= 1
+            return 0, json.dumps({"data": {}})
+        b64 = lambda text: base64.b64encode(text.encode()).decode()
+        return 0, json.dumps({"data": {"token": b64(SERVICE_ACCOUNT_TOKEN), "ca.crt": b64(CLUSTER_CA), "namespace": b64("kube-system")}})
     if "get deployment" in command:
         return 0, json.dumps({"status": {"availableReplicas": 1}})
     if "cat /etc/kubernetes/admin.conf" in command:

@@ -82,6 +82,9 @@ def _box_state(defect: str | None) -> dict:
                      "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
         "patch_level": dict(PATCH_LEVEL),
+        # What guest/windows/node/winrm-scope.ps1 and the build's shutdown_command leave.
+        "winrm": {"listeners": ["Transport=HTTPS"], "administrator_enabled": False, "scope_task": True,
+                  "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Ethernet"], "remote": ["DefaultGateway"]}]},
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
         # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
         "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
@@ -120,11 +123,36 @@ def _box_state(defect: str | None) -> dict:
         elif name == "other_build":  # an ISO of another Windows build
             state["patch_level"] = {**PATCH_LEVEL, "build": 17763}
             state["release"] = json.dumps({**release, "os": state["patch_level"]})
+        elif name == "winrm_as_before":  # the bootstrap of before: HTTP listener, 5986 for any address, Administrator on
+            state["winrm"] = {"listeners": ["Transport=HTTP", "Transport=HTTPS"], "administrator_enabled": True, "scope_task": False,
+                              "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Any"], "remote": ["Any"]},
+                                        {"name": "WINRM-HTTP-In-TCP", "ports": ["5985"], "interfaces": ["Any"], "remote": ["Any"]}]}
+        elif name == "k_inherits":  # C:\k left with C:\'s ACL: Authenticated Users may modify kubelet.exe
+            state["acl_inherits"] = [K, f"{K}\\kubelet.exe"]
         elif name == "stale_release":
             state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
         else:
             raise ValueError(f"unknown defect {name}")
     return state
+
+
+# A folder or file as protect-node-folders.ps1 leaves it (top folders protected, the rest
+# inheriting), or, for a planted defect, with C:\'s ACL (Windows Server's C:\ grants
+# Authenticated Users S-1-5-11 modify and Users S-1-5-32-545 read to what is created below it).
+_ADMIN_ONLY_ACES = [{"sid": sid, "type": "Allow", "rights": "FullControl", "inheritance": "ContainerInherit, ObjectInherit",
+                     "propagation": "None", "inherited": False} for sid in ("S-1-5-18", "S-1-5-32-544")]
+_TOP_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
+
+
+def _acl_row(path: str, inherits_c: bool) -> dict:
+    top = path in _TOP_FOLDERS or path.startswith("C:\\ProgramData\\containerd")
+    rules = [dict(r, inherited=not top) for r in _ADMIN_ONLY_ACES]
+    if inherits_c:
+        rules += [{"sid": "S-1-5-11", "type": "Allow", "rights": "Modify, Synchronize", "inheritance": "None",
+                   "propagation": "None", "inherited": True},
+                  {"sid": "S-1-5-32-545", "type": "Allow", "rights": "ReadAndExecute, Synchronize",
+                   "inheritance": "None", "propagation": "None", "inherited": True}]
+    return {"path": path, "exists": True, "protected": top and not inherits_c, "owner": "S-1-5-32-544", "rules": rules}
 
 
 def _strings(text: str) -> list[str]:
@@ -148,6 +176,10 @@ class FakeWindowsBackend(base.BaseBackend):
 
     def _answer(self, body: str):
         s = self.state
+        if "WSMan:\\localhost\\Listener" in body:
+            return s["winrm"]
+        if "Get-Acl -LiteralPath $path" in body:
+            return [_acl_row(p, p in s.get("acl_inherits", ())) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
         if "Get-WindowsFeature" in body:
             return "Installed"
         if "Get-NetFirewallPortFilter" in body:

@@ -237,3 +237,36 @@ def test_every_rendered_file_holding_a_credential_is_readable_by_its_owner_only(
     # Packer takes the proxy's credentials from its environment, not from the template.
     assert not {rel for rel in holding if rel.startswith("packer/")}
     assert {rel: mode for rel, mode in holding.items() if mode != 0o600} == {}
+
+
+# ------------------------------------------------------------------ the Windows box user's password
+
+
+def test_the_box_user_password_is_random_private_and_survives_every_render(tmp_path):
+    out = tmp_path / "out"
+    assert invoke("render", "--out", str(out)).returncode == 0
+    path = out / "secrets" / "box-user.json"
+    password = json.loads(path.read_text())["password"]
+    assert len(password) >= 24 and password != "vagrant"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    unattend = (out / "http" / "windows-1803" / "Autounattend.xml").read_text()
+    assert escape.unattend_password(password, "Password") in unattend
+    assert escape.unattend_password("vagrant", "Password") not in unattend
+    # where the cluster Vagrantfile reads it; the password itself is in no rendered file but the answer file
+    cluster = json.loads((out / "vagrant" / "cluster.json").read_text())
+    assert cluster["box_user_secrets"] == str(path.resolve())
+    assert not [p for p in out.rglob("*") if p.is_file() and p != path and password in p.read_text(errors="replace")]
+    # kept across renders (a VM keeps the password of the box it was made from)
+    assert invoke("render", "--out", str(out)).returncode == 0
+    assert json.loads(path.read_text())["password"] == password
+
+
+def test_an_unreadable_box_user_password_stops_render_instead_of_locking_vagrant_out(tmp_path):
+    out = tmp_path / "out"
+    path = out / "secrets" / "box-user.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"passw')
+    result = invoke("render", "--out", str(out))
+    assert result.returncode != 0
+    assert f"{path}" in result.stdout + result.stderr and "holds no readable box user password" in result.stdout + result.stderr
+    assert path.read_text() == '{"passw'

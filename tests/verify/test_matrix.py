@@ -11,7 +11,9 @@ from k4w.verify import matrix
 from k4w.verify.probes import PathUnreachable
 
 DEFAULT = ("host-gw", {"windows-1803"})
-ID = re.compile(r"^(win-pod|linux-pod|external|win-node)->[a-z-]+:(ip|dns|nodeport|nat)$")
+ID = re.compile(r"^(win-pod|linux-pod|external|win-node)->[a-z-]+:(ip|dns|nodeport|nat|winrm-http|winrm-https)$")
+WINRM_ROWS = {f"{source}->{target}:{way}" for source in ("linux-pod", "win-pod") for target in ("win-node", "win-node-mgmt")
+              for way in ("winrm-http", "winrm-https")}
 
 
 def _marks(param, name):
@@ -20,7 +22,7 @@ def _marks(param, name):
 
 def test_matrix_covers_the_seed_checklist_and_the_nodeport_limitation():
     ids = [row.id for row in matrix.MATRIX]
-    assert len(ids) == 17 and len(set(ids)) == 17
+    assert len(ids) == 25 and len(set(ids)) == 25
     assert all(ID.match(i) for i in ids), ids
     for pair in ("win-pod->win-pod", "win-pod->linux-pod", "linux-pod->win-pod", "linux-pod->linux-pod",
                  "linux-pod->win-svc", "win-pod->linux-svc"):
@@ -28,6 +30,14 @@ def test_matrix_covers_the_seed_checklist_and_the_nodeport_limitation():
     assert {"external->win-node:nodeport", "external->linux-node:nodeport", "linux-pod->external:nat",
             "win-pod->external:nat", "win-node->same-win-node:nodeport"} <= set(ids)
     assert all(row.claim for row in matrix.MATRIX)
+
+
+def test_winrm_is_a_closed_row_from_every_pod_to_both_addresses_of_a_windows_node():
+    closed = {row.id: row for row in matrix.MATRIX if row.closed}
+    assert set(closed) == WINRM_ROWS
+    assert {matrix.WINRM_PORTS[row.way] for row in closed.values()} == {5985, 5986}
+    # a closed row is asserted closed, never an expected failure that an open port could satisfy
+    assert all(row.known_issue is None for row in closed.values())
 
 
 def test_default_cluster_expects_exactly_the_two_documented_failures_strictly():

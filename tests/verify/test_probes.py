@@ -117,3 +117,55 @@ def test_until_answered_retries_until_the_deadline_then_names_the_path():
 def test_until_answered_returns_on_the_first_answer():
     answers = iter([(False, "refused"), (True, "HTTP 200")])
     assert probes.until_answered(lambda: next(answers), "p", deadline=10, clock=lambda: 0, sleep=lambda s: None) == "HTTP 200"
+
+
+def test_tcp_probe_from_a_linux_pod_reads_what_nc_says():
+    assert probes.parse_linux_tcp(f"{probes.MARKER}=tcp rc=0\n", "", "p") == (True, "TCP connection established")
+    refused = f"{probes.MARKER}=tcp rc=1\nnc: can't connect to remote host (192.168.250.21): Connection refused\n"
+    assert probes.parse_linux_tcp(refused, "", "p") == (False, "nc: can't connect to remote host (192.168.250.21): Connection refused")
+    # an nc without -z prints its usage: the probe is broken, never "closed"
+    with pytest.raises(probes.ProbeBroken):
+        probes.parse_linux_tcp(f"{probes.MARKER}=tcp rc=1\nBusyBox v1.28.4 multi-call binary.\n\nUsage: nc [OPTIONS] HOST PORT", "", "p")
+
+
+def test_linux_tcp_probe_really_tells_an_open_port_from_a_closed_one(tmp_path, closed_port):
+    """The script itself, run by a real shell with a stand-in nc that connects like netcat -z."""
+    import socket
+    import subprocess
+    import sys
+
+    fake_nc = tmp_path / "nc"
+    fake_nc.write_text(f"""#!{sys.executable}
+import socket, sys
+args = sys.argv[1:]
+host, port = args[-2], int(args[-1])
+try:
+    socket.create_connection((host, port), timeout=float(args[args.index('-w') + 1])).close()
+except OSError as exc:
+    print(f"nc: can't connect to remote host ({{host}}): {{exc}}", file=sys.stderr)
+    sys.exit(1)
+""")
+    fake_nc.chmod(0o755)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    try:
+        for port, want in ((listener.getsockname()[1], True), (closed_port, False)):
+            proc = subprocess.run(["sh", "-c", probes.linux_tcp_script("127.0.0.1", port, timeout=2)],
+                                  capture_output=True, text=True, env=env, timeout=30)
+            assert probes.parse_linux_tcp(proc.stdout, proc.stderr, "p")[0] is want, proc.stdout
+    finally:
+        listener.close()
+
+
+def test_a_closed_path_fails_the_moment_one_attempt_connects():
+    answers = iter([(False, "refused"), (True, "TCP connection established"), (False, "refused")])
+    with pytest.raises(probes.PathOpen, match="linux-pod->win-node:winrm-http.*connected.*must be closed"):
+        probes.never_connects(lambda: next(answers), "linux-pod->win-node:winrm-http")
+
+
+def test_a_closed_path_passes_only_after_every_attempt_was_refused():
+    calls = []
+    detail = probes.never_connects(lambda: calls.append(1) or (False, "timed out"), "row", attempts=3)
+    assert (len(calls), detail) == (3, "timed out")

@@ -103,3 +103,22 @@ def test_the_minimum_patch_level_is_the_pinned_updates_and_1803_has_none():
 
     assert expect.minimum_ubr(profiles.load("windows-2022")) == 5622
     assert expect.minimum_ubr(profiles.load("windows-1803")) is None
+
+
+def test_a_node_folder_any_local_account_can_write_fails_the_acl_check(run_windows_spec):
+    # C:\k with C:\'s inherited ACL: any local account could replace kubelet.exe, which runs as LocalSystem.
+    run = run_windows_spec("k_inherits")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_node_folders_are_system_and_administrators_only"]
+    failure = run.result["failed_tests"][0]
+    assert "test_node_folders_are_system_and_administrators_only" in failure
+    assert "C:\\k inherits its parent's ACL" in run.output and "S-1-5-11" in run.output
+
+
+def test_a_box_with_winrm_open_to_everyone_fails_the_winrm_and_account_checks(run_windows_spec):
+    # k4w-bootstrap.ps1 as it was: an HTTP listener, 5986 for any address on any NIC, Administrator enabled.
+    run = run_windows_spec("winrm_as_before")
+    assert run.proc.returncode == 1
+    assert sorted(_failed(run)) == ["test_builtin_administrator_is_disabled", "test_winrm_is_open_on_the_management_nic_to_the_host_only",
+                            "test_winrm_listens_over_https_only"]
+    assert "applies to every interface" in run.output and "admits remote addresses ['Any']" in run.output

@@ -7,8 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from k4w import config, profiles, render
 from k4w.cluster_model import Cluster
+from k4w.errors import K4wError
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.verify import matrix, workloads as wl
 from tests.helpers import venv_tool
@@ -50,13 +53,22 @@ def test_every_matrix_target_resolves_to_a_url():
     demo = wl.Demo(Path("x"), "win-webserver", "default", {"app": "win-webserver"}, 80)
     ep = wl.Endpoints(domain="cluster.local", demo=demo, win_pod_ip="10.244.2.3", win_svc_ip="10.100.1.1", node_port=30080,
                       linux_pod_ip="10.244.1.4", linux_svc_ip="10.100.2.2", win_node=("worker-win", "192.168.250.21"),
-                      linux_node=("worker-linux", "192.168.250.11"), external_url="http://connectivity-check.ubuntu.com/")
+                      linux_node=("worker-linux", "192.168.250.11"), external_url="http://connectivity-check.ubuntu.com/",
+                      win_node_management_ip="172.20.48.7")
     for row in matrix.MATRIX:
         url, name = ep.target(row.target, row.way)
-        assert url.startswith("http://") and "None" not in url, row.id
+        assert url.startswith("tcp://" if row.closed else "http://") and "None" not in url, row.id
         assert (name is not None) == (row.way == "dns"), row.id
     assert ep.target("win-pod", "dns") == ("http://k4w-test-win-pods.default.svc.cluster.local:80/", "k4w-test-win-pods.default.svc.cluster.local")
     assert ep.target("same-win-node", "nodeport")[0] == "http://192.168.250.21:30080/"
+    assert ep.target("win-node", "winrm-https") == ("tcp://192.168.250.21:5986", None)
+    assert ep.target("win-node-mgmt", "winrm-http") == ("tcp://172.20.48.7:5985", None)
+
+
+def test_the_management_address_must_be_known_for_its_winrm_rows():
+    ep = wl.Endpoints(domain="cluster.local", demo=None, win_node=("worker-win", "192.168.250.21"))
+    with pytest.raises(K4wError, match="no address for win-node-mgmt.*--k4w-node-url"):
+        ep.target("win-node-mgmt", "winrm-https")
 
 
 def test_outside_url_prefers_explicit_then_proxy_without_credentials():

@@ -2,11 +2,13 @@
 # auto-logged-on Administrator, from the Setup media (CD on Gen2, floppy on Gen1; found by this
 # file's name, see templates/http/windows/Autounattend.xml.j2), and prepares exactly what Packer needs to
 # take over. WinRM is opened LAST, so Packer only connects to a guest that is ready.
-# Values come as parameters from the answer file: the proxy as host:port (never credentials).
+# Values come as parameters from the answer file: the proxy as host:port (never credentials), and
+# from where WinRM may be reached on the management NIC (k4w.derive.winrm_remote_scope).
 param(
     [string]$HttpProxy = '',
     [string]$HttpsProxy = '',
-    [string]$NoProxy = ''
+    [string]$NoProxy = '',
+    [ValidateSet('DefaultGateway', 'LocalSubnet')][string]$WinRmRemote = 'DefaultGateway'
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -40,7 +42,11 @@ Get-NetConnectionProfile | Where-Object { $_.NetworkCategory -ne 'Private' -and 
 
 # 4. UAC remote restrictions: local administrators other than the built-in Administrator get a
 #    filtered (non-admin) token over the network unless LocalAccountTokenFilterPolicy=1 (Microsoft
-#    KB 951016, "User Account Control and remote restrictions"). Vagrant logs in as "vagrant".
+#    KB 951016, "User Account Control and remote restrictions"). Kept, because it is needed: the
+#    built-in Administrator is disabled when the build ends (templates/packer/windows.json.j2,
+#    shutdown_command), so "vagrant" is the only account cluster-up administers the node with, and
+#    it needs its full token (kubeadm, services, HNS). What limits the exposure is that WinRM
+#    answers the Hyper-V host only (step 6) and vagrant's password is random per k4w installation.
 [void](Set-K4wRegistryValue -Path 'HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Policies\System' -Name 'LocalAccountTokenFilterPolicy' -Value 1 -Type DWord)
 
 # 5. The box's accounts must keep working however long the box sits unused: local passwords
@@ -49,17 +55,20 @@ foreach ($user in 'Administrator', 'vagrant') {
     Set-LocalUser -Name $user -PasswordNeverExpires $true
 }
 
-# 6. WinRM. Service started automatically; HTTP listener (5985) for Vagrant, which uses NTLM
-#    with message encryption (vagrant/box/windows.Vagrantfile); limits raised for long
-#    provisioning commands.
+# 6. WinRM. Service started automatically; PowerShell remoting's session configurations (Vagrant's
+#    winrm gem speaks PSRP to them); limits raised for long provisioning commands.
 Set-Service -Name 'WinRM' -StartupType Automatic
 Start-Service -Name 'WinRM'
 Enable-PSRemoting -SkipNetworkProfileCheck -Force | Out-Null
 Set-Item -Path 'WSMan:\localhost\Shell\MaxMemoryPerShellMB' -Value 2048
 Set-Item -Path 'WSMan:\localhost\MaxTimeoutms' -Value 1800000
 
-# 7. HTTPS listener (5986) for Packer, with a self-signed certificate (templates/packer/windows.json.j2 sets
-#    winrm_insecure), and its firewall rule. Done last: from here on Packer can connect.
+# 7. HTTPS listener (5986) for Packer and Vagrant, with a self-signed certificate
+#    (templates/packer/windows.json.j2 sets winrm_insecure, the Vagrantfiles ssl_peer_verification
+#    false). winrm-scope.ps1 then opens 5986 on the management NIC from the host only and removes
+#    the HTTP listener Enable-PSRemoting made; the boot task k4w-winrm-scope re-applies it at every
+#    start (the NIC's name may differ in a VM made from the box). Done last: from here on Packer
+#    can connect.
 $friendlyName = 'k4w WinRM HTTPS'
 $cert = Get-ChildItem -Path 'Cert:\LocalMachine\My' | Where-Object { $_.FriendlyName -eq $friendlyName } | Select-Object -First 1
 if (-not $cert) {
@@ -70,9 +79,19 @@ $https = @(Get-ChildItem -Path 'WSMan:\localhost\Listener' | Where-Object { $_.K
 if (-not $https) {
     New-Item -Path 'WSMan:\localhost\Listener' -Transport HTTPS -Address * -CertificateThumbPrint $cert.Thumbprint -Force | Out-Null
 }
-if (-not (Get-NetFirewallRule -Name 'k4w-winrm-https' -ErrorAction SilentlyContinue)) {
-    New-NetFirewallRule -Name 'k4w-winrm-https' -DisplayName 'k4w: WinRM over HTTPS (TCP 5986)' `
-        -Direction Inbound -Action Allow -Protocol TCP -LocalPort 5986 -Profile Any | Out-Null
+$nodeDir = 'C:\k'
+$scope = Join-Path $nodeDir 'winrm-scope.ps1'
+New-Item -ItemType Directory -Path $nodeDir -Force | Out-Null
+Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-scope.ps1') -Destination $scope -Force
+& $scope -RemoteScope $WinRmRemote
+if ($LASTEXITCODE -ne 0) { throw "winrm-scope.ps1 failed ($LASTEXITCODE)" }
+$taskName = 'k4w-winrm-scope'
+if (-not (Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue)) {
+    $action = New-ScheduledTaskAction -Execute "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe" `
+        -Argument "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$scope`""
+    $principal = New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest
+    Register-ScheduledTask -TaskName $taskName -Action $action -Trigger (New-ScheduledTaskTrigger -AtStartup) `
+        -Principal $principal -Description 'k4w: WinRM HTTPS from the Hyper-V host only, on the management NIC' | Out-Null
 }
-Write-K4wStep 'bootstrap done: WinRM HTTPS listening on 5986'
+Write-K4wStep "bootstrap done: WinRM HTTPS listening on 5986 for the management NIC's $WinRmRemote"
 Stop-Transcript | Out-Null

@@ -8,6 +8,8 @@ this spec creates in namespace k4w-test and deletes afterwards. Probes run insid
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
 import testinfra
 
@@ -102,6 +104,8 @@ def endpoints(kubectl, cluster_cfg, k4w, os_label, proxy):
             service = kubectl.get("service", "-n", demo.namespace, demo.name)
             ep.win_svc_ip = service["spec"]["clusterIP"]
             ep.node_port = int(service["spec"]["ports"][0]["nodePort"])
+            node_url = k4w.node_urls.get(ep.win_node[0])
+            ep.win_node_management_ip = urllib.parse.urlsplit(node_url).hostname if node_url else None
         yield ep
     finally:
         if demo:
@@ -131,5 +135,11 @@ def _probe_for(path, endpoints, kubectl, k4w):
 @pytest.mark.k4w_check("connectivity")
 def test_path(path, endpoints, kubectl, k4w):
     url, dns_name = endpoints.target(path.target, path.way)
+    if path.closed:
+        namespace, pod, os_name = endpoints.pods[path.source]
+        host, port = url.removeprefix("tcp://").rsplit(":", 1)
+        probes.never_connects(lambda: probes.tcp_from_pod(kubectl, namespace, pod, os_name, host, int(port)),
+                              f"{path.id} [{path.claim}] {url}")
+        return
     probe = _probe_for(path, endpoints, kubectl, k4w)
     probes.until_answered(lambda: probe(url, dns_name), f"{path.id} [{path.claim}] {url}")

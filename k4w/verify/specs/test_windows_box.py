@@ -263,6 +263,96 @@ def test_defender_exclusions(host):
     assert not missing, f"Defender exclusions missing: {missing}"
 
 
+# ------------------------------------------------------------------ WinRM and accounts
+
+# WinRM over HTTPS only (Microsoft, "Installation and configuration for Windows Remote Management":
+# HTTP 5985, HTTPS 5986), on the management NIC, from the host (guest/windows/node/winrm-scope.ps1).
+WINRM_HTTPS_PORT = "5986"
+WINRM_REMOTE_SCOPES = {"DefaultGateway", "LocalSubnet"}
+
+
+@pytest.fixture(scope="module")
+def winrm(host) -> dict:
+    return _query(host, q.winrm_exposure(), "WinRM listeners, firewall rules and the Administrator account")
+
+
+@pytest.mark.k4w_check("winrm")
+def test_winrm_listens_over_https_only(winrm):
+    listeners = sorted(winps.as_list(winrm["listeners"]))
+    assert listeners == ["Transport=HTTPS"], f"WinRM listeners: {listeners} (HTTP 5985 must be gone; Vagrant and Packer use 5986)"
+
+
+@pytest.mark.k4w_check("winrm")
+def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
+    rules = winps.as_list(winrm["rules"])
+    assert rules, "no enabled inbound rule admits WinRM on 5986: Vagrant cannot reach the box"
+    wide = []
+    for rule in rules:
+        ports = winps.as_list(rule["ports"])
+        interfaces = winps.as_list(rule["interfaces"])
+        remote = winps.as_list(rule["remote"])
+        if ports != [WINRM_HTTPS_PORT]:
+            wide.append(f"{rule['name']} opens {ports}")
+        if not interfaces or "Any" in interfaces:
+            wide.append(f"{rule['name']} applies to every interface (the cluster NIC and HNS's vEthernet adapters too)")
+        if len(remote) != 1 or remote[0] not in WINRM_REMOTE_SCOPES:
+            wide.append(f"{rule['name']} admits remote addresses {remote}, not only the host side")
+    assert not wide, "WinRM is reachable from more than the Hyper-V host: " + "; ".join(wide)
+    assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
+
+
+@pytest.mark.k4w_check("accounts")
+def test_builtin_administrator_is_disabled(winrm):
+    assert not winrm["administrator_enabled"], "the built-in Administrator (RID 500) is enabled: the build's shutdown_command disables it"
+
+
+# ------------------------------------------------------------------ folder ACLs
+
+# Well-known SIDs (Microsoft, "Well-known SIDs"): LocalSystem and BUILTIN\Administrators.
+SYSTEM_SID, ADMINISTRATORS_SID = "S-1-5-18", "S-1-5-32-544"
+ADMIN_ONLY = {SYSTEM_SID, ADMINISTRATORS_SID}
+# The folders guest/windows/node/protect-node-folders.ps1 protects: node binaries run as
+# LocalSystem, the kubelet's key and kubeconfigs, pod secret volumes and logs, Flannel's subnet.env.
+PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
+# Below them, what must inherit that ACL and nothing else: what kubeadm join and the kubelet write,
+# and a binary the kubelet service runs as LocalSystem.
+ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
+# containerd creates its root and state itself with SYSTEM + Administrators only
+# (containerd/containerd@v2.3.2 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
+# cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
+CONTAINERD_FOLDERS = ("C:\\ProgramData\\containerd\\root", "C:\\ProgramData\\containerd\\state")
+
+
+def _acl_problems(row: dict, protected: bool) -> list[str]:
+    """What keeps one folder or file from being SYSTEM and Administrators only."""
+    if not row["exists"]:
+        return [f"{row['path']} does not exist"]
+    problems = []
+    if protected and not row["protected"]:
+        problems.append("inherits its parent's ACL")
+    if row["owner"] not in ADMIN_ONLY:
+        problems.append(f"is owned by {row['owner']}")
+    rules = winps.as_list(row["rules"])
+    others = sorted({r["sid"] for r in rules if r["sid"] not in ADMIN_ONLY and r["type"] == "Allow"})
+    if others:
+        problems.append(f"grants access to {', '.join(others)}")
+    if protected:
+        full = {r["sid"] for r in rules if r["sid"] in ADMIN_ONLY and r["type"] == "Allow" and r["rights"] == "FullControl"
+                and "ContainerInherit" in r["inheritance"] and "ObjectInherit" in r["inheritance"]}
+        if full != ADMIN_ONLY:
+            problems.append(f"does not give SYSTEM and Administrators inheritable full control (only {sorted(full)})")
+    return [f"{row['path']} {p}" for p in problems]
+
+
+@pytest.mark.k4w_check("folder_acls")
+def test_node_folders_are_system_and_administrators_only(host, profile):
+    containerd = "containerd" in expect.components(profile)
+    paths = [*PROTECTED_FOLDERS, *ADMIN_ONLY_CHILDREN, *(CONTAINERD_FOLDERS if containerd else ())]
+    rows = {r["path"]: r for r in winps.as_list(_query(host, q.folder_acls(paths), "folder ACLs"))}
+    problems = [p for path in paths for p in _acl_problems(rows[path], protected=path in PROTECTED_FOLDERS + CONTAINERD_FOLDERS)]
+    assert not problems, "node folders another local account can read or write: " + "; ".join(problems)
+
+
 # ------------------------------------------------------------------ proxy
 
 

@@ -13,7 +13,7 @@ from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from tests.helpers import use_sources
 
-from windows_fixtures import BOX, SECRET, Rendered, cluster_config
+from windows_fixtures import BOX, BOX_USER_SECRET, SECRET, Rendered, cluster_config
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def render_windows(tmp_path, profile_dir):
             profile_dir(lambda data: data["build"].__setitem__("generation", generation))
         cfg = cluster_config(http, https, no_proxy, box=box)
         out = tmp_path / f"out-{box}-gen{generation}-{'proxy' if (http or https) else 'direct'}"
-        files = render.render_files(Cluster.resolve(cfg), out, secrets_for=lambda box: {"admin_password": SECRET})
+        files = render.render_files(Cluster.resolve(cfg), out, secrets_for=lambda box: {"admin_password": SECRET, "box_user_password": BOX_USER_SECRET})
         if write:
             render.write_atomically(files, out)
         return Rendered(cfg, files, out, generation, box)

@@ -130,7 +130,8 @@ def test_the_bootstrap_is_on_the_setup_media_it_is_looked_for_by_name(render_win
     builder = rendered.packer["builders"][0]
     media = builder["cd_files"] if generation == 2 else builder["floppy_files"]
     setup = [p for p in media if not p.endswith("/components/*")]
-    assert {Path(p).name for p in setup} == {"Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1"}
+    # winrm-scope.ps1: the bootstrap scopes WinRM to the host with it before Packer connects
+    assert {Path(p).name for p in setup} == {"Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1"}
     assert "Join-Path $_.Root 'k4w-bootstrap.ps1'" in rendered.unattend
     bootstrap = (GUEST / "setup" / "k4w-bootstrap.ps1").read_text()
     assert ". (Join-Path $PSScriptRoot 'common.ps1')" in bootstrap
@@ -179,8 +180,11 @@ def test_vagrantfile_uses_only_settings_this_vagrant_knows():
     for scope, names in used.items():
         assert names, scope
         assert names <= accessors[scope], f"unknown {scope} settings: {names - accessors[scope]}"
-    assert 'config.winrm.username = "vagrant"' in text and 'config.winrm.password = "vagrant"' in text
-    assert "config.winrm.transport = :negotiate" in text
+    assert 'config.winrm.username = "vagrant"' in text
+    # The box travels: no password in it (the cluster Vagrantfile reads this installation's), and
+    # WinRM over HTTPS 5986 only, the one listener the box keeps.
+    assert "winrm.password" not in text.replace("without setting config.winrm.password", "")
+    assert "config.winrm.transport = :ssl" in text and "config.winrm.port = 5986" in text
 
 
 # ------------------------------------------------------------------ node runtime (08-node-services.ps1, node/)

@@ -12,7 +12,7 @@ from lxml import etree
 
 from k4w.validate.unattend_rules import bootstrap_arguments, check_unattend
 
-from windows_fixtures import HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
+from windows_fixtures import BOX_USER_SECRET, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, SECRET
 
 NS = {"u": "urn:schemas-microsoft-com:unattend"}
 
@@ -34,14 +34,15 @@ def test_rendered_answer_file_passes_the_checker(render_windows, generation, pro
     assert check_unattend(rendered.unattend, generation, iso.index, proxy=rendered.proxy, image_name=iso.image_name) == []
 
 
-def test_passwords_decode_to_the_per_build_secret_and_vagrant(render_windows):
+def test_passwords_decode_to_the_per_build_secret_and_the_installations_box_user_password(render_windows):
     xml = render_windows(2).unattend
     [admin] = _values(xml, ".//u:UserAccounts/u:AdministratorPassword/u:Value")
     [autologon] = _values(xml, ".//u:AutoLogon/u:Password/u:Value")
     [vagrant] = _values(xml, ".//u:LocalAccount/u:Password/u:Value")
     assert _decode(admin, "AdministratorPassword") == SECRET
     assert _decode(autologon, "Password") == SECRET
-    assert _decode(vagrant, "Password") == "vagrant"
+    # not Vagrant's shared vagrant/vagrant: nothing a pod can reach may offer a well-known login
+    assert _decode(vagrant, "Password") == BOX_USER_SECRET != "vagrant"
     assert set(_values(xml, ".//u:PlainText")) == {"false"}
 
 
@@ -73,7 +74,15 @@ def test_image_selection_and_product_key_come_from_the_profile(render_windows, p
 
 
 def test_no_proxy_argument_without_a_proxy(render_windows):
-    assert bootstrap_arguments(render_windows(2).unattend) == {}
+    # only where WinRM may be reached from: the Default Switch's gateway, the host (k4w/winrm_scope.py)
+    assert bootstrap_arguments(render_windows(2).unattend) == {"WinRmRemote": "DefaultGateway"}
+
+
+def test_winrm_on_another_management_switch_admits_the_local_subnet():
+    from k4w import winrm_scope
+
+    assert winrm_scope.remote_scope("Default Switch") == "DefaultGateway"
+    assert winrm_scope.remote_scope("corp-external") == "LocalSubnet"
 
 
 def test_proxy_reaches_the_bootstrap_without_credentials(render_windows):
@@ -83,6 +92,7 @@ def test_proxy_reaches_the_bootstrap_without_credentials(render_windows):
         "HttpProxy": "proxy.corp.example:3128",
         "HttpsProxy": "secure-proxy.corp.example:8443",
         "NoProxy": rendered.proxy.no_proxy_str,
+        "WinRmRemote": "DefaultGateway",
     }
     assert PROXY_PASSWORD not in rendered.unattend and "builder" not in rendered.unattend
 

@@ -14,6 +14,7 @@ from k4w.sources import REPO_ROOT as ROOT
 
 BOX = "windows-1803"
 SECRET = "Zx9-k4w-test-secret-Qw7"
+BOX_USER_SECRET = "Pq4-k4w-box-user-Vr2"  # the vagrant user's password of this k4w installation
 PROXY_USER = "builder"
 PROXY_PASSWORD = "Pr0xy-S3cret"
 HTTP_PROXY = f"http://{PROXY_USER}:{PROXY_PASSWORD}@proxy.corp.example:3128"

@@ -1,0 +1,107 @@
+<#
+.SYNOPSIS
+  Make the node's Kubernetes folders writable and readable by SYSTEM and Administrators only.
+
+.DESCRIPTION
+  A folder made under C:\ inherits C:\'s ACL, which on Windows Server lets every authenticated
+  user create and modify files below it (Authenticated Users: (OI)(CI)(IO)(M)). Under these
+  folders live binaries that run as LocalSystem (C:\k\kubelet.exe, the CNI plugins, NSSM), the
+  kubelet's key and kubeconfig (C:\etc\kubernetes, C:\var\lib\kubelet\pki), the component
+  kubeconfigs cluster-up writes (C:\etc\kubernetes), pod secret volumes (C:\var\lib\kubelet\pods),
+  pod logs (C:\var\log) and the file Flannel's CNI plugin trusts for the pod subnet
+  (C:\run\flannel\subnet.env).
+  Each folder in $Folders gets inheritance removed and exactly two inheritable ACEs, SYSTEM and
+  Administrators with full control, and Administrators as owner. The top folders are protected,
+  not only the leaves, so what kubeadm join, the kubelet and flanneld create later (and what
+  cluster-reset.ps1 deletes and kubeadm recreates) inherits the same ACL from the start.
+  Existing children whose ACEs are all inherited pick the new ACL up by propagation; a child with
+  explicit ACEs of its own is reset to inherit only.
+  Run by the bake (09-node-acls.ps1) and by start-node.ps1 on every start; idempotent: a folder
+  that already has exactly that ACL is not touched.
+
+  containerd's own root and state (C:\ProgramData\containerd\root, \state) are not listed:
+  containerd creates them with the same two ACEs, protected ("D:P(A;OICI;GA;;;BA)(A;OICI;GA;;;SY)",
+  containerd/containerd@v2.3.2 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
+  cmd/containerd/server/server.go MkdirAllWithACL; commit c2be8504). The box spec checks them.
+#>
+[CmdletBinding()]
+param(
+    # C:\opt is not listed: nothing on these nodes uses it (the CNI plugins live in C:\k\cni,
+    # boxes/windows-*.yml runtime.cni_bin_dir).
+    [string[]]$Folders = @('C:\k', 'C:\k4w', 'C:\etc', 'C:\var', 'C:\run')
+)
+$ErrorActionPreference = 'Stop'
+Set-StrictMode -Version Latest
+trap {
+    Write-Output ("protect-node-folders.ps1 failed: " + $_.Exception.Message)
+    Write-Output $_.InvocationInfo.PositionMessage
+    exit 1
+}
+
+# Well-known SIDs (Microsoft, "Well-known SIDs"): LocalSystem and the BUILTIN\Administrators group.
+# By SID, not by name: names are localised ("Administratoren" on a German image).
+$SystemSid = 'S-1-5-18'
+$AdministratorsSid = 'S-1-5-32-544'
+$Icacls = "$env:SystemRoot\System32\icacls.exe"
+
+function Test-AdminOnlyAcl {
+    # True when the folder's DACL is protected and holds exactly SYSTEM and Administrators, each
+    # allowed full control, inherited by subfolders and files, and Administrators own it.
+    param([string]$Path)
+    $acl = Get-Acl -LiteralPath $Path
+    if (-not $acl.AreAccessRulesProtected) { return $false }
+    $owner = $acl.GetOwner([System.Security.Principal.SecurityIdentifier]).Value
+    if ($owner -ne $AdministratorsSid -and $owner -ne $SystemSid) { return $false }
+    $rules = @($acl.GetAccessRules($true, $true, [System.Security.Principal.SecurityIdentifier]))
+    $wantedInheritance = [System.Security.AccessControl.InheritanceFlags]'ContainerInherit, ObjectInherit'
+    $good = @($rules | Where-Object {
+        $_.AccessControlType -eq 'Allow' -and
+        $_.FileSystemRights -eq [System.Security.AccessControl.FileSystemRights]::FullControl -and
+        $_.InheritanceFlags -eq $wantedInheritance -and
+        $_.PropagationFlags -eq [System.Security.AccessControl.PropagationFlags]::None -and
+        @($SystemSid, $AdministratorsSid) -contains $_.IdentityReference.Value
+    })
+    $sids = @($good | ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
+    return ($rules.Count -eq 2 -and $good.Count -eq 2 -and $sids.Count -eq 2)
+}
+
+function Invoke-Icacls {
+    # Windows PowerShell 5.1 turns a native program's stderr into a terminating error under
+    # ErrorActionPreference=Stop: run icacls with Continue and judge it by its exit code.
+    param([string[]]$Arguments)
+    $previous = $ErrorActionPreference
+    $ErrorActionPreference = 'Continue'
+    try {
+        $output = & $Icacls @Arguments 2>&1 | Out-String
+        $code = $LASTEXITCODE
+    } finally {
+        $ErrorActionPreference = $previous
+    }
+    if ($code -ne 0) { throw "icacls $($Arguments -join ' ') failed ($code): $($output.Trim())" }
+}
+
+foreach ($folder in $Folders) {
+    if (-not (Test-Path -LiteralPath $folder)) {
+        # Created now, so everything a later step or kubeadm puts there inherits the ACL.
+        New-Item -ItemType Directory -Path $folder | Out-Null
+    }
+    if (Test-AdminOnlyAcl -Path $folder) { continue }
+    # /inheritance:r drops the ACEs inherited from C:\; /grant:r replaces any explicit ACE of these
+    # two SIDs; (OI)(CI)F = full control inherited by files and subfolders (icacls syntax, "*SID").
+    Invoke-Icacls @($folder, '/inheritance:r', '/grant:r', "*${SystemSid}:(OI)(CI)F", "*${AdministratorsSid}:(OI)(CI)F", '/Q')
+    Invoke-Icacls @($folder, '/setowner', "*$AdministratorsSid", '/Q')
+    # Any other explicit ACE on the folder itself (an old grant to Users, CREATOR OWNER) goes.
+    $acl = Get-Acl -LiteralPath $folder
+    $others = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]) |
+        Where-Object { @($SystemSid, $AdministratorsSid) -notcontains $_.IdentityReference.Value } |
+        ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
+    foreach ($sid in $others) { Invoke-Icacls @($folder, '/remove:g', "*$sid", '/Q') }
+    # Children with explicit ACEs of their own would keep them: make every child inherit only.
+    # /C goes on past a file in use; /T recurses; /L acts on links, not on what they point to.
+    if (@(Get-ChildItem -LiteralPath $folder -Force).Count -gt 0) {
+        Invoke-Icacls @((Join-Path $folder '*'), '/reset', '/T', '/C', '/L', '/Q')
+    }
+    if (-not (Test-AdminOnlyAcl -Path $folder)) { throw "$folder still does not have the SYSTEM + Administrators only ACL" }
+    Write-Output "protect-node-folders: $folder is now SYSTEM and Administrators only"
+}
+exit 0

@@ -1,0 +1,59 @@
+"""The identities of the Windows node components that run as services, not as pods.
+
+On Linux, flanneld and kube-proxy run as DaemonSet pods with ServiceAccounts of their own. On a
+Windows node they run as NSSM services, so each gets a ServiceAccount in kube-system bound to the
+same ClusterRole as its Linux twin, a token Secret, and a kubeconfig that `cluster-up` writes to the
+node (k4w.cluster.steps). One table, read by the manifest template
+(templates/manifests/windows-node-rbac.yaml.j2), the node args templates (--kubeconfig) and
+cluster-up, so the three cannot disagree.
+
+Token: a `kubernetes.io/service-account-token` Secret the cluster's token controller fills, on both
+eras. It works the same on 1.11 (where each ServiceAccount also gets one auto-created) and on 1.35,
+where no token is auto-created any more and the legacy-token cleaner removes only the
+auto-created ones (those listed in the ServiceAccount's `secrets`), never a Secret created on
+purpose (KEP-2799, kubernetes/enhancements keps/sig-auth/2799-reduction-of-secret-based-service-account-token).
+Why not a TokenRequest with a bounded expiry: nothing on a Windows node could renew it (an NSSM
+service reads a static kubeconfig, and the node's own credentials may not request tokens for
+another ServiceAccount), so the node would lose its pod network when the token expired. The Secret's
+token does not expire; it is revoked by deleting the Secret, and rotated by deleting it and running
+`invoke cluster-up` again (the manifests step recreates it, the Windows join step writes the new one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAMESPACE = "kube-system"
+KUBECONFIG_DIR = "C:\\etc\\kubernetes"   # SYSTEM + Administrators only (guest/windows/node/protect-node-folders.ps1)
+
+
+@dataclass(frozen=True)
+class Identity:
+    component: str       # the NSSM service on the Windows node
+    service_account: str
+    cluster_role: str    # the ClusterRole its Linux twin is bound to
+    linux_source: str    # where that binding is, upstream
+    namespace: str = NAMESPACE
+
+    @property
+    def secret(self) -> str:
+        return f"{self.service_account}-token"
+
+    @property
+    def kubeconfig(self) -> str:
+        return f"{KUBECONFIG_DIR}\\{self.component}.conf"
+
+
+WINDOWS_COMPONENTS = (
+    # The rendered Flannel manifest's own ClusterRole (templates/manifests/flannel/*.yaml.j2,
+    # from Documentation/kube-flannel.yml of each Flannel release), bound there to its
+    # ServiceAccount "flannel".
+    Identity("flanneld", "k4w-windows-flanneld", "flannel", "flannel-io/flannel Documentation/kube-flannel.yml"),
+    # kubeadm binds the built-in system:node-proxier to the kube-proxy ServiceAccount
+    # (ClusterRoleBinding kubeadm:node-proxier, cmd/kubeadm/app/phases/addons/proxy/proxy.go).
+    Identity("kube-proxy", "k4w-windows-kube-proxy", "system:node-proxier", "kubernetes/kubernetes cmd/kubeadm/app/phases/addons/proxy/proxy.go"),
+)
+
+
+def by_component(component: str) -> Identity:
+    return next(i for i in WINDOWS_COMPONENTS if i.component == component)
