@@ -11,13 +11,16 @@
      CNI config would be loaded instead of Flannel's), and narrows the box's kubelet firewall rule to
      the node CIDR. The kubelet service needs nothing here: start-kubelet.ps1 reads kubeadm's files
      and C:\k\config\kubelet.args at each start.
-  2. Stops kube-proxy, flanneld and the kubelet and runs C:\k\kube-cleanup.ps1 for Flannel's
-     network and for a leftover 'nat' network (either breaks Flannel's overlay with containerd), so
-     stale HNS state from before a reboot never reaches the new services.
-  3. Starts containerd -> kubelet -> flanneld -> kube-proxy, waiting respectively for: containerd
-     to answer on its pipe, the node to be registered, Flannel's fresh subnet.env plus its HNS
-     overlay network, and kube-proxy running with an HNS load balancer for the cluster DNS IP.
-     Between flanneld and kube-proxy it reserves kube-proxy's source VIP on the overlay network.
+  2. Stops kube-proxy, flanneld and the kubelet, starts containerd and waits for it to answer on
+     its pipe, and runs C:\k\kube-cleanup.ps1 for Flannel's network (with -CriEndpoint: every pod
+     sandbox goes through the CRI first) and for a leftover 'nat' network (either breaks Flannel's
+     overlay with containerd), so stale HNS state from before a reboot never reaches the new services.
+  3. Starts kubelet -> flanneld -> kube-proxy, waiting respectively for: the node to be registered,
+     Flannel's fresh subnet.env plus its HNS overlay network, and kube-proxy running with an HNS
+     load balancer for the cluster DNS IP. Once Flannel's network exists it restores the cluster
+     NIC's default route (node.json cluster_gateway; C:\k\cluster-route.ps1), which HNS dropped
+     with the interface it moved the address from. Between flanneld and kube-proxy it reserves
+     kube-proxy's source VIP on the overlay network.
   With no C:\k\config (a box not joined yet) it exits 0 and does nothing.
 
 .PARAMETER ConfigureOnly

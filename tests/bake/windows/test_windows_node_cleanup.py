@@ -189,3 +189,10 @@ def test_the_bake_installs_the_pinned_crictl_where_kube_cleanup_runs_it(render_w
     crictl = PROFILE["components"]["crictl"]
     assert crictl["url"].endswith("/v1.35.0/crictl-v1.35.0-windows-amd64.tar.gz")
     assert crictl["sha256_url"] == crictl["url"] + ".sha256"
+
+
+@pytest.mark.parametrize("library", [CRI_SANDBOXES, CLUSTER_ROUTE], ids=lambda p: p.name)
+def test_the_new_libraries_only_define_functions_so_dot_sourcing_them_changes_nothing(library):
+    # Exempt from the script header (test_windows_powershell.DOT_SOURCED): their callers' header applies.
+    assert _top_level(library.read_bytes()) == []
+    assert not re.search(r"^(\$ErrorActionPreference|Set-StrictMode|trap)", library.read_text(), re.M)
