@@ -93,6 +93,9 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_FLANNEL_VERSION": FromProfile("components.flannel.version", (WINDOWS,)),
     "K4W_FLANNEL_SHA256": FromProfile("components.flannel.sha256", (WINDOWS,)),
     "K4W_FLANNEL_SHA512": FromProfile("components.flannel.sha512", (WINDOWS,)),
+    "K4W_CRICTL_VERSION": FromProfile("components.crictl.version", (WINDOWS,)),
+    "K4W_CRICTL_SHA256": FromProfile("components.crictl.sha256", (WINDOWS,)),
+    "K4W_CRICTL_SHA512": FromProfile("components.crictl.sha512", (WINDOWS,)),
     "K4W_FLANNEL_CNI_VERSION": FromProfile("components.flannel_cni.version", (WINDOWS,)),
     "K4W_FLANNEL_CNI_SHA256": FromProfile("components.flannel_cni.sha256", (WINDOWS,)),
     "K4W_FLANNEL_CNI_SHA512": FromProfile("components.flannel_cni.sha512", (WINDOWS,)),
@@ -120,6 +123,7 @@ MEDIA_VARIABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "K4W_FLANNEL_FILE": ("flannel", (WINDOWS,)),
     "K4W_NSSM_FILE": ("nssm", (WINDOWS,)),
     "K4W_FLANNEL_CNI_FILE": ("flannel_cni", (WINDOWS,)),
+    "K4W_CRICTL_FILE": ("crictl", (WINDOWS,)),
     "K4W_WINDOWS_UPDATE_FILE": ("windows_update", (WINDOWS,)),
 }
 

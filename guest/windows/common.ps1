@@ -18,6 +18,7 @@ $script:K4wComponents = [ordered]@{
     flannel    = @{ Version = 'K4W_FLANNEL_VERSION'; File = 'K4W_FLANNEL_FILE'; Sha256 = 'K4W_FLANNEL_SHA256'; Sha512 = 'K4W_FLANNEL_SHA512' }
     containerd = @{ Version = 'K4W_CONTAINERD_VERSION'; File = 'K4W_CONTAINERD_FILE'; Sha256 = 'K4W_CONTAINERD_SHA256'; Sha512 = 'K4W_CONTAINERD_SHA512' }
     flannel_cni = @{ Version = 'K4W_FLANNEL_CNI_VERSION'; File = 'K4W_FLANNEL_CNI_FILE'; Sha256 = 'K4W_FLANNEL_CNI_SHA256'; Sha512 = 'K4W_FLANNEL_CNI_SHA512' }
+    crictl     = @{ Version = 'K4W_CRICTL_VERSION'; File = 'K4W_CRICTL_FILE'; Sha256 = 'K4W_CRICTL_SHA256'; Sha512 = 'K4W_CRICTL_SHA512' }
     nssm       = @{ Version = 'K4W_NSSM_VERSION'; File = 'K4W_NSSM_FILE'; Sha256 = 'K4W_NSSM_SHA256'; Sha512 = 'K4W_NSSM_SHA512' }
     windows_update = @{ Version = 'K4W_WINDOWS_UPDATE_VERSION'; File = 'K4W_WINDOWS_UPDATE_FILE'; Sha256 = 'K4W_WINDOWS_UPDATE_SHA256'; Sha512 = 'K4W_WINDOWS_UPDATE_SHA512' }
 }

@@ -330,6 +330,8 @@ def step_cluster_ip(ctx: Context) -> None:
         prepare_dirs(ctx, m)
         mac = ctx.cluster.cluster_mac(m)
         if m.is_windows:
+            # cluster-ip.ps1 dot-sources the route logic it shares with the node's start-node.ps1.
+            upload_windows(ctx, m, sources.REPO.guest / "windows" / "node" / "cluster-route.ps1")
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-ip.ps1")
             command = (f"& {escape.ps(script)} -IPAddress {escape.ps(m.ip)} -PrefixLength {ctx.cluster.prefix_length} "
                        f"-MacAddress {escape.ps(mac_with(mac, '-'))}")

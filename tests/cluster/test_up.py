@@ -388,6 +388,8 @@ def test_only_a_modern_windows_node_gets_a_default_route_through_the_host_nat_on
     assert re.fullmatch(r"worker-win: & 'C:\\k4w\\cluster-ip\.ps1' -IPAddress '192\.168\.250\.21' -PrefixLength 24 "
                         r"-MacAddress '02(-[0-9A-F]{2}){5}' -Gateway '192\.168\.250\.1'", line)
     assert not any("-Gateway" in entry for entry in w.log if entry.startswith(("master:", "worker-linux:")))
+    # cluster-ip.ps1 dot-sources the route logic beside it (the one start-node.ps1 shares).
+    assert w.log.index("worker-win: upload cluster-route.ps1 C:\\k4w\\cluster-route.ps1") < w.log.index(line)
 
 
 @pytest.mark.parametrize("what, target", [("CoreDNS", "deployment kube-system/coredns"),

@@ -12,17 +12,10 @@
   addresses cannot be used by kubelet, flanneld or WinRM.
 
   -Gateway (the containerd era's nodes only; k4w/cluster/steps.py decides): a default route on the
-  interface that holds the cluster address, through the host's NetNat address on the cluster switch
-  (network.node_cidr's first host, host/network-up.ps1), with a route metric far above the
-  management NIC's. Why: flanneld binds the overlay to the cluster NIC (--iface, flannel-io/flannel
-  v0.28.9 = 5cd0d526 pkg/ipmatch/match.go LookupExtIface -> GetInterfaceByIP), and the CNI's
-  OutBoundNAT policy (templates/nodes/windows-containerd/cni.conf.j2) rewrites a pod's outbound
-  packets to that NIC's address. Windows sends by the strong host model: a packet whose source is
-  the cluster address only leaves through routes of the cluster interface, which had none to
-  outside addresses, so outbound pod traffic had no next hop. The higher metric keeps the
-  management NIC's default route the preferred one for everything the node itself sends.
-  Idempotent: a route that is already there with the right metric is left alone; one with another
-  metric is corrected.
+  interface that holds the cluster address, through the host's NetNat address on the cluster switch,
+  ranked below the management NIC's: Set-ClusterDefaultRoute in guest/windows/node/cluster-route.ps1
+  (cluster-up uploads it beside this script) says why. The node's own start-node.ps1 restores the
+  same route with the same function each time Flannel recreates its HNS network.
 #>
 [CmdletBinding()]
 param(
@@ -42,16 +35,10 @@ trap {
 }
 
 $PollSeconds = 1
-# Route metric of the cluster NIC's default route. Windows ranks routes by route metric plus
-# interface metric (lower wins); an automatic interface metric is at most a few dozen and a DHCP
-# default route's metric is 0, so 1000 keeps the management NIC first. Checked below, not assumed.
-$ClusterDefaultRouteMetric = 1000
+# Get-ClusterAddress and Set-ClusterDefaultRoute, shared with the node's start-node.ps1.
+. (Join-Path $PSScriptRoot 'cluster-route.ps1')
 
-function Get-ClusterAddress {
-    return Get-NetIPAddress -AddressFamily IPv4 -IPAddress $IPAddress -ErrorAction SilentlyContinue | Select-Object -First 1
-}
-
-$address = Get-ClusterAddress
+$address = Get-ClusterAddress -IPAddress $IPAddress
 if ($null -eq $address) {
     # A NIC the host step has just hot-added takes a moment to appear and come Up: wait for it.
     $nicDeadline = (Get-Date).AddSeconds($TimeoutSeconds)
@@ -77,7 +64,7 @@ if ($null -eq $address) {
 
 $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
 while ($true) {
-    $address = Get-ClusterAddress
+    $address = Get-ClusterAddress -IPAddress $IPAddress
     if ($null -ne $address -and $address.AddressState -eq 'Duplicate') {
         throw "$IPAddress is already used by another machine on the cluster switch (duplicate address detected)"
     }
@@ -91,27 +78,5 @@ while ($true) {
 Write-Output "cluster-ip: $IPAddress/$PrefixLength is Preferred on interface $($address.InterfaceAlias)"
 
 if ($Gateway) {
-    # The interface that holds the address now: the cluster NIC, or the vEthernet adapter HNS moved
-    # its configuration to once flanneld created the overlay network on it.
-    $ifIndex = $address.InterfaceIndex
-    $routes = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0' -InterfaceIndex $ifIndex -ErrorAction SilentlyContinue |
-            Where-Object { $_.NextHop -eq $Gateway })
-    if ($routes.Count -eq 0) {
-        Write-Output "cluster-ip: default route via $Gateway on '$($address.InterfaceAlias)' (metric $ClusterDefaultRouteMetric)"
-        New-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0' -InterfaceIndex $ifIndex -NextHop $Gateway -RouteMetric $ClusterDefaultRouteMetric | Out-Null
-    } elseif (@($routes | Where-Object { $_.RouteMetric -ne $ClusterDefaultRouteMetric }).Count -gt 0) {
-        Write-Output "cluster-ip: default route via ${Gateway}: metric set to $ClusterDefaultRouteMetric"
-        $routes | Set-NetRoute -RouteMetric $ClusterDefaultRouteMetric
-    } else {
-        Write-Output "cluster-ip: default route via $Gateway already present"
-    }
-    # The management NIC must stay preferred: compare the effective metrics (route + interface).
-    $clusterEffective = $ClusterDefaultRouteMetric + (Get-NetIPInterface -AddressFamily IPv4 -InterfaceIndex $ifIndex).InterfaceMetric
-    $preferred = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0' -ErrorAction SilentlyContinue |
-            Where-Object { $_.ifIndex -ne $ifIndex } | Where-Object {
-                ($_.RouteMetric + (Get-NetIPInterface -AddressFamily IPv4 -InterfaceIndex $_.ifIndex).InterfaceMetric) -lt $clusterEffective
-            })
-    if ($preferred.Count -eq 0) {
-        throw "no default route of another interface ranks before the cluster NIC's (effective metric $clusterEffective): the management NIC must keep the default route"
-    }
+    Set-ClusterDefaultRoute -IPAddress $IPAddress -Gateway $Gateway -LogPrefix 'cluster-ip'
 }

@@ -11,13 +11,16 @@
      CNI config would be loaded instead of Flannel's), and narrows the box's kubelet firewall rule to
      the node CIDR. The kubelet service needs nothing here: start-kubelet.ps1 reads kubeadm's files
      and C:\k\config\kubelet.args at each start.
-  2. Stops kube-proxy, flanneld and the kubelet and runs C:\k\kube-cleanup.ps1 for Flannel's
-     network and for a leftover 'nat' network (either breaks Flannel's overlay with containerd), so
-     stale HNS state from before a reboot never reaches the new services.
-  3. Starts containerd -> kubelet -> flanneld -> kube-proxy, waiting respectively for: containerd
-     to answer on its pipe, the node to be registered, Flannel's fresh subnet.env plus its HNS
-     overlay network, and kube-proxy running with an HNS load balancer for the cluster DNS IP.
-     Between flanneld and kube-proxy it reserves kube-proxy's source VIP on the overlay network.
+  2. Stops kube-proxy, flanneld and the kubelet, starts containerd and waits for it to answer on
+     its pipe, and runs C:\k\kube-cleanup.ps1 for Flannel's network (with -CriEndpoint: every pod
+     sandbox goes through the CRI first) and for a leftover 'nat' network (either breaks Flannel's
+     overlay with containerd), so stale HNS state from before a reboot never reaches the new services.
+  3. Starts kubelet -> flanneld -> kube-proxy, waiting respectively for: the node to be registered,
+     Flannel's fresh subnet.env plus its HNS overlay network, and kube-proxy running with an HNS
+     load balancer for the cluster DNS IP. Once Flannel's network exists it restores the cluster
+     NIC's default route (node.json cluster_gateway; C:\k\cluster-route.ps1), which HNS dropped
+     with the interface it moved the address from. Between flanneld and kube-proxy it reserves
+     kube-proxy's source VIP on the overlay network.
   With no C:\k\config (a box not joined yet) it exits 0 and does nothing.
 
 .PARAMETER ConfigureOnly
@@ -47,6 +50,7 @@ $PollSeconds = 2                                    # how often a readiness cond
 # containerd's Windows default network; its HNS network and a CNI config for it break Flannel.
 $StaleNatNetwork = 'nat'
 . (Join-Path $K 'hns.ps1')                          # Invoke-Hns, Get-Field, Test-HnsNetwork (shared with kube-cleanup.ps1)
+. (Join-Path $K 'cluster-route.ps1')                # Test-ClusterAddressPreferred, Set-ClusterDefaultRoute (shared with cluster-ip.ps1)
 
 Write-Output "start-node: run at $(Get-Date -Format 'yyyy-MM-dd HH:mm:ss')"
 # The node folders stay SYSTEM + Administrators only (protect-node-folders.ps1 says why), also
@@ -198,6 +202,15 @@ function Test-KubeProxyReady {
     return $false
 }
 
+function Restore-ClusterDefaultRoute {
+    # Flannel's HNS network moves the cluster address to a new vEthernet adapter each time it is
+    # created, and the default route cluster-ip.ps1 gave the old interface is gone: the same route
+    # again, on whichever interface holds the address now (cluster-route.ps1 says why it exists).
+    if (-not $Node.cluster_gateway) { return }
+    Wait-Until "$($Node.ip) Preferred" { Test-ClusterAddressPreferred -IPAddress $Node.ip } -Hint 'HNS moves the cluster address to the vEthernet adapter of its network'
+    Set-ClusterDefaultRoute -IPAddress $Node.ip -Gateway $Node.cluster_gateway -LogPrefix 'start-node'
+}
+
 # ---------------------------------------------------------------- 1. configuration
 $script:Reconfigured = $false
 Set-NssmValues -Service 'flanneld' -Arguments ((Read-Lines 'flanneld.args') -join ' ') -Environment (Read-Lines 'flanneld.env')
@@ -211,31 +224,37 @@ if ($ConfigureOnly) { Write-Output 'start-node: services configured'; exit 0 }
 # using, so their pods would lose their network until recreated.
 $running = @($Node.runtime_service) + $Services | Where-Object { (Get-Service -Name $_).Status -ne 'Running' }
 if (-not $script:Reconfigured -and -not $running -and (Test-HnsNetwork $Node.network_name) -and (Test-KubeProxyReady)) {
+    Restore-ClusterDefaultRoute
     Write-Output "start-node: node $($Node.name) already runs as configured; nothing restarted"
     exit 0
 }
 
 # ---------------------------------------------------------------- 2. clean slate
 foreach ($service in $Services[($Services.Count - 1)..0]) { Stop-NodeService $service }
+# containerd runs through the clean slate: its pod sandboxes go through the CRI (kube-cleanup.ps1
+# -CriEndpoint) before the HNS network they hold, once, with Flannel's network.
+Start-Service -Name $Node.runtime_service
+Wait-Until "$($Node.runtime_service) answers on $($Node.runtime_endpoint)" { (Invoke-Quiet $Ctr @('--address', $CtrAddress, 'version')) -eq 0 }
 foreach ($network in $Node.network_name, $StaleNatNetwork) {
+    $cleanup = @{ NetworkName = $network }
+    if ($network -eq $Node.network_name) { $cleanup.CriEndpoint = $Node.runtime_endpoint }
     $global:LASTEXITCODE = 0   # a script that ends without `exit` leaves it unset (StrictMode would throw)
-    & (Join-Path $K 'kube-cleanup.ps1') -NetworkName $network
+    & (Join-Path $K 'kube-cleanup.ps1') @cleanup
     if ($LASTEXITCODE -ne 0) { throw "kube-cleanup.ps1 -NetworkName $network failed ($LASTEXITCODE)" }
 }
 
 # ---------------------------------------------------------------- 3. start in order
-# containerd -> kubelet -> flanneld -> kube-proxy: flanneld needs the kubelet's Node object for its
-# lease (--kube-subnet-mgr); kernel-mode kube-proxy programs its load balancers on Flannel's HNS
-# network (--network-name) and needs the source VIP reserved on it, so it comes last.
-Start-Service -Name $Node.runtime_service
-Wait-Until "$($Node.runtime_service) answers on $($Node.runtime_endpoint)" { (Invoke-Quiet $Ctr @('--address', $CtrAddress, 'version')) -eq 0 }
-
+# containerd (running since the clean slate) -> kubelet -> flanneld -> kube-proxy: flanneld needs
+# the kubelet's Node object for its lease (--kube-subnet-mgr); kernel-mode kube-proxy programs its
+# load balancers on Flannel's HNS network (--network-name) and needs the source VIP reserved on it,
+# so it comes last.
 Start-Service -Name 'kubelet'
 Wait-Until "node $($Node.name) registered" { Test-NodeRegistered } -Hint 'see C:\k\logs\kubelet.log'
 
 $script:FlannelStartedAt = Get-Date
 Start-Service -Name 'flanneld'
 Wait-Until "Flannel network $($Node.network_name) up" { Test-FlannelNetwork } -Hint 'see C:\k\logs\flanneld.log'
+Restore-ClusterDefaultRoute
 
 $sourceVip = Get-SourceVip
 Set-NssmValues -Service 'kube-proxy' -Arguments ((@(Read-Lines 'kube-proxy.args') + "--source-vip=$sourceVip") -join ' ') -Environment (Read-Lines 'kube-proxy.env')

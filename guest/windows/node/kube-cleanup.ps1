@@ -9,7 +9,10 @@
 # Never the placeholder network 'External' (hns.ps1 Add-HnsExternalNetwork): it keeps the HNS
 # vSwitch on the cluster NIC, and deleting it would make the next Flannel start rebuild the vSwitch.
 #
-#   C:\k\kube-cleanup.ps1 -NetworkName cbr0 [-NatName <name>]
+# The containerd recipe's node start also passes -CriEndpoint: every pod sandbox goes through the
+# CRI (crictl rmp) first, so containerd runs each pod's CNI teardown while the network still exists.
+#
+#   C:\k\kube-cleanup.ps1 -NetworkName cbr0 [-NatName <name>] [-CriEndpoint npipe:////./pipe/containerd-containerd]
 param(
     [Parameter(Mandatory = $true)][ValidatePattern('^[A-Za-z0-9._-]+$')][string]$NetworkName,
     [string]$NatName = '',
@@ -18,7 +21,12 @@ param(
     [string]$FlannelSubnetEnv = 'C:\run\flannel\subnet.env',
     # Where the node keeps SourceVip.json / SourceVipRequest.json (vxlan source VIP); they must go
     # for a node to be re-added.
-    [string]$NodeDir = 'C:\k'
+    [string]$NodeDir = 'C:\k',
+    # containerd's CRI endpoint (node.json runtime_endpoint); empty: no CRI runtime (the seed recipe's Docker).
+    [string]$CriEndpoint = '',
+    # How long the runtime may take to answer, and how long one CRI call may take.
+    [ValidateRange(1, 3600)][int]$CriTimeoutSeconds = 120,
+    [ValidateRange(1, 600)][int]$CriCallTimeoutSeconds = 60
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -26,9 +34,20 @@ trap { Write-Host "kube-cleanup ERROR: $_"; Write-Host $_.InvocationInfo.Positio
 
 # Invoke-Hns and Get-Field: HNS v1 through vmcompute.dll (1803 has no HNS PowerShell module).
 . (Join-Path $PSScriptRoot 'hns.ps1')
+# Remove-CriPodSandboxes: containerd's pod sandboxes through crictl.
+. (Join-Path $PSScriptRoot 'cri-sandboxes.ps1')
 
 if ($NetworkName -eq $HnsExternalNetworkName) {
     throw "-NetworkName '$NetworkName' is the placeholder network that pins the vSwitch to the cluster NIC; kube-cleanup never removes it"
+}
+
+# containerd's pods (the containerd recipe): every pod sandbox, whichever network it is on, since
+# the node start that runs this is about to recreate the network and the kubelet its pods. Before
+# the HNS objects below are even listed: stopping a sandbox through the CRI runs its CNI DEL, which
+# needs them and deletes the sandbox's endpoint itself.
+if ($CriEndpoint) {
+    Remove-CriPodSandboxes -Crictl (Join-Path $NodeDir 'crictl.exe') -Endpoint $CriEndpoint `
+        -TimeoutSeconds $CriTimeoutSeconds -CallTimeoutSeconds $CriCallTimeoutSeconds
 }
 
 $networks = @(Invoke-Hns GET '/networks' | Where-Object { (Get-Field $_ 'Name') -eq $NetworkName })

@@ -218,6 +218,14 @@ def test_flanneld_version(host, profile):
     assert expect.reported_version(output) == wanted, f"flanneld reports {output.strip()!r}, profile pins {wanted}"
 
 
+@pytest.mark.k4w_check("crictl", component="crictl")
+def test_crictl_version(host, profile):
+    # kube-cleanup.ps1 removes containerd's pod sandboxes with it at every node start.
+    wanted = expect.component(profile, "crictl")
+    output = _version_of(host, f"{K_DIR}\\crictl.exe", ["--version"])
+    assert expect.reported_version(output) == wanted, f"crictl reports {output.strip()!r}, profile pins {wanted}"
+
+
 @pytest.mark.k4w_check("cni_flannel")
 def test_cni_plugins_present(host):
     paths = [f"{K_DIR}\\cni\\{plugin}" for plugin in CNI_PLUGINS]

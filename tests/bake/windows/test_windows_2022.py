@@ -59,7 +59,7 @@ def test_the_build_refuses_until_flanneld_is_pinned_and_says_how(modern_config, 
     # The published checksum files are for the host's fetch; the guest needs a digest pinned at render time.
     # The Update Catalog publishes no sha256 either: the cumulative update is pinned the same way.
     assert f"run: invoke pin {BOX} windows_update --config {modern_config}" in output
-    for component in ("containerd", "cni", "flannel_cni"):
+    for component in ("containerd", "cni", "flannel_cni", "crictl"):
         assert f"components.{component} of {BOX} is checked only against" in output
         assert f"run: invoke pin {BOX} {component} --config {modern_config}" in output
     assert "Traceback" not in result.stderr
@@ -86,7 +86,7 @@ def test_the_iso_is_the_public_evaluation_media_pinned_with_its_sources():
 
 def test_every_component_is_checked_or_left_to_the_users_pin():
     components = PROFILE["components"]
-    assert set(components) == {"kubernetes", "containerd", "cni", "flannel_cni", "flannel", "nssm", "windows_update"}
+    assert set(components) == {"kubernetes", "containerd", "cni", "flannel_cni", "crictl", "flannel", "nssm", "windows_update"}
     assert components["kubernetes"]["version"] == PROFILE["kubernetes"]["version"] == "1.35.4"
     assert re.fullmatch(r"[0-9a-f]{128}", components["kubernetes"]["sha512"])
     patterns = checksum_rules.published_patterns()

@@ -81,10 +81,11 @@ def _body() -> str:
 
 def test_start_node_cleans_up_then_starts_containerd_kubelet_flanneld_kube_proxy_each_after_a_real_wait():
     body = _body()
-    order = [body.index(s) for s in ("kube-cleanup.ps1", "Start-Service -Name $Node.runtime_service", "Start-Service -Name 'kubelet'",
+    # containerd first: kube-cleanup.ps1 removes its pod sandboxes through the CRI (-CriEndpoint).
+    order = [body.index(s) for s in ("Start-Service -Name $Node.runtime_service", "& (Join-Path $K 'kube-cleanup.ps1')", "Start-Service -Name 'kubelet'",
                                      "Start-Service -Name 'flanneld'", "$sourceVip = Get-SourceVip", "Start-Service -Name 'kube-proxy'")]
     assert order == sorted(order)
-    waits = [body.index(s) for s in ("answers on", "registered\"", "Flannel network", "{ Test-KubeProxyReady }")]
+    waits = [body.index(s) for s in ("answers on", "& (Join-Path $K 'kube-cleanup.ps1')", "registered\"", "Flannel network", "{ Test-KubeProxyReady }")]
     assert waits == sorted(waits)
     assert "foreach ($network in $Node.network_name, $StaleNatNetwork)" in body and "$StaleNatNetwork = 'nat'" in START_NODE
     assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE)
