@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sources
 from ..errors import K4wError
+from ..redact import redact
 
 # The runtime specs ship inside the package: they run against live hosts, never in the unit suite.
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
@@ -58,8 +60,32 @@ class SpecRequest:
             "-v",
             f"--junitxml={self.junit}",
             f"--k4w-result={self.result}",
-            *self.args,
+            *self.public_args(),
         ]
+
+    def public_args(self) -> list[str]:
+        return [a for a in self.args if not _holds_secret(a)]
+
+    def private_args(self) -> list[str]:
+        """Target options that carry a credential (a winrm://user:password@ URL): they reach the
+        child through PYTEST_ADDOPTS in its environment, which only its owner can read, never on
+        its command line, which every local account sees (ps, WMI's Win32_Process)."""
+        return [a for a in self.args if _holds_secret(a)]
+
+
+def _holds_secret(arg: str) -> bool:
+    return redact(arg) != arg
+
+
+def child_env(request: SpecRequest) -> dict[str, str]:
+    """The spec's environment: our package importable even when k4w is not pip-installed, and the
+    private target options in PYTEST_ADDOPTS (pytest reads them before the command line)."""
+    pythonpath = os.pathsep.join(filter(None, [str(sources.REPO.root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    private = request.private_args()
+    if private:
+        env["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), shlex.join(private)]))
+    return env
 
 
 def result_from_stats(stats: dict, deselected: list, exit_status: int) -> dict:
@@ -85,13 +111,13 @@ def result_from_stats(stats: dict, deselected: list, exit_status: int) -> dict:
 def run(request: SpecRequest, runner) -> dict:
     """Run the spec through a k4w.proc.Runner; return its result document ({} in a dry run)."""
     if runner.dry_run:
-        runner.show(request.command(), cwd=sources.REPO.root)
+        private = request.private_args()
+        runner.show(request.command() + ([f"(and in PYTEST_ADDOPTS: {redact(shlex.join(private))})"] if private else []),
+                    cwd=sources.REPO.root)
         return {}
     request.junit.parent.mkdir(parents=True, exist_ok=True)
     request.result.unlink(missing_ok=True)
-    # Our package must import in the child even when k4w is not pip-installed.
-    pythonpath = os.pathsep.join(filter(None, [str(sources.REPO.root), os.environ.get("PYTHONPATH")]))
-    code, tail = runner.run(request.command(), cwd=sources.REPO.root, env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
+    code, tail = runner.run(request.command(), cwd=sources.REPO.root, env=child_env(request), check=False)
     result = json.loads(request.result.read_text(encoding="utf-8")) if request.result.is_file() else None
     if result is None or result["exit_status"] in NOT_RUN:
         # pytest stopped before running the checks (usage error, crash, interrupt): nothing ran.
