@@ -600,3 +600,46 @@ def test_each_ci_box_has_its_own_output_folder_and_shares_one_base_image(tmp_pat
     (own / "base-image").mkdir(parents=True)
     with pytest.raises(phases.E2EError, match="is a folder of its own"):
         _base_image_folder(own, shared)
+
+
+class _FakeSsh:
+    """The guest's ssh at the process boundary: answers each scan with canned output."""
+
+    def __init__(self, journal_matches: int, journal_control: int):
+        self.journal_matches, self.journal_control = journal_matches, journal_control
+        self.marker = None
+
+    def run(self, command, phase, what, *, input=None, check=True, quiet=False):
+        from k4w import proc
+
+        if command.startswith("logger"):
+            self.marker = input.strip()
+            return proc.Result([], 0, "", "")
+        if "journalctl" in command:
+            found = self.journal_control if input == self.marker else self.journal_matches
+            return proc.Result([], 0, f"entries 4321\nmatches {found}\n", "")
+        files = "files 40000\n" + ("/etc/passwd\n" if input.endswith(":x:") else "")
+        return proc.Result([], 0, files, "")
+
+
+class _FakeGuest:
+    def __init__(self, ssh):
+        self.ssh = ssh
+
+
+@pytest.mark.parametrize("matches, control, error", [
+    (0, 1, None),
+    (2, 1, "the box's journal holds the build proxy's password in 2 entries"),
+    (0, 0, "the journal scan does not work"),
+])
+def test_the_secret_scan_reads_the_journal_and_proves_it_can(matches, control, error):
+    from tests.e2e.harness import run as run_mod
+
+    guest = _FakeGuest(_FakeSsh(matches, control))
+    credentials = squid.Credentials("k4w", "k4w!0123$e2e")
+    if error is None:
+        found = run_mod._secret_scan(guest, credentials, None)
+        assert (found["journal_entries"], found["journal_matches"], found["journal_control"]) == (4321, 0, 1)
+    else:
+        with pytest.raises(phases.E2EError, match=re.escape(error)):
+            run_mod._secret_scan(guest, credentials, None)
