@@ -51,14 +51,15 @@ def plan(c, config=None, out=None, dry_run=False):
     plan_mod.show(cluster, s.out, cli.rendered(cluster, s), dry_run=s.dry_run)
 
 
-@task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)"})
+@task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)",
+            "online": "also ask every ISO and download URL of the boxes whether it still answers (HEAD through the proxy)"})
 @cli.user_errors
-def doctor(c, config=None, out=None, stage="build", dry_run=False):
+def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False):
     """Check this host before a long step: Hyper-V, rights, tools, switches, ISOs, disk, proxy."""
     if stage not in doctor_mod.STAGES:
         raise Exit(f"--stage must be one of {', '.join(doctor_mod.STAGES)}", code=2)
     s = cli.settings(c, config, out, dry_run, uses_out=False)  # reads only: works while a build holds --out
-    failed = doctor_mod.show(doctor_mod.run(cli.load(s), s.out), stage)
+    failed = doctor_mod.show(doctor_mod.run(cli.load(s), s.out, online=online), stage)
     if failed:
         raise Exit(f"{failed} check(s) required for '{stage}' failed", code=1)
     ui.say(f"ready for {stage}")

@@ -19,7 +19,8 @@ param(
     [Parameter(Mandatory = $true)][string]$NatName,
     [Parameter(Mandatory = $true)][string]$NatPrefix,
     [Parameter(Mandatory = $true)][string]$PackerRuleName,
-    [Parameter(Mandatory = $true)][string]$PackerPorts
+    [Parameter(Mandatory = $true)][string]$PackerPorts,
+    [Parameter(Mandatory = $true)][string]$PackerInterfaceAlias
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -95,6 +96,6 @@ if ($mine.Count -gt 0) {
 }
 # 4. The inbound rule for Packer's HTTP server: without it Windows Firewall may drop the Ubuntu
 #    installer's fetch of preseed.cfg on the Default Switch, and the build waits for SSH for hours.
-& (Join-Path $PSScriptRoot 'packer-http-rule.ps1') -RuleName $PackerRuleName -Ports $PackerPorts
+& (Join-Path $PSScriptRoot 'packer-http-rule.ps1') -RuleName $PackerRuleName -Ports $PackerPorts -InterfaceAlias $PackerInterfaceAlias
 if ($LASTEXITCODE -ne 0) { throw "host/packer-http-rule.ps1 failed (exit $LASTEXITCODE)" }
 Write-Host 'network-up: ready'

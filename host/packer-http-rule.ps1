@@ -6,10 +6,13 @@
 
 .DESCRIPTION
   Packer listens on a port in -Ports (k4w pins http_port_min/http_port_max to that range). The
-  rule allows TCP to those ports from LocalSubnet only: the Default Switch's subnet changes at
-  each host boot, and LocalSubnet follows it. An enabled inbound Block rule for packer.exe (what
-  a 'Cancel' on the first-run firewall prompt leaves) wins over any allow rule, so -Check
-  reports it.
+  rule allows TCP to those ports on one interface only, -InterfaceAlias: the host's vNIC on the
+  management switch the build VMs sit on ('vEthernet (Default Switch)' by default; k4w/packer_http.py).
+  Not -RemoteAddress LocalSubnet: that admits every subnet the host is on (the office LAN, a
+  hotel Wi-Fi), and Packer serves the build's files to whoever connects. An alias rather than an
+  address, because the Default Switch's subnet changes at each host boot. An enabled inbound
+  Block rule for packer.exe (what a 'Cancel' on the first-run firewall prompt leaves) wins over
+  any allow rule, so -Check reports it.
   The create mode runs from network-up.ps1, which has checked for an elevated session first.
   Exit codes: 0 ready, 1 failed, 3 rule missing or different, 4 a Block rule for packer.exe.
 #>
@@ -17,6 +20,7 @@
 param(
     [Parameter(Mandatory = $true)][string]$RuleName,
     [Parameter(Mandatory = $true)][ValidatePattern('^\d+-\d+$')][string]$Ports,
+    [Parameter(Mandatory = $true)][string]$InterfaceAlias,
     [switch]$Check
 )
 $ErrorActionPreference = 'Stop'
@@ -37,6 +41,14 @@ function Get-RuleProblem {
     if ("$($ports.Protocol)" -ne 'TCP' -or "$($ports.LocalPort)" -ne $Ports) {
         return "rule '$RuleName' allows $($ports.Protocol) $($ports.LocalPort), not TCP $Ports"
     }
+    $interfaces = @((Get-NetFirewallInterfaceFilter -AssociatedNetFirewallRule $rule).InterfaceAlias)
+    if ($interfaces.Count -ne 1 -or "$($interfaces[0])" -ne $InterfaceAlias) {
+        return "rule '$RuleName' applies to interfaces '$($interfaces -join ', ')', not only '$InterfaceAlias'"
+    }
+    $addresses = Get-NetFirewallAddressFilter -AssociatedNetFirewallRule $rule
+    if ("$($addresses.RemoteAddress)" -ne 'Any') {
+        return "rule '$RuleName' admits remote addresses $($addresses.RemoteAddress); this script makes it by interface only"
+    }
     return $null
 }
 
@@ -56,7 +68,7 @@ if ($Check) {
         Write-Host $problem
         exit 3
     }
-    Write-Host "rule '$RuleName' allows TCP $Ports from LocalSubnet"
+    Write-Host "rule '$RuleName' allows TCP $Ports on '$InterfaceAlias' only"
     exit 0
 }
 
@@ -66,9 +78,13 @@ if ($null -eq $problem) {
 } else {
     # Replace rather than patch: a rule with our name but other settings was not made by this script.
     Remove-NetFirewallRule -Name $RuleName -ErrorAction SilentlyContinue
+    # The vNIC must exist: a rule for an alias no adapter has admits nothing, and the build would wait for SSH for hours.
+    if ($null -eq (Get-NetAdapter -InterfaceAlias $InterfaceAlias -ErrorAction SilentlyContinue)) {
+        throw "no network adapter '$InterfaceAlias' on this host: is hyperv.management_switch the switch the build VMs use?"
+    }
     New-NetFirewallRule -Name $RuleName -DisplayName "k4w: Packer HTTP server for build VMs (TCP $Ports)" `
-        -Direction Inbound -Action Allow -Protocol TCP -LocalPort $Ports -RemoteAddress LocalSubnet -Profile Any | Out-Null
-    Write-Host "network-up: created firewall rule '$RuleName' for Packer's HTTP server (TCP $Ports, from LocalSubnet)"
+        -Direction Inbound -Action Allow -Protocol TCP -LocalPort $Ports -InterfaceAlias $InterfaceAlias -Profile Any | Out-Null
+    Write-Host "network-up: created firewall rule '$RuleName' for Packer's HTTP server (TCP $Ports, on '$InterfaceAlias' only)"
 }
 if (@(Get-PackerBlockRule).Count -gt 0) {
     Write-Host 'network-up: warning: an inbound Block rule for packer.exe exists and wins over this rule; remove it'

@@ -9,6 +9,8 @@ import platform
 import re
 import shutil
 import socket
+import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,6 +20,7 @@ from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
 from .errors import K4wError
+from .redact import redact
 from .tools import INSTALL
 
 STAGES = ("validate", "build", "cluster")
@@ -131,7 +134,8 @@ def firewall_checks(cluster: Cluster) -> list[Check]:
     """The inbound rule for Packer's HTTP server, when a box's installer fetches from it."""
     if not _is_windows() or not packer_http.uses_http_server(cluster):
         return []
-    code, out = _powershell(packer_http.check_command(sources.REPO.host / packer_http.SCRIPT))
+    code, out = _powershell(packer_http.check_command(sources.REPO.host / packer_http.SCRIPT,
+                                                      cluster.config.hyperv.management_switch))
     return [Check(f"firewall: Packer HTTP server (TCP {packer_http.port_range()})", code == 0, out or f"exit {code}",
                   packer_http.doctor_fix(code), ("build",))]
 
@@ -264,10 +268,89 @@ def out_checks(out: Path) -> list[Check]:
     return [Check("--out", False, render.pending_swap_message(record), f"invoke render --out {out}")]
 
 
-def run(cluster: Cluster, out: Path) -> list[Check]:
+# ------------------------------------------------------------------ online: do the profiles' URLs still answer?
+
+# Seconds one URL may take to answer (each request, through the proxy); the URLs are asked in parallel.
+URL_TIMEOUT_S = 20
+URL_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Answer:
+    url: str
+    ok: bool
+    detail: str  # "HTTP 200", "HTTP 404", "timed out", ...
+
+
+def ask(url: str, proxy) -> Answer:
+    """HEAD url through the cluster's proxy, exactly as the build's downloads go (k4w.bake.download:
+    the proxy of cluster.yml with its credentials, never the host's environment, NO_PROXY honoured);
+    a server that refuses HEAD (405, 501) is asked for its first byte instead."""
+    from .bake import download
+
+    opener = download._opener(url, proxy)
+    for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
+        request = download._request(url)
+        request.method = method
+        for key, value in extra.items():
+            request.add_header(key, value)
+        try:
+            with opener.open(request, timeout=URL_TIMEOUT_S) as response:
+                return Answer(url, True, f"HTTP {response.status}")
+        except urllib.error.HTTPError as exc:
+            if method == "HEAD" and exc.code in (405, 501):
+                continue
+            return Answer(url, False, f"HTTP {exc.code} {exc.reason}")
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            return Answer(url, False, redact(f"no answer: {reason}"))
+    return Answer(url, False, "HEAD and GET refused")
+
+
+def url_checks(cluster: Cluster, asker=ask) -> list[Check]:
+    """Online (`invoke doctor --online`): every URL a build downloads from still answers. An ISO
+    passes when one of its URLs answers (Packer's iso_urls tries them in order: a superseded point
+    release moves from releases to old-releases.ubuntu.com); a local copy in iso/ makes its URLs a
+    warning only. Each component URL must answer, as the fetch before every build downloads it."""
+    from .bake import cache
+
+    proxy = cluster.proxy
+    isos = {box: [u for u in (prof.data.iso.get("url"), prof.data.iso.get("superseded_url")) if u]
+            for box, prof in cluster.profiles.items()}
+    checks = []
+    try:
+        items = cache.plan(cluster)
+    except K4wError as exc:  # the component cache check names the same problem
+        items = []
+        checks.append(Check("online: download URLs", False, f"not asked: {exc}", "fix the box profiles it names", ("build",)))
+    urls = list(dict.fromkeys([u for found in isos.values() for u in found] + [item.source for item in items]))
+    with ThreadPoolExecutor(max_workers=URL_WORKERS) as pool:
+        answers = dict(zip(urls, pool.map(lambda u: asker(u, proxy), urls)))
+    for box, found in isos.items():
+        if not found:
+            continue
+        prof = cluster.profiles[box]
+        local = iso.iso_path(prof).is_file()
+        ok = any(answers[u].ok for u in found)
+        detail = "; ".join(f"{redact(u)}: {answers[u].detail}" for u in found)
+        fix = ("" if ok else "the ISO moved or the proxy refuses it: set iso.url/iso.superseded_url to where it is now "
+               f"(with its sha256), or copy it to {iso.iso_path(prof)}")
+        checks.append(Check(f"online: ISO URLs for {box}", ok, detail + (" (a local copy exists)" if local else ""),
+                            fix, () if local else ("build",)))
+    for item in items:
+        answer = answers[item.source]
+        checks.append(Check(f"online: {item.label} URL", answer.ok, f"{redact(item.source)}: {answer.detail}",
+                            "" if answer.ok else f"the download is gone or the proxy refuses it: update components.{item.component}.url "
+                            "(and its checksum) in the box profile, or set downloads.mirror", ("build",)))
+    return checks
+
+
+def run(cluster: Cluster, out: Path, online: bool = False) -> list[Check]:
+    """online: also ask every download URL (url_checks); doctor is offline otherwise."""
     cfg = cluster.config
     return [*out_checks(out), *host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
-            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml")]
+            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml"),
+            *(url_checks(cluster) if online else [])]
 
 
 def show(checks: list[Check], stage: str) -> int:

@@ -3,9 +3,12 @@ and the Windows Firewall rule that lets build VMs reach it.
 
 Packer picks a free port between http_port_min and http_port_max (default 8000-9000). A
 firewall rule needs a known port, so the range is pinned small: ten ports leave room for a
-port in use and for parallel builds. The rule admits only remote addresses on a subnet local
-to the host (the keyword LocalSubnet), because the Default Switch's subnet changes at every
-host boot; host/packer-http-rule.ps1 creates it (from network-up) and checks it (from doctor).
+port in use and for parallel builds. The rule admits traffic on one interface only: the host's
+vNIC on the management switch the build VMs use (hyperv.management_switch, "Default Switch" by
+default), named by its alias. Not LocalSubnet, which admits every subnet the host is on, the
+office LAN included, where the served files would be anyone's. An alias, not an address range,
+because the Default Switch's subnet changes at every host boot. host/packer-http-rule.ps1 creates
+it (from network-up) and checks it (from doctor).
 """
 
 from __future__ import annotations
@@ -21,9 +24,15 @@ def port_range() -> str:
     return f"{PORT_MIN}-{PORT_MAX}"
 
 
-def rule_parameters() -> dict[str, str]:
-    """host/packer-http-rule.ps1's parameters (the same for every config)."""
-    return {"RuleName": RULE_NAME, "Ports": port_range()}
+def interface_alias(management_switch: str) -> str:
+    """The host's vNIC on a Hyper-V switch: Hyper-V names it "vEthernet (<switch name>)", as
+    Get-NetAdapter shows for the Default Switch ("vEthernet (Default Switch)")."""
+    return f"vEthernet ({management_switch})"
+
+
+def rule_parameters(management_switch: str) -> dict[str, str]:
+    """host/packer-http-rule.ps1's parameters for a config's management switch."""
+    return {"RuleName": RULE_NAME, "Ports": port_range(), "InterfaceAlias": interface_alias(management_switch)}
 
 
 def uses_http_server(cluster) -> bool:
@@ -33,11 +42,11 @@ def uses_http_server(cluster) -> bool:
                for prof in cluster.profiles.values())
 
 
-def check_command(script_path) -> str:
+def check_command(script_path, management_switch: str) -> str:
     """PowerShell that runs the rule check; exit 0 ready, MISSING or BLOCKED otherwise."""
     from .render import escape  # render imports this module for the template's ports
 
-    arguments = " ".join(f"-{name} {escape.ps(value)}" for name, value in rule_parameters().items())
+    arguments = " ".join(f"-{name} {escape.ps(value)}" for name, value in rule_parameters(management_switch).items())
     return f"& {escape.ps(str(script_path))} {arguments} -Check; exit $LASTEXITCODE"
 
 

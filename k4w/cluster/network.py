@@ -38,6 +38,7 @@ def network_up_parameters(cfg: Config) -> dict[str, str]:
         "NatPrefix": net.node_cidr,
         "PackerRuleName": packer_http.RULE_NAME,
         "PackerPorts": packer_http.port_range(),
+        "PackerInterfaceAlias": packer_http.interface_alias(cfg.hyperv.management_switch),
     }
 
 

@@ -51,7 +51,38 @@ def check_user_data(text: str) -> list[str]:
     for error in sorted(validator_class(schema()).iter_errors(data["autoinstall"]), key=lambda e: [str(p) for p in e.absolute_path]):
         where = ".".join(str(part) for part in ("autoinstall", *error.absolute_path))
         problems.append(f"{where}: {_message(error)}")
-    return problems
+    return problems + kernel_problems(data["autoinstall"])
+
+
+# The Hyper-V tools: linux-cloud-tools-<flavour> carries the hv_kvp_daemon built for that flavour's
+# kernel (linux-cloud-tools-common only the wrapper that runs it). Kernel metapackages name the
+# same flavour as linux-<flavour> or linux-image-<flavour>.
+CLOUD_TOOLS = "linux-cloud-tools-"
+CLOUD_TOOLS_COMMON = "linux-cloud-tools-common"
+KERNEL_PREFIXES = ("linux-image-", "linux-")
+
+
+def kernel_problems(autoinstall: dict) -> list[str]:
+    """A seed that installs linux-cloud-tools-<flavour> must pin the kernel to that flavour:
+    without autoinstall.kernel subiquity installs the ISO's own kernel-meta-package
+    (subiquity/server/controllers/kernel.py at 24.04.4: /etc/subiquity/kernel-meta-package, which
+    a point release's ISO sets to the HWE kernel), for which no KVP daemon is installed; Hyper-V
+    then never learns the VM's IP and Packer waits for SSH until its timeout."""
+    packages = [p for p in autoinstall.get("packages") or [] if isinstance(p, str)]
+    tools = sorted({p.removeprefix(CLOUD_TOOLS) for p in packages if p.startswith(CLOUD_TOOLS) and p != CLOUD_TOOLS_COMMON})
+    if not tools:
+        return []
+    kernel = autoinstall.get("kernel")
+    if not isinstance(kernel, dict) or not isinstance(kernel.get("package"), str):
+        return [f"autoinstall.kernel: packages install {CLOUD_TOOLS}{tools[0]}, but no kernel.package pins the kernel to "
+                "that flavour: subiquity installs the ISO's kernel (HWE on a point release), which has no KVP daemon"]
+    package = kernel["package"]
+    flavour = next(package.removeprefix(prefix) for prefix in KERNEL_PREFIXES if package.startswith(prefix)) \
+        if package.startswith(KERNEL_PREFIXES) else package
+    if tools != [flavour]:
+        return [f"autoinstall.kernel.package: {package} (flavour {flavour}) is not the flavour of "
+                f"{', '.join(CLOUD_TOOLS + t for t in tools)} in packages: its KVP daemon would not match the running kernel"]
+    return []
 
 
 def _message(error) -> str:

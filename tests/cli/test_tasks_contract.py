@@ -19,7 +19,7 @@ TASKS = {
     "cluster-reset": {"-c --config", "-d --dry-run", "-o --out"},
     "cluster-test": {"-c --config", "-d --dry-run", "-o --out"},
     "cluster-up": {"-c --config", "-d --dry-run", "-o --out"},
-    "doctor": {"-c --config", "-d --dry-run", "-o --out", "-s --stage"},
+    "doctor": {"-c --config", "-d --dry-run", "-o --out", "-s --stage", "-n --online"},
     "e2e": {"-b --box", "-d --dry-run", "-k --keep", "-o --out"},
     "fetch": {"-a --cache", "-b --box", "-c --config", "-d --dry-run"},
     "iso-add": {"-b --box", "-p --path"},

@@ -37,20 +37,38 @@ def test_rule_script_parses_lints_and_declares_what_python_passes():
     text = SCRIPT.read_text(encoding="utf-8")
     assert powershell.parse_text_errors(text) == [] and powershell.lint_errors(SCRIPT) == []
     declared = set(re.findall(r"\[Parameter\(Mandatory = \$true\)\](?:\[\w+\(.*?\)\])?\[\w+\]\$(\w+)", text))
-    assert declared == set(packer_http.rule_parameters())
+    assert declared == set(packer_http.rule_parameters("Default Switch"))
     assert f"exit {packer_http.MISSING}" in text and f"exit {packer_http.BLOCKED}" in text
 
 
-def test_rule_admits_only_tcp_on_the_pinned_ports_from_local_subnets_and_is_created_only_when_wrong():
+def test_rule_admits_only_tcp_on_the_pinned_ports_on_the_build_switch_interface_and_is_created_only_when_wrong():
     text = SCRIPT.read_text(encoding="utf-8")
     create = text.index("New-NetFirewallRule")
     line = text[create:text.index("| Out-Null", create)]
-    for option in ("-Direction Inbound", "-Action Allow", "-Protocol TCP", "-LocalPort $Ports", "-RemoteAddress LocalSubnet"):
+    for option in ("-Direction Inbound", "-Action Allow", "-Protocol TCP", "-LocalPort $Ports", "-InterfaceAlias $InterfaceAlias"):
         assert option in line
+    assert "-RemoteAddress" not in line  # issue 21.5: LocalSubnet admitted the host's LAN
     assert text.index("$problem = Get-RuleProblem\nif ($null -eq $problem)") < create
     # the check mode never needs rights and never changes anything
     check_block = text[text.index("if ($Check) {"):text.index("$problem = Get-RuleProblem\nif ($null -eq $problem)")]
     assert "New-NetFirewallRule" not in check_block and "Remove-NetFirewallRule" not in check_block
+    # and it reports a rule that admits more than the one interface, e.g. one an older k4w made
+    problem = text[text.index("function Get-RuleProblem"):text.index("function Get-PackerBlockRule")]
+    assert "Get-NetFirewallInterfaceFilter" in problem and "Get-NetFirewallAddressFilter" in problem
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in sources.REPO.host.glob("*.ps1")))
+def test_no_host_firewall_rule_admits_a_whole_subnet(script):
+    # The class of 21.5: every inbound allow rule a host script makes names its interface.
+    text = (sources.REPO.host / script).read_text(encoding="utf-8")
+    for match in re.finditer(r"New-NetFirewallRule(?:[^\n]*`\n)*[^\n]*", text):
+        call = match.group(0)
+        assert "LocalSubnet" not in call and "-InterfaceAlias" in call, f"{script}: {call}"
+
+
+def test_the_interface_is_the_management_switch_vnic():
+    cfg = Cluster.load(DEFAULT_CONFIG).config
+    assert packer_http.rule_parameters(cfg.hyperv.management_switch)["InterfaceAlias"] == "vEthernet (Default Switch)"
 
 
 def test_network_up_runs_the_rule_script_with_the_same_values():
@@ -58,7 +76,8 @@ def test_network_up_runs_the_rule_script_with_the_same_values():
     assert "& (Join-Path $PSScriptRoot 'packer-http-rule.ps1') -RuleName $PackerRuleName -Ports $PackerPorts" in text
     cfg = Cluster.load(DEFAULT_CONFIG).config
     command = network.network_up_command(cfg)
-    assert f"-PackerRuleName '{packer_http.RULE_NAME}' -PackerPorts '{packer_http.port_range()}'" in command
+    assert (f"-PackerRuleName '{packer_http.RULE_NAME}' -PackerPorts '{packer_http.port_range()}' "
+            "-PackerInterfaceAlias 'vEthernet (Default Switch)'") in command
 
 
 @pytest.mark.parametrize("code, fix", [
@@ -77,7 +96,8 @@ def test_doctor_reports_the_rule_on_a_windows_host(monkeypatch, code, fix):
     monkeypatch.setattr(doctor, "_powershell", powershell_exe)
     cluster = Cluster.load(DEFAULT_CONFIG)
     [check] = doctor.firewall_checks(cluster)
-    assert seen == [packer_http.check_command(SCRIPT)] and powershell.parse_text_errors(seen[0]) == []
+    assert seen == [packer_http.check_command(SCRIPT, "Default Switch")] and powershell.parse_text_errors(seen[0]) == []
+    assert "-InterfaceAlias 'vEthernet (Default Switch)'" in seen[0]
     assert check.ok == (code == 0) and check.required_for("build") and not check.required_for("cluster")
     assert fix in check.fix
 

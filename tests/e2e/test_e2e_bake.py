@@ -66,6 +66,11 @@ def test_e2e_bake_in_qemu_behind_a_real_proxy_with_a_password(box, e2e_report):
     # on its root filesystem holds the password, and the control scan shows the scan works.
     scan = result.secret_scan
     assert scan["holding"] == [] and "/etc/passwd" in scan["control"] and scan["files"] > 1000
+    # Nor any journal entry (sudo logs its command line there), read through journalctl.
+    assert scan["journal_matches"] == 0 and scan["journal_control"] >= 1 and scan["journal_entries"] >= 10
+    # Two VMs from the box have their own SSH host keys.
+    keys = result.host_keys
+    assert keys["first"] and keys["second"] and keys["shared"] == []
     # The re-run changed nothing it was not expected to, and fetched nothing.
     assert any(line.startswith("differences:") and line.endswith("0 unexpected)") for line in result.idempotence)
     assert result.proxy_rerun["apt_requests"] == 0

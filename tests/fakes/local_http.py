@@ -66,6 +66,18 @@ def site(files: dict[str, bytes], host: str = "127.0.0.1"):
             finally:
                 state._leave()
 
+        def do_HEAD(self):
+            # What `invoke doctor --online` asks: the status and length, no body.
+            state.requests.append({"path": self.path, "method": "HEAD", "range": None,
+                                   "authorization": self.headers.get("Authorization")})
+            body = state.files.get(self.path.split("?")[0])
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+
         def _get(self):
             state.requests.append({"path": self.path, "range": self.headers.get("Range"),
                                    "authorization": self.headers.get("Authorization")})
@@ -146,6 +158,24 @@ def proxy(user: str, password: str):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_HEAD(self):
+            auth = self.headers.get("Proxy-Authorization")
+            state.requests.append({"url": self.path, "method": "HEAD", "authorized": auth == wanted})
+            if auth != wanted:
+                self.send_response(407)
+                self.send_header("Proxy-Authenticate", 'Basic realm="test"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            try:
+                with opener.open(urllib.request.Request(self.path, method="HEAD"), timeout=10) as resp:
+                    self.send_response(resp.status)
+            except urllib.error.HTTPError as exc:
+                self.send_response(exc.code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
     server, thread = _serve(Handler)
     state.url = f"http://{user}:{password}@127.0.0.1:{server.server_address[1]}"

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Step 7: leave a small, anonymous box.
 # - apt's package cache and k4w's download cache go (everything from them is installed).
-# - Logs are emptied and rotated logs removed, so a node's logs start at its first boot.
+# - Logs are emptied and rotated logs removed, so a node's logs start at its first boot. The
+#   persistent journal is removed while journald does not write to it: it holds what sudo logged
+#   during the build, and compresses long fields, so a grep of its files proves nothing.
+# - SSH host keys: every VM made from the box makes its own at first boot (k4w-ssh-host-keys.service,
+#   installed here); the build VM's keys are removed when it powers off, so that sshd keeps
+#   answering Packer (and a re-run of this step on a booted box) until then.
 # - /etc/machine-id is emptied: systemd makes a new one at first boot, so every VM made from
 #   the box has its own (journald, DHCP client ids); D-Bus reads the same file.
 # - DHCP leases of the build VM are dropped.
@@ -25,6 +30,10 @@ UPLOADED_LIB=/tmp/k4w-lib.sh
 ZERO_FILE=/var/tmp/k4w-zero
 # MiB left free while zero-filling, so services writing meanwhile do not hit a full disk.
 ZERO_RESERVE_MIB=64
+# journald and the sockets that would start it again at the next log line (systemd's own units).
+JOURNALD_UNITS=(systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service)
+HOST_KEY_UNIT_FILE=/etc/systemd/system/k4w-ssh-host-keys.service
+FORGET_KEYS_UNIT_FILE=/run/systemd/system/k4w-forget-ssh-host-keys.service
 
 k4w_require K4W_FREE_SPACE
 case "$K4W_FREE_SPACE" in
@@ -56,9 +65,70 @@ if [[ -d $logs ]]; then
         \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -print0 | xargs -0 -r rm -f
     find "$logs" -path "${logs}/journal" -prune -o -type f -size +0 -print0 | xargs -0 -r truncate -s 0
 fi
-if k4w_live && command -v journalctl >/dev/null; then
-    journalctl --rotate
-    journalctl --vacuum-time=1s
+journal="$(k4w_path /var/log/journal)"
+if [[ -d $journal ]] && [[ -n $(find "$journal" -mindepth 1 -print -quit) ]]; then
+    stopped=0
+    if k4w_live; then
+        # systemd >= 243 (Debian 12, Ubuntu 24.04): journald closes its files in /var and logs to
+        # /run until the next boot flushes again (journalctl(1), --relinquish-var). Older systemd
+        # (xenial's 229) has no such switch: journald and the sockets that would restart it stop.
+        if ! journalctl --relinquish-var 2>/dev/null; then
+            systemctl stop "${JOURNALD_UNITS[@]}"
+            stopped=1
+        fi
+    fi
+    # The folder stays: its existence keeps the journal persistent on the box (Storage=auto).
+    find "$journal" -mindepth 1 -delete
+    k4w_log "removed the persistent journal under /var/log/journal"
+    if ((stopped)); then
+        systemctl start "${JOURNALD_UNITS[@]}"
+    fi
+fi
+
+# --- SSH host keys ------------------------------------------------------------------------
+# Each VM made from the box makes its own keys before sshd starts (cloud-init, which would, is
+# disabled on the installed system by subiquity, and 16.04's installer has none): a oneshot unit,
+# skipped once the keys exist, so it costs nothing after the first boot. Wanted by ssh.service too,
+# so a socket-activated sshd (ssh.socket, 24.04) starts it first; not ordered against ssh.socket,
+# which sockets.target pulls in before basic.target, where this unit's default dependencies start.
+k4w_write_file "$HOST_KEY_UNIT_FILE" 0644 "[Unit]
+Description=k4w: SSH host keys of this machine (the box ships none)
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target ssh.service"
+if ((K4W_CHANGED)); then
+    k4w_systemctl daemon-reload
+fi
+k4w_enable "${HOST_KEY_UNIT_FILE##*/}"
+if k4w_live; then
+    # Removed at power-off by a unit in /run, which is gone at the next boot: a running sshd reads
+    # the keys again for every new connection, so removing them now would lock Packer out.
+    k4w_write_file "$FORGET_KEYS_UNIT_FILE" 0644 "[Unit]
+Description=k4w: remove the build VM's SSH host keys when it powers off
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=/bin/sh -c 'rm -f /etc/ssh/ssh_host_*'"
+    if ((K4W_CHANGED)); then
+        systemctl daemon-reload
+    fi
+    if ! k4w_unit_active "${FORGET_KEYS_UNIT_FILE##*/}"; then
+        systemctl start "${FORGET_KEYS_UNIT_FILE##*/}"
+    fi
+    k4w_log "SSH host keys: removed at power-off, made anew at each VM's first boot"
+else
+    for key in "$(k4w_path /etc/ssh)"/ssh_host_*; do
+        k4w_remove_file "/etc/ssh/${key##*/}"
+    done
 fi
 
 # --- machine identity ---------------------------------------------------------------------

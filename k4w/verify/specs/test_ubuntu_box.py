@@ -26,6 +26,13 @@ SYSCTLS = {  # kubeadm preflight (FileContent--proc-sys-net-bridge-bridge-nf-cal
 # systemd"; guest/ubuntu/bake/01-proxy.sh writes one for each of these services).
 PROXY_DROPIN = "/etc/systemd/system/{service}.service.d/http-proxy.conf"
 RELEASE_FILE = "/etc/k4w-release.json"  # docs/internals.md, Profile conventions
+# Ubuntu's KVP daemon: the unit linux-cloud-tools-common ships (ConditionVirtualization=microsoft,
+# ExecStart=/usr/sbin/hv_kvp_daemon -n), whose wrapper runs the daemon built for the running kernel,
+# packaged as linux-cloud-tools-$(uname -r). Without it Hyper-V never learns the guest's IP.
+KVP_UNIT = "hv-kvp-daemon.service"
+KVP_PACKAGE = "linux-cloud-tools-{release}"
+# guest/ubuntu/bake/07-cleanup.sh: the box ships no SSH host keys; this unit makes them at first boot.
+HOST_KEY_UNIT = "k4w-ssh-host-keys.service"
 BOX_USER = "vagrant"  # Vagrant's box convention (vagrant/vagrant, insecure key)
 
 
@@ -336,3 +343,53 @@ def test_release_file_matches_profile(host, profile):
     record = host.file(RELEASE_FILE)
     assert record.exists, f"{RELEASE_FILE} is missing"
     assert json.loads(record.content_string) == expect.release_document(profile)
+
+
+# ------------------------------------------------------------------ Hyper-V KVP (issue 21.2)
+
+
+@pytest.mark.k4w_check("hyperv_kvp_tools")
+def test_the_kvp_daemon_is_installed_for_the_running_kernel(host):
+    # The installer pins the kernel to the flavour of the linux-cloud-tools-* it installs; had it
+    # booted another kernel (the ISO's HWE one), no daemon exists for it.
+    release = _ok(host.run("uname -r"), "uname -r").strip()
+    package = KVP_PACKAGE.format(release=release)
+    status = host.run("dpkg-query --show --showformat='${db:Status-Status}' %s", package)
+    assert status.rc == 0 and status.stdout.strip() == "installed", (
+        f"the running kernel {release} has no {package}: the KVP daemon cannot run (installed kernels: "
+        f"{host.run('ls /lib/modules').stdout.split()})")
+    assert host.file(f"/usr/lib/linux-tools/{release}/hv_kvp_daemon").exists, f"{package} lacks hv_kvp_daemon"
+    assert host.service(KVP_UNIT).is_enabled, f"{KVP_UNIT} is not enabled"
+
+
+@pytest.mark.k4w_check("hyperv_kvp_active")
+def test_the_kvp_daemon_runs_on_hyper_v(host):
+    virt = host.run("systemd-detect-virt").stdout.strip()
+    # Its unit has ConditionVirtualization=microsoft: elsewhere it never starts, so this check
+    # means something on Hyper-V only. A profile for another hypervisor deselects it in skip_checks.
+    assert virt == "microsoft", (f"this guest runs on {virt!r}, not Hyper-V: {KVP_UNIT} cannot be active here; "
+                                 f"deselect hyperv_kvp_active in the profile's skip_checks with the reason")
+    assert host.service(KVP_UNIT).is_running, f"{KVP_UNIT} is not active: Hyper-V cannot learn this VM's IP"
+
+
+# ------------------------------------------------------------------ SSH host keys (issue 21.8)
+
+
+@pytest.mark.k4w_check("ssh_host_keys", stage="box")
+def test_ssh_host_keys_were_made_at_this_first_boot(host, as_root):
+    # A box that shipped its build VM's keys would give every VM made from it the same identity.
+    unit = host.service(HOST_KEY_UNIT)
+    assert unit.is_enabled, f"{HOST_KEY_UNIT} is not enabled"
+    shown = dict(line.split("=", 1) for line in _ok(host.run(
+        "systemctl show --property=ConditionResult,ActiveState,Result %s", HOST_KEY_UNIT), HOST_KEY_UNIT).splitlines()
+        if "=" in line)
+    assert shown.get("ConditionResult") == "yes", (
+        f"{HOST_KEY_UNIT} did not run at this boot (ConditionResult={shown.get('ConditionResult')}): "
+        "the box came with SSH host keys")
+    assert (shown.get("ActiveState"), shown.get("Result")) == ("active", "success"), f"{HOST_KEY_UNIT}: {shown}"
+    boot = int(_ok(host.run("awk '/^btime/ {print $2}' /proc/stat"), "boot time").strip())
+    listing = _ok(as_root("stat -c '%Y %n' /etc/ssh/ssh_host_*_key"), "host keys").split()
+    keys = dict(zip(listing[1::2], (int(t) for t in listing[0::2])))
+    assert "/etc/ssh/ssh_host_ed25519_key" in keys, f"no ed25519 host key: {sorted(keys)}"
+    older = [path for path, mtime in keys.items() if mtime < boot]
+    assert not older, f"host keys older than this boot (made during the build?): {older}"

@@ -211,3 +211,31 @@ def test_a_whole_section_is_never_quoted_back(tmp_path):
     """jsonschema quotes the failing value; a mapping may hold the proxy's credentials."""
     problems = autoinstall_rules.check_user_data(f"#cloud-config\nautoinstall:\n  version: 1\n  apt: [{{proxy: '{PROXY}'}}]\n")
     assert problems and not any("s3cr" in p for p in problems), problems
+
+
+# ------------------------------------------------------------------ the kernel and its KVP daemon (issue 21.2)
+
+
+def test_the_seed_pins_the_kernel_to_the_flavour_of_its_cloud_tools(rendered):
+    auto = user_data(rendered)["autoinstall"]
+    assert auto["kernel"] == {"package": "linux-image-virtual"}
+    assert "linux-cloud-tools-virtual" in auto["packages"]
+    assert autoinstall_rules.kernel_problems(auto) == []
+
+
+@pytest.mark.parametrize("kernel, problem", [
+    (None, "autoinstall.kernel: packages install linux-cloud-tools-virtual, but no kernel.package pins the kernel"),
+    ("linux-generic-hwe-24.04", "autoinstall.kernel.package: linux-generic-hwe-24.04 (flavour generic-hwe-24.04) is not the flavour"),
+])
+def test_validate_refuses_a_kernel_whose_kvp_daemon_the_seed_does_not_install(tmp_path, kernel, problem):
+    def edit(data):
+        if kernel is None:
+            del data["installer"]["kernel"]
+        else:
+            data["installer"]["kernel"] = kernel
+
+    env = _broken_profile(tmp_path, edit)
+    cfg = write_config(tmp_path / "cluster.yml", mixed_config())
+    res = invoke("validate", "--config", str(cfg), "--out", str(tmp_path / "out"), env=env)
+    assert res.returncode == 1
+    assert f"http/{BOX}/user-data: {problem}" in res.stdout + res.stderr

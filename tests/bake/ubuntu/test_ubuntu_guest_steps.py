@@ -487,3 +487,37 @@ def test_cleanup_fails_the_build_when_a_file_keeps_the_proxy_credentials(tmp_pat
     assert res.returncode == 1
     assert "would keep the build's proxy credentials (HTTP_PROXY) in:" in res.stderr and "etc/wgetrc" in res.stderr
     assert "p%40ss" not in res.stdout + res.stderr  # the paths, never the password
+
+
+def test_cleanup_ships_no_ssh_host_keys_and_a_unit_that_makes_them_at_first_boot(tmp_path):
+    root = make_root(tmp_path)
+    ssh = root / "etc" / "ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "sshd_config").write_text("PasswordAuthentication yes\n")
+    for kind in ("rsa", "ecdsa", "ed25519"):
+        (ssh / f"ssh_host_{kind}_key").write_text("PRIVATE\n")
+        (ssh / f"ssh_host_{kind}_key.pub").write_text("ssh-x PUBLIC\n")
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip")
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in ssh.iterdir()) == ["sshd_config"]  # every VM of the box gets its own keys
+    unit = (root / "etc" / "systemd" / "system" / "k4w-ssh-host-keys.service").read_text()
+    assert "ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key" in unit
+    assert "Before=ssh.service" in unit and "ExecStart=/usr/bin/ssh-keygen -A" in unit
+    assert "WantedBy=multi-user.target ssh.service" in unit
+    before = snapshot(root)
+    assert run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip").returncode == 0
+    assert snapshot(root) == before
+
+
+def test_cleanup_removes_the_persistent_journal_and_keeps_its_folder(tmp_path):
+    root = make_root(tmp_path)
+    machine = root / "var" / "log" / "journal" / "0123456789abcdef0123456789abcdef"
+    machine.mkdir(parents=True)
+    # sudo's COMMAND=... lines of the build, in journald's (compressed) binary format.
+    (machine / "system.journal").write_bytes(b"LPKSHHRH\x00compressed COMMAND=...")
+    (machine / "user-1000@0001.journal~").write_bytes(b"LPKSHHRH")
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip")
+    assert res.returncode == 0, res.stderr
+    assert (root / "var" / "log" / "journal").is_dir()
+    assert list((root / "var" / "log" / "journal").iterdir()) == []
+    assert "removed the persistent journal" in res.stdout

@@ -86,6 +86,7 @@ def build(result) -> dict:
         "proxy_during_rerun": _plain(result.proxy_rerun),
         "box_spec": {k: spec.get(k) for k in ("passed", "failed", "errors", "deselected", "outcome") if k in spec} or None,
         "secret_scan": result.secret_scan,
+        "ssh_host_keys": result.host_keys,
         "idempotence": result.idempotence,
         "leftover_processes": result.leftovers,
         "box": _plain(result.box_file),

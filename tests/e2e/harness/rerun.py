@@ -5,6 +5,11 @@ Same files to the same destinations, same scripts in the same order, same enviro
 PACKER_BUILD_NAME/PACKER_BUILDER_TYPE Packer adds), through the template's own
 execute_command. Used by the idempotence check. PACKER_HTTP_ADDR is not set: a booted box has
 no build host, so a step must prove its install complete without the build media.
+
+A provisioner with use_env_var_file gets its environment as Packer writes it: a file of
+`export NAME='value'` lines, sorted by name, each ' written as '"'"' (escapeEnvVars and
+createEnvVarFileContent in provisioner/shell/provisioner.go, hashicorp/packer v1.6.6 9b997f28d5e3),
+uploaded beside the script with mode 0600, and named by {{ .EnvVarFile }} in the command.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class Step:
     source: Path
     destination: str  # for shell: where the script is uploaded
     command: str = ""  # for shell: the rendered execute_command
+    env_file: str = ""  # for a shell step with use_env_var_file: where its environment file goes
+    env_file_content: str = ""
 
 
 # Packer's user-variable function, e.g. {{user `http_proxy`}} (the template passes the proxy
@@ -49,13 +56,24 @@ def interpolate(value: str, variables: dict) -> str:
     return resolved
 
 
-def packer_vars(env: list[str], builder_type: str) -> str:
-    """{{ .Vars }} as Packer's shell provisioner renders it: each KEY=value quoted, Packer's own first."""
+def _assignments(env: list[str], builder_type: str) -> list[str]:
     assignments = [f"PACKER_BUILD_NAME={builder_type}", f"PACKER_BUILDER_TYPE={builder_type}", *env]
     for item in assignments:
         if "=" not in item:
             raise E2EError(f"environment_vars entry without '=': {item!r}")
-    return " ".join(shlex.quote(item) for item in assignments)
+    return assignments
+
+
+def packer_vars(env: list[str], builder_type: str) -> str:
+    """{{ .Vars }} as Packer's shell provisioner renders it: each KEY=value quoted, Packer's own first."""
+    return " ".join(shlex.quote(item) for item in _assignments(env, builder_type))
+
+
+def packer_env_file(env: list[str], builder_type: str) -> str:
+    """The file use_env_var_file uploads: `export KEY='value'` per variable, sorted by KEY."""
+    pairs = dict(item.split("=", 1) for item in _assignments(env, builder_type))
+    return "".join(f"export {key}='{value.replace(chr(39), chr(39) + chr(34) + chr(39) + chr(34) + chr(39))}'\n"
+                   for key, value in sorted(pairs.items()))
 
 
 def steps(template: dict) -> list[Step]:
@@ -72,10 +90,18 @@ def steps(template: dict) -> list[Step]:
                 raise E2EError(f"provisioner {index} is a shell provisioner without 'script'; the re-run supports scripts only")
             script = Path(prov["script"])
             remote = f"{REMOTE_DIR}/{index:02d}-{script.name}"
+            env = [interpolate(item, template.get("variables") or {}) for item in prov.get("environment_vars", [])]
+            if prov.get("use_env_var_file"):
+                template_cmd = prov.get("execute_command", "chmod +x {{.Path}}; . {{.EnvVarFile}} && {{.Path}}")
+                if "{{ .EnvVarFile }}" not in template_cmd or "{{ .Path }}" not in template_cmd:
+                    raise E2EError(f"provisioner {index}: execute_command lacks {{{{ .EnvVarFile }}}} or {{{{ .Path }}}}: {template_cmd}")
+                env_file = f"{REMOTE_DIR}/{index:02d}-varfile.sh"
+                command = template_cmd.replace("{{ .EnvVarFile }}", env_file).replace("{{ .Path }}", remote)
+                found.append(Step("shell", script, remote, command, env_file, packer_env_file(env, builder_type)))
+                continue
             template_cmd = prov.get("execute_command", "chmod +x {{ .Path }}; {{ .Vars }} {{ .Path }}")
             if "{{ .Vars }}" not in template_cmd or "{{ .Path }}" not in template_cmd:
                 raise E2EError(f"provisioner {index}: execute_command lacks {{{{ .Vars }}}} or {{{{ .Path }}}}: {template_cmd}")
-            env = [interpolate(item, template.get("variables") or {}) for item in prov.get("environment_vars", [])]
             command = template_cmd.replace("{{ .Vars }}", packer_vars(env, builder_type))
             found.append(Step("shell", script, remote, command.replace("{{ .Path }}", remote)))
         else:
@@ -92,7 +118,15 @@ def run_all(template: dict, ssh: Ssh, phase: Phase) -> list[str]:
         if step.kind == "file":
             done.append(f"file  {step.source.name} -> {step.destination}")
             continue
-        result = ssh.run(step.command, phase, f"re-run of {step.source.name}")
+        if step.env_file:
+            # As Packer does: 0600 before the content (the proxy's credentials) is written, then removed.
+            ssh.run(f"umask 077 && : > {shlex.quote(step.env_file)}", phase, f"create {step.env_file}")
+            ssh.upload(step.env_file_content, step.env_file, phase)
+        try:
+            result = ssh.run(step.command, phase, f"re-run of {step.source.name}")
+        finally:
+            if step.env_file:
+                ssh.run(f"rm -f {shlex.quote(step.env_file)}", phase, f"remove {step.env_file}", check=False)
         last = (result.stdout.strip().splitlines() or [""])[-1]
         done.append(f"shell {step.source.name}: exit 0: {last}")
     return done

@@ -16,7 +16,8 @@ ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base
   proxy proof   the squid access log holds the build guest's apt requests, and no component download
   boot guest    a fresh guest from the produced .box (its box.img, same kernel/initrd)
   box spec      the Ubuntu box spec over SSH (k4w.verify.flows.test_ssh_target)
-  secret scan   no file on the box's root filesystem holds the proxy password
+  second boot   a second guest from the same box: its SSH host keys differ from the first's
+  secret scan   no file on the box's root filesystem, and no journal entry, holds the proxy password
   idempotence   the same provisioning again on that guest; nothing may change
   cleanup       guest and squid stopped, temp files removed, no process left behind
 """
@@ -28,6 +29,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -67,6 +69,7 @@ BUDGETS = {
     "proxy proof": 30,
     "boot guest": 420,
     "box spec": 600,
+    "second boot": 420,
     "secret scan": 300,
     "idempotence": 600,
     "cleanup": 120,
@@ -101,6 +104,7 @@ class E2EResult:
     proxy_build: dict | None = None
     proxy_rerun: dict | None = None
     secret_scan: dict | None = None
+    host_keys: dict | None = None
     fetch: dict | None = None
     steps: list[dict] = field(default_factory=list)
     rerun_steps: list[str] = field(default_factory=list)
@@ -144,6 +148,13 @@ class E2EResult:
                          f"{len(scan['holding'])} hold the proxy password"
                          + (f" ({', '.join(scan['holding'])})" if scan["holding"] else "")
                          + f"; control: the box user found in {', '.join(scan['control']) or 'nothing'}")
+            lines.append(f"secret scan of its journal (journalctl --merge, every field): {scan['journal_entries']} entries, "
+                         f"{scan['journal_matches']} hold the proxy password; control: a logged marker found "
+                         f"{scan['journal_control']} time(s)")
+        if self.host_keys:
+            keys = self.host_keys
+            lines.append(f"SSH host keys of two VMs from the box: {len(keys['first'])} and {len(keys['second'])} keys, "
+                         f"{len(keys['shared'])} shared")
         if self.rerun_steps:
             lines += ["second provisioning run:", *(f"  {step}" for step in self.rerun_steps)]
         if self.idempotence:
@@ -331,9 +342,18 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
                 result.spec = result.spec or _spec_result(out, box)
         ph.note = f"{result.spec['passed']} passed, {len(result.spec['deselected'])} deselected"
 
+    with phases.phase("second boot", BUDGETS["second boot"]) as ph:
+        # Every VM made from the box has its own SSH host keys (07-cleanup.sh ships none).
+        with guest_mod.booted(disk, image.kernel, image.initrd, build_cfg.qemu.append, workdir / "guest-2", ph, log,
+                              memory_mb=int(build_cfg.memory_mb), cpus=int(build_cfg.cpus), keep=keep) as second:
+            started.append(second.proc.pid)
+            result.host_keys = _compare_host_keys(guest, second, ph)
+        ph.note = f"{len(result.host_keys['first'])} host keys each, none shared"
+
     with phases.phase("secret scan", BUDGETS["secret scan"]) as ph:
         result.secret_scan = _secret_scan(guest, credentials, ph)
-        ph.note = f"{result.secret_scan['files']} files, {len(result.secret_scan['holding'])} hold the proxy password"
+        ph.note = (f"{result.secret_scan['files']} files, {len(result.secret_scan['holding'])} hold the proxy password; "
+                   f"{result.secret_scan['journal_entries']} journal entries, {result.secret_scan['journal_matches']} do")
 
     with phases.phase("idempotence", BUDGETS["idempotence"]) as ph:
         ph.note = _idempotence(template, guest, proxy, ph, result)
@@ -456,17 +476,66 @@ def _scan(guest: guest_mod.Guest, pattern: str, ph, what: str) -> tuple[int, lis
     return files, [line for line in lines[1:] if line.strip()]
 
 
+# The journal through journalctl, which reads every journal file (--merge: also those of the build
+# VM's machine id, and /run's) and decompresses long fields, which journald compresses on 24.04, so a
+# grep of the files misses them. --output=export prints every field, not only MESSAGE (what
+# --grep searches). The pattern comes on standard input, as above; --sync writes what journald holds.
+JOURNAL_SCAN = r"""
+pattern="$(cat)"
+journalctl --sync
+echo "entries $(journalctl --merge --no-pager --output=export | grep -ca '^__CURSOR=')"
+echo "matches $(journalctl --merge --no-pager --output=export | grep -caF -e "$pattern" || true)"
+"""
+
+
+def _scan_journal(guest: guest_mod.Guest, pattern: str, ph, what: str) -> tuple[int, int]:
+    res = guest.ssh.run(f"sudo -n bash -c {shlex.quote(JOURNAL_SCAN)}", ph, what, input=pattern)
+    counts = dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
+    try:
+        return int(counts["entries"]), int(counts["matches"])
+    except (KeyError, ValueError):
+        raise E2EError(f"{what}: unexpected output {res.stdout!r}") from None
+
+
 def _secret_scan(guest: guest_mod.Guest, credentials: squid.Credentials, ph) -> dict:
-    """No file of the box holds the build proxy's password. The same scan for the box user's
-    passwd entry must find /etc/passwd: a scan that finds nothing proves nothing otherwise."""
+    """No file of the box, and no journal entry, holds the build proxy's password. The same scan
+    for the box user's passwd entry must find /etc/passwd, and the journal scan a marker logged just
+    before: a scan that finds nothing proves nothing otherwise."""
     _, control = _scan(guest, f"{base_image.BOX_USER}:x:", ph, "control scan for the box user")
     files, holding = _scan(guest, credentials.password, ph, "scan the box for the proxy password")
-    found = {"files": files, "holding": holding, "control": control}
+    marker = f"k4w-e2e-journal-control-{secrets.token_hex(8)}"
+    guest.ssh.run("logger -t k4w-e2e", ph, "log the journal scan's control marker", input=marker + "\n")
+    _, journal_control = _scan_journal(guest, marker, ph, "control scan of the journal")
+    entries, matches = _scan_journal(guest, credentials.password, ph, "scan the journal for the proxy password")
+    found = {"files": files, "holding": holding, "control": control,
+             "journal_entries": entries, "journal_matches": matches, "journal_control": journal_control}
     if "/etc/passwd" not in control or files < 1000:
         raise E2EError(f"the secret scan does not work: {files} files scanned, the control pattern found {control}")
+    if journal_control < 1 or entries < 10:
+        raise E2EError(f"the journal scan does not work: {entries} entries read, the logged marker found {journal_control} times")
     if holding:
         raise E2EError(f"the box keeps the build proxy's password in: {', '.join(holding)}")
+    if matches:
+        raise E2EError(f"the box's journal holds the build proxy's password in {matches} entries")
     return found
+
+
+# Public host keys are readable by the box user: no sudo.
+HOST_KEYS = 'for key in /etc/ssh/ssh_host_*_key.pub; do ssh-keygen -l -f "$key"; done'
+
+
+def _compare_host_keys(first: guest_mod.Guest, second: guest_mod.Guest, ph) -> dict:
+    def fingerprints(guest: guest_mod.Guest, which: str) -> list[str]:
+        res = guest.ssh.run(HOST_KEYS, ph, f"SSH host keys of the {which} VM")
+        return sorted(line.split()[1] for line in res.stdout.splitlines() if len(line.split()) > 1)
+
+    keys = {"first": fingerprints(first, "first"), "second": fingerprints(second, "second")}
+    keys["shared"] = sorted(set(keys["first"]) & set(keys["second"]))
+    if not keys["first"] or not keys["second"]:
+        raise E2EError(f"no SSH host keys to compare: {keys}")
+    if keys["shared"]:
+        raise E2EError(f"two VMs from the same box share SSH host keys {', '.join(keys['shared'])}: the box ships its keys")
+    return keys
 
 
 def _idempotence(template: dict, guest: guest_mod.Guest, proxy: squid.Squid, ph, result: E2EResult) -> str:
