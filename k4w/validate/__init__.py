@@ -208,6 +208,16 @@ def checksum_sources(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def yaml_templates(cluster: Cluster, out: Path) -> Result:
+    from ..render import _environment
+    from . import yaml_template_rules
+
+    res = Result("YAML templates", "every value quoted (| yaml)")
+    templates = cluster.sources.templates
+    res.checked, res.problems = yaml_template_rules.check(_environment(templates), templates)
+    return res
+
+
 def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
@@ -287,6 +297,10 @@ def _would_check_manifests(cluster: Cluster, out: Path, rendered: Collection[str
     return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]
 
 
+def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
+
+
 def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     ruby = _tool("ruby")
     return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
@@ -313,6 +327,7 @@ VALIDATORS: list[Validator] = [
     Validator(kubeadm_config, _would_check_kubeadm_config),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
+    Validator(yaml_templates, _would_check_yaml_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),
 ]
 
