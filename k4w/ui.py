@@ -2,14 +2,57 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
 from rich.table import Table
 
+from .errors import K4wError
 from .redact import redact
 
-console = Console(highlight=False, soft_wrap=True)
+
+class StdoutError(K4wError):
+    """Standard output cannot be written (a full disk or /dev/full behind a redirect, a closed
+    pipe): named as stdout, so no one looks for the fault in --out."""
+
+
+class _Stdout:
+    """sys.stdout as the console writes to it (looked up at each call, so a test's capture works),
+    with a failed write reported as StdoutError."""
+
+    def __getattr__(self, name):
+        return getattr(sys.stdout, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    @staticmethod
+    def _failed(exc: OSError) -> StdoutError:
+        return StdoutError(f"cannot write to stdout: {exc.strerror or exc} (stdout is redirected to a full disk or "
+                           "device, or to a pipe that was closed)")
+
+
+def stdout_lost() -> None:
+    """After StdoutError: point fd 1 at the null device, so the flush at exit does not fail again
+    with Python's "Exception ignored" message (the Python docs' advice for a broken stdout)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+console = Console(file=_Stdout(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
