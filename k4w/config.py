@@ -10,7 +10,7 @@ import ipaddress
 import re
 import zoneinfo
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
@@ -85,8 +85,8 @@ class Cluster(Strict):
     def _timezone(cls, v: str) -> str:
         # It feeds the Ubuntu installer only (preseed time/zone, autoinstall timezone:), which
         # takes an IANA tz name; a Windows box's time zone is its profile's guest.timezone, a
-        # Windows time zone id (tzutil /l). An unknown name is not an install error there: the
-        # installer silently falls back, so it is refused here.
+        # Windows time zone id (tzutil /l). A name the tz database lacks would only show up inside
+        # the installer, minutes into a build, so it is refused here.
         if not TIMEZONE.fullmatch(v) or v not in _tz_names():
             raise ValueError(f"'{v}' is not in the tz database; use a name such as UTC or Europe/Warsaw "
                              "(timedatectl list-timezones lists them)")

@@ -46,12 +46,18 @@ class _Stdout:
 
 def stdout_lost() -> None:
     """After StdoutError: point fd 1 at the null device, so the flush at exit does not fail again
-    with Python's "Exception ignored" message (the Python docs' advice for a broken stdout)."""
+    with Python's "Exception ignored" message (the advice of the Python docs, signal module,
+    "Note on SIGPIPE")."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
-        pass
+        pass  # no real stdout (a test's capture): nothing will flush to a broken one
+    finally:
+        os.close(devnull)
 
 
 console = Console(file=_Stdout(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
