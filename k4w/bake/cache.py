@@ -215,20 +215,20 @@ class Manifest:
             raise
 
 
-# The fields of an index entry (Manifest.record) and the types every reader relies on.
-_ENTRY_TYPES = {"url": str, "size": int, "mtime_ns": int, "sha256": str, "sha512": str, "verified_at": str}
+# The fields of an index entry (Manifest.record) and the types every reader relies on; a hash
+# or the checksum it was checked against may be null (a file verified by the other hash).
+_ENTRY_TYPES = {"url": (str,), "size": (int,), "mtime_ns": (int,), "verified_at": (str,),
+                "sha256": (str, type(None)), "sha512": (str, type(None)), "checked_against": (str, type(None))}
 _WARNED: set[tuple[Path, str]] = set()
 
 
 def _entry_problem(entry) -> str | None:
     if not isinstance(entry, dict):
         return f"a {type(entry).__name__}, not a mapping"
-    for name, kind in _ENTRY_TYPES.items():
+    for name, kinds in _ENTRY_TYPES.items():
         value = entry.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            return f"{name} is {value!r}, not a {kind.__name__}"
-    if not isinstance(entry.get("checked_against"), (str, type(None))):
-        return f"checked_against is {entry['checked_against']!r}, not a string"
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"{name} is {value!r}, not {' or '.join('null' if k is type(None) else f'a {k.__name__}' for k in kinds)}"
     return None
 
 
