@@ -6,13 +6,19 @@ an invoke.yaml beside this file or INVOKE_K4W_OUT=/data/build changes them for e
 `invoke --dry TASK` is the same as `invoke TASK --dry-run`.
 """
 
-from pathlib import Path
+# First, before the imports that take most of k4w's start-up: Ctrl-C or SIGTERM from here on
+# ends in one line and exit code 130 or 143, never a traceback from an import (k4w.signals).
+from k4w import signals
 
-from invoke import Collection, task
-from invoke.exceptions import Exit
+signals.install()
 
-from k4w import cli, doctor as doctor_mod, plan as plan_mod, ui
-from k4w.errors import K4wError
+from pathlib import Path  # noqa: E402
+
+from invoke import Collection, task  # noqa: E402
+from invoke.exceptions import Exit  # noqa: E402
+
+from k4w import cli, doctor as doctor_mod, plan as plan_mod, ui  # noqa: E402
+from k4w.errors import K4wError  # noqa: E402
 
 CONFIG_HELP = "cluster definition to use (default: cluster.yml)"
 OUT_HELP = "folder for rendered artifacts, boxes, logs and state (default: build)"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from . import outfiles, outlock, render as render_mod, sources, ui, validate as validate_mod
+from . import outfiles, outlock, render as render_mod, signals, sources, ui, validate as validate_mod
 from .cluster_model import Cluster
 from .errors import K4wError
 
@@ -76,27 +76,33 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
 
 def user_errors(fn):
     """Turn a K4wError or an OSError into one red line and exit code 1, the way a user expects a
-    CLI to fail; what the task holds (the --out lock) is released first."""
+    CLI to fail; Ctrl-C or SIGTERM into one line and 130 or 143 (k4w.signals). What the task holds
+    (the --out lock) is released first."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with contextlib.ExitStack() as holds:
+            with signals.task(), contextlib.ExitStack() as holds:
                 token, loaded = _TASK_HOLDS.set(holds), _TASK_CLUSTER.set(None)
                 try:
                     return fn(*args, **kwargs)
                 finally:
                     _TASK_CLUSTER.reset(loaded)
                     _TASK_HOLDS.reset(token)
+        except ui.StdoutError as exc:
+            ui.stdout_lost()
+            ui.error(str(exc))
+            raise Exit(code=1) from None
         except K4wError as exc:
             ui.error(str(exc))
             raise Exit(code=1) from None
         except OSError as exc:
             ui.error(describe_os_error(exc))
             raise Exit(code=1) from None
-        except KeyboardInterrupt:
-            ui.error("interrupted")
-            raise Exit(code=130) from None
+        except KeyboardInterrupt as exc:
+            code, line = signals.outcome(exc)
+            ui.error(line)
+            raise Exit(code=code) from None
 
     return wrapper
 

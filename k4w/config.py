@@ -5,13 +5,15 @@ Errors name the field and, because we keep the YAML node marks, the line in the 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+import zoneinfo
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from . import profiles
 from .errors import ConfigError, K4wError
@@ -62,7 +64,7 @@ class Cluster(Strict):
     name: str = "k4w"
     domain: str = "cluster.local"
     timezone: str = "UTC"
-    ready_timeout: int = Field(900, ge=60, le=7200)
+    ready_timeout: StrictInt = Field(900, ge=60, le=7200)
 
     @field_validator("name")
     @classmethod
@@ -81,9 +83,20 @@ class Cluster(Strict):
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, v: str) -> str:
-        if not TIMEZONE.fullmatch(v):
-            raise ValueError("must be a tz database name such as UTC or Europe/Warsaw")
+        # It feeds the Ubuntu installer only (preseed time/zone, autoinstall timezone:), which
+        # takes an IANA tz name; a Windows box's time zone is its profile's guest.timezone, a
+        # Windows time zone id (tzutil /l). A name the tz database lacks would only show up inside
+        # the installer, minutes into a build, so it is refused here.
+        if not TIMEZONE.fullmatch(v) or v not in _tz_names():
+            raise ValueError(f"'{v}' is not in the tz database; use a name such as UTC or Europe/Warsaw "
+                             "(timedatectl list-timezones lists them)")
         return v
+
+
+@functools.cache
+def _tz_names() -> frozenset[str]:
+    """The IANA tz database names: the system's, else the tzdata package's (Windows has none)."""
+    return frozenset(zoneinfo.available_timezones())
 
 
 class Proxy(Strict):
@@ -116,6 +129,10 @@ class Proxy(Strict):
         return v.rstrip("/")
 
 
+_RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")  # RFC 1122 section 3.2.1.3
+
+
 class Network(Strict):
     node_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.250.0/24")
     pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
@@ -130,11 +147,27 @@ class Network(Strict):
         except ValueError as exc:
             raise ValueError(f"not an IPv4 network in CIDR form with host bits zero ({exc})") from None
 
+    @field_validator("node_cidr", "pod_cidr", "service_cidr")
+    @classmethod
+    def _unicast(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        # Addresses no interface, route or NAT may use for a cluster: the kernel drops or
+        # answers them itself (loopback, multicast, 0/8, link-local, 240/4 and broadcast).
+        for kind, bad in (("loopback", v.is_loopback), ("multicast", v.is_multicast), ("link-local", v.is_link_local),
+                          ("reserved (240.0.0.0/4)", v.is_reserved), ("'this network' (0.0.0.0/8)", v.subnet_of(_THIS_NETWORK))):
+            if bad:
+                raise ValueError(f"{v} is {kind} address space; use a private range such as 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16")
+        return v
+
     @field_validator("node_cidr")
     @classmethod
     def _node_size(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
         if v.prefixlen > 29:
             raise ValueError("needs room for a gateway and the nodes: use /29 or larger")
+        # network-up puts a NetNat on it: a public range would hide those addresses of the
+        # Internet from the host, so it must be private (RFC 1918).
+        if not any(v.subnet_of(private) for private in _RFC1918):
+            raise ValueError(f"{v} is not a private range (RFC 1918: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16); "
+                             "network-up NATs it, which would hide those public addresses from this host")
         return v
 
     @field_validator("pod_cidr")
@@ -167,6 +200,14 @@ class Network(Strict):
 class HyperV(Strict):
     management_switch: str = "Default Switch"
     cluster_switch: str = "k4w-cluster"
+
+    @field_validator("management_switch", "cluster_switch")
+    @classmethod
+    def _switch(cls, v: str) -> str:
+        # An empty name makes Vagrant and network-up pick or create a switch named "" (or any).
+        if not v.strip() or any(ord(ch) < 32 for ch in v):
+            raise ValueError("must name a Hyper-V virtual switch (Get-VMSwitch lists them), on one line, not empty")
+        return v
 
 
 class Downloads(Strict):
@@ -205,8 +246,19 @@ class Node(Strict):
     role: Literal["master", "worker"]
     box: str
     ip: ipaddress.IPv4Address
-    cpus: int = Field(2, ge=1, le=64)
-    memory: int = Field(2048, ge=256, le=262144, description="MiB")
+    # Strict: YAML's true would otherwise become 1 CPU, and "2048" a number.
+    cpus: StrictInt = Field(2, ge=1, le=64)
+    memory: StrictInt = Field(2048, ge=256, le=262144, description="MiB")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_aligned(cls, v: int) -> int:
+        # Hyper-V's New-VM/Set-VMMemory refuse a size that is not 2 MiB aligned ("Memory values
+        # must be properly aligned", e.g. 4019 and 4077 MB in kubernetes/minikube#6964 and #6973;
+        # minikube refuses an odd MB since kubernetes/minikube#17325).
+        if v % 2:
+            raise ValueError(f"{v} MiB is not a multiple of 2 MiB, which Hyper-V refuses; use {v - 1} or {v + 1}")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -223,6 +275,13 @@ class Config(Strict):
     hyperv: HyperV = HyperV()
     downloads: Downloads = Downloads()
     nodes: list[Node]
+
+    @field_validator("nodes")
+    @classmethod
+    def _some_nodes(cls, v: list[Node]) -> list[Node]:
+        if not v:
+            raise ValueError("the list is empty; a cluster needs one master node (see the nodes in the example cluster.yml)")
+        return v
 
     @model_validator(mode="after")
     def _cluster_rules(self) -> "Config":
@@ -264,6 +323,11 @@ class Config(Strict):
                                 else f"{where}.box: {exc}")
                 continue
             data = profile.data
+            if profile.is_windows and node.name.isdigit():
+                # Microsoft, unattend reference "Microsoft-Windows-Shell-Setup | ComputerName": a name
+                # that DnsValidateName refuses, e.g. one of digits only, cannot be used.
+                problems.append(f"{where}.name: '{node.name}' is digits only, which Windows refuses as a computer name "
+                                "(ComputerName must pass DnsValidateName); add a letter")
             if node.role == "master" and profile.is_windows:
                 problems.append(f"{where}.role: a Windows node cannot be the master (kubeadm control plane is Linux only)")
             if node.memory < data.min_memory_mb:
@@ -297,15 +361,24 @@ class _LineLoader(yaml.SafeLoader):
     """SafeLoader that also records the line of every mapping key and sequence item."""
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 def _compose_marks(node: yaml.Node, path: tuple, marks: dict) -> None:
     marks[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
-        keys = [k.value for k, _ in node.value]
-        dupes = {k for k in keys if keys.count(k) > 1}
-        if dupes:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key(s) {', '.join(sorted(dupes))}", node.start_mark
-            )
+        seen: set[str] = set()
+        for key, _ in node.value:
+            # Every key of cluster.yml is a name; 5: or yes: or [a]: as a key is a typo, and
+            # YAML would hand it over as a number, a bool or a list.
+            if not isinstance(key, yaml.ScalarNode) or key.tag != _STR_TAG:
+                shown = key.value if isinstance(key, yaml.ScalarNode) else "a list or mapping"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {shown} is not a string; keys are names such as 'name' or 'role' "
+                    "(quote it if you mean the text)", key.start_mark)
+            if key.value in seen:  # the duplicate's own line: that is the one a user must delete
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key.value}", key.start_mark)
+            seen.add(key.value)
         for key, value in node.value:
             _compose_marks(value, path + (key.value,), marks)
             # Point at the key, not at the first line of a nested value.
@@ -368,6 +441,12 @@ def parse(text: str, source: str = "cluster.yml") -> Config:
         if document is not None:
             _compose_marks(document, (), marks)
         data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:
+        # A character YAML refuses (a NUL byte, a control character): the reader gives an offset only.
+        line = text[: exc.position].count("\n") + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise ConfigError(source, [f"line {line}, column {column}: malformed YAML: character {exc.character:#06x} "
+                                   "is not allowed in a YAML file (a NUL or control byte: is this a text file?)"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -402,6 +481,8 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
                 field_loc = ("nodes", int(m.group(2))) + ((m.group(3),) if m.group(3) else ())
             elif m and m.group(4):
                 field_loc = ("network", m.group(4))
+            elif piece.startswith("nodes:"):
+                field_loc = ("nodes",)
             elif piece.startswith(("node_cidr", "pod_cidr", "service_cidr")):
                 field_loc = ("network", piece.split()[0])
                 piece = f"network.{piece}"
@@ -415,7 +496,10 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
 def load(path: str | Path) -> Config:
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        # At most one byte past the limit: /dev/zero, a FIFO that never ends or a 2 GiB file is
+        # refused after 1 MiB, never read whole into memory.
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         hint = ("run invoke from the repository root, where cluster.yml is, or pass --config FILE"
                 if path == Path("cluster.yml") else "check the path given to --config")
@@ -424,6 +508,8 @@ def load(path: str | Path) -> Config:
         raise ConfigError(str(path), ["is a directory; --config takes a YAML file such as cluster.yml"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot be read: {exc.strerror}"]) from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(str(path), [f"the file is larger than {MAX_BYTES // 1024} KiB; this is not a cluster.yml"])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,9 +1,23 @@
-"""Keep proxy credentials and per-build passwords out of every log line, plan and error."""
+"""Keep proxy credentials and per-build passwords out of every log line, plan and error.
+
+`redact` is the one redaction function: the console (k4w.ui), the build's progress and log
+(k4w.bake), the dry runs and the cache index all call it.
+"""
 
 import re
 
-# user:password@ inside any URL, e.g. http://bob:s3cret@proxy:3128
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+(?::[^/@\s]*)?@")
+# The userinfo of a URL (RFC 3986 section 3.2.1: userinfo = *( unreserved / pct-encoded /
+# sub-delims / ":" ), ended by the LAST "@" of the authority). Every shape is covered:
+# user:password@, :password@ (empty user), user@, :@, percent-encoded characters, an "@" left
+# unencoded in the password (the authority ends at the last "@" before "/", "?", "#" or
+# whitespace, which is where curl and Go's net/url put the host too), IPv6 hosts ([::1]) and any
+# scheme (http, https, socks5...). Quotes and angle brackets end it: they never appear unencoded
+# in a URL, and printed command lines and JSON put URLs between them.
+_AUTHORITY_END = r"/?#\s\"'<>`"
+_URL_CREDENTIALS = re.compile(rf"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^{_AUTHORITY_END}]*@")
+# The same without a scheme, as some tools print a proxy (user:password@proxy:3128). It needs the
+# ':' of a password, so a plain e-mail address or an ssh target (vagrant@host) stays readable.
+_BARE_CREDENTIALS = re.compile(rf"(?<![^\s\"'=(<,\[{{])[^{_AUTHORITY_END}:@]*:[^{_AUTHORITY_END}]*@(?=[\w\[])")
 
 # An HTTP credential header, as Packer, curl -v or a proxy log prints it, e.g.
 # "Proxy-Authorization: Basic Ym9iOnMzY3JldA==" (base64 is an encoding, not a secret-keeper).
@@ -20,6 +34,7 @@ def register_secret(value: str | None) -> None:
 
 def redact(text: str) -> str:
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+    text = _BARE_CREDENTIALS.sub("***@", text)
     text = _AUTH_HEADER.sub(r"\1\2 ***", text)
     for secret in sorted(_secrets, key=len, reverse=True):
         text = text.replace(secret, "***")

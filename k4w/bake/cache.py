@@ -27,7 +27,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .. import filelock
+from .. import filelock, ui
 from ..build_media import file_name, safe_segment as _safe
 from ..cluster_model import Cluster
 from ..config import Config
@@ -161,10 +161,20 @@ class Manifest:
         try:
             data = json.loads(self.file.read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("version") == MANIFEST_VERSION and isinstance(data.get("files"), dict):
-                return data["files"]
+                return {key: entry for key, entry in data["files"].items() if self._usable(key, entry)}
         except (OSError, ValueError):
             pass  # no or unreadable manifest: every cached file is simply hashed again
         return {}
+
+    def _usable(self, key: str, entry) -> bool:
+        """Whether an index entry has the shape record() writes. A bad one (edited by hand, written
+        by another version) is ignored, so its file is hashed again, and named once on stderr."""
+        problem = _entry_problem(entry)
+        if problem and (self.file, key) not in _WARNED:
+            _WARNED.add((self.file, key))
+            ui.say(f"warning: {self.file}: entry {key!r} is ignored ({problem}); its file is hashed again", style="yellow",
+                   to=ui.err_console)
+        return problem is None
 
     def fresh(self, item: Item) -> dict | None:
         """The entry, when the file is still the one verified against this item's checksum."""
@@ -209,6 +219,23 @@ class Manifest:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+# The fields of an index entry (Manifest.record) and the types every reader relies on; a hash
+# or the checksum it was checked against may be null (a file verified by the other hash).
+_ENTRY_TYPES = {"url": (str,), "size": (int,), "mtime_ns": (int,), "verified_at": (str,),
+                "sha256": (str, type(None)), "sha512": (str, type(None)), "checked_against": (str, type(None))}
+_WARNED: set[tuple[Path, str]] = set()
+
+
+def _entry_problem(entry) -> str | None:
+    if not isinstance(entry, dict):
+        return f"a {type(entry).__name__}, not a mapping"
+    for name, kinds in _ENTRY_TYPES.items():
+        value = entry.get(name)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"{name} is {value!r}, not {' or '.join('null' if k is type(None) else f'a {k.__name__}' for k in kinds)}"
+    return None
 
 
 def _against(checksum: pins.Checksum) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import filelock
+from .. import filelock, noproxy
 from ..derive import Proxy
 from ..errors import K4wError
 from ..redact import redact
@@ -59,9 +59,10 @@ def _opener(url: str, proxy: Proxy | None) -> urllib.request.OpenerDirector:
     """An opener that uses exactly the cluster's proxy (never the host's environment),
     honouring its NO_PROXY list, with basic credentials from the proxy URL's userinfo."""
     handlers: list[urllib.request.BaseHandler] = []
-    host = urllib.parse.urlsplit(url).hostname or ""
+    target = urllib.parse.urlsplit(url)
+    port = str(target.port or noproxy.DEFAULT_PORTS.get(target.scheme, ""))
     chosen = None
-    if proxy and proxy.enabled and not _bypassed(host, proxy.no_proxy):
+    if proxy and proxy.enabled and not noproxy.bypasses(target.hostname or "", port, proxy.no_proxy):
         chosen = proxy.https if url.startswith("https:") else proxy.http
     if chosen:
         parts = urllib.parse.urlsplit(chosen)
@@ -101,17 +102,6 @@ def _request(url: str) -> urllib.request.Request:
     user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
     request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     return request
-
-
-def _bypassed(host: str, no_proxy: list[str]) -> bool:
-    host = host.lower()
-    for entry in no_proxy:
-        entry = entry.lower().strip()
-        if not entry:
-            continue
-        if entry == "*" or host == entry.lstrip(".") or host.endswith("." + entry.lstrip(".")):
-            return True
-    return False
 
 
 def _hash_file(path: Path) -> tuple[hashlib._Hash, hashlib._Hash]:

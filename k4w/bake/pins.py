@@ -51,13 +51,55 @@ def load(config_file: str | Path) -> dict:
     path = pins_path(config_file)
     if not path.is_file():
         return {}
+    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise K4wError(f"{path}: not valid YAML ({exc}); fix or delete it, then run invoke pin again") from None
-    if not isinstance(data, dict):
-        raise K4wError(f"{path}: expected a mapping of box -> component -> pin")
+    problem = _shape_problem(data)
+    if problem:
+        where, why = problem
+        line = _line_of(text, where)
+        raise K4wError(f"{path}{f':{line}' if line else ''}: entry {'.'.join(map(str, where)) or '(top level)'}: {why}; "
+                       f"fix or delete it, then run invoke pin again")
     return data
+
+
+# The shape pin() writes: {box: {component: {url, sha256, size, pinned}}}.
+_PIN_TYPES = {"url": str, "sha256": str}
+
+
+def _shape_problem(data) -> tuple[tuple, str] | None:
+    """(where, why) of the first entry that is not a pin as `invoke pin` writes it, else None."""
+    if not isinstance(data, dict):
+        return (), "expected a mapping of box -> component -> pin"
+    for box, components in data.items():
+        if not isinstance(components, dict):
+            return (box,), f"expected a mapping of component -> pin, not {type(components).__name__} {components!r}"
+        for component, pin in components.items():
+            if not isinstance(pin, dict):
+                return (box, component), f"expected a pin (url, sha256, size, pinned), not {type(pin).__name__} {pin!r}"
+            for key, kind in _PIN_TYPES.items():
+                if not isinstance(pin.get(key), kind):
+                    return (box, component, key), f"expected a {kind.__name__}, not {pin.get(key)!r}"
+    return None
+
+
+def _line_of(text: str, where: tuple) -> int | None:
+    """The line of the entry at `where` (box, component, key) in the YAML text, or its nearest parent's."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in where:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+        if match is None:
+            break
+        line, node = match[0].start_mark.line + 1, match[1]
+    return line
 
 
 @dataclass(frozen=True)

@@ -318,13 +318,13 @@ def write_atomically(files: dict[str, str], out: Path) -> None:
     there, so the switch cannot be one rename of the folders themselves. Its commit is one
     atomic rename instead: SWAP_RECORD names the staged render. Before it, --out is untouched (a
     failure, Ctrl-C or SIGTERM only leaves a staging folder, swept by the next render); from it
-    on, Ctrl-C and SIGTERM wait until the swap is finished (then the command stops, exit 130). A
+    on, Ctrl-C and SIGTERM wait until the swap is finished (then the command stops, exit 130 or 143). A
     process killed outright leaves SWAP_RECORD: every k4w task that holds the --out lock finishes
     the swap before it reads, and those that read without the lock (doctor, dry runs) report it
     (swap_pending). Only folders a render made are replaced (owned.check).
     """
     out = Path(out).resolve()
-    with outlock.hold(out), _sigterm_as_interrupt():
+    with outlock.hold(out):
         outfiles.refuse_links(out / SWAP_RECORD, out)
         finish_swap(out)
         owned.check(out, MANAGED)
@@ -364,27 +364,10 @@ def pending_swap_message(record: Path) -> str:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a service manager or `kill`) stops a render the way Ctrl-C does, so it cleans up
-    instead of dying mid-step. Signal handlers can only be set from the main thread."""
-    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block is done, then raise KeyboardInterrupt: a committed
-    swap is always finished by the process that started it, unless it is killed outright."""
+    """Hold Ctrl-C and SIGTERM until the block is done, then hand the first one to the handler it
+    would have reached (k4w.signals in a task: KeyboardInterrupt, exit 130 or 143): a committed swap
+    is always finished by the process that started it, unless it is killed outright."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -397,6 +380,9 @@ def _interrupts_deferred() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if received:
+        handler = previous[received[0]]
+        if callable(handler):
+            handler(received[0], None)
         raise KeyboardInterrupt
 
 

@@ -34,9 +34,22 @@ def ps(value) -> str:
     return f"'{text}'"
 
 
+class _QuotingDumper(_yaml.SafeDumper):
+    """Writes every string double-quoted. PyYAML quotes only what ITS resolver would misread, but
+    the readers of our YAML resolve more: go-yaml v2 (kubeadm, kubelet, kube-proxy, flanneld)
+    reads 08 as the float 8 and 0o10 as the int 8 through strconv (ParseInt base 0, ParseFloat),
+    both of which PyYAML leaves plain; YAML 1.1 resolvers read y, n, on, off, ~, .inf, 1e3 as
+    bools, nulls and numbers. A quoted scalar is a string for every resolver."""
+
+
+_QuotingDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"'))
+
+
 def yaml(value) -> str:
-    """A YAML flow value (scalar, list or mapping) on one line."""
-    dumped = _yaml.safe_dump(value, default_flow_style=True, width=1 << 16, allow_unicode=True)
+    """A YAML flow value (scalar, list or mapping) on one line; every string in it double-quoted,
+    numbers and booleans plain. The one filter every value in a YAML template goes through
+    (k4w.validate.yaml_template_rules enforces it)."""
+    dumped = _yaml.dump(value, Dumper=_QuotingDumper, default_flow_style=True, width=1 << 16, allow_unicode=True)
     return dumped.removesuffix("\n...\n").strip()
 
 

@@ -263,6 +263,15 @@ def windows_preflight(cluster: Cluster, out: Path) -> Result:
     from . import preflight_rules
 
     res.checked, res.problems = preflight_rules.check(cluster)
+
+
+def yaml_templates(cluster: Cluster, out: Path) -> Result:
+    from ..render import _environment
+    from . import yaml_template_rules
+
+    res = Result("YAML templates", "every value quoted (| yaml)")
+    templates = cluster.sources.templates
+    res.checked, res.problems = yaml_template_rules.check(_environment(templates), templates)
     return res
 
 
@@ -379,6 +388,10 @@ def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collec
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
 
 
+def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
+
+
 def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     ruby = _tool("ruby")
     return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
@@ -418,6 +431,7 @@ VALIDATORS: list[Validator] = [
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(windows_preflight, _would_check_windows_preflight),
     Validator(cni_versions, _would_check_cni_versions),
+    Validator(yaml_templates, _would_check_yaml_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),
     Validator(cluster_vagrantfile, _would_vagrant_validate),
 ]

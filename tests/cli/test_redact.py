@@ -58,3 +58,56 @@ def test_windows_admin_password_is_kept_out_of_the_packer_template(proxy_config,
     assert (out / "secrets" / "windows-1803.json").stat().st_mode & 0o077 == 0
     for path in (out / "packer").glob("*.json"):
         assert secret not in path.read_text()
+
+
+# Every userinfo shape RFC 3986 section 3.2.1 allows (and an unencoded '@' a user may paste),
+# with the secret each one must hide.
+USERINFO_SHAPES = [
+    ("http://alice:S3cr3t@proxy.corp.example:3128", "S3cr3t"),
+    ("http://:S3cr3t@proxy.corp.example:3128", "S3cr3t"),  # empty user, password only
+    ("http://alice@proxy.corp.example:3128", "alice"),  # user only (a token as user name)
+    ("http://:@proxy.corp.example:3128", ":@"),
+    ("http://al%20ice:p%40ss%23S3cr3t@proxy.corp.example:3128", "S3cr3t"),  # percent-encoded, '@' encoded
+    ("http://alice:p@ssS3cr3t@proxy.corp.example:3128/x@y", "S3cr3t"),  # '@' left unencoded
+    ("https://alice:S3cr3t@[fd00::1]:3128/", "S3cr3t"),  # IPv6 host
+    ("https://:S3cr3t@mirror.corp.example/artifactory/k4w/v1.11.0/kubernetes.tar.gz", "S3cr3t"),
+    ("socks5h://alice:S3cr3t@proxy.corp.example:1080", "S3cr3t"),
+    ("alice:S3cr3t@proxy.corp.example:3128", "S3cr3t"),  # scheme-less, as some tools print a proxy
+    # every sub-delim but "'", which cluster.yml refuses unencoded (k4w.config) and printed
+    # command lines use as a quote around the URL
+    ("alice:a!$&()*+,;=S3cr3t@proxy.corp.example:3128", "S3cr3t"),
+]
+
+
+@pytest.mark.parametrize("url, secret", USERINFO_SHAPES)
+@pytest.mark.parametrize("frame", ["{}", "proxy {} used", "'{}'", '"{}"', "HTTP_PROXY={}", "<{}>", "({})"])
+def test_redact_hides_every_userinfo_shape(url, secret, frame):
+    out = redact(frame.format(url))
+    assert secret not in out, out
+    assert "***@" in out and "proxy.corp.example" in out or "mirror.corp.example" in out or "[fd00::1]" in out
+
+
+@pytest.mark.parametrize("text", ["vagrant@master", "ssh vagrant@192.168.250.10", "mail alice@example.com",
+                                  "10:32:01 vagrant@worker-linux", "https://example.com/a@b"])
+def test_redact_keeps_what_is_not_a_credential(text):
+    assert redact(text) == text
+
+
+EMPTY_USER_PROXY = "http://:Pr0xyK3y@proxy.corp.example:3128"
+MIRROR = "https://:M1rr0rK3y@mirror.corp.example/artifactory/k4w"
+
+
+@pytest.mark.parametrize("args", [
+    ("plan",), ("plan", "--dry-run"), ("all", "--dry-run"), ("render", "--dry-run"), ("validate", "--dry-run"),
+    ("fetch", "--dry-run"), ("build", "--dry-run"), ("build-windows", "--dry-run"), ("doctor",),
+    ("pin", "windows-1803", "flannel", "--dry-run"),
+])
+def test_no_output_path_prints_an_empty_user_credential(args, tmp_path):
+    """An empty user with a password, as a proxy and as a mirror, through the real CLI."""
+    cfg = write_config(tmp_path / "cluster.yml", config_dict(**{
+        "proxy.http": EMPTY_USER_PROXY, "proxy.https": EMPTY_USER_PROXY, "downloads.mirror": MIRROR}))
+    out_args = () if args[0] in ("fetch", "pin") else ("--out", str(tmp_path / "out"))
+    result = invoke(*args, "--config", str(cfg), *out_args)
+    output = result.stdout + result.stderr
+    assert "Pr0xyK3y" not in output and "M1rr0rK3y" not in output, output
+    assert "corp.example" in output or args[0] in ("render", "validate"), output  # it did print the URLs, redacted
