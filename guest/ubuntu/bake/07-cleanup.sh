@@ -7,6 +7,8 @@
 # - SSH host keys: every VM made from the box makes its own at first boot (k4w-ssh-host-keys.service,
 #   installed here); the build VM's keys are removed when it powers off, so that sshd keeps
 #   answering Packer (and a re-run of this step on a booted box) until then.
+# - sshd takes keys only: pods are masqueraded to their node's addresses, so anything a node can
+#   reach, a pod can, and the box user's password is the well-known "vagrant".
 # - /etc/machine-id is emptied: systemd makes a new one at first boot, so every VM made from
 #   the box has its own (journald, DHCP client ids); D-Bus reads the same file.
 # - DHCP leases of the build VM are dropped.
@@ -34,6 +36,10 @@ ZERO_RESERVE_MIB=64
 JOURNALD_UNITS=(systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service)
 HOST_KEY_UNIT_FILE=/etc/systemd/system/k4w-ssh-host-keys.service
 FORGET_KEYS_UNIT_FILE=/run/systemd/system/k4w-forget-ssh-host-keys.service
+SSHD_CONFIG=/etc/ssh/sshd_config
+# Read first through sshd_config's Include on releases that have one (OpenSSH >= 8.2, Ubuntu 20.04+).
+SSHD_DROP_IN=/etc/ssh/sshd_config.d/00-k4w-keys-only.conf
+SSHD_MARK="# k4w: keys only (07-cleanup.sh)"
 
 k4w_require K4W_FREE_SPACE
 case "$K4W_FREE_SPACE" in
@@ -129,6 +135,33 @@ else
     for key in "$(k4w_path /etc/ssh)"/ssh_host_*; do
         k4w_remove_file "/etc/ssh/${key##*/}"
     done
+fi
+
+# --- sshd: keys only ---------------------------------------------------------------------
+# Vagrant logs in with its insecure key and replaces it with a key of that machine at the first
+# `vagrant up` (config.ssh.insert_key); nothing needs the password, which every Vagrant user knows.
+# For sshd the first value of a keyword wins (sshd_config(5)), so the setting goes where sshd
+# reads it first: a drop-in its Include reads at the top of sshd_config (24.04), else a block at
+# the top of sshd_config itself (16.04's OpenSSH 7.2 has no Include). Packer keeps the one SSH
+# connection it opened with the password, and sshd reads this only for new connections.
+KEYS_ONLY="PasswordAuthentication no
+ChallengeResponseAuthentication no"
+sshd_config="$(k4w_path "$SSHD_CONFIG")"
+if [[ -f $sshd_config ]]; then
+    if grep -qE '^[[:space:]]*Include[[:space:]]+/etc/ssh/sshd_config\.d/' "$sshd_config"; then
+        # KbdInteractiveAuthentication is ChallengeResponseAuthentication's name from OpenSSH 8.7 on.
+        k4w_write_file "$SSHD_DROP_IN" 0644 "${SSHD_MARK}
+PasswordAuthentication no
+KbdInteractiveAuthentication no"
+    else
+        rest="$(awk -v mark="$SSHD_MARK" '$0 == mark { skip = 3 } skip > 0 { skip--; next } { print }' "$sshd_config")"
+        k4w_write_file "$SSHD_CONFIG" 0644 "${SSHD_MARK}
+${KEYS_ONLY}
+${rest}"
+    fi
+    k4w_log "sshd: public keys only, no password logins"
+elif [[ -e $(k4w_path /usr/sbin/sshd) ]]; then
+    k4w_die "${SSHD_CONFIG} not found beside /usr/sbin/sshd: cannot turn its password logins off"
 fi
 
 # --- machine identity ---------------------------------------------------------------------

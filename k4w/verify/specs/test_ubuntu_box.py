@@ -393,3 +393,15 @@ def test_ssh_host_keys_were_made_at_this_first_boot(host, as_root):
     assert "/etc/ssh/ssh_host_ed25519_key" in keys, f"no ed25519 host key: {sorted(keys)}"
     older = [path for path, mtime in keys.items() if mtime < boot]
     assert not older, f"host keys older than this boot (made during the build?): {older}"
+
+
+@pytest.mark.k4w_check("ssh_keys_only", stage="box")
+def test_sshd_refuses_password_logins(host, as_root):
+    # Pods reach their node's addresses, and the box user's password is Vagrant's well-known one:
+    # sshd's effective configuration (sshd -T, what it applies to a new connection) takes keys only.
+    shown = _ok(as_root("sshd -T"), "sshd -T")
+    settings = dict(line.split(" ", 1) for line in shown.splitlines() if " " in line)
+    assert settings.get("passwordauthentication") == "no", "sshd accepts password logins"
+    # OpenSSH 8.7 renamed challengeresponseauthentication; sshd -T prints the name it knows.
+    keyboard = settings.get("kbdinteractiveauthentication", settings.get("challengeresponseauthentication"))
+    assert keyboard == "no", f"sshd accepts keyboard-interactive logins ({keyboard})"

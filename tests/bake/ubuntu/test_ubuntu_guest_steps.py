@@ -509,6 +509,36 @@ def test_cleanup_ships_no_ssh_host_keys_and_a_unit_that_makes_them_at_first_boot
     assert snapshot(root) == before
 
 
+def test_cleanup_turns_password_logins_off_first_in_sshd_config_without_include(tmp_path):
+    # 16.04's OpenSSH 7.2 has no Include: the first value of a keyword wins, so a block on top.
+    root = make_root(tmp_path)
+    config = root / "etc" / "ssh" / "sshd_config"
+    config.parent.mkdir(parents=True)
+    config.write_text("Port 22\nPasswordAuthentication yes\nChallengeResponseAuthentication yes\n")
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip")
+    assert res.returncode == 0, res.stderr
+    lines = config.read_text().splitlines()
+    first = {line.split()[0]: line.split()[1] for line in reversed(lines) if line and not line.startswith("#")}
+    assert first["PasswordAuthentication"] == "no" and first["ChallengeResponseAuthentication"] == "no"
+    assert lines.count("PasswordAuthentication no") == 1
+    before = snapshot(root)
+    assert run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip").returncode == 0
+    assert snapshot(root) == before   # a second run leaves one block
+
+
+def test_cleanup_turns_password_logins_off_in_a_drop_in_where_sshd_includes_one(tmp_path):
+    root = make_root(tmp_path)
+    config = root / "etc" / "ssh" / "sshd_config"
+    config.parent.mkdir(parents=True)
+    original = "Include /etc/ssh/sshd_config.d/*.conf\nKbdInteractiveAuthentication no\n"
+    config.write_text(original)
+    res = run_step("07-cleanup.sh", root, K4W_FREE_SPACE="skip")
+    assert res.returncode == 0, res.stderr
+    drop_in = (root / "etc" / "ssh" / "sshd_config.d" / "00-k4w-keys-only.conf").read_text()
+    assert "PasswordAuthentication no" in drop_in.splitlines() and "KbdInteractiveAuthentication no" in drop_in.splitlines()
+    assert config.read_text() == original
+
+
 def test_cleanup_removes_the_persistent_journal_and_keeps_its_folder(tmp_path):
     root = make_root(tmp_path)
     machine = root / "var" / "log" / "journal" / "0123456789abcdef0123456789abcdef"
