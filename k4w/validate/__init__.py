@@ -263,6 +263,7 @@ def windows_preflight(cluster: Cluster, out: Path) -> Result:
     from . import preflight_rules
 
     res.checked, res.problems = preflight_rules.check(cluster)
+    return res
 
 
 def yaml_templates(cluster: Cluster, out: Path) -> Result:

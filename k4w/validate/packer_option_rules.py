@@ -51,6 +51,13 @@ def check_restarts(template: Path) -> list[str]:
 
 
 def check(out: Path) -> tuple[list[str], list[str]]:
-    """(templates checked, problems) for the rendered Packer templates under OUT."""
+    """(templates checked, problems) for the rendered Packer templates under OUT. A template that is
+    not JSON is one problem here (packer validate names the syntax error too), never a crash."""
     templates = sorted(out.glob("packer/*.json"))
-    return [str(t) for t in templates], [p for t in templates for p in check_template(t) + check_restarts(t)]
+    problems = []
+    for template in templates:
+        try:
+            problems += check_template(template) + check_restarts(template)
+        except ValueError as exc:
+            problems.append(f"{template.name}: not a JSON template ({exc})")
+    return [str(t) for t in templates], problems

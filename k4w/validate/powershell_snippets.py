@@ -19,7 +19,10 @@ _UNATTEND_NS = "urn:schemas-microsoft-com:unattend"
 
 def packer_inline(template: Path) -> list[tuple[str, str]]:
     """(where, script) for every powershell provisioner with inline lines in a Packer JSON template."""
-    data = json.loads(template.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(template.read_text(encoding="utf-8"))
+    except ValueError:
+        return []  # not JSON: packer validate names the syntax error; there is no snippet to read
     found = []
     for number, provisioner in enumerate(data.get("provisioners", []), 1):
         if provisioner.get("type") == "powershell" and provisioner.get("inline"):
@@ -29,7 +32,10 @@ def packer_inline(template: Path) -> list[tuple[str, str]]:
 
 def unattend_commands(answer_file: Path) -> list[tuple[str, str]]:
     """(where, script) for every CommandLine of an answer file that runs powershell -Command."""
-    root = etree.fromstring(answer_file.read_bytes())
+    try:
+        root = etree.fromstring(answer_file.read_bytes())
+    except etree.XMLSyntaxError:
+        return []  # not XML: the Autounattend rules name the parse error; there is no snippet to read
     found = []
     for element in root.iter(f"{{{_UNATTEND_NS}}}CommandLine"):
         match = _COMMAND.match(element.text or "")

@@ -58,7 +58,7 @@ def credential_files(out: Path) -> set[str]:
     found = {p.relative_to(out).as_posix() for p in out.rglob("*")
              if p.is_file() and any(n in p.read_text(errors="replace") for n in needles)}
     # The files known to carry one must be among them, so the test cannot pass by finding none.
-    assert {"http/ubuntu-1604/preseed.cfg", "http/windows-1803/Autounattend.xml", "secrets/windows-1803.json"} <= found
+    assert {"http/windows-1803/Autounattend.xml", "secrets/windows-1803.json"} <= found
     return found
 
 
