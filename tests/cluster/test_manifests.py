@@ -167,7 +167,7 @@ def _append(path: Path, text: str) -> None:
 
 BROKEN = {
     "system:nodes group binding": ("manifests/windows-node-rbac.yaml", lambda p: _append(p, NODES_GROUP_BINDING), "binds the built-in group 'system:nodes'"),
-    "kube-proxy identity widened": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "name: system:node-proxier", "name: cluster-admin"), "its Linux twin has 'system:node-proxier'"),
+    "kube-proxy identity widened": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "name: \"system:node-proxier\"", "name: \"cluster-admin\""), "its Linux twin has 'system:node-proxier'"),
     "no token secret": ("manifests/windows-node-rbac.yaml", lambda p: _replace(p, "type: kubernetes.io/service-account-token", "type: Opaque"), "no kubernetes.io/service-account-token Secret"),
     "kube-proxy on the kubelet's credential": ("nodes/worker-win/kube-proxy.args", lambda p: _replace(p, "kube-proxy.conf", "kubelet.conf"), "that is the kubelet's credential"),
     "flanneld on the kubelet's credential": ("nodes/worker-win/flanneld.args", lambda p: _replace(p, "flanneld.conf", "kubelet.conf"), "that is the kubelet's credential"),
