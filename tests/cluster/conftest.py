@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from k4w import config as config_mod, render
+from k4w.cluster import up as up_mod
 from k4w.cluster_model import Cluster
+from tests.fakes.cluster_world import FakeClock, FakeWorld
 from tests.helpers import config_dict
 
 
@@ -42,6 +44,20 @@ LINUX_ONLY_VXLAN = {
 
 def machines_of(out: Path) -> list[dict]:
     return json.loads((out / "vagrant" / "cluster.json").read_text())["machines"]
+
+
+@pytest.fixture
+def world(default_render):
+    """The fake Vagrant, guests, host and clock of the default render (tests/fakes/cluster_world.py)."""
+    cluster, out = default_render
+    w = FakeWorld(machines_of(out))
+    w.cluster, w.out, w.clock = cluster, out, FakeClock()
+    return w
+
+
+def run_up(world, **kw):
+    return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
+                             host=world.host, clock=world.clock, **kw)
 
 
 def write_box_catalogues(out: Path, version: str = "20240101.120000") -> None:

@@ -16,21 +16,8 @@ from k4w.cluster import up as up_mod
 from k4w.cluster.remote import RemoteError
 from k4w.errors import K4wError
 from k4w.redact import redact
-from tests.cluster.conftest import machines_of
+from tests.cluster.conftest import machines_of, run_up
 from tests.fakes.cluster_world import FakeClock, FakeWorld
-
-
-@pytest.fixture
-def world(default_render):
-    cluster, out = default_render
-    w = FakeWorld(machines_of(out))
-    w.cluster, w.out, w.clock = cluster, out, FakeClock()
-    return w
-
-
-def run_up(world, **kw):
-    return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
-                             host=world.host, clock=world.clock, **kw)
 
 
 def state(world) -> dict:

@@ -8,27 +8,12 @@ import base64
 import pytest
 import yaml
 
-from k4w.cluster import up as up_mod
 from k4w.errors import K4wError
-from tests.cluster.conftest import machines_of
+from tests.cluster.conftest import run_up
 from tests.fakes import cluster_answers
-from tests.fakes.cluster_world import FakeClock, FakeWorld
 
 CONF = {"flanneld": ("C:\\k4w\\flanneld.conf", "C:\\etc\\kubernetes\\flanneld.conf", "k4w-windows-flanneld"),
         "kube-proxy": ("C:\\k4w\\kube-proxy.conf", "C:\\etc\\kubernetes\\kube-proxy.conf", "k4w-windows-kube-proxy")}
-
-
-@pytest.fixture
-def world(default_render):
-    cluster, out = default_render
-    w = FakeWorld(machines_of(out))
-    w.cluster, w.out, w.clock = cluster, out, FakeClock()
-    return w
-
-
-def run_up(world, **kw):
-    return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
-                             host=world.host, clock=world.clock, **kw)
 
 
 def _line(log, pattern: str) -> int:
