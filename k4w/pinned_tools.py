@@ -1,0 +1,61 @@
+"""Where the pinned upstream tools of tools/lock.yml live once scripts/build-tools has built them.
+
+One folder per tool and version, in a per-user cache (never in the repository, so a fresh clone on a
+machine that built them before reuses them):
+
+    <root>/<name>-<version>/bin/<binary>      the programs
+    <root>/<name>-<version>/build.json        module, version, Go version, flags, sha256 of each binary
+    <root>/packer-plugins/                    PACKER_PLUGIN_PATH: the plugins in Packer's installed layout
+
+<root> is $K4W_TOOLS_DIR, else $XDG_CACHE_HOME/k4w/tools, else ~/.cache/k4w/tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from . import sources
+
+LOCK_FILE = sources.REPO_ROOT / "tools" / "lock.yml"
+
+
+def root() -> Path:
+    explicit = os.environ.get("K4W_TOOLS_DIR")
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "k4w" / "tools"
+
+
+def lock() -> dict[str, dict]:
+    """tools/lock.yml's entries by name."""
+    return yaml.safe_load(LOCK_FILE.read_text(encoding="utf-8"))["tools"]
+
+
+def tool_dir(name: str) -> Path:
+    entry = lock()[name]
+    return root() / f"{name}-{entry['version']}"
+
+
+def build_record(name: str) -> dict | None:
+    """The build.json of a built tool, or None when it is not (completely) built."""
+    path = tool_dir(name) / "build.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def binary(name: str, program: str | None = None) -> Path | None:
+    """A built program of tool `name` (default: the tool's own name), or None when not built."""
+    if build_record(name) is None:
+        return None
+    path = tool_dir(name) / "bin" / (program or name)
+    return path if path.is_file() else None
+
+
+def packer_plugin_path() -> Path:
+    return root() / "packer-plugins"
