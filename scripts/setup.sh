@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything k4w and its test suite need on a Debian/Ubuntu machine, idempotently:
-# the real validators (packer, shellcheck, debconf-utils, ruby, vagrant), the QEMU
-# end-to-end tools (qemu, debootstrap, squid) and a virtualenv with the Python packages.
+# the real validators (shellcheck, debconf-utils, ruby, vagrant), the QEMU end-to-end tools
+# (qemu, debootstrap, squid), a virtualenv with the Python packages, and the pinned upstream
+# tools of tools/lock.yml (Packer and its plugins, containerd, runc, the CNI plugins, kubeadm,
+# kubelet, kubectl), built once from the Go module proxy by scripts/build-tools.
 set -euo pipefail
 trap 'echo "setup.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
@@ -12,6 +14,8 @@ APT_PACKAGES=(
   packer vagrant shellcheck debconf-utils cloud-init ruby
   qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools
   python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
+  # scripts/build-tools: runc is cgo with libseccomp, linked statically like its release; pause is C.
+  gcc libc6-dev libseccomp-dev pkg-config
 )
 
 as_root() {
@@ -35,4 +39,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# Go itself is not a Debian 12 package of the right version (bookworm has 1.19): the pinned tools need Go 1.26.
+if ! command -v go >/dev/null; then
+  echo "setup: Go 1.26 is needed to build the pinned tools (https://go.dev/doc/install); then run setup.sh again" >&2
+  exit 1
+fi
+scripts/build-tools --group ci
 echo "setup: ready. Use .venv/bin/invoke (or activate .venv)."
