@@ -123,7 +123,25 @@ def packages(entry: dict, workdir: Path) -> list[str]:
     return found
 
 
+def drop_imports(workdir: Path, drops: dict[str, list[str]]) -> list[str]:
+    """Remove blank imports the lock names (a backend whose dependency the proxy refuses); refuse a stale entry."""
+    done = []
+    for rel, imports in (drops or {}).items():
+        path = workdir / rel
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        for module_path in imports:
+            wanted = f'_ "{module_path}"'
+            kept = [line for line in lines if line.strip() != wanted]
+            if len(kept) != len(lines) - 1:
+                raise BuildError(f"{rel}: no single import line {wanted} to drop; tools/lock.yml is stale")
+            lines = kept
+            done.append(f"{rel}: dropped import {module_path}")
+        path.write_text("".join(lines), encoding="utf-8")
+    return done
+
+
 def build_go(name: str, entry: dict, workdir: Path, bindir: Path) -> dict:
+    dropped = drop_imports(workdir, entry.get("drop_imports"))
     edits = fix_replaces(workdir, entry.get("published_replaces"), f"{entry['module']}@{entry['version']}")
     tags = list(entry.get("tags") or []) + list(entry.get("extra_tags") or [])
     env = go_env()
@@ -134,7 +152,7 @@ def build_go(name: str, entry: dict, workdir: Path, bindir: Path) -> dict:
     if tags:
         args += ["-tags", ",".join(tags)]
     _go([*args, "-o", output, *pkgs], cwd=workdir, env=env)
-    return {"replaces": edits, "tags": tags, "ldflags": ldflags(entry), "cgo": bool(entry.get("cgo")),
+    return {"replaces": edits, "dropped_imports": dropped, "tags": tags, "ldflags": ldflags(entry), "cgo": bool(entry.get("cgo")),
             "packages": pkgs}
 
 
@@ -162,7 +180,7 @@ def _sha256(path: Path) -> str:
 def is_current(name: str, entry: dict) -> bool:
     record = pinned_tools.build_record(name)
     return bool(record) and all(record.get(k) == entry.get(k) for k in ("module", "version", "packages", "ldflags",
-                                                                         "binary", "tags", "extra_tags", "c_source"))
+                                                                         "binary", "tags", "extra_tags", "c_source", "drop_imports"))
 
 
 def build(name: str, entry: dict) -> Path:
@@ -189,7 +207,7 @@ def build(name: str, entry: dict) -> Path:
             raise
         shutil.rmtree(workdir)
         record = {key: entry.get(key) for key in ("module", "version", "packages", "ldflags", "binary", "tags",
-                                                  "extra_tags", "c_source")}
+                                                  "extra_tags", "c_source", "drop_imports")}
         record.update(how=how, go=_go(["env", "GOVERSION"]).strip(), platform=f"{sys.platform}/{platform.machine()}",
                       seconds=round(time.monotonic() - started, 1),
                       sha256={p.name: _sha256(p) for p in sorted(bindir.iterdir())})
