@@ -107,6 +107,28 @@ def test_the_real_files_have_the_release_layouts_and_the_run_pins_their_digests(
     assert mirror.for_profile(profile, "later").paths == served.paths
 
 
+def test_the_runs_pins_reach_the_fetch_and_the_guests_own_check(tmp_path, monkeypatch):
+    """What the run's render phase does: cluster.yml and the pins beside it -> Cluster.resolve -> the
+    profile's checksums (the fetch verifies against them) and the step variables (the guest's check)."""
+    from k4w.derive_steps import step_env
+    from tests.e2e.harness import cluster_file
+    from tests.e2e.harness.run import write_pins
+
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
+    served = mirror.for_profile(_ci_profile(monkeypatch), "now")
+    cluster_yml = tmp_path / "cluster.yml"
+    cluster_yml.write_text(cluster_file.text("http://10.0.2.2:3128", "http://127.0.0.1:1", str(tmp_path / "cache"),
+                                             "ubuntu-2404-e2e"))
+    write_pins(cluster_yml, served.pins)
+    cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
+    profile = cluster.profile("ubuntu-2404-e2e")
+    env = step_env(profile, cluster.config).env
+    for name in ("containerd", "runc", "cni", "kubernetes"):
+        assert profile.data.components[name].sha256 == served.digests[name]
+        assert env[f"K4W_{name.upper()}_SHA256"] == served.digests[name]
+        assert f"K4W_{name.upper()}_SHA512" not in env
+
+
 def test_a_missing_tool_cache_names_scripts_build_tools(tmp_path, monkeypatch):
     cache = _tool_cache(tmp_path / "tools")
     (cache / "runc-v1.4.3" / "build.json").unlink()  # an unfinished build counts as missing

@@ -296,12 +296,10 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         if served.pins:
-            # Where a user's `invoke pin` puts them: Cluster.resolve applies them to the profile.
-            pins_file = pins.pins_path(cluster_yml)
-            pins_file.write_text(pins.HEADER + yaml.safe_dump(served.pins, sort_keys=True), encoding="utf-8")
+            pins_file = write_pins(cluster_yml, served.pins)
             log.write(f"# {pins_file}:\n{pins_file.read_text()}")
         cfg = config.load(cluster_yml)
-        cluster = Cluster.resolve(cfg)
+        cluster = Cluster.resolve(cfg, cluster_yml)  # with the k4w-pins.yml beside it
         files = render.render(cluster, out)
         template = json.loads(files[f"packer/{box}.json"])
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
@@ -377,6 +375,15 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
 
 # ------------------------------------------------------------------ phase details
+
+
+def write_pins(cluster_yml: Path, document: dict) -> Path:
+    """The run's k4w-pins.yml, where a user's `invoke pin` puts it: beside cluster.yml, so
+    Cluster.resolve fills the digests into the profile (k4w.bake.pins.apply) for the fetch, the
+    build's refusal and the guest's own check."""
+    path = pins.pins_path(cluster_yml)
+    path.write_text(pins.HEADER + yaml.safe_dump(document, sort_keys=True), encoding="utf-8")
+    return path
 
 
 def _require_tools() -> None:
