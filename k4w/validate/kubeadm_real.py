@@ -82,8 +82,8 @@ def configs(cluster: Cluster, out: Path) -> list[Config]:
 
 def _version_problems(cluster: Cluster, kubeadm: Path) -> list[str]:
     pinned = pinned_tools.lock()[TOOL]["version"]
-    versions = {profiles.load(n.box).data.kubernetes.version for n in cluster.config.nodes
-                if profiles.load(n.box).data.kubernetes.kubeadm_api == API}
+    kubernetes = [profiles.load(n.box).data.kubernetes for n in cluster.config.nodes]
+    versions = {str(k.version) for k in kubernetes if k.kubeadm_api == API}
     return [f"the cluster runs Kubernetes {v}, the pinned kubeadm ({kubeadm}) is {pinned} (tools/lock.yml {TOOL}): "
             "it would judge the config by another release's rules; pin the same release in both"
             for v in sorted(versions) if f"v{v}" != pinned]
