@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import platform
 import re
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, iso_images, packer_http, proc, sources, ui
+from . import iso, iso_images, packer_hcl, packer_http, proc, sources, ui
 from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
@@ -94,7 +93,12 @@ def tool_checks(out: Path) -> list[Check]:
     checks = []
     # The build runner's own preflight: packer present and new enough, plugins on Packer 1.10+,
     # an ISO authoring tool for cd_files. One source of truth for "can this host build".
-    templates = [json.loads(p.read_text()) for p in sorted((out / "packer").glob("*.json"))]
+    templates = []
+    for path in sorted(out.glob(packer_hcl.GLOB)):
+        try:
+            templates.append(packer_hcl.load(path))
+        except K4wError:
+            continue  # invoke validate names the syntax error; the preflight then assumes the default boxes
     problems = packer_cli.packer_preflight(templates)
     version = packer_cli.packer_version()
     found = f"{packer_cli.packer_path()} {packer_cli.version_str(version)}" if version else "not usable"

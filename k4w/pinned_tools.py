@@ -59,3 +59,16 @@ def binary(name: str, program: str | None = None) -> Path | None:
 
 def packer_plugin_path() -> Path:
     return root() / "packer-plugins"
+
+
+# The Packer plugins the templates require, by the local name of their required_plugins entry.
+PACKER_PLUGINS = ("hyperv", "qemu", "vagrant")
+
+
+def packer_pins() -> dict[str, str]:
+    """The versions the rendered templates pin, without the "v": {"packer": "1.9.4", "hyperv": ...}.
+    One source for the templates' required_version/required_plugins and for what validate runs."""
+    table = lock()
+    pins = {"packer": table["packer"]["version"].removeprefix("v")}
+    pins.update({name: table[f"packer-plugin-{name}"]["version"].removeprefix("v") for name in PACKER_PLUGINS})
+    return pins

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import build_media, iso_images, outfiles, proc, profiles, render, sources
+from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, render, sources
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..config import Config
@@ -139,11 +138,8 @@ def _register_proxy_secrets(cfg: Config) -> None:
 def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
           iso_sha256: str | None, console: Console) -> BoxPlan:
     box = profile.name
-    key = f"packer/{box}.json"
-    try:
-        template = json.loads(rendered[key])
-    except json.JSONDecodeError as exc:
-        raise K4wError(f"rendered {key} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+    key = packer_hcl.rel_path(box)
+    template = packer_hcl.parse(rendered[key], f"rendered {key}")
     stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
     plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
                    iso_sha256=iso_sha256)
