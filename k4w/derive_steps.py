@@ -150,6 +150,12 @@ class StepEnv:
         variable's default from there (env("K4W_SECRET_...")), so no credential is written to packer/*.pkr.hcl."""
         return {secret_env_name(name): value for name, value in self.secrets.items()}
 
+    def resolved(self, text: str) -> str:
+        """text with each reference replaced by its secret's value: what the guest receives."""
+        for variable, value in self.secrets.items():
+            text = text.replace(_packer_ref(variable), value)
+        return text
+
     def ref(self, variable: str) -> str:
         """The Packer reference to one of secrets, for template text outside the environment."""
         if variable not in self.secrets:
@@ -343,6 +349,5 @@ def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
     references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved."""
     secrets: dict[str, str] = {}
     env = _proxy_variables(derive_proxy(cfg), family, secrets)
-    for variable, value in secrets.items():
-        env = {name: text.replace(_packer_ref(variable), value) for name, text in env.items()}
-    return env
+    steps = StepEnv(env=env, secrets=secrets)
+    return {name: steps.resolved(text) for name, text in env.items()}

@@ -123,7 +123,7 @@ def packer_templates(cluster: Cluster, out: Path) -> Result:
         for argv in (_packer_init(packer, template), _packer_validate(packer, template)):
             code, text = _run(argv, env=env)
             if code != 0:
-                res.problems.append(f"{_rel(template)}: {argv[1]}: {text or f'exit {code}'}")
+                res.problems.append(f"{_rel(template)}: packer {argv[1]}: {text or f'exit {code}'}")
                 break
     return res
 

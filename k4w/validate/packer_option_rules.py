@@ -1,11 +1,11 @@
 """Packer options whose wrong value `packer validate` lets through.
 
-Enumerated options of the rendered hyperv builders hold one of the values the builder names.
+Enumerated options of the rendered hyperv builders hold one of the values the pinned builder names.
 
-`packer validate` does not catch them all: both hyperv builders compare guest_additions_mode with
-"attach" only, so "disable" passed validation and meant nothing. The choices are read from the
-builders' source at the tags the templates must work with (facts/packer-hyperv-enums.yml names
-them); every option listed there that a template sets is checked, in every rendered template.
+`packer validate` does not catch them all: the hyperv builder compares guest_additions_mode with
+"attach" only, so "disable" passes validation and means nothing. The choices are read from the
+builder's source at the tag the templates pin (facts/packer-hyperv-enums.yml names it); every
+option listed there that a template sets is checked, in every rendered template.
 """
 
 from __future__ import annotations
