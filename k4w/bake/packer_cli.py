@@ -102,18 +102,20 @@ def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None =
 
 
 def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str],
-                     proxy: dict[str, str] | None = None) -> list[str]:
-    """Lines that show exactly what would run, naming secret variables but never their values
-    (proxy credentials redacted)."""
+                     proxy: dict[str, str] | None = None, first: list[str] | None = None) -> list[str]:
+    """Lines that show exactly what would run (first, e.g. packer init, then cmd), naming secret
+    variables but never their values (proxy credentials redacted)."""
     proxy = proxy or {}
     settings = build_env(out, {}, proxy, base={})
     lines = [f"cd {shlex.quote(str(out))}"]
     for name, where in secret_sources.items():
         lines.append(f"export {name}=<secret from {where}>")
-    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR", *proxy):
+    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR", *plugin_env(), *proxy):
         lines.append(redact(f"export {name}={shlex.quote(settings[name])}"))
     unset = [name for name in ENV_REMOVED + PROXY_VARIABLES if name not in proxy]
     lines.append("unset " + " ".join(unset))
+    if first:
+        lines.append(shlex.join(first))
     lines.append(shlex.join(cmd))
     return lines
 

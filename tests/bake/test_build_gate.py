@@ -107,6 +107,6 @@ def test_a_validator_this_host_cannot_run_is_named_not_a_refusal(tmp_path, monke
     assert gate.validation_problems(cluster, tmp_path / "out", said.append) == []
     assert said == ["not validated on this host: preseeds (debconf-set-selections is not installed; "
                     "`invoke validate` on Linux and CI check it)"]
-    (tmp_path / "out" / "packer" / "ubuntu-1604.json").write_text("{ not json")
+    (tmp_path / "out" / "packer" / "ubuntu-1604.pkr.hcl").write_text("{ not json")
     problems = gate.validation_problems(cluster, tmp_path / "out", said.append)
     assert problems and all(p.startswith("packer") or "ubuntu-1604.json" in p for p in problems), problems

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from k4w import packer_hcl
 from k4w import config, profiles, render
 from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue, packer_cli
@@ -72,13 +73,13 @@ def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, c
     build_box(cluster, "windows-1803", repo.out, console=console)
 
     call = fake_packer.builds()[0]
-    assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.json")]
+    assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.pkr.hcl")]
     assert call["cwd"] == str(repo.out)
     assert not call["packer_log_set"] and call["checkpoint_disable"] == "1"
     password = call["admin_password"]
     assert password and password != before  # rotated for this build
     assert f"<AdministratorPassword>{password}</AdministratorPassword>" in (repo.out / "http" / "windows-1803" / "Autounattend.xml").read_text()
-    assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.json").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
+    assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.pkr.hcl").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
 
 
 @pytest.mark.parametrize("box", ["windows-1803", "ubuntu-1604"])
@@ -88,7 +89,7 @@ def test_packer_gets_the_proxy_credentials_from_its_environment_not_from_the_tem
     build_box(cluster, box, repo.out, console=console)
     assert fake_packer.builds()[0]["variables"]["http_proxy"] == PROXY
     # The real templates' whole text is checked in tests/bake/windows and tests/bake/ubuntu.
-    template = json.loads((repo.out / "packer" / f"{box}.json").read_text())
+    template = packer_hcl.load(repo.out / "packer" / f"{box}.pkr.hcl")
     assert PROXY_PASSWORD not in json.dumps(template["variables"])
 
 
@@ -187,7 +188,7 @@ def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console)
     # Only the probes the real build's preflight makes (its version), never a build.
     assert fake_packer.builds() == [] and all("version" in c["argv"] for c in fake_packer.calls())
     assert not repo.out.exists()
-    template = repo.out / "packer" / "windows-1803.json"
+    template = repo.out / "packer" / "windows-1803.pkr.hcl"
     assert f"packer build -machine-readable -force -on-error=cleanup {template}" in text
     assert "export K4W_ADMIN_PASSWORD=<secret from" in text
     assert "unset PACKER_LOG" in text
@@ -243,7 +244,7 @@ def test_packer_gets_the_iso_checksum_to_check_again(repo, fake_packer, console)
 
 
 def test_a_template_that_would_not_check_the_iso_is_refused(repo, fake_packer, console):
-    template = repo.root / "templates" / "packer" / "windows.json.j2"
+    template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
     template.write_text(template.read_text().replace('"sha256:<< paths.iso_sha256 >>"', '"none"'))
     with pytest.raises(BuildFailed, match="iso_checksum 'none', not 'sha256:"):
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
@@ -387,7 +388,7 @@ def boxes() -> list[str]:
 
 def test_box_and_vm_go_where_the_runner_looks(rendered, boxes):
     for box in boxes:
-        template = json.loads(rendered[f"packer/{box}.json"])
+        template = packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"])
         outputs = [pp.get("output") for pp in template.get("post-processors", []) if isinstance(pp, dict) and pp.get("type") == "vagrant"]
         assert outputs == [f"{OUT}/boxes/.partial/{box}-{{{{.Provider}}}}.box"], box
         for builder in template["builders"]:
@@ -398,7 +399,7 @@ def test_windows_password_comes_from_the_environment_only(rendered, boxes):
     for box in boxes:
         if not profiles.load(box).is_windows:
             continue
-        text = rendered[f"packer/{box}.json"]
+        text = rendered[f"packer/{box}.pkr.hcl"]
         template = json.loads(text)
         variables = {k: v for k, v in template.get("variables", {}).items() if "K4W_ADMIN_PASSWORD" in v}
         assert variables and set(variables) <= set(template.get("sensitive-variables", [])), box
@@ -407,7 +408,7 @@ def test_windows_password_comes_from_the_environment_only(rendered, boxes):
 
 def test_every_provisioner_announces_itself(rendered, boxes):
     for box in boxes:
-        total, markers = plan_steps(json.loads(rendered[f"packer/{box}.json"]))
+        total, markers = plan_steps(packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"]))
         assert total > 0
         assert {m.step for m in markers} == set(range(1, total + 1)), f"{box}: a provisioner type the progress view cannot see"
 
@@ -444,7 +445,7 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
     """Real Packer (null builder standing in for Hyper-V) -> runner -> catalogue -> real Vagrant."""
     system_tool("packer")
     vagrant = system_tool("vagrant")
-    (repo.root / "templates" / "packer" / "ubuntu.json.j2").write_text(REAL_BUILD_TEMPLATE)
+    (repo.root / "templates" / "packer" / "ubuntu.pkr.hcl.j2").write_text(REAL_BUILD_TEMPLATE)
     script = repo.root / "guest" / "ubuntu" / "bake" / "make-box.sh"
     script.write_text(MAKE_BOX)
     script.chmod(0o755)
@@ -506,7 +507,7 @@ RELEASE = "C:\\k\\box-release.json"
 
 def _fetch_release_step(repo) -> None:
     """The miniature's Windows template with the real one's fetch-release download at its end."""
-    template = repo.root / "templates" / "packer" / "windows.json.j2"
+    template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
     text = template.read_text()
     last = '{"type": "powershell", "scripts": ["<< paths.guest >>/windows/bake/docker.ps1"]}'
     assert last in text

@@ -12,7 +12,7 @@ from tests.helpers import invoke, tree_digest
 
 # Each task with a text its dry run must show: the plan of what would happen, not a vague promise.
 SHOWS = {
-    "render": "packer/ubuntu-1604.json",
+    "render": "packer/ubuntu-1604.pkr.hcl",
     "validate": "packer validate",
     "plan": "Build plan (a Hyper-V host runs these",
     "all": "shellcheck",

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from k4w import packer_hcl
 from k4w import doctor, packer_http, sources
 from k4w.cluster import network
 from k4w.cluster_model import Cluster
@@ -28,7 +29,7 @@ def test_the_ubuntu_template_pins_the_port_range_the_rule_admits(tmp_path):
     cfg = write_config(tmp_path / "cluster.yml", config_dict())
     result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    builder = json.loads((tmp_path / "out" / "packer" / "ubuntu-1604.json").read_text())["builders"][0]
+    builder = packer_hcl.load(tmp_path / "out" / "packer" / "ubuntu-1604.pkr.hcl")["builders"][0]
     assert (builder["http_port_min"], builder["http_port_max"]) == (packer_http.PORT_MIN, packer_http.PORT_MAX)
     assert packer_http.port_range() == f"{builder['http_port_min']}-{builder['http_port_max']}"
 

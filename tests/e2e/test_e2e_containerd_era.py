@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k4w import packer_hcl
 from k4w import config, profiles, render
 from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
@@ -89,13 +90,13 @@ def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
     out = tmp_path / "out"
     files = render.render_files(cluster, out)
     assert not [name for name in files if name.startswith("http/ubuntu-2404-e2e/")]  # no installer runs
-    template = json.loads(files["packer/ubuntu-2404-e2e.json"])
+    template = packer_hcl.parse(files["packer/ubuntu-2404-e2e.pkr.hcl"])
     steps = [p["script"].rsplit("/", 1)[1] for p in template["provisioners"] if p["type"] == "shell"]
     assert steps == CI["provision"]
     env = template["provisioners"][1]["environment_vars"]
     assert "K4W_CONTAINERD_STAND_IN=1" in env and "K4W_CONTAINER_RUNTIME=containerd" in env
     out.mkdir()
-    (out / "t.json").write_text(files["packer/ubuntu-2404-e2e.json"])
+    (out / "t.json").write_text(files["packer/ubuntu-2404-e2e.pkr.hcl"])
     res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.json")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k4w import packer_hcl
 from k4w import config, render
 from k4w.cluster_model import Cluster
 from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, report, rerun, squid, stand_ins
@@ -417,7 +418,7 @@ def rendered_template(tmp_path) -> dict:
     from k4w.derive_steps import step_env
 
     cluster = Cluster.resolve(e2e_cluster())
-    template = json.loads(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.json"])
+    template = packer_hcl.parse(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.pkr.hcl"])
     # As the harness does: the variables' values as Packer's build gets them from the environment.
     template["variables"] = packer_cli.variable_values(
         template, step_env(cluster.profile("debian-12-e2e"), cluster.config).secret_environment)
@@ -476,7 +477,7 @@ def test_packer_validates_the_rendered_e2e_template(tmp_path):
     packer = system_tool("packer")
     out = tmp_path / "out"
     render.render(Cluster.resolve(e2e_cluster()), out)
-    res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.json")], cwd=out,
+    res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.pkr.hcl")], cwd=out,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -578,7 +579,7 @@ def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base
     result = run_e2e(tmp_path / "e2e-ubuntu-2404", box="ubuntu-2404-e2e", base_images=shared, dry_run=True, say=said.append)
     text = "\n".join(said)
     assert result.dry_run and result.box == "ubuntu-2404-e2e" and not tmp_path.joinpath("e2e-ubuntu-2404").exists()
-    assert "packer/ubuntu-2404-e2e.json" in text and "test_ssh_target(ubuntu-2404-e2e" in text
+    assert "packer/ubuntu-2404-e2e.pkr.hcl" in text and "test_ssh_target(ubuntu-2404-e2e" in text
     assert "    box: ubuntu-2404-e2e\n" in text  # the rendered cluster.yml's node uses it
     assert f"base image {shared}/" in text and f"-kernel {shared}/current/vmlinuz" in text
     assert "containerd-2.3.2-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k4w import packer_hcl
 from k4w import config, derive_steps, profiles, render
 from k4w.bake import packer_cli
 from k4w.cluster_model import Cluster
@@ -126,7 +127,7 @@ def ubuntu(render_box):
         resolved = cluster(http, https)
         files = render_box(resolved)
         environ = derive_steps.step_env(resolved.profile(BOX), resolved.config).secret_environment
-        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"]), environ), files[f"http/{BOX}/preseed.cfg"]
+        return resolve_user_variables(packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"]), environ), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

@@ -29,14 +29,14 @@ def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess
 @pytest.mark.tools
 @pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (HTTP_PROXY, HTTPS_PROXY)])
 def test_packer_validates_the_hyperv_template(tmp_path, http, https):
-    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.json"]
+    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.pkr.hcl"]
     res = packer_validate(text, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.tools
 def test_packer_validates_the_qemu_template(profile_dir, tmp_path):
-    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.json"]
+    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.pkr.hcl"]
     res = packer_validate(text, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -51,7 +51,7 @@ def _packer() -> str:
 
 def _validate(out: Path, box: str = BOX) -> subprocess.CompletedProcess:
     env = dict(os.environ, K4W_ADMIN_PASSWORD=SECRET, CHECKPOINT_DISABLE="1")
-    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{box}.json")],
+    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{box}.pkr.hcl")],
                           capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -63,7 +63,7 @@ def test_packer_validate_accepts_the_modern_template_with_its_update_restarts_an
     download = [p for p in rendered.packer["provisioners"] if p.get("direction") == "download"]
     assert [(p["type"], p["source"]) for p in download] == [("file", "C:\\k\\box-release.json")]
     # A download provisioner the real Packer refuses fails this check (the class check shown failing):
-    path = rendered.out / "packer" / "windows-2022.json"
+    path = rendered.out / "packer" / "windows-2022.pkr.hcl"
     path.write_text(path.read_text().replace('"direction": "download"', '"direction": "sideways"'))
     broken = _validate(rendered.out, "windows-2022")
     assert broken.returncode != 0 and "Direction must be one of" in broken.stdout + broken.stderr
@@ -84,7 +84,7 @@ def test_packer_validate_accepts_the_rendered_template(render_windows, generatio
 def test_packer_validate_rejects_a_broken_template(render_windows):
     """The validation above can fail: an unknown builder key is refused."""
     rendered = render_windows(2, write=True)
-    path = rendered.out / "packer" / f"{BOX}.json"
+    path = rendered.out / "packer" / f"{BOX}.pkr.hcl"
     path.write_text(path.read_text().replace('"headless": true', '"headless": true, "not_a_hyperv_key": 1'))
     result = _validate(rendered.out)
     assert result.returncode != 0 and "not_a_hyperv_key" in result.stdout + result.stderr

@@ -32,7 +32,7 @@ class Rendered:
 
     @property
     def packer_text(self) -> str:
-        return self.files[f"packer/{self.box}.json"]
+        return self.files[f"packer/{self.box}.pkr.hcl"]
 
     @property
     def packer(self) -> dict:

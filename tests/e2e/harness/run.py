@@ -8,7 +8,7 @@ Phases (each with a budget; the timings end up in a table):
                 Kubernetes node tarball and the CNI plugins, which CI cannot download
   render        a cluster.yml with proxy.http/https and downloads -> k4w.config.load -> k4w.render.render
   fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
-  packer build  k4w.bake.build_box: the real `packer build` of packer/<box>.json; every step
+  packer build  k4w.bake.build_box: the real `packer build` of packer/<box>.pkr.hcl (after packer init); every step
                 runs, and the steps install the stand-ins from Packer's HTTP server
 
 One run bakes one CI box (BOXES): debian-12-e2e runs the Docker era's steps (ubuntu-1604's list),
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from k4w import packer_hcl
 from k4w import config, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, fetch, packer_cli
 from k4w.derive_steps import step_env
@@ -286,7 +287,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cfg = config.load(cluster_yml)
         cluster = Cluster.resolve(cfg)
         files = render.render(cluster, out)
-        template = json.loads(files[f"packer/{box}.json"])
+        template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"])
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
         template["variables"] = packer_cli.variable_values(
             template, step_env(cluster.profile(box), cluster.config).secret_environment)
@@ -606,7 +607,7 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
-        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.json"), out, {})))
+        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {})))
     say("boot guest: box.img from " + str(out / "boxes" / f"{box}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
         guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
                                cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
