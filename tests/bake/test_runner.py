@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from k4w import packer_hcl
-from k4w import config, profiles, render
+from k4w import config, packer_hcl, profiles, render
 from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
@@ -416,16 +415,23 @@ def test_every_provisioner_announces_itself(rendered, boxes):
 # ------------------------------------------------------------------ real Packer and Vagrant
 
 
-REAL_BUILD_TEMPLATE = """{
-  "builders": [{"type": "null", "name": "hyperv-iso", "communicator": "none"}],
-  "provisioners": [
-    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/base.sh"},
-    {"type": "shell-local", "inline": ["echo proxy is << proxy.http or 'none' >>"]}
-  ],
-  "post-processors": [
-    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/make-box.sh",
-     "environment_vars": ["K4W_BOX_OUT=<< paths.boxes >>/.partial/<< box.name >>-libvirt.box"]}
-  ]
+REAL_BUILD_TEMPLATE = """
+source "null" "hyperv-iso" {
+  communicator = "none"
+}
+
+build {
+  sources = ["source.null.hyperv-iso"]
+  provisioner "shell-local" {
+    script = << (paths.guest ~ "/ubuntu/bake/base.sh") | hcl >>
+  }
+  provisioner "shell-local" {
+    inline = [<< ("echo proxy is " ~ (proxy.http or "none")) | hcl >>]
+  }
+  post-processor "shell-local" {
+    script           = << (paths.guest ~ "/ubuntu/bake/make-box.sh") | hcl >>
+    environment_vars = [<< ("K4W_BOX_OUT=" ~ paths.boxes ~ "/.partial/" ~ box.name ~ "-libvirt.box") | hcl >>]
+  }
 }
 """
 

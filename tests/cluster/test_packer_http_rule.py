@@ -9,13 +9,11 @@ powershell.exe boundary.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
 import pytest
 
-from k4w import packer_hcl
-from k4w import doctor, packer_http, sources
+from k4w import doctor, packer_hcl, packer_http, sources
 from k4w.cluster import network
 from k4w.cluster_model import Cluster
 from k4w.validate import powershell_rules as powershell

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import packer_hcl
-from k4w import config, profiles, render
+from k4w import config, packer_hcl, profiles, render
 from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.verify import expect, selection
@@ -96,8 +95,8 @@ def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
     env = template["provisioners"][1]["environment_vars"]
     assert "K4W_CONTAINERD_STAND_IN=1" in env and "K4W_CONTAINER_RUNTIME=containerd" in env
     out.mkdir()
-    (out / "t.json").write_text(files["packer/ubuntu-2404-e2e.pkr.hcl"])
-    res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.json")], capture_output=True, text=True)
+    (out / "t.pkr.hcl").write_text(files["packer/ubuntu-2404-e2e.pkr.hcl"])
+    res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.pkr.hcl")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import packer_hcl
-from k4w import config, render
+from k4w import config, packer_hcl, render
 from k4w.cluster_model import Cluster
 from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, report, rerun, squid, stand_ins
-from tests.helpers import system_tool
+from tests.helpers import packer_validate, system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_PROFILE = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
@@ -412,8 +411,6 @@ def test_base_image_paths_in_the_profile_are_the_cache_layout():
 
 
 def rendered_template(tmp_path) -> dict:
-    import json
-
     from k4w.bake import packer_cli
     from k4w.derive_steps import step_env
 
@@ -456,13 +453,15 @@ def test_rerun_env_file_escapes_quotes_as_packer_does():
                                  "export PACKER_BUILDER_TYPE='qemu'", "export PACKER_BUILD_NAME='qemu'"]
 
 
-def test_rerun_resolves_packer_user_variables_and_refuses_other_functions():
+def test_rerun_resolves_packer_variables_and_refuses_other_expressions():
     variables = {"http_proxy": "http://10.0.2.2:40123"}
-    assert rerun.interpolate("K4W_HTTP_PROXY={{user `http_proxy`}}", variables) == "K4W_HTTP_PROXY=http://10.0.2.2:40123"
+    assert rerun.interpolate("K4W_HTTP_PROXY=${var.http_proxy}", variables) == "K4W_HTTP_PROXY=http://10.0.2.2:40123"
+    assert rerun.interpolate("X=$${var.http_proxy} %%{ y }", variables) == "X=${var.http_proxy} %{ y }"
     with pytest.raises(phases.E2EError, match="names no variable"):
-        rerun.interpolate("X={{user `nope`}}", variables)
-    with pytest.raises(phases.E2EError, match="cannot resolve"):
-        rerun.interpolate("X={{env `HOME`}}", variables)
+        rerun.interpolate("X=${var.nope}", variables)
+    for other in ('X=${env("HOME")}', "X=%{ if true }y%{ endif }"):
+        with pytest.raises(phases.E2EError, match="cannot resolve"):
+            rerun.interpolate(other, variables)
 
 
 def test_rerun_refuses_what_it_cannot_repeat():
@@ -474,11 +473,9 @@ def test_rerun_refuses_what_it_cannot_repeat():
 
 @pytest.mark.tools
 def test_packer_validates_the_rendered_e2e_template(tmp_path):
-    packer = system_tool("packer")
     out = tmp_path / "out"
     render.render(Cluster.resolve(e2e_cluster()), out)
-    res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.pkr.hcl")], cwd=out,
-                         capture_output=True, text=True, timeout=120)
+    res = packer_validate(out / "packer" / "debian-12-e2e.pkr.hcl", cwd=out)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -5,7 +5,6 @@ cloud-init and subiquity's own schema."""
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 from pathlib import Path
 

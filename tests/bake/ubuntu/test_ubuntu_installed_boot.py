@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import packer_hcl
-from k4w import build_media, profiles
+from k4w import build_media, packer_hcl, profiles
 from tests.helpers import config_dict, invoke, write_config
 
 PROXY = "http://bob:s3cr%40t$x;y@proxy.corp.example:3128"
@@ -202,7 +201,7 @@ def test_no_file_packer_serves_holds_the_proxys_credentials(rendered, box):
 def test_the_preseed_box_gets_the_credentials_on_its_boot_line_as_the_masked_packer_variable(rendered):
     template = packer_hcl.load(rendered / "packer" / "ubuntu-1604.pkr.hcl")
     (line,) = [c for c in template["builders"][0]["boot_command"] if c.startswith("linux ")]
-    assert "'k4w_installer_proxy={{ user `http_proxy` }}'" in line
+    assert "'k4w_installer_proxy=${var.http_proxy}'" in line
     assert line.endswith(" ---<enter>")  # nothing of the boot line reaches the installed system's GRUB
     assert "proxy.corp.example" not in line and USERINFO not in line
     assert "http_proxy" in template["sensitive-variables"]

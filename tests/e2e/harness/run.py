@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from k4w import packer_hcl
-from k4w import config, profiles, render, sources, tools, ui
+from k4w import config, packer_hcl, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, fetch, packer_cli
 from k4w.derive_steps import step_env
 from k4w.cluster_model import Cluster
@@ -607,7 +606,8 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
-        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {})))
+        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {},
+                                    first=packer_cli.init_command(out / "packer" / f"{box}.pkr.hcl"))))
     say("boot guest: box.img from " + str(out / "boxes" / f"{box}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
         guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
                                cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
