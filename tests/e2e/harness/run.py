@@ -365,7 +365,8 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 def _require_tools() -> None:
     missing = []
     for tool in TOOLS:
-        if not (shutil.which(tool) or shutil.which(tool, path=SBIN)):
+        # tools.find: packer is the pinned cache's (Packer 1.9.4 and its plugins) when built.
+        if not (tools.find(tool) or shutil.which(tool, path=SBIN)):
             missing.append(str(tools.missing(tool)))
     if missing:
         raise E2EError("\n".join(missing))
