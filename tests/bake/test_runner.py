@@ -51,7 +51,7 @@ def test_windows_build_lands_box_catalogue_and_record(repo, fake_packer, console
     record = json.loads((repo.out / "boxes" / "windows-1803.record.json").read_text())
     assert record["box"] == "windows-1803" and record["test"] is None
     assert record["components"] == {"kubernetes": "1.11.10", "docker": "18.09.2"}
-    assert record["packer"] == "1.6.6"
+    assert record["packer"] == "1.9.4"
     assert record["iso"]["name"] == "windows-server-1803.iso"
     assert record["iso"]["sha256"] == hashlib.sha256(repo.isos["windows-1803"].read_bytes()).hexdigest()
     assert record["box_sha256"] == provider["checksum"]
@@ -78,7 +78,8 @@ def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, c
     password = call["admin_password"]
     assert password and password != before  # rotated for this build
     assert f"<AdministratorPassword>{password}</AdministratorPassword>" in (repo.out / "http" / "windows-1803" / "Autounattend.xml").read_text()
-    assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.pkr.hcl").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
+    text = (repo.out / "packer" / "windows-1803.pkr.hcl").read_text()
+    assert password not in text and "K4W_ADMIN_PASSWORD" not in text.replace('env("K4W_ADMIN_PASSWORD")', "")
 
 
 @pytest.mark.parametrize("box", ["windows-1803", "ubuntu-1604"])
@@ -184,10 +185,12 @@ def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_pac
 def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console):
     build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
     text = console.text
-    # Only the probes the real build's preflight makes (its version), never a build.
-    assert fake_packer.builds() == [] and all("version" in c["argv"] for c in fake_packer.calls())
+    # Only the probes the real build's preflight makes (its version, its plugins), never an init or a build.
+    assert fake_packer.builds() == [] and all("version" in c["argv"] or c["argv"][:2] == ["plugins", "installed"]
+                                              for c in fake_packer.calls())
     assert not repo.out.exists()
     template = repo.out / "packer" / "windows-1803.pkr.hcl"
+    assert f"packer init {template}" in text
     assert f"packer build -machine-readable -force -on-error=cleanup {template}" in text
     assert "export K4W_ADMIN_PASSWORD=<secret from" in text
     assert "unset PACKER_LOG" in text
@@ -244,7 +247,7 @@ def test_packer_gets_the_iso_checksum_to_check_again(repo, fake_packer, console)
 
 def test_a_template_that_would_not_check_the_iso_is_refused(repo, fake_packer, console):
     template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
-    template.write_text(template.read_text().replace('"sha256:<< paths.iso_sha256 >>"', '"none"'))
+    template.write_text(template.read_text().replace('<< ("sha256:" ~ paths.iso_sha256) | hcl >>', '"none"'))
     with pytest.raises(BuildFailed, match="iso_checksum 'none', not 'sha256:"):
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert fake_packer.builds() == []
@@ -399,7 +402,7 @@ def test_windows_password_comes_from_the_environment_only(rendered, boxes):
         if not profiles.load(box).is_windows:
             continue
         text = rendered[f"packer/{box}.pkr.hcl"]
-        template = json.loads(text)
+        template = packer_hcl.parse(text)
         variables = {k: v for k, v in template.get("variables", {}).items() if "K4W_ADMIN_PASSWORD" in v}
         assert variables and set(variables) <= set(template.get("sensitive-variables", [])), box
         assert render.PLACEHOLDER_SECRETS["admin_password"] not in text
@@ -515,10 +518,11 @@ def _fetch_release_step(repo) -> None:
     """The miniature's Windows template with the real one's fetch-release download at its end."""
     template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
     text = template.read_text()
-    last = '{"type": "powershell", "scripts": ["<< paths.guest >>/windows/bake/docker.ps1"]}'
+    last = '  post-processor "vagrant" {'
     assert last in text
-    template.write_text(text.replace(last, last + ',\n    {"type": "file", "direction": "download", "source": "C:\\\\k\\\\box-release.json", '
-                                     '"destination": "<< paths.boxes >>/.partial/<< box.name >>.box-release.json"}'))
+    template.write_text(text.replace(last, '  provisioner "file" {\n    direction   = "download"\n'
+                                     '    source      = "C:\\\\k\\\\box-release.json"\n'
+                                     '    destination = << (paths.boxes ~ "/.partial/" ~ box.name ~ ".box-release.json") | hcl >>\n  }\n\n' + last))
 
 
 def test_the_build_record_carries_the_patch_level_the_guest_reached(repo, fake_packer, console):

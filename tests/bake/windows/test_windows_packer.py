@@ -1,4 +1,4 @@
-"""The rendered Windows Packer template: what packer 1.6.6 accepts, and what a user of the
+"""The rendered Windows Packer template: what the pinned Packer 1.9.4 with the hyperv plugin accepts, and what a user of the
 box would notice (secure boot, switch, provisioner order, proxy, secrets)."""
 
 from __future__ import annotations

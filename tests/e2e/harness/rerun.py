@@ -8,7 +8,7 @@ no build host, so a step must prove its install complete without the build media
 
 A provisioner with use_env_var_file gets its environment as Packer writes it: a file of
 `export NAME='value'` lines, sorted by name, each ' written as '"'"' (escapeEnvVars and
-createEnvVarFileContent in provisioner/shell/provisioner.go, hashicorp/packer v1.6.6 9b997f28d5e3),
+createEnvVarFileContent in provisioner/shell/provisioner.go, hashicorp/packer v1.9.4 ae9daec1, as in v1.6.6),
 uploaded beside the script with mode 0600, and named by {{ .EnvVarFile }} in the command.
 """
 
