@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
@@ -10,6 +9,7 @@ import pytest
 import yaml
 
 from k4w import render
+from tests import helpers
 from tests.helpers import system_tool
 
 from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, STEPS, cluster, qemu_cluster
@@ -19,11 +19,9 @@ STEP_SCRIPTS = [p for p in OWN_SCRIPTS if p.name != "lib.sh"]
 
 
 def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess:
-    packer = system_tool("packer")
-    path = tmp_path / "template.json"
+    path = tmp_path / "template.pkr.hcl"
     path.write_text(template_text)
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1"}
-    return subprocess.run([packer, "validate", str(path)], capture_output=True, text=True, env=env, check=False, cwd=tmp_path)
+    return helpers.packer_validate(path, cwd=tmp_path)
 
 
 @pytest.mark.tools

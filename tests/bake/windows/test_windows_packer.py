@@ -82,7 +82,7 @@ def test_packer_validate_rejects_a_broken_template(render_windows):
     """The validation above can fail: an unknown builder key is refused."""
     rendered = render_windows(2, write=True)
     path = rendered.out / "packer" / f"{BOX}.pkr.hcl"
-    path.write_text(path.read_text().replace('"headless": true', '"headless": true, "not_a_hyperv_key": 1'))
+    path.write_text(path.read_text().replace("  headless ", "  not_a_hyperv_key = 1\n  headless ", 1))
     result = _validate(rendered.out)
     assert result.returncode != 0 and "not_a_hyperv_key" in result.stdout + result.stderr
 
@@ -135,7 +135,7 @@ def test_gen1_has_no_secure_boot_and_uses_a_floppy(render_windows):
 
 
 def test_an_unknown_generation_stops_the_render(render_windows):
-    with pytest.raises(K4wError, match="build_generation_must_be_1_or_2"):
+    with pytest.raises(K4wError, match="build.generation must be 1 or 2, not 3"):
         render_windows(3)
 
 
