@@ -17,6 +17,7 @@ from . import build_media as media, sources
 from .config import Config
 from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from .errors import K4wError
+from .packer_hcl import var_ref as hcl_var_ref
 from .profiles import Profile
 
 UBUNTU = "ubuntu"
@@ -134,7 +135,7 @@ class StepEnv:
 
     env: dict[str, str]
     # Packer user variable -> its value. A value that may hold credentials reaches env only as a
-    # reference to one of these ({{user `name`}}); the template declares them sensitive, so Packer
+    # reference to one of these (${var.name} once rendered); the template declares them sensitive, so Packer
     # masks them wherever they appear in its output.
     secrets: dict[str, str]
 
@@ -146,8 +147,14 @@ class StepEnv:
     @property
     def secret_environment(self) -> dict[str, str]:
         """What the build runner puts into Packer's environment: the templates read each secret
-        variable from there ({{env `K4W_SECRET_...`}}), so no credential is written to packer/*.json."""
+        variable's default from there (env("K4W_SECRET_...")), so no credential is written to packer/*.pkr.hcl."""
         return {secret_env_name(name): value for name, value in self.secrets.items()}
+
+    def resolved(self, text: str) -> str:
+        """text with each reference replaced by its secret's value: what the guest receives."""
+        for variable, value in self.secrets.items():
+            text = text.replace(_packer_ref(variable), value)
+        return text
 
     def ref(self, variable: str) -> str:
         """The Packer reference to one of secrets, for template text outside the environment."""
@@ -268,10 +275,9 @@ def _media_files(profile: Profile, family: str) -> dict[str, str]:
             if family in families and component in files}
 
 
-# Packer 1.6.6 JSON templates can read the environment in the "variables" block only: its core
-# enables the env function just while it renders the user variables
-# (hashicorp/packer@v1.6.6:packer/core.go renderVarsRecursively, ctx.EnableEnv = true;
-# packer-plugin-sdk/template/interpolate/funcs.go funcGenEnv refuses it elsewhere; commit 9b997f2).
+# The Packer templates read each secret input variable's default from the environment, with
+# env("K4W_SECRET_<NAME>"): HCL2 allows env() in a variable's default only (hashicorp/packer@v1.9.4
+# (ae9daec1) hcl2template/types.packer_config.go decodeInputVariables: the only context with env).
 SECRET_ENV_PREFIX = "K4W_SECRET_"
 
 
@@ -281,7 +287,8 @@ def secret_env_name(variable: str) -> str:
 
 
 def _packer_ref(variable: str) -> str:
-    return f"{{{{user `{variable}`}}}}"
+    # The templates' `hcl` filter writes this marker as ${var.<variable>} (k4w.render.escape).
+    return hcl_var_ref(variable)
 
 
 def _blank_separated(pairs: dict[str, str]) -> str:
@@ -342,6 +349,5 @@ def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
     references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved."""
     secrets: dict[str, str] = {}
     env = _proxy_variables(derive_proxy(cfg), family, secrets)
-    for variable, value in secrets.items():
-        env = {name: text.replace(_packer_ref(variable), value) for name, text in env.items()}
-    return env
+    steps = StepEnv(env=env, secrets=secrets)
+    return {name: steps.resolved(text) for name, text in env.items()}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import platform
 import re
@@ -15,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import iso, iso_images, packer_http, proc, sources, ui
+from . import iso, iso_images, packer_hcl, packer_http, proc, sources, ui
 from .bake import pins
 from .cluster_model import Cluster
 from .config import Config
 from .errors import K4wError
 from .redact import redact
 from .tools import INSTALL
+from .tools import find as find_tool
 
 STAGES = ("validate", "build", "cluster")
 # Free space a build needs: a Windows VHDX grows to ~25 GB plus the exported box; Ubuntu ~8 GB.
@@ -92,9 +92,15 @@ def tool_checks(out: Path) -> list[Check]:
     from .bake import packer_cli
 
     checks = []
-    # The build runner's own preflight: packer present and new enough, plugins on Packer 1.10+,
-    # an ISO authoring tool for cd_files. One source of truth for "can this host build".
-    templates = [json.loads(p.read_text()) for p in sorted((out / "packer").glob("*.json"))]
+    # The build runner's own preflight: packer present and at least 1.9.4 (the HCL2 templates'
+    # required_plugins), the plugin versions the templates pin installed, an ISO authoring tool
+    # for cd_files. One source of truth for "can this host build".
+    templates = []
+    for path in sorted(out.glob(packer_hcl.GLOB)):
+        try:
+            templates.append(packer_hcl.load(path))
+        except K4wError:
+            continue  # invoke validate names the syntax error; the preflight then assumes the default boxes
     problems = packer_cli.packer_preflight(templates)
     version = packer_cli.packer_version()
     found = f"{packer_cli.packer_path()} {packer_cli.version_str(version)}" if version else "not usable"
@@ -109,7 +115,7 @@ def tool_checks(out: Path) -> list[Check]:
         checks.append(Check("vagrant", ok, f"{path} {text}", f"needs {'.'.join(map(str, MIN_VAGRANT))} or newer: {INSTALL['vagrant']}", ("cluster",)))
     # A build runs every validator before Packer starts, so it needs their tools too.
     for tool in ("packer", "shellcheck", "ruby", "debconf-set-selections"):
-        path = shutil.which(tool)
+        path = find_tool(tool)  # the pinned cache's packer first, as validate runs it
         # Required to validate; a build only says which validators this host cannot run
         # (k4w/bake/gate.py), because a Windows host cannot have debconf-set-selections.
         checks.append(Check(f"{tool} (validation)", bool(path), path or "not installed", INSTALL[tool], ("validate",)))

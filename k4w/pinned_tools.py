@@ -76,3 +76,16 @@ def require(name: str, program: str | None = None) -> Path:
         raise ToolMissing(f"{program or name} ({name} {entry.get('version', '?')}, tools/lock.yml)",
                           f"{BUILD_COMMAND} (it builds into {tool_dir(name)}; K4W_TOOLS_DIR moves the cache)")
     return found
+
+
+# The Packer plugins the templates require, by the local name of their required_plugins entry.
+PACKER_PLUGINS = ("hyperv", "qemu", "vagrant")
+
+
+def packer_pins() -> dict[str, str]:
+    """The versions the rendered templates pin, without the "v": {"packer": "1.9.4", "hyperv": ...}.
+    One source for the templates' required_version/required_plugins and for what validate runs."""
+    table = lock()
+    pins = {"packer": table["packer"]["version"].removeprefix("v")}
+    pins.update({name: table[f"packer-plugin-{name}"]["version"].removeprefix("v") for name in PACKER_PLUGINS})
+    return pins

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
-from . import build_media, iso, ui
+from . import build_media, iso, packer_hcl, ui
 from .bake import fetch, gate, packer_cli
 from .cluster_model import RUNTIMES, Cluster
 from .profiles import Profile
@@ -81,7 +80,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
 
     ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
     # The build's own refusals (k4w.bake.gate), so the plan never promises a build that stops.
-    targets = [gate.Target(prof, json.loads(files[f"packer/{box}.json"])) for box, prof in cluster.profiles.items()]
+    targets = [gate.Target(prof, packer_hcl.parse(files[packer_hcl.rel_path(box)], packer_hcl.rel_path(box))) for box, prof in cluster.profiles.items()]
     with contextlib.ExitStack() as stack:
         folder = stack.enter_context(gate.scratch_render(cluster)) if dry_run else out
         decision = gate.decide(cluster, targets, out, folder, ui.console, write_cache=not dry_run)
@@ -96,7 +95,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
         ui.say(f"   first the host cache (invoke fetch --box {box}): {fetch.box_summary(cluster, box)}; "
                f"staged in {build_media.folder(out, box)} for {build_media.delivery(prof)}")
-        ui.command(packer_cli.build_command(out / "packer" / f"{box}.json", packer="packer"))
+        ui.command(packer_cli.build_command(out / packer_hcl.rel_path(box), packer="packer"))
         ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
         for problem in decision.boxes.get(box, []):
             ui.say(f"   BLOCKED: {problem}".replace("\n", "\n   "), style="yellow")

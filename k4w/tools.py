@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+from . import pinned_tools
 from .errors import ToolMissing
+
+# Programs k4w prefers from the pinned cache of tools/lock.yml (scripts/build-tools), by the lock's
+# name: there the version is the one validate and the CI bakes are known to work with. Elsewhere
+# (a Windows host, a machine without the cache) the one on PATH is used.
+PINNED = {"packer": "packer"}
 
 # The command that installs each program. The apt packages named here are the ones
 # scripts/setup.sh installs (APT_PACKAGES), which sets up a whole Debian/Ubuntu machine at once;
 # tests/cli/test_tools.py holds the two lists together.
 INSTALL = {
-    "packer": "choco install packer (Windows) or apt-get install -y packer (Debian/Ubuntu)",
+    # Packer 1.9.4 or later with its hyperv/qemu/vagrant plugins (docs/packer.md). On Linux,
+    # scripts/setup.sh builds the pinned 1.9.4 and the plugins into the cache (scripts/build-tools).
+    "packer": "choco install packer (Windows) or bash scripts/setup.sh (Debian/Ubuntu: builds the pinned Packer)",
     "vagrant": "apt-get install -y vagrant",
     "shellcheck": "apt-get install -y shellcheck",
     "debconf-set-selections": "apt-get install -y debconf-utils",
@@ -46,7 +55,22 @@ def missing(tool: str) -> ToolMissing:
 
 def require(tool: str) -> str:
     """Path of a program, or ToolMissing naming its install command. Never a silent skip."""
-    path = shutil.which(tool)
+    path = find(tool)
     if not path:
         raise missing(tool)
     return path
+
+
+def find(tool: str) -> str | None:
+    """The program k4w runs: the pinned cache's copy when built (PINNED), else the one on PATH."""
+    if tool in PINNED:
+        pinned = pinned_tools.binary(PINNED[tool], tool)
+        if pinned is not None:
+            return str(pinned)
+    return shutil.which(tool)
+
+
+def is_pinned(path: str | None, tool: str) -> bool:
+    """Whether path is the pinned cache's copy of tool (then its plugins are the cache's too)."""
+    pinned = pinned_tools.binary(PINNED[tool], tool) if tool in PINNED else None
+    return bool(path) and pinned is not None and Path(path) == pinned

@@ -3,7 +3,8 @@
 # the real validators (shellcheck, debconf-utils, ruby, vagrant), the QEMU end-to-end tools
 # (qemu, debootstrap, squid), a virtualenv with the Python packages, and the pinned upstream
 # tools of tools/lock.yml (Packer and its plugins, containerd, runc, the CNI plugins, kubeadm,
-# kubelet, kubectl), built once from the Go module proxy by scripts/build-tools.
+# kubelet, kubectl), built once from the Go module proxy by scripts/build-tools. Packer is not
+# Debian's (1.6.6 cannot read the HCL2 templates' required_plugins).
 set -euo pipefail
 trap 'echo "setup.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 # Every apt package k4w.tools.INSTALL names is here (tests/cli/test_tools.py checks it).
 APT_PACKAGES=(
-  packer vagrant shellcheck debconf-utils cloud-init ruby
+  vagrant shellcheck debconf-utils cloud-init ruby
   qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools
   python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
   # scripts/build-tools: runc is cgo with libseccomp, linked statically like its release; pause is C.

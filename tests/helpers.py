@@ -112,6 +112,22 @@ def system_tool(name: str) -> str:
         pytest.fail(str(missing), pytrace=False)
 
 
+def packer_validate(template: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`packer init` then `packer validate` of a rendered template, as `invoke validate` runs them:
+    the Packer k4w finds (the pinned cache's first) with its plugins (k4w.bake.packer_cli.plugin_env).
+    The result of the first that fails, else of validate."""
+    from k4w.bake import packer_cli
+
+    packer = system_tool("packer")
+    full_env = {**os.environ, **packer_cli.plugin_env(packer), "CHECKPOINT_DISABLE": "1", **(env or {})}
+    for action in ("init", "validate"):
+        result = subprocess.run([packer, action, str(template)], capture_output=True, text=True, env=full_env, cwd=cwd,
+                                timeout=120)
+        if result.returncode != 0:
+            break
+    return result
+
+
 def venv_tool(name: str) -> str:
     """A console script installed into this interpreter's environment by scripts/setup.sh.
 

@@ -9,18 +9,17 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
-from .. import proc
+from .. import packer_hcl, pinned_tools, proc, tools
 from ..derive import Proxy
 from ..errors import K4wError
 from ..redact import redact
 from ..tools import INSTALL
 
 PACKER = "packer"
-# The oldest Packer the templates are validated with (Debian's packer package in CI).
-MIN_VERSION = (1, 6, 6)
-# Packer 1.10.0 stopped bundling plugins: hyperv, vagrant and qemu must be installed
-# ("Announcing the removal of bundled plugins in HashiCorp Packer", Packer 1.10.0 release).
-PLUGINS_SINCE = (1, 10, 0)
+# The oldest Packer the HCL2 templates are written for and validated with (tools/lock.yml: the
+# newest MPL-2.0 release the Go module proxy serves). It reads required_plugins and runs
+# `packer init`, which installs exactly the plugin versions a template pins.
+MIN_VERSION = (1, 9, 4)
 
 # Which external plugin provides a builder / post-processor type once plugins are unbundled.
 BUILDER_PLUGINS = {
@@ -50,6 +49,12 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
+def init_command(template: Path, packer: str = PACKER) -> list[str]:
+    """Installs the template's required_plugins; a no-op when they are installed (the pinned cache
+    in CI, where it needs no network; a user's ~/.config/packer/plugins after the first build)."""
+    return [packer, "init", str(template)]
+
+
 def build_command(template: Path, packer: str = PACKER) -> list[str]:
     # -force: replace a stale packer-vm/<box> left by an earlier run.
     # -on-error=cleanup: delete the VM on failure; the full log is kept in OUT/logs.
@@ -66,14 +71,17 @@ def proxy_env(proxy: Proxy) -> dict[str, str]:
     return env
 
 
-_ENV_REF = re.compile(r"\{\{\s*env\s+`([^`]*)`\s*\}\}")
-
-
 def variable_values(template: dict, environ: dict[str, str]) -> dict[str, str]:
-    """A JSON template's user variables as Packer gives them for a build with environ: an
-    {{env `X`}} in a default reads environ ("" when unset), as Packer's env function does."""
-    return {name: _ENV_REF.sub(lambda m: environ.get(m.group(1), ""), str(value))
-            for name, value in (template.get("variables") or {}).items()}
+    """A parsed template's input variables as Packer gives them for a build with environ."""
+    return packer_hcl.variable_values(template, environ)
+
+
+def plugin_env(packer: str | None = None) -> dict[str, str]:
+    """PACKER_PLUGIN_PATH for the pinned Packer: the cache's plugins, in Packer's installed layout,
+    so that `packer init` finds them and reaches no network. A user's own Packer keeps its own."""
+    if tools.is_pinned(packer if packer is not None else packer_path(), PACKER):
+        return {"PACKER_PLUGIN_PATH": str(pinned_tools.packer_plugin_path())}
+    return {}
 
 
 def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None = None,
@@ -88,23 +96,26 @@ def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None =
     env["CHECKPOINT_DISABLE"] = "1"
     # Keep downloaded ISOs (Ubuntu's remote fallback) under OUT, not in the current directory.
     env["PACKER_CACHE_DIR"] = str(Path(out) / "cache" / "packer")
+    env.update(plugin_env())
     env.update(secrets)
     return env
 
 
 def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str],
-                     proxy: dict[str, str] | None = None) -> list[str]:
-    """Lines that show exactly what would run, naming secret variables but never their values
-    (proxy credentials redacted)."""
+                     proxy: dict[str, str] | None = None, first: list[str] | None = None) -> list[str]:
+    """Lines that show exactly what would run (first, e.g. packer init, then cmd), naming secret
+    variables but never their values (proxy credentials redacted)."""
     proxy = proxy or {}
     settings = build_env(out, {}, proxy, base={})
     lines = [f"cd {shlex.quote(str(out))}"]
     for name, where in secret_sources.items():
         lines.append(f"export {name}=<secret from {where}>")
-    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR", *proxy):
+    for name in ("CHECKPOINT_DISABLE", "PACKER_CACHE_DIR", *plugin_env(), *proxy):
         lines.append(redact(f"export {name}={shlex.quote(settings[name])}"))
     unset = [name for name in ENV_REMOVED + PROXY_VARIABLES if name not in proxy]
     lines.append("unset " + " ".join(unset))
+    if first:
+        lines.append(shlex.join(first))
     lines.append(shlex.join(cmd))
     return lines
 
@@ -113,7 +124,8 @@ def describe_command(cmd: list[str], out: Path, secret_sources: dict[str, str],
 
 
 def packer_path(packer: str = PACKER) -> str | None:
-    return shutil.which(packer)
+    """The Packer k4w runs: the pinned cache's when built, else PATH's (k4w.tools.find)."""
+    return tools.find(packer) if packer == PACKER else shutil.which(packer)
 
 
 def packer_version(packer: str = PACKER) -> tuple[int, int, int] | None:
@@ -134,27 +146,41 @@ def version_str(version: tuple[int, ...] | None) -> str | None:
     return ".".join(map(str, version)) if version else None
 
 
-def installed_plugins(packer: str = PACKER) -> set[str]:
-    """Plugin sources found by `packer plugins installed` (1.10+), e.g. github.com/hashicorp/hyperv."""
+def installed_plugins(packer: str = PACKER) -> dict[str, set[str]]:
+    """Plugin source -> versions, from `packer plugins installed` (a command since Packer 1.8;
+    hashicorp/packer@v1.9.4 (ae9daec1) command/plugins_installed.go), e.g.
+    {"github.com/hashicorp/hyperv": {"1.0.4"}}. Run with the same PACKER_PLUGIN_PATH as a build."""
     exe = packer_path(packer)
     if not exe:
-        return set()
+        return {}
     try:
-        result = proc.run([exe, "plugins", "installed"], timeout=60)
+        result = proc.run([exe, "plugins", "installed"], env={**os.environ, **plugin_env(exe)}, timeout=60)
     except (OSError, K4wError):
-        return set()
-    found = set()
+        return {}
+    found: dict[str, set[str]] = {}
     for line in result.stdout.splitlines():
-        # One binary path per line, e.g. ~/.config/packer/plugins/github.com/hashicorp/hyperv/packer-plugin-hyperv_v1.1.3_x5.0_linux_amd64
-        match = re.search(r"(github\.com/[^/]+/[^/]+)/packer-plugin-", line.replace("\\", "/"))
+        # One binary path per line, e.g. ~/.config/packer/plugins/github.com/hashicorp/hyperv/packer-plugin-hyperv_v1.0.4_x5.0_linux_amd64
+        match = re.search(r"(github\.com/[^/]+/[^/]+)/packer-plugin-[^/_]+_v(\d+\.\d+\.\d+)_", line.replace("\\", "/"))
         if match:
-            found.add(match.group(1))
+            found.setdefault(match.group(1), set()).add(match.group(2))
+    return found
+
+
+_PINNED_VERSION = re.compile(r"^\s*=?\s*v?(\d+\.\d+\.\d+)\s*$")
+
+
+def required_plugins(template: dict) -> dict[str, str | None]:
+    """Source -> the exact version the template's required_plugins pins (None for a range)."""
+    found = {}
+    for entry in (template.get("required_plugins") or {}).values():
+        match = _PINNED_VERSION.match(str(entry.get("version", "")))
+        found[str(entry.get("source"))] = match.group(1) if match else None
     return found
 
 
 def template_needs(template: dict) -> tuple[set[str], bool]:
     """(plugin sources the template's builders/post-processors need, whether it builds a CD)."""
-    plugins: set[str] = set()
+    plugins: set[str] = set(required_plugins(template))
     needs_cd = False
     for builder in template.get("builders", []):
         if builder.get("type") in BUILDER_PLUGINS:
@@ -179,19 +205,20 @@ def iso_tool() -> str | None:
 def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> list[str]:
     """Problems that would stop a box build on this host; empty when ready.
 
-    templates: rendered Packer templates (parsed JSON). Without any, assume the default
-    Hyper-V boxes: hyperv-iso builder, vagrant post-processor and cd_files.
+    templates: rendered Packer templates (k4w.packer_hcl.parse). Without any, assume the default
+    Hyper-V boxes: hyperv-iso builder, vagrant post-processor and cd_files, at the pinned versions.
     """
     templates = list(templates)
-    if templates:
-        plugins: set[str] = set()
-        needs_cd = False
-        for tpl in templates:
-            p, cd = template_needs(tpl)
-            plugins |= p
-            needs_cd |= cd
-    else:
-        plugins, needs_cd = {BUILDER_PLUGINS["hyperv-iso"], POST_PROCESSOR_PLUGINS["vagrant"]}, True
+    wanted: dict[str, str | None] = {}
+    needs_cd = False
+    for tpl in templates:
+        p, cd = template_needs(tpl)
+        wanted.update({source: required_plugins(tpl).get(source) for source in p})
+        needs_cd |= cd
+    if not templates:
+        pins = pinned_tools.packer_pins()
+        wanted = {BUILDER_PLUGINS["hyperv-iso"]: pins["hyperv"], POST_PROCESSOR_PLUGINS["vagrant"]: pins["vagrant"]}
+        needs_cd = True
 
     problems: list[str] = []
     version = packer_version(packer)
@@ -200,13 +227,22 @@ def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> li
     elif version is None:
         problems.append(f"could not read the version of {packer_path(packer)} (`packer -machine-readable version`)")
     elif version < MIN_VERSION:
-        problems.append(f"packer {version_str(version)} is too old: need {version_str(MIN_VERSION)} or later. Upgrade with: {INSTALL['packer']}")
-    elif version >= PLUGINS_SINCE:
-        missing = sorted(plugins - installed_plugins(packer))
-        for source in missing:
+        problems.append(f"packer {version_str(version)} is too old: the HCL2 templates need {version_str(MIN_VERSION)} or "
+                        f"later (required_plugins, packer init). Upgrade with: {INSTALL['packer']}")
+    else:
+        # build-* runs `packer init` first, which would fetch a missing plugin from GitHub; said
+        # here so that a host without that access learns it before a build.
+        installed = installed_plugins(packer)
+        for source, pinned in sorted(wanted.items()):
+            have = installed.get(source, set())
+            if pinned is None and have or pinned in have:
+                continue
+            name = source.rsplit("/", 1)[-1]
+            found = f"only {', '.join(sorted(have))} is installed" if have else "it is not installed"
             problems.append(
-                f"packer {version_str(version)} no longer bundles plugins and {source} is not installed."
-                f" Install it with: packer plugins install {source}"
+                f"the templates need the Packer plugin {source} {pinned or ''}".rstrip() + f" and {found}."
+                f" Install it with: packer plugins install {source}{' ' + pinned if pinned else ''}"
+                f" (or packer init OUT/packer/<box>.pkr.hcl; on Linux bash scripts/setup.sh builds the pinned {name} plugin)"
             )
     if needs_cd and not iso_tool():
         hint = ""

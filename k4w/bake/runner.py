@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import build_media, iso_images, outfiles, proc, profiles, render, sources
+from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, render, sources
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..config import Config
@@ -139,11 +138,8 @@ def _register_proxy_secrets(cfg: Config) -> None:
 def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, iso_override: Path | None,
           iso_sha256: str | None, console: Console) -> BoxPlan:
     box = profile.name
-    key = f"packer/{box}.json"
-    try:
-        template = json.loads(rendered[key])
-    except json.JSONDecodeError as exc:
-        raise K4wError(f"rendered {key} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+    key = packer_hcl.rel_path(box)
+    template = packer_hcl.parse(rendered[key], f"rendered {key}")
     stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
     plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
                    iso_sha256=iso_sha256)
@@ -239,7 +235,8 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
             secret_sources[ADMIN_PASSWORD_ENV] = str(secrets_file)
         _say(console, "  run:")
-        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources, proxy):
+        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources, proxy,
+                                                first=packer_cli.init_command(plan.template_path)):
             _say(console, f"    {line}")
         minutes = profiles.build_timeout_minutes(plan.profile)
         _say(console, f"  timeout: {minutes:g} min (build.timeout_minutes), then Packer is interrupted and stopped")
@@ -416,22 +413,28 @@ class _Builder:
         view.add(box, state)
         _remove_partial(partial, box)
         try:
-            # The templates read every secret from Packer's environment, none is in packer/*.json.
+            # The templates read every secret from Packer's environment, none is in packer/*.pkr.hcl.
             secrets = step_env(plan.profile, self.cluster.config).secret_environment
             secret_files = {k: f"{self.cluster.config_file or 'cluster.yml'} proxy" for k in secrets}
             if plan.profile.is_windows:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
                 secret_files[ADMIN_PASSWORD_ENV] = str(out / "secrets" / f"{box}.json")
-            cmd = packer_cli.build_command(plan.template_path, packer_cli.packer_path() or packer_cli.PACKER)
+            packer = packer_cli.packer_path() or packer_cli.PACKER
+            init, cmd = packer_cli.init_command(plan.template_path, packer), packer_cli.build_command(plan.template_path, packer)
             proxy = packer_cli.proxy_env(self.cluster.proxy)
             env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")
-                for line in packer_cli.describe_command(cmd, out, secret_files, proxy):
+                for line in packer_cli.describe_command(cmd, out, secret_files, proxy, first=init):
                     log.write(f"# {line}\n")
-                rc = self._stream(plan, cmd, env, log, state, view)
+                init_rc = self._init(init, env, log)
+                rc = self._stream(plan, cmd, env, log, state, view) if init_rc == 0 else init_rc
             seconds = time.monotonic() - clock
-            if rc == 0 and box not in self.timed_out:
+            if init_rc != 0:
+                result = self._failed(plan, state, log_path, seconds,
+                                      f"packer init exited with code {init_rc}: the template's required plugins are not "
+                                      f"installed and could not be (the output is in {log_path})")
+            elif rc == 0 and box not in self.timed_out:
                 result = self._collect(plan, state, started, log_path, seconds)
             else:
                 result = self._failed(plan, state, log_path, seconds, f"Packer exited with code {rc}")
@@ -442,6 +445,15 @@ class _Builder:
                 log.write("# result: " + redact(result.message).replace("\n", "\n# ") + "\n")
         view.finish(box, f"{result.status} in {elapsed(result.seconds)}")
         return result
+
+    def _init(self, cmd, env, log) -> int:
+        """`packer init`: installs the template's required_plugins, a no-op when they are (the pinned
+        cache, a user's earlier build). Its output goes to the box's log; it asks nothing."""
+        result = proc.run(cmd, cwd=self.out, env=env, timeout=600)
+        log.write(redact(result.output))
+        if result.returncode != 0:
+            log.write(f"# packer init exited with code {result.returncode}\n")
+        return result.returncode
 
     def _stream(self, plan: BoxPlan, cmd, env, log, state, view) -> int:
         box = plan.box

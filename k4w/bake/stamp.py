@@ -10,12 +10,11 @@ hash too, so a rebuild can say what changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import sources
+from .. import packer_hcl, sources
 from ..profiles import Profile
 
 # Folders of the repository whose files reach the box through the template.
@@ -80,13 +79,13 @@ class Stamp:
 def compute(box: str, profile: Profile, rendered: dict[str, str], iso_sha256: str | None) -> Stamp:
     """rendered: render.render_files(cluster, out, secrets_for=None), i.e. placeholder secrets."""
     root = _root()
-    template_key = f"packer/{box}.json"
+    template_key = packer_hcl.rel_path(box)
     template_text = rendered[template_key]
     inputs: dict[str, str] = {template_key: _sha(template_text.encode())}
     for rel, text in rendered.items():
         if rel.startswith(f"http/{box}/"):
             inputs[rel] = _sha(text.encode())
-    for path in referenced_files(json.loads(template_text), root):
+    for path in referenced_files(packer_hcl.parse(template_text, template_key), root):
         inputs[path.resolve().relative_to(root.resolve()).as_posix()] = _sha(path.read_bytes())
     inputs[f"profile:{profile.path.name}"] = _sha(profile.path.read_bytes())
     inputs["iso:sha256"] = _sha((iso_sha256 or "unknown").encode())

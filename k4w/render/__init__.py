@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, identities, iso, outfiles, outlock, packer_http, private, profiles, ui, winrm_scope
+from .. import build_media, identities, iso, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
 from ..cluster_model import Cluster
 from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
@@ -256,7 +256,8 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "windows_demo_image": cluster.windows_demo_image,
             "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
-            "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX}}
+            "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX},
+            "packer_plugins": pinned_tools.packer_pins()}
     files: dict[str, str] = {}
 
     def emit(template: Path, target: str, **extra) -> None:
@@ -281,12 +282,13 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
             "step_env": step_env(prof, cfg),
         }
-        packer_template = templates / "packer" / f"{prof.os_family}.json.j2"
+        packer_template = templates / "packer" / f"{prof.os_family}{packer_hcl.SUFFIX}.j2"
         if not packer_template.is_file():
-            raise K4wError(f"box {box_name}: no Packer template templates/packer/{prof.os_family}.json.j2 for os_family '{prof.os_family}'")
+            raise K4wError(f"box {box_name}: no Packer template templates/packer/{prof.os_family}{packer_hcl.SUFFIX}.j2 "
+                           f"for os_family '{prof.os_family}'")
         # Found first: an unknown installer kind is reported as such, not as a missing Packer partial.
         installer_templates = http_templates(templates, prof)
-        emit(packer_template, f"packer/{box_name}.json", **extra)
+        emit(packer_template, packer_hcl.rel_path(box_name), **extra)
         for tpl in installer_templates:
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 

@@ -9,6 +9,8 @@ from xml.sax.saxutils import escape as _xml_escape
 
 import yaml as _yaml
 
+from ..packer_hcl import literal as _hcl_literal_value
+
 
 def json(value) -> str:
     """A complete JSON value, quotes included."""
@@ -63,4 +65,4 @@ def unattend_password(value: str, suffix: str) -> str:
     return base64.b64encode((value + suffix).encode("utf-16-le")).decode("ascii")
 
 
-FILTERS = {"json": json, "xml": xml, "sh": sh, "ps": ps, "yaml": yaml, "unattend_password": unattend_password}
+FILTERS = {"json": json, "xml": xml, "sh": sh, "ps": ps, "yaml": yaml, "hcl": _hcl_literal_value, "unattend_password": unattend_password}

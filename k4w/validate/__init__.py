@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .. import derive, proc, sources
+from .. import derive, packer_hcl, proc, sources
 from ..cluster_model import Cluster
 from ..errors import K4wError, ToolMissing
 from ..tools import require
 
 # Rendered artifacts the external validators read, as globs relative to OUT.
-PACKER_TEMPLATES = "packer/*.json"
+PACKER_TEMPLATES = packer_hcl.GLOB
 PRESEEDS = "http/*/preseed.cfg"
 # NoCloud seeds of autoinstall boxes (templates/http/ubuntu/autoinstall/).
 USER_DATA = "http/*/user-data"
@@ -52,8 +52,20 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _packer_init(packer: str, template: Path) -> list[str]:
+    return [packer, "init", str(template)]
+
+
 def _packer_validate(packer: str, template: Path) -> list[str]:
     return [packer, "validate", str(template)]
+
+
+def _packer_env() -> dict[str, str]:
+    """What packer init and validate run with: the pinned Packer's plugin cache
+    (k4w.bake.packer_cli.plugin_env), and the variables the templates read."""
+    from ..bake import packer_cli
+
+    return {**os.environ, **packer_cli.plugin_env(), **PACKER_VALIDATE_ENV}
 
 
 def _preseed_check(tool: str, seed: Path) -> list[str]:
@@ -102,9 +114,18 @@ def _run_each(res: Result, files: list[Path], argv_of: Callable[[Path], list[str
 
 
 def packer_templates(cluster: Cluster, out: Path) -> Result:
-    packer = require("packer")
-    return _run_each(Result("Packer templates", "packer validate"), sorted(out.glob(PACKER_TEMPLATES)),
-                     lambda tpl: _packer_validate(packer, tpl), env={**os.environ, **PACKER_VALIDATE_ENV})
+    """packer init (the required plugins, from PACKER_PLUGIN_PATH: no network when they are
+    installed), then packer validate, which decodes every option with the plugins themselves."""
+    packer, env = require("packer"), _packer_env()
+    res = Result("Packer templates", f"packer init + packer validate ({packer})")
+    for template in sorted(out.glob(PACKER_TEMPLATES)):
+        res.checked.append(_rel(template))
+        for argv in (_packer_init(packer, template), _packer_validate(packer, template)):
+            code, text = _run(argv, env=env)
+            if code != 0:
+                res.problems.append(f"{_rel(template)}: packer {argv[1]}: {text or f'exit {code}'}")
+                break
+    return res
 
 
 def preseeds(cluster: Cluster, out: Path) -> Result:
@@ -286,6 +307,16 @@ def yaml_templates(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def hcl_templates(cluster: Cluster, out: Path) -> Result:
+    from ..render import _environment
+    from . import hcl_template_rules
+
+    res = Result("Packer templates (sources)", "every value quoted (| hcl)")
+    templates = cluster.sources.templates
+    res.checked, res.problems = hcl_template_rules.check(_environment(templates), templates)
+    return res
+
+
 def vagrantfiles(cluster: Cluster, out: Path) -> Result:
     res = Result("Vagrantfiles", "ruby -c")
     ruby = require("ruby")
@@ -326,8 +357,13 @@ def _matching(rendered: Collection[str], out: Path, pattern: str) -> list[Path]:
 
 
 def _would_validate_packer(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in PACKER_VALIDATE_ENV.items())
-    return [f"env {env} {shlex.join(_packer_validate(_tool('packer'), t))}" for t in _matching(rendered, out, PACKER_TEMPLATES)]
+    from ..bake import packer_cli
+    from ..tools import find
+
+    packer = find("packer") or "packer"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**packer_cli.plugin_env(packer), **PACKER_VALIDATE_ENV}.items())
+    return [f"env {env} {shlex.join(argv(packer, t))}" for t in _matching(rendered, out, PACKER_TEMPLATES)
+            for argv in (_packer_init, _packer_validate)]
 
 
 def _would_check_preseeds(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -417,6 +453,10 @@ def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collectio
     return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
 
 
+def _would_check_hcl_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every value in a Packer template goes through the quoting hcl filter"]
+
+
 def _would_check_vagrantfiles(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     ruby = _tool("ruby")
     return [shlex.join(_ruby_syntax(ruby, vf)) for vf in _vagrantfiles(cluster.sources)]
@@ -458,6 +498,7 @@ VALIDATORS: list[Validator] = [
     Validator(windows_preflight, _would_check_windows_preflight),
     Validator(cni_versions, _would_check_cni_versions),
     Validator(yaml_templates, _would_check_yaml_templates),
+    Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),
     Validator(cluster_vagrantfile, _would_vagrant_validate),
 ]

@@ -1,20 +1,22 @@
 """Packer options whose wrong value `packer validate` lets through.
 
-Enumerated options of the rendered hyperv builders hold one of the values the builder names.
+Enumerated options of the rendered hyperv builders hold one of the values the pinned builder names.
 
-`packer validate` does not catch them all: both hyperv builders compare guest_additions_mode with
-"attach" only, so "disable" passed validation and meant nothing. The choices are read from the
-builders' source at the tags the templates must work with (facts/packer-hyperv-enums.yml names
-them); every option listed there that a template sets is checked, in every rendered template.
+`packer validate` does not catch them all: the hyperv builder compares guest_additions_mode with
+"attach" only, so "disable" passes validation and means nothing. The choices are read from the
+builder's source at the tag the templates pin (facts/packer-hyperv-enums.yml names it); every
+option listed there that a template sets is checked, in every rendered template.
 """
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
+
+from .. import packer_hcl
+from ..errors import K4wError
 
 FACTS = Path(__file__).resolve().parent / "facts" / "packer-hyperv-enums.yml"
 HYPERV_BUILDERS = ("hyperv-iso", "hyperv-vmcx")
@@ -30,7 +32,7 @@ def check_template(template: Path) -> list[str]:
     table = facts()
     sources = " and ".join(f"{s['repo']}@{s['tag']}" for s in table["sources"].values())
     problems = []
-    for number, builder in enumerate(json.loads(template.read_text(encoding="utf-8")).get("builders", []), 1):
+    for number, builder in enumerate(packer_hcl.load(template).get("builders", []), 1):
         if builder.get("type") not in HYPERV_BUILDERS:
             continue
         for option, spec in table["options"].items():
@@ -44,20 +46,20 @@ def check_restarts(template: Path) -> list[str]:
     """Every windows-restart waits out a pending reboot (check_registry): a feature install
     (Containers, Hyper-V) can still be finishing when WinRM answers again, and the next step would
     run on a half-configured system. Without the option Packer only waits for WinRM."""
-    provisioners = json.loads(template.read_text(encoding="utf-8")).get("provisioners", [])
+    provisioners = packer_hcl.load(template).get("provisioners", [])
     return [f"{template.name} provisioner {number}: windows-restart without \"check_registry\": true continues while "
-            "Windows still has a reboot pending (hashicorp/packer@v1.6.6 provisioner/windows-restart)"
+            "Windows still has a reboot pending (hashicorp/packer@v1.9.4 provisioner/windows-restart)"
             for number, p in enumerate(provisioners, 1) if p.get("type") == "windows-restart" and p.get("check_registry") is not True]
 
 
 def check(out: Path) -> tuple[list[str], list[str]]:
     """(templates checked, problems) for the rendered Packer templates under OUT. A template that is
-    not JSON is one problem here (packer validate names the syntax error too), never a crash."""
-    templates = sorted(out.glob("packer/*.json"))
+    not HCL2 is one problem here (packer validate names the syntax error too), never a crash."""
+    templates = sorted(out.glob(packer_hcl.GLOB))
     problems = []
     for template in templates:
         try:
             problems += check_template(template) + check_restarts(template)
-        except ValueError as exc:
-            problems.append(f"{template.name}: not a JSON template ({exc})")
+        except K4wError as exc:
+            problems.append(str(exc))
     return [str(t) for t in templates], problems

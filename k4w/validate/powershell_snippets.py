@@ -5,11 +5,13 @@ under 5.1, as everything else)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from lxml import etree
+
+from .. import packer_hcl
+from ..errors import K4wError
 
 # The command after -Command up to the closing quote of the command line (Autounattend's
 # CommandLine is one cmd.exe-style line: powershell.exe <options> -Command "<script>").
@@ -18,11 +20,11 @@ _UNATTEND_NS = "urn:schemas-microsoft-com:unattend"
 
 
 def packer_inline(template: Path) -> list[tuple[str, str]]:
-    """(where, script) for every powershell provisioner with inline lines in a Packer JSON template."""
+    """(where, script) for every powershell provisioner with inline lines in a Packer template."""
     try:
-        data = json.loads(template.read_text(encoding="utf-8"))
-    except ValueError:
-        return []  # not JSON: packer validate names the syntax error; there is no snippet to read
+        data = packer_hcl.load(template)
+    except K4wError:
+        return []  # not HCL2: packer validate names the syntax error; there is no snippet to read
     found = []
     for number, provisioner in enumerate(data.get("provisioners", []), 1):
         if provisioner.get("type") == "powershell" and provisioner.get("inline"):
@@ -48,7 +50,7 @@ def unattend_commands(answer_file: Path) -> list[tuple[str, str]]:
 def rendered(out: Path) -> list[tuple[str, str]]:
     """Every inline PowerShell snippet of a rendered OUT."""
     snippets = []
-    for template in sorted(out.glob("packer/*.json")):
+    for template in sorted(out.glob(packer_hcl.GLOB)):
         snippets += packer_inline(template)
     for answer_file in sorted(out.glob("http/*/Autounattend.xml")):
         snippets += unattend_commands(answer_file)

@@ -89,7 +89,7 @@ def test_the_validators_run_once_before_packer_for_several_boxes(repo_packer, cl
     assert re.search(r"ubuntu-1604\s+built", result.stdout), result.text
     assert len(log.read_text().splitlines()) == 1  # one preseed, validated once, not per box
     [build] = repo_packer.builds()
-    assert build["argv"][-1].endswith("/ubuntu-1604.json") and build["proxy_env"] == {}
+    assert build["argv"][-1].endswith("/ubuntu-1604.pkr.hcl") and build["proxy_env"] == {}
 
 
 def test_a_validator_this_host_cannot_run_is_named_not_a_refusal(tmp_path, monkeypatch):
@@ -107,6 +107,6 @@ def test_a_validator_this_host_cannot_run_is_named_not_a_refusal(tmp_path, monke
     assert gate.validation_problems(cluster, tmp_path / "out", said.append) == []
     assert said == ["not validated on this host: preseeds (debconf-set-selections is not installed; "
                     "`invoke validate` on Linux and CI check it)"]
-    (tmp_path / "out" / "packer" / "ubuntu-1604.json").write_text("{ not json")
+    (tmp_path / "out" / "packer" / "ubuntu-1604.pkr.hcl").write_text("{ not hcl")
     problems = gate.validation_problems(cluster, tmp_path / "out", said.append)
-    assert problems and all(p.startswith("packer") or "ubuntu-1604.json" in p for p in problems), problems
+    assert problems and all(p.startswith("Packer") or "ubuntu-1604.pkr.hcl" in p for p in problems), problems

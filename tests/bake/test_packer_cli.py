@@ -7,20 +7,28 @@ import os
 
 import pytest
 
+from k4w import pinned_tools
 from k4w.bake import packer_cli, packer_preflight
 from tests.helpers import system_tool
 
+PINS = pinned_tools.packer_pins()
+# As k4w.packer_hcl.parse reads a rendered Windows template.
 HYPERV_TEMPLATE = {
+    "required_plugins": {
+        "hyperv": {"source": "github.com/hashicorp/hyperv", "version": f"= {PINS['hyperv']}"},
+        "vagrant": {"source": "github.com/hashicorp/vagrant", "version": f"= {PINS['vagrant']}"},
+    },
     "builders": [{"type": "hyperv-iso", "cd_files": ["Autounattend.xml"]}],
     "post-processors": [{"type": "vagrant", "output": "x-{{.Provider}}.box"}],
 }
-PLUGIN_PATHS = "\n".join([
+# `packer plugins install` of other versions than the pinned ones.
+OTHER_PLUGIN_PATHS = "\n".join([
     "/home/u/.config/packer/plugins/github.com/hashicorp/hyperv/packer-plugin-hyperv_v1.1.3_x5.0_linux_amd64",
     "/home/u/.config/packer/plugins/github.com/hashicorp/vagrant/packer-plugin-vagrant_v1.1.5_x5.0_linux_amd64",
 ])
 
 
-def test_packer_166_with_an_iso_tool_is_ready(fake_packer):
+def test_the_pinned_packer_with_its_plugins_and_an_iso_tool_is_ready(fake_packer):
     assert packer_preflight([HYPERV_TEMPLATE]) == []
 
 
@@ -32,26 +40,32 @@ def test_missing_packer_names_the_install_command(fake_packer, monkeypatch, tmp_
     assert any("packer is not installed" in p and "choco install packer" in p for p in problems)
 
 
-def test_too_old_packer(fake_packer, monkeypatch):
-    monkeypatch.setenv("FAKE_PACKER_VERSION", "1.5.6")
-    assert packer_preflight([HYPERV_TEMPLATE]) == ["packer 1.5.6 is too old: need 1.6.6 or later. Upgrade with: "
-                                                   "choco install packer (Windows) or apt-get install -y packer (Debian/Ubuntu)"]
+@pytest.mark.parametrize("old", ["1.6.6", "1.9.3"])
+def test_packer_older_than_the_hcl2_templates_need_is_refused(fake_packer, monkeypatch, old):
+    monkeypatch.setenv("FAKE_PACKER_VERSION", old)
+    assert packer_preflight([HYPERV_TEMPLATE]) == [
+        f"packer {old} is too old: the HCL2 templates need 1.9.4 or later (required_plugins, packer init). "
+        "Upgrade with: choco install packer (Windows) or bash scripts/setup.sh (Debian/Ubuntu: builds the pinned Packer)"]
 
 
-def test_modern_packer_needs_the_hyperv_and_vagrant_plugins(fake_packer, monkeypatch):
+def test_the_plugins_the_template_pins_must_be_installed_at_those_versions(fake_packer, monkeypatch):
     monkeypatch.setenv("FAKE_PACKER_VERSION", "1.11.2")
+    monkeypatch.setenv("FAKE_PACKER_PLUGINS", "")
     problems = packer_preflight([HYPERV_TEMPLATE])
-    assert [p.rsplit(": ", 1)[1] for p in problems] == [
-        "packer plugins install github.com/hashicorp/hyperv",
-        "packer plugins install github.com/hashicorp/vagrant",
+    assert [p.split(" Install it with: ")[1].split(" (")[0] for p in problems] == [
+        f"packer plugins install github.com/hashicorp/hyperv {PINS['hyperv']}",
+        f"packer plugins install github.com/hashicorp/vagrant {PINS['vagrant']}",
     ]
-    monkeypatch.setenv("FAKE_PACKER_PLUGINS", PLUGIN_PATHS)
-    assert packer_preflight([HYPERV_TEMPLATE]) == []
+    assert all("it is not installed" in p and "packer init" in p for p in problems)
+    monkeypatch.setenv("FAKE_PACKER_PLUGINS", OTHER_PLUGIN_PATHS)
+    problems = packer_preflight([HYPERV_TEMPLATE])
+    assert len(problems) == 2 and "only 1.1.3 is installed" in problems[0], problems
 
 
 def test_windows_plugin_paths_are_recognised(fake_packer, monkeypatch):
-    monkeypatch.setenv("FAKE_PACKER_VERSION", "1.10.0")
-    monkeypatch.setenv("FAKE_PACKER_PLUGINS", PLUGIN_PATHS.replace("/", "\\"))
+    from tests.fakes.packer import pinned_plugins_installed
+
+    monkeypatch.setenv("FAKE_PACKER_PLUGINS", pinned_plugins_installed().replace("/", "\\"))
     assert packer_preflight([HYPERV_TEMPLATE]) == []
 
 
@@ -66,9 +80,25 @@ def test_cd_files_needs_an_iso_authoring_tool(fake_packer, monkeypatch):
 
 
 def test_without_templates_doctor_gets_the_hyperv_box_needs(fake_packer, monkeypatch):
-    monkeypatch.setenv("FAKE_PACKER_VERSION", "1.10.0")
+    monkeypatch.setenv("FAKE_PACKER_PLUGINS", "")
     problems = packer_preflight()
-    assert [p.rsplit(" ", 1)[1] for p in problems] == ["github.com/hashicorp/hyperv", "github.com/hashicorp/vagrant"]
+    assert [p.split("Packer plugin ")[1].split(" and ")[0] for p in problems] == [
+        f"github.com/hashicorp/hyperv {PINS['hyperv']}", f"github.com/hashicorp/vagrant {PINS['vagrant']}"]
+
+
+def test_the_pinned_packer_is_preferred_and_runs_with_the_plugin_cache(tmp_path, monkeypatch):
+    """k4w.tools.find: the cache's Packer (scripts/build-tools) before PATH's; with it, Packer
+    gets the cache's plugins as PACKER_PLUGIN_PATH, so `packer init` needs no network."""
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(tmp_path / "tools"))
+    folder = tmp_path / "tools" / f"packer-v{PINS['packer']}"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "packer").write_text("#!/bin/sh\n")
+    # Not built until its build.json is written (k4w.pinned_tools.build_record): PATH's is used.
+    assert packer_cli.packer_path() != str(folder / "bin" / "packer") and packer_cli.plugin_env() == {}
+    (folder / "build.json").write_text("{}")
+    assert packer_cli.packer_path() == str(folder / "bin" / "packer")
+    assert packer_cli.plugin_env() == {"PACKER_PLUGIN_PATH": str(tmp_path / "tools" / "packer-plugins")}
+    assert packer_cli.build_env(tmp_path, {}, base={})["PACKER_PLUGIN_PATH"] == str(tmp_path / "tools" / "packer-plugins")
 
 
 @pytest.mark.tools

@@ -61,5 +61,5 @@ def test_a_pin_reaches_the_guest_step_variables(tmp_path):
         assert invoke("pin", "windows-1803", "flannel", "--config", str(config), env=env).returncode == 0
         rendered = invoke("render", "--config", str(config), "--out", str(tmp_path / "out"), env=env)
     assert rendered.returncode == 0, rendered.stderr
-    template = (tmp_path / "out" / "packer" / "windows-1803.json").read_text()
+    template = (tmp_path / "out" / "packer" / "windows-1803.pkr.hcl").read_text()
     assert f"K4W_FLANNEL_SHA256={hashlib.sha256(BODY).hexdigest()}" in template

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from k4w import config, profiles, render
+from k4w import config, packer_hcl, profiles, render
 from k4w.cluster_model import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue, packer_cli
 from k4w.bake.transcript import plan_steps
@@ -51,7 +51,7 @@ def test_windows_build_lands_box_catalogue_and_record(repo, fake_packer, console
     record = json.loads((repo.out / "boxes" / "windows-1803.record.json").read_text())
     assert record["box"] == "windows-1803" and record["test"] is None
     assert record["components"] == {"kubernetes": "1.11.10", "docker": "18.09.2"}
-    assert record["packer"] == "1.6.6"
+    assert record["packer"] == "1.9.4"
     assert record["iso"]["name"] == "windows-server-1803.iso"
     assert record["iso"]["sha256"] == hashlib.sha256(repo.isos["windows-1803"].read_bytes()).hexdigest()
     assert record["box_sha256"] == provider["checksum"]
@@ -72,13 +72,14 @@ def test_packer_gets_the_rotated_password_and_no_packer_log(repo, fake_packer, c
     build_box(cluster, "windows-1803", repo.out, console=console)
 
     call = fake_packer.builds()[0]
-    assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.json")]
+    assert call["argv"] == ["build", "-machine-readable", "-force", "-on-error=cleanup", str(repo.out / "packer" / "windows-1803.pkr.hcl")]
     assert call["cwd"] == str(repo.out)
     assert not call["packer_log_set"] and call["checkpoint_disable"] == "1"
     password = call["admin_password"]
     assert password and password != before  # rotated for this build
     assert f"<AdministratorPassword>{password}</AdministratorPassword>" in (repo.out / "http" / "windows-1803" / "Autounattend.xml").read_text()
-    assert "K4W_ADMIN_PASSWORD" not in (repo.out / "packer" / "windows-1803.json").read_text().replace("{{env `K4W_ADMIN_PASSWORD`}}", "")
+    text = (repo.out / "packer" / "windows-1803.pkr.hcl").read_text()
+    assert password not in text and "K4W_ADMIN_PASSWORD" not in text.replace('env("K4W_ADMIN_PASSWORD")', "")
 
 
 @pytest.mark.parametrize("box", ["windows-1803", "ubuntu-1604"])
@@ -88,7 +89,7 @@ def test_packer_gets_the_proxy_credentials_from_its_environment_not_from_the_tem
     build_box(cluster, box, repo.out, console=console)
     assert fake_packer.builds()[0]["variables"]["http_proxy"] == PROXY
     # The real templates' whole text is checked in tests/bake/windows and tests/bake/ubuntu.
-    template = json.loads((repo.out / "packer" / f"{box}.json").read_text())
+    template = packer_hcl.load(repo.out / "packer" / f"{box}.pkr.hcl")
     assert PROXY_PASSWORD not in json.dumps(template["variables"])
 
 
@@ -184,10 +185,12 @@ def test_parallel_build_keeps_the_success_and_reports_the_failure(repo, fake_pac
 def test_dry_run_prints_commands_and_changes_nothing(repo, fake_packer, console):
     build_box(repo.cluster(proxy=PROXY), "windows-1803", repo.out, dry_run=True, console=console)
     text = console.text
-    # Only the probes the real build's preflight makes (its version), never a build.
-    assert fake_packer.builds() == [] and all("version" in c["argv"] for c in fake_packer.calls())
+    # Only the probes the real build's preflight makes (its version, its plugins), never an init or a build.
+    assert fake_packer.builds() == [] and all("version" in c["argv"] or c["argv"][:2] == ["plugins", "installed"]
+                                              for c in fake_packer.calls())
     assert not repo.out.exists()
-    template = repo.out / "packer" / "windows-1803.json"
+    template = repo.out / "packer" / "windows-1803.pkr.hcl"
+    assert f"packer init {template}" in text
     assert f"packer build -machine-readable -force -on-error=cleanup {template}" in text
     assert "export K4W_ADMIN_PASSWORD=<secret from" in text
     assert "unset PACKER_LOG" in text
@@ -243,8 +246,8 @@ def test_packer_gets_the_iso_checksum_to_check_again(repo, fake_packer, console)
 
 
 def test_a_template_that_would_not_check_the_iso_is_refused(repo, fake_packer, console):
-    template = repo.root / "templates" / "packer" / "windows.json.j2"
-    template.write_text(template.read_text().replace('"sha256:<< paths.iso_sha256 >>"', '"none"'))
+    template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
+    template.write_text(template.read_text().replace('<< ("sha256:" ~ paths.iso_sha256) | hcl >>', '"none"'))
     with pytest.raises(BuildFailed, match="iso_checksum 'none', not 'sha256:"):
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert fake_packer.builds() == []
@@ -387,7 +390,7 @@ def boxes() -> list[str]:
 
 def test_box_and_vm_go_where_the_runner_looks(rendered, boxes):
     for box in boxes:
-        template = json.loads(rendered[f"packer/{box}.json"])
+        template = packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"])
         outputs = [pp.get("output") for pp in template.get("post-processors", []) if isinstance(pp, dict) and pp.get("type") == "vagrant"]
         assert outputs == [f"{OUT}/boxes/.partial/{box}-{{{{.Provider}}}}.box"], box
         for builder in template["builders"]:
@@ -398,8 +401,8 @@ def test_windows_password_comes_from_the_environment_only(rendered, boxes):
     for box in boxes:
         if not profiles.load(box).is_windows:
             continue
-        text = rendered[f"packer/{box}.json"]
-        template = json.loads(text)
+        text = rendered[f"packer/{box}.pkr.hcl"]
+        template = packer_hcl.parse(text)
         variables = {k: v for k, v in template.get("variables", {}).items() if "K4W_ADMIN_PASSWORD" in v}
         assert variables and set(variables) <= set(template.get("sensitive-variables", [])), box
         assert render.PLACEHOLDER_SECRETS["admin_password"] not in text
@@ -407,7 +410,7 @@ def test_windows_password_comes_from_the_environment_only(rendered, boxes):
 
 def test_every_provisioner_announces_itself(rendered, boxes):
     for box in boxes:
-        total, markers = plan_steps(json.loads(rendered[f"packer/{box}.json"]))
+        total, markers = plan_steps(packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"]))
         assert total > 0
         assert {m.step for m in markers} == set(range(1, total + 1)), f"{box}: a provisioner type the progress view cannot see"
 
@@ -415,16 +418,23 @@ def test_every_provisioner_announces_itself(rendered, boxes):
 # ------------------------------------------------------------------ real Packer and Vagrant
 
 
-REAL_BUILD_TEMPLATE = """{
-  "builders": [{"type": "null", "name": "hyperv-iso", "communicator": "none"}],
-  "provisioners": [
-    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/base.sh"},
-    {"type": "shell-local", "inline": ["echo proxy is << proxy.http or 'none' >>"]}
-  ],
-  "post-processors": [
-    {"type": "shell-local", "script": "<< paths.guest >>/ubuntu/bake/make-box.sh",
-     "environment_vars": ["K4W_BOX_OUT=<< paths.boxes >>/.partial/<< box.name >>-libvirt.box"]}
-  ]
+REAL_BUILD_TEMPLATE = """
+source "null" "hyperv-iso" {
+  communicator = "none"
+}
+
+build {
+  sources = ["source.null.hyperv-iso"]
+  provisioner "shell-local" {
+    script = << (paths.guest ~ "/ubuntu/bake/base.sh") | hcl >>
+  }
+  provisioner "shell-local" {
+    inline = [<< ("echo proxy is " ~ (proxy.http or "none")) | hcl >>]
+  }
+  post-processor "shell-local" {
+    script           = << (paths.guest ~ "/ubuntu/bake/make-box.sh") | hcl >>
+    environment_vars = [<< ("K4W_BOX_OUT=" ~ paths.boxes ~ "/.partial/" ~ box.name ~ "-libvirt.box") | hcl >>]
+  }
 }
 """
 
@@ -444,7 +454,7 @@ def test_real_packer_build_through_the_runner_then_vagrant_box_add(repo, console
     """Real Packer (null builder standing in for Hyper-V) -> runner -> catalogue -> real Vagrant."""
     system_tool("packer")
     vagrant = system_tool("vagrant")
-    (repo.root / "templates" / "packer" / "ubuntu.json.j2").write_text(REAL_BUILD_TEMPLATE)
+    (repo.root / "templates" / "packer" / "ubuntu.pkr.hcl.j2").write_text(REAL_BUILD_TEMPLATE)
     script = repo.root / "guest" / "ubuntu" / "bake" / "make-box.sh"
     script.write_text(MAKE_BOX)
     script.chmod(0o755)
@@ -506,12 +516,13 @@ RELEASE = "C:\\k\\box-release.json"
 
 def _fetch_release_step(repo) -> None:
     """The miniature's Windows template with the real one's fetch-release download at its end."""
-    template = repo.root / "templates" / "packer" / "windows.json.j2"
+    template = repo.root / "templates" / "packer" / "windows.pkr.hcl.j2"
     text = template.read_text()
-    last = '{"type": "powershell", "scripts": ["<< paths.guest >>/windows/bake/docker.ps1"]}'
+    last = '  post-processor "vagrant" {'
     assert last in text
-    template.write_text(text.replace(last, last + ',\n    {"type": "file", "direction": "download", "source": "C:\\\\k\\\\box-release.json", '
-                                     '"destination": "<< paths.boxes >>/.partial/<< box.name >>.box-release.json"}'))
+    template.write_text(text.replace(last, '  provisioner "file" {\n    direction   = "download"\n'
+                                     '    source      = "C:\\\\k\\\\box-release.json"\n'
+                                     '    destination = << (paths.boxes ~ "/.partial/" ~ box.name ~ ".box-release.json") | hcl >>\n  }\n\n' + last))
 
 
 def test_the_build_record_carries_the_patch_level_the_guest_reached(repo, fake_packer, console):

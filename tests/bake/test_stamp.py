@@ -19,7 +19,7 @@ def test_stamp_is_stable_and_covers_every_input(repo):
     first = _stamp(repo)
     assert first == _stamp(repo)
     assert set(first.inputs) == {
-        "packer/windows-1803.json",
+        "packer/windows-1803.pkr.hcl",
         "http/windows-1803/Autounattend.xml",
         "guest/windows/bake/base.ps1",
         "guest/windows/bake/docker.ps1",
@@ -42,7 +42,7 @@ def test_stamp_changes_with_the_proxy(repo):
     before = _stamp(repo, box="ubuntu-1604")
     after = _stamp(repo, box="ubuntu-1604", proxy=PROXY)
     assert after.sha256 != before.sha256
-    assert set(after.changed_since(before.as_record())) == {"packer/ubuntu-1604.json", "http/ubuntu-1604/preseed.cfg"}
+    assert set(after.changed_since(before.as_record())) == {"packer/ubuntu-1604.pkr.hcl", "http/ubuntu-1604/preseed.cfg"}
 
 
 def test_stamp_changes_with_the_iso_checksum(repo):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from k4w import packer_hcl
 from k4w.bake import packer_cli
 from k4w.bake.transcript import BuildState, parse_line, plan_steps, unescape
 from tests.fakes.packer import TRANSCRIPTS as RECORDED
@@ -124,21 +125,39 @@ def test_inline_and_multi_script_provisioners_count_once_each():
     assert seen == ["provisioner 1/3: a.sh", "provisioner 1/3: b.sh", "provisioner 2/3: inline shell", "provisioner 3/3: c.sh"]
 
 
+# HCL2, as k4w renders: the build is named <source type>.<source name> in Packer 1.9.4's output.
+REAL_TEMPLATE = """
+variable "pw" {
+  type      = string
+  default   = env("K4W_ADMIN_PASSWORD")
+  sensitive = true
+}
+
+source "null" "hyperv-iso" {
+  communicator = "none"
+}
+
+build {
+  sources = ["source.null.hyperv-iso"]
+  provisioner "shell-local" {
+    inline = ["echo one, with a comma"]
+  }
+  provisioner "shell-local" {
+    inline = ["echo two"]
+  }
+  provisioner "shell-local" {
+    inline = ["echo broken >&2; exit 7"]
+  }
+}
+"""
+
+
 @pytest.mark.tools
 def test_real_packer_transcript_parses(tmp_path):
     packer = system_tool("packer")
-    template = {
-        "variables": {"pw": "{{env `K4W_ADMIN_PASSWORD`}}"},
-        "sensitive-variables": ["pw"],
-        "builders": [{"type": "null", "name": "hyperv-iso", "communicator": "none"}],
-        "provisioners": [
-            {"type": "shell-local", "inline": ["echo one, with a comma"]},
-            {"type": "shell-local", "inline": ["echo two"]},
-            {"type": "shell-local", "inline": ["echo broken >&2; exit 7"]},
-        ],
-    }
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(template))
+    path = tmp_path / "t.pkr.hcl"
+    path.write_text(REAL_TEMPLATE)
+    template = packer_hcl.load(path)
     env = packer_cli.build_env(tmp_path, {"K4W_ADMIN_PASSWORD": "not-a-real-secret"})
     cmd = packer_cli.build_command(path, packer)
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -147,9 +166,9 @@ def test_real_packer_transcript_parses(tmp_path):
     steps = [e.text for line in run.stdout.splitlines() for e in state.feed(line) if e.kind == "step"]
     assert steps == [f"provisioner {n}/3: local shell" for n in (1, 2, 3)]
     assert state.where == "provisioner 3/3 (local shell)"
-    assert state.last_error == "Script exited with non-zero exit status: 7.Allowed exit codes are: [0]"
+    assert state.last_error == "Script exited with non-zero exit status: 7. Allowed exit codes are: [0]"
     assert state.error_count == 1
     # Packer wrote the comma as %!(PACKER_COMMA); the parser gives it back.
     assert "%!(PACKER_COMMA)" in run.stdout
     texts = [parse_line(line).text for line in run.stdout.splitlines() if parse_line(line)]
-    assert "    hyperv-iso: one, with a comma" in texts
+    assert "    null.hyperv-iso: one, with a comma" in texts

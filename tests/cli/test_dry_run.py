@@ -12,7 +12,7 @@ from tests.helpers import invoke, tree_digest
 
 # Each task with a text its dry run must show: the plan of what would happen, not a vague promise.
 SHOWS = {
-    "render": "packer/ubuntu-1604.json",
+    "render": "packer/ubuntu-1604.pkr.hcl",
     "validate": "packer validate",
     "plan": "Build plan (a Hyper-V host runs these",
     "all": "shellcheck",
@@ -75,7 +75,9 @@ def _argv(command: str) -> list[str]:
 def test_validate_dry_run_lists_exactly_the_commands_validate_runs(tmp_path):
     log = tmp_path / "ran.txt"
     _recording_tools(tmp_path / "bin", log)
-    env = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    # An empty tools cache: k4w would prefer the pinned Packer to the stand-in on PATH (k4w.tools.find).
+    (tmp_path / "no-pinned-tools").mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "K4W_TOOLS_DIR": str(tmp_path / "no-pinned-tools")}
     out = tmp_path / "out"
 
     dry = invoke("validate", "--out", str(out), "--dry-run", env=env)

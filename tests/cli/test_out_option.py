@@ -116,7 +116,7 @@ def test_a_second_command_on_the_same_out_is_refused_naming_the_holder(tmp_path)
         holder.communicate("")
     result = invoke("render", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert (out / "packer" / "ubuntu-1604.json").is_file()
+    assert (out / "packer" / "ubuntu-1604.pkr.hcl").is_file()
 
 
 def test_racing_renders_each_finish_or_are_refused_and_out_ends_whole(tmp_path):
@@ -128,7 +128,7 @@ def test_racing_renders_each_finish_or_are_refused_and_out_ends_whole(tmp_path):
             assert_one_clear_line(result, "is in use by another k4w command")
     assert any(r.returncode == 0 for r in results)
     assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} >= {
-        "packer/ubuntu-1604.json", "packer/windows-1803.json", "vagrant/cluster.json"}
+        "packer/ubuntu-1604.pkr.hcl", "packer/windows-1803.pkr.hcl", "vagrant/cluster.json"}
     assert not any(p.name.startswith((".render-", ".old-", render.SWAP_RECORD)) for p in out.iterdir())
 
 

@@ -83,7 +83,7 @@ def test_a_render_replaces_its_own_render_and_keeps_what_a_build_staged(tmp_path
     staged.write_text("x")
     result = invoke("render", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (out / owned.MANIFEST).is_file() and (out / "packer" / "ubuntu-1604.json").is_file()
+    assert (out / owned.MANIFEST).is_file() and (out / "packer" / "ubuntu-1604.pkr.hcl").is_file()
 
 
 def test_an_empty_out_is_refused_not_taken_for_the_default(tmp_path):

@@ -56,7 +56,9 @@ def test_windows_admin_password_is_kept_out_of_the_packer_template(proxy_config,
     assert invoke("render", "--config", str(proxy_config), "--out", str(out)).returncode == 0
     secret = json.loads((out / "secrets" / "windows-1803.json").read_text())["admin_password"]
     assert (out / "secrets" / "windows-1803.json").stat().st_mode & 0o077 == 0
-    for path in (out / "packer").glob("*.json"):
+    templates = sorted((out / "packer").glob("*.pkr.hcl"))
+    assert templates
+    for path in templates:
         assert secret not in path.read_text()
 
 

@@ -9,12 +9,11 @@ powershell.exe boundary.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
 import pytest
 
-from k4w import doctor, packer_http, sources
+from k4w import doctor, packer_hcl, packer_http, sources
 from k4w.cluster import network
 from k4w.cluster_model import Cluster
 from k4w.validate import powershell_rules as powershell
@@ -28,7 +27,7 @@ def test_the_ubuntu_template_pins_the_port_range_the_rule_admits(tmp_path):
     cfg = write_config(tmp_path / "cluster.yml", config_dict())
     result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    builder = json.loads((tmp_path / "out" / "packer" / "ubuntu-1604.json").read_text())["builders"][0]
+    builder = packer_hcl.load(tmp_path / "out" / "packer" / "ubuntu-1604.pkr.hcl")["builders"][0]
     assert (builder["http_port_min"], builder["http_port_max"]) == (packer_http.PORT_MIN, packer_http.PORT_MAX)
     assert packer_http.port_range() == f"{builder['http_port_min']}-{builder['http_port_max']}"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, pinned_tools, profiles, render
+from k4w import config, packer_hcl, pinned_tools, profiles, render
 from k4w.bake import pins as pins_mod
 from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
@@ -189,14 +189,14 @@ def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
     out = tmp_path / "out"
     files = render.render_files(cluster, out)
     assert not [name for name in files if name.startswith("http/ubuntu-2404-e2e/")]  # no installer runs
-    template = json.loads(files["packer/ubuntu-2404-e2e.json"])
+    template = packer_hcl.parse(files["packer/ubuntu-2404-e2e.pkr.hcl"])
     steps = [p["script"].rsplit("/", 1)[1] for p in template["provisioners"] if p["type"] == "shell"]
     assert steps == CI["provision"]
     env = template["provisioners"][1]["environment_vars"]
     assert "K4W_CONTAINER_RUNTIME=containerd" in env and not [v for v in env if "STAND_IN" in v]
     out.mkdir()
-    (out / "t.json").write_text(files["packer/ubuntu-2404-e2e.json"])
-    res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.json")], capture_output=True, text=True)
+    (out / "t.pkr.hcl").write_text(files["packer/ubuntu-2404-e2e.pkr.hcl"])
+    res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.pkr.hcl")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

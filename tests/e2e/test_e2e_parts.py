@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, render
+from k4w import config, packer_hcl, render
 from k4w.cluster_model import Cluster
 from tests.e2e.harness import base_image, cluster_file, idempotence, mirror, phases, procs, report, rerun, seed_stand_ins, squid
-from tests.helpers import system_tool
+from tests.helpers import packer_validate, system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_PROFILE = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
@@ -414,13 +414,11 @@ def test_base_image_paths_in_the_profile_are_the_cache_layout():
 
 
 def rendered_template(tmp_path) -> dict:
-    import json
-
     from k4w.bake import packer_cli
     from k4w.derive_steps import step_env
 
     cluster = Cluster.resolve(e2e_cluster())
-    template = json.loads(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.json"])
+    template = packer_hcl.parse(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.pkr.hcl"])
     # As the harness does: the variables' values as Packer's build gets them from the environment.
     template["variables"] = packer_cli.variable_values(
         template, step_env(cluster.profile("debian-12-e2e"), cluster.config).secret_environment)
@@ -458,13 +456,15 @@ def test_rerun_env_file_escapes_quotes_as_packer_does():
                                  "export PACKER_BUILDER_TYPE='qemu'", "export PACKER_BUILD_NAME='qemu'"]
 
 
-def test_rerun_resolves_packer_user_variables_and_refuses_other_functions():
+def test_rerun_resolves_packer_variables_and_refuses_other_expressions():
     variables = {"http_proxy": "http://10.0.2.2:40123"}
-    assert rerun.interpolate("K4W_HTTP_PROXY={{user `http_proxy`}}", variables) == "K4W_HTTP_PROXY=http://10.0.2.2:40123"
+    assert rerun.interpolate("K4W_HTTP_PROXY=${var.http_proxy}", variables) == "K4W_HTTP_PROXY=http://10.0.2.2:40123"
+    assert rerun.interpolate("X=$${var.http_proxy} %%{ y }", variables) == "X=${var.http_proxy} %{ y }"
     with pytest.raises(phases.E2EError, match="names no variable"):
-        rerun.interpolate("X={{user `nope`}}", variables)
-    with pytest.raises(phases.E2EError, match="cannot resolve"):
-        rerun.interpolate("X={{env `HOME`}}", variables)
+        rerun.interpolate("X=${var.nope}", variables)
+    for other in ('X=${env("HOME")}', "X=%{ if true }y%{ endif }"):
+        with pytest.raises(phases.E2EError, match="cannot resolve"):
+            rerun.interpolate(other, variables)
 
 
 def test_rerun_refuses_what_it_cannot_repeat():
@@ -476,11 +476,9 @@ def test_rerun_refuses_what_it_cannot_repeat():
 
 @pytest.mark.tools
 def test_packer_validates_the_rendered_e2e_template(tmp_path):
-    packer = system_tool("packer")
     out = tmp_path / "out"
     render.render(Cluster.resolve(e2e_cluster()), out)
-    res = subprocess.run([packer, "validate", str(out / "packer" / "debian-12-e2e.json")], cwd=out,
-                         capture_output=True, text=True, timeout=120)
+    res = packer_validate(out / "packer" / "debian-12-e2e.pkr.hcl", cwd=out)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -581,7 +579,7 @@ def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base
     result = run_e2e(tmp_path / "e2e-ubuntu-2404", box="ubuntu-2404-e2e", base_images=shared, dry_run=True, say=said.append)
     text = "\n".join(said)
     assert result.dry_run and result.box == "ubuntu-2404-e2e" and not tmp_path.joinpath("e2e-ubuntu-2404").exists()
-    assert "packer/ubuntu-2404-e2e.json" in text and "test_ssh_target(ubuntu-2404-e2e" in text
+    assert "packer/ubuntu-2404-e2e.pkr.hcl" in text and "test_ssh_target(ubuntu-2404-e2e" in text
     assert "    box: ubuntu-2404-e2e\n" in text  # the rendered cluster.yml's node uses it
     assert f"base image {shared}/" in text and f"-kernel {shared}/current/vmlinuz" in text
     assert "containerd-2.3.2-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text

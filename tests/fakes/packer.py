@@ -1,12 +1,13 @@
-"""A stand-in for the `packer` executable (HashiCorp Packer 1.6.x CLI), at the process boundary only.
+"""A stand-in for the `packer` executable (HashiCorp Packer 1.9.4 CLI), at the process boundary only.
 
 Tests put it first on PATH with PackerOnPath. It logs every invocation
 (argv, cwd and the environment facts the runner controls) as one JSON line to
 $FAKE_PACKER_CALLS, and:
-  packer -machine-readable version   prints $FAKE_PACKER_VERSION (default 1.6.6)
-  packer plugins installed           prints $FAKE_PACKER_PLUGINS (one path per line)
-  packer validate ...                runs the real Packer (the next `packer` on PATH): validating
-                                     a template needs no Hyper-V, and the build runs it first
+  packer -machine-readable version   prints $FAKE_PACKER_VERSION (default 1.9.4)
+  packer plugins installed           prints $FAKE_PACKER_PLUGINS (one path per line; unset: the pinned plugins)
+  packer init / validate ...         run the real Packer ($FAKE_PACKER_REAL, with
+                                     $FAKE_PACKER_PLUGIN_PATH as PACKER_PLUGIN_PATH when set):
+                                     neither needs Hyper-V, and the build runs both first
   packer build ... TEMPLATE          replays the scenario for box = TEMPLATE's stem from
                                      the JSON file $FAKE_PACKER_SCENARIOS:
       {"<box>": {"transcript": "windows-success.txt", "exit": 0,
@@ -40,6 +41,9 @@ import tarfile
 import time
 from pathlib import Path
 
+from k4w import packer_hcl, pinned_tools, tools
+from k4w.bake import packer_cli
+
 TRANSCRIPTS = Path(__file__).parent / "packer_transcripts"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 # A plugin process: ignores Ctrl-C (Packer's plugins leave cancelling to Packer) and lives long.
@@ -69,19 +73,20 @@ def log_call(argv: list[str]) -> None:
         "proxy_env": {name: os.environ[name] for name in PROXY_VARIABLES if name in os.environ},
     }
     if argv[:1] == ["build"]:
-        template = json.loads(Path(argv[-1]).read_text(encoding="utf-8"))
+        template = packer_hcl.load(Path(argv[-1]))
         record["iso_checksums"] = [b.get("iso_checksum") for b in template.get("builders", [])]
-        # The user variables as Packer resolves them: {{env `X`}} from this process's environment.
-        record["variables"] = {name: re.sub(r"\{\{\s*env\s+`([^`]*)`\s*\}\}", lambda m: os.environ.get(m.group(1), ""), str(v))
-                               for name, v in (template.get("variables") or {}).items()}
+        # The input variables as Packer resolves them: env("X") defaults from this process's environment.
+        record["variables"] = packer_hcl.variable_values(template, dict(os.environ))
     with open(calls, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
 
 
 def template_env(template: dict, name: str) -> str:
+    """A step variable as the guest gets it: the template's ${var.x} references filled in."""
+    variables = packer_hcl.variable_values(template, dict(os.environ))
     for prov in template.get("provisioners", []):
         for entry in prov.get("environment_vars", []):
-            key, _, value = entry.partition("=")
+            key, _, value = packer_hcl.resolve(entry, variables).partition("=")
             if key == name:
                 return value
     return ""
@@ -124,8 +129,8 @@ def download_guest_files(template: dict, guest_files: dict[str, str]) -> bool:
 
 def build(argv: list[str]) -> int:
     template_path = Path(argv[-1])
-    template = json.loads(template_path.read_text(encoding="utf-8"))
-    box = template_path.stem
+    template = packer_hcl.load(template_path)
+    box = template_path.name.removesuffix(packer_hcl.SUFFIX)
     scenarios = json.loads(Path(os.environ["FAKE_PACKER_SCENARIOS"]).read_text(encoding="utf-8"))
     scenario = scenarios[box]
     delay = float(scenario.get("line_delay", 0))
@@ -160,27 +165,36 @@ def build(argv: list[str]) -> int:
 
 
 def real_packer(argv: list[str]) -> int:
-    """Run the real Packer: the first `packer` on PATH outside this fake's own folder."""
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = Path(folder) / "packer"
-        if folder and Path(folder) != Path(os.environ["FAKE_PACKER_BIN"]) and os.access(candidate, os.X_OK):
-            return subprocess.run([str(candidate), *argv], check=False).returncode
-    print("fake packer: no real packer on PATH for `packer validate` (apt-get install -y packer)", file=sys.stderr)
-    return 2
+    """Run the real Packer the test found (k4w.tools.find before the fake went on PATH), with its plugins."""
+    real = os.environ.get("FAKE_PACKER_REAL")
+    if not real:
+        print(f"fake packer: no real packer for `packer {argv[0]}` (bash scripts/setup.sh builds the pinned one)", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    if os.environ.get("FAKE_PACKER_PLUGIN_PATH"):
+        env["PACKER_PLUGIN_PATH"] = os.environ["FAKE_PACKER_PLUGIN_PATH"]
+    return subprocess.run([real, *argv], check=False, env=env).returncode
+
+
+def pinned_plugins_installed() -> str:
+    """What `packer plugins installed` prints once `packer init` installed the pinned plugins."""
+    pins = pinned_tools.packer_pins()
+    return "\n".join(f"/home/u/.config/packer/plugins/github.com/hashicorp/{name}/packer-plugin-{name}_v{pins[name]}_x5.0_linux_amd64"
+                     for name in pinned_tools.PACKER_PLUGINS)
 
 
 def main(argv: list[str]) -> int:
     log_call(argv)
     if "version" in argv:
-        version = os.environ.get("FAKE_PACKER_VERSION", "1.6.6")
+        version = os.environ.get("FAKE_PACKER_VERSION", "1.9.4")
         print(f"1714550400,,version,{version}\n1714550400,,version-prelease,\n1714550400,,ui,say,Packer v{version}")
         return 0
     if argv[:2] == ["plugins", "installed"]:
-        print(os.environ.get("FAKE_PACKER_PLUGINS", ""))
+        print(os.environ["FAKE_PACKER_PLUGINS"] if "FAKE_PACKER_PLUGINS" in os.environ else pinned_plugins_installed())
         return 0
     if argv and argv[0] == "build":
         return build(argv)
-    if argv and argv[0] == "validate":
+    if argv and argv[0] in ("init", "validate"):
         return real_packer(argv)
     print(f"fake packer: unsupported arguments {argv}", file=sys.stderr)
     return 2
@@ -201,6 +215,13 @@ class PackerOnPath:
         self.pids_file = folder / "packer-pids.txt"
         self.scenarios: dict = {}
         self._launcher("packer", f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
+        # The real Packer and its plugins, found before the fake goes on PATH; then k4w must find the
+        # fake, so the pinned cache it prefers is hidden (an empty K4W_TOOLS_DIR).
+        real = tools.find("packer")
+        monkeypatch.setenv("FAKE_PACKER_REAL", real or "")
+        monkeypatch.setenv("FAKE_PACKER_PLUGIN_PATH", packer_cli.plugin_env(real).get("PACKER_PLUGIN_PATH", "") if real else "")
+        (folder / "no-pinned-tools").mkdir()
+        monkeypatch.setenv("K4W_TOOLS_DIR", str(folder / "no-pinned-tools"))
         # cd_files needs an ISO authoring tool on PATH; the fake build never runs it.
         self._launcher("xorriso", "#!/bin/sh\nexit 0\n")
         monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ['PATH']}")

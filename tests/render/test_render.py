@@ -7,14 +7,13 @@ rendered artifact, the way its consumer would parse it.
 
 import ipaddress
 import json
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from k4w import config, render
+from k4w import config, packer_hcl, render
 from k4w.bake import packer_cli
 from k4w.cluster_model import Cluster
 from k4w.derive_steps import step_env
@@ -75,14 +74,14 @@ def _args(text: str) -> dict[str, str]:
 
 def _env(template: dict, environ: dict[str, str]) -> dict[str, str]:
     """The environment every provisioner of a rendered Packer template passes to the guest,
-    with Packer's {{user `x`}} references filled in as Packer does, the variables' {{env}}
-    defaults from environ (the build runner's secret environment)."""
+    with the ${var.x} references filled in as Packer does, the variables' env() defaults from
+    environ (the build runner's secret environment)."""
     env: dict[str, str] = {}
     variables = packer_cli.variable_values(template, environ)
     for prov in template["provisioners"]:
         for item in prov.get("environment_vars", []):
-            key, _, value = item.partition("=")
-            env[key] = re.sub(r"\{\{user `([^`]+)`\}\}", lambda m: variables[m.group(1)], value)
+            key, _, value = packer_hcl.resolve(item, variables).partition("=")
+            env[key] = value
     return env
 
 
@@ -130,7 +129,7 @@ def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
     # NO_PROXY in every box build (the NAME=value pairs the guest writes) carries the pod,
     # service and node CIDRs
     for box in cfg.boxes():
-        env = _env(json.loads(files[f"packer/{box}.json"]), step_env(cluster.profile(box), cfg).secret_environment)
+        env = _env(packer_hcl.parse(files[packer_hcl.rel_path(box)]), step_env(cluster.profile(box), cfg).secret_environment)
         pairs = dict(pair.split("=", 1) for pair in env["K4W_PROXY_ENV"].split())
         no_proxy = pairs.get("NO_PROXY", "").split(",")
         if cfg.proxy.http or cfg.proxy.https:

@@ -117,7 +117,7 @@ def test_leftover_staging_and_trash_folders_are_swept_by_the_next_render(tmp_pat
     result = invoke("render", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert leftovers(out) == []
-    assert (out / "packer" / "windows-1803.json").is_file()
+    assert (out / "packer" / "windows-1803.pkr.hcl").is_file()
 
 
 # A sitecustomize for the real CLI: each rename of a folder inside $K4W_TEST_SLOW_SWAP takes a

@@ -5,7 +5,6 @@ both ends, so `grep -r K4W_FLANNEL_FILE` finds the producer and the reader."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -143,7 +142,7 @@ def test_a_component_key_without_a_name_is_refused(tmp_path, monkeypatch):
 
 
 def _resolve(steps: derive_steps.StepEnv, value: str) -> str:
-    return re.sub(r"\{\{user `([^`]+)`\}\}", lambda m: steps.secrets[m.group(1)], value)
+    return steps.resolved(value)
 
 
 @pytest.mark.parametrize("box", ["ubuntu-1604", "windows-1803"])

@@ -128,9 +128,9 @@ def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp
 
     answer = out / "http" / "windows-1803" / "Autounattend.xml"
     answer.write_text(answer.read_text().replace("Select-Object -First 1;", "Select-Object -First 1; $IsWindows;", 1))
-    template = out / "packer" / "windows-1803.json"
-    template.write_text(template.read_text().replace('"type": "windows-restart"',
-                                                     '"type": "powershell", "inline": ["a.exe && b.exe"], "x-was": "windows-restart"', 1))
+    template = out / "packer" / "windows-1803.pkr.hcl"
+    template.write_text(template.read_text().replace('provisioner "windows-restart" {',
+                                                     'provisioner "powershell" {\n    inline = ["a.exe && b.exe"]', 1))
     snippets = dict(powershell_snippets.rendered(out))
     assert any("inline" in where for where in snippets)
     broken = validate.powershell_scripts(cluster, out)

@@ -4,11 +4,13 @@ import dataclasses
 import re
 
 import pytest
+import yaml
 
 from tests.helpers import ROOT, config_dict, invoke, use_sources, write_config
 
 VALIDATORS = {
-    "Packer templates": "packer validate",
+    "Packer templates": "packer init + packer validate",
+    "Packer templates (sources)": "every value quoted (| hcl)",
     "preseed": "debconf-set-selections --checkonly",
     "bash scripts": "shellcheck",
     "PowerShell scripts": "tree-sitter-powershell",
@@ -47,18 +49,37 @@ def test_every_validator_runs_and_accepts_the_artifacts(name, tmp_path):
 
 
 @pytest.mark.tools
-def test_a_broken_artifact_fails_validation(tmp_path):
-    """The validators are not rubber stamps: a template Packer rejects makes validate fail."""
+def test_packer_validate_rejects_an_option_its_builder_does_not_have(tmp_path):
+    """The validators are not rubber stamps: the pinned Packer with the real hyperv plugin decodes
+    every option of the rendered HCL2, so an option the builder lacks fails validate, named."""
     from k4w import render, validate
     from k4w.cluster_model import Cluster
 
     cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
     render.render(cluster, out)
-    tpl = out / "packer" / "ubuntu-1604.json"
-    tpl.write_text(tpl.read_text().replace('"builders"', '"builderz"', 1))
+    tpl = out / "packer" / "ubuntu-1604.pkr.hcl"
+    assert validate.packer_templates(cluster, out).ok
+    tpl.write_text(tpl.read_text().replace("  headless ", "  headless_typo = true\n  headless ", 1))
     result = validate.packer_templates(cluster, out)
-    assert not result.ok and "builderz" in " ".join(result.problems)
+    assert not result.ok and 'An argument named "headless_typo" is not expected here' in " ".join(result.problems), result.problems
+
+
+@pytest.mark.tools
+def test_invoke_validate_rejects_a_value_packer_cannot_take(tmp_path):
+    """A profile value the builder cannot decode (a duration that is no Go duration) reaches the
+    rendered template through the hcl filter, and the real `invoke validate` fails on it."""
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    data = yaml.safe_load((ROOT / "boxes" / "ubuntu-1604.yml").read_text())
+    data["build"]["ssh_timeout"] = "2 hours"
+    (boxes / "ubuntu-1604.yml").write_text(yaml.safe_dump(data))
+    cfg = write_config(tmp_path / "cluster.yml", config_dict())
+    result = invoke("validate", "--config", str(cfg), "--out", str(tmp_path / "out"), env={"K4W_BOX_DIRS": str(boxes)})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output
+    assert "✗ Packer templates" in output and "ubuntu-1604.pkr.hcl: packer validate" in output, output
+    assert 'error decoding \'ssh_timeout\': time: unknown unit " hours" in duration "2 hours"' in output, output
 
 
 def test_host_scripts_are_parsed_and_linted_like_guest_scripts(tmp_path, monkeypatch):

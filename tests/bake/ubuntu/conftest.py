@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 import os
 import shutil
 import subprocess
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, derive_steps, profiles, render
+from k4w import config, derive_steps, packer_hcl, profiles, render
 from k4w.bake import packer_cli
 from k4w.cluster_model import Cluster
 from tests.helpers import use_sources
@@ -61,24 +59,11 @@ QEMU_PROFILE = {
 }
 
 
-USER_VARIABLE = re.compile(r"\{\{\s*user `([^`]+)`\s*\}\}")
-
-
 def resolve_user_variables(template: dict, environ: dict[str, str] | None = None) -> dict:
-    """The template as Packer sees it at build time: {{user `x`}} replaced by variables[x], whose
-    {{env `X`}} defaults read environ (the build runner's secret environment)."""
+    """The template as Packer sees it at build time: ${var.x} replaced by variables[x], whose
+    env("X") defaults read environ (the build runner's secret environment)."""
     variables = packer_cli.variable_values(template, environ or {})
-
-    def resolve(value):
-        if isinstance(value, str):
-            return USER_VARIABLE.sub(lambda m: variables[m.group(1)], value)
-        if isinstance(value, list):
-            return [resolve(v) for v in value]
-        if isinstance(value, dict):
-            return {k: resolve(v) for k, v in value.items()}
-        return value
-
-    return resolve(template)
+    return packer_hcl.resolve_all(template, variables)
 
 
 def cluster(proxy_http=None, proxy_https=None, nodes=None) -> Cluster:
@@ -92,9 +77,9 @@ def cluster(proxy_http=None, proxy_https=None, nodes=None) -> Cluster:
 
 def step_env(http=None, https=None) -> dict[str, str]:
     """The environment ubuntu-1604's steps get with this proxy, as Packer hands it to them
-    (its {{user `x`}} references resolved)."""
+    (its ${var.x} references resolved)."""
     steps = derive_steps.step_env(profiles.load(BOX), cluster(http, https).config)
-    return {name: USER_VARIABLE.sub(lambda m: steps.secrets[m.group(1)], value) for name, value in steps.env.items()}
+    return {name: steps.resolved(value) for name, value in steps.env.items()}
 
 
 def proxy_step_env(http=None, https=None) -> dict[str, str]:
@@ -126,7 +111,7 @@ def ubuntu(render_box):
         resolved = cluster(http, https)
         files = render_box(resolved)
         environ = derive_steps.step_env(resolved.profile(BOX), resolved.config).secret_environment
-        return resolve_user_variables(json.loads(files[f"packer/{BOX}.json"]), environ), files[f"http/{BOX}/preseed.cfg"]
+        return resolve_user_variables(packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"]), environ), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

@@ -5,13 +5,13 @@ cloud-init and subiquity's own schema."""
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from k4w import packer_hcl
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import autoinstall_rules
 from tests.helpers import config_dict, invoke, system_tool, tree_digest, write_config
@@ -90,7 +90,7 @@ def test_without_a_proxy_there_is_no_proxy_key(tmp_path):
 
 
 def test_the_seed_goes_on_a_cidata_cd_and_the_boot_line_has_no_proxy(rendered):
-    template = json.loads((rendered / "packer" / f"{BOX}.json").read_text())
+    template = packer_hcl.load(rendered / "packer" / f"{BOX}.pkr.hcl")
     builder = template["builders"][0]
     seed = rendered / "http" / BOX
     assert builder["cd_files"] == [str(seed / "user-data"), str(seed / "meta-data")]
@@ -106,7 +106,7 @@ def test_the_seed_goes_on_a_cidata_cd_and_the_boot_line_has_no_proxy(rendered):
 
 
 def test_the_preseed_box_keeps_its_boot_line_and_http_server(rendered):
-    builder = json.loads((rendered / "packer" / "ubuntu-1604.json").read_text())["builders"][0]
+    builder = packer_hcl.load(rendered / "packer" / "ubuntu-1604.pkr.hcl")["builders"][0]
     assert builder["http_directory"] == str(rendered / "http" / "ubuntu-1604")
     assert "cd_files" not in builder
     assert any("preseed/url=http://{{ .HTTPIP }}:{{ .HTTPPort }}/preseed.cfg" in key for key in builder["boot_command"])

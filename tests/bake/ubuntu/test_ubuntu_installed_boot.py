@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import build_media, profiles
+from k4w import build_media, packer_hcl, profiles
 from tests.helpers import config_dict, invoke, write_config
 
 PROXY = "http://bob:s3cr%40t$x;y@proxy.corp.example:3128"
@@ -185,7 +185,7 @@ def test_the_boot_order_script_fails_the_install_when_it_cannot_put_the_system_f
 
 @pytest.mark.parametrize("box", BOXES)
 def test_no_file_packer_serves_holds_the_proxys_credentials(rendered, box):
-    template = json.loads((rendered / "packer" / f"{box}.json").read_text())
+    template = packer_hcl.load(rendered / "packer" / f"{box}.pkr.hcl")
     (builder,) = template["builders"]
     served = Path(builder["http_directory"])
     assert served == build_media.served_folder(rendered, profiles.load(box))
@@ -199,9 +199,9 @@ def test_no_file_packer_serves_holds_the_proxys_credentials(rendered, box):
 
 
 def test_the_preseed_box_gets_the_credentials_on_its_boot_line_as_the_masked_packer_variable(rendered):
-    template = json.loads((rendered / "packer" / "ubuntu-1604.json").read_text())
+    template = packer_hcl.load(rendered / "packer" / "ubuntu-1604.pkr.hcl")
     (line,) = [c for c in template["builders"][0]["boot_command"] if c.startswith("linux ")]
-    assert "'k4w_installer_proxy={{ user `http_proxy` }}'" in line
+    assert "'k4w_installer_proxy=${var.http_proxy}'" in line
     assert line.endswith(" ---<enter>")  # nothing of the boot line reaches the installed system's GRUB
     assert "proxy.corp.example" not in line and USERINFO not in line
     assert "http_proxy" in template["sensitive-variables"]

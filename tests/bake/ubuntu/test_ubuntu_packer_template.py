@@ -1,4 +1,4 @@
-"""templates/packer/ubuntu.json.j2 as a user's build sees it: the VM, the boot line, the provisioning."""
+"""templates/packer/ubuntu.pkr.hcl.j2 as a user's build sees it: the VM, the boot line, the provisioning."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from k4w import render
+from k4w import packer_hcl, render
 from k4w.build_media import media_name
 from k4w.derive_steps import DOCUMENTATION_KEYS, HOST_KEYS, PROFILE_VARIABLES
 from k4w.errors import K4wError
@@ -221,8 +221,8 @@ def test_box_goes_to_the_partial_folder_with_the_family_vagrantfile(ubuntu, tmp_
 
 def test_qemu_branch_boots_the_image_and_shares_the_provisioning(profile_dir, tmp_path):
     files = render.render_files(qemu_cluster(), tmp_path / "out")
-    qemu = json.loads(files["packer/debian-12-ci.json"])
-    hyperv = json.loads(render.render_files(cluster(HTTPS_PROXY, HTTPS_PROXY), tmp_path / "out2")[f"packer/{BOX}.json"])
+    qemu = packer_hcl.parse(files["packer/debian-12-ci.pkr.hcl"])
+    hyperv = packer_hcl.parse(render.render_files(cluster(HTTPS_PROXY, HTTPS_PROXY), tmp_path / "out2")[f"packer/{BOX}.pkr.hcl"])
     vm = builder(qemu)
     assert vm["type"] == "qemu" and vm["disk_image"] is True and vm["accelerator"] == "tcg"
     assert vm["iso_url"] == "/srv/ci/debian-12.raw" and "boot_command" not in vm
@@ -273,8 +273,8 @@ def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(rend
     from k4w.derive_steps import step_env
 
     resolved = cluster(HTTP_PROXY, None)
-    raw = render_box(resolved)[f"packer/{BOX}.json"]
-    template = json.loads(raw)
+    raw = render_box(resolved)[f"packer/{BOX}.pkr.hcl"]
+    template = packer_hcl.parse(raw)
     assert template["sensitive-variables"] == ["http_proxy", "https_proxy"]
     # Not in the file: from the environment the build runner gives Packer.
     assert HTTP_PROXY not in raw
@@ -286,8 +286,8 @@ def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(rend
 def test_a_proxy_without_credentials_is_not_masked(render_box):
     from tests.bake.ubuntu.conftest import cluster
 
-    template = json.loads(render_box(cluster("http://proxy.corp.example:3128", None))[f"packer/{BOX}.json"])
-    assert "sensitive-variables" not in template
+    template = packer_hcl.parse(render_box(cluster("http://proxy.corp.example:3128", None))[f"packer/{BOX}.pkr.hcl"])
+    assert template["variables"] and template["sensitive-variables"] == []
 
 
 def test_busybox_wget_sends_even_a_no_proxy_host_to_the_proxy():

@@ -125,5 +125,5 @@ def test_qemu_boxes_get_no_installer_files(profile_dir, tmp_path):
     from .conftest import qemu_cluster
 
     files = render.render_files(qemu_cluster(), tmp_path / "out")
-    assert "packer/debian-12-ci.json" in files
+    assert "packer/debian-12-ci.pkr.hcl" in files
     assert not [name for name in files if name.startswith("http/debian-12-ci/")]

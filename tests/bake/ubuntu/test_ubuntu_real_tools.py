@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
@@ -10,6 +9,7 @@ import pytest
 import yaml
 
 from k4w import render
+from tests import helpers
 from tests.helpers import system_tool
 
 from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, STEPS, cluster, qemu_cluster
@@ -19,24 +19,22 @@ STEP_SCRIPTS = [p for p in OWN_SCRIPTS if p.name != "lib.sh"]
 
 
 def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess:
-    packer = system_tool("packer")
-    path = tmp_path / "template.json"
+    path = tmp_path / "template.pkr.hcl"
     path.write_text(template_text)
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1"}
-    return subprocess.run([packer, "validate", str(path)], capture_output=True, text=True, env=env, check=False, cwd=tmp_path)
+    return helpers.packer_validate(path, cwd=tmp_path)
 
 
 @pytest.mark.tools
 @pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (HTTP_PROXY, HTTPS_PROXY)])
 def test_packer_validates_the_hyperv_template(tmp_path, http, https):
-    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.json"]
+    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.pkr.hcl"]
     res = packer_validate(text, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.tools
 def test_packer_validates_the_qemu_template(profile_dir, tmp_path):
-    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.json"]
+    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.pkr.hcl"]
     res = packer_validate(text, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -34,7 +34,7 @@ def test_a_config_with_windows_2022_renders_and_passes_validate(modern_config, t
     assert sorted(p.name for p in node.iterdir()) == sorted(p.stem for p in (ROOT / "templates" / "nodes" / "windows-containerd").glob("*.j2"))
     info = json.loads((node / "node.json").read_text())
     assert (info["runtime_service"], info["runtime_endpoint"]) == ("containerd", "npipe:////./pipe/containerd-containerd")
-    assert (out / "packer" / f"{BOX}.json").is_file() and (out / "http" / BOX / "Autounattend.xml").is_file()
+    assert (out / "packer" / f"{BOX}.pkr.hcl").is_file() and (out / "http" / BOX / "Autounattend.xml").is_file()
 
 
 def test_host_gw_with_windows_2022_is_refused_naming_the_field_and_nothing_is_written(tmp_path):

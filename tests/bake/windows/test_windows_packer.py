@@ -1,20 +1,19 @@
-"""The rendered Windows Packer template: what packer 1.6.6 accepts, and what a user of the
+"""The rendered Windows Packer template: what the pinned Packer 1.9.4 with the hyperv plugin accepts, and what a user of the
 box would notice (secure boot, switch, provisioner order, proxy, secrets)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from k4w import iso, profiles
+from k4w import iso, packer_hcl, profiles
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.errors import K4wError
-from tests.helpers import system_tool
+from tests.helpers import packer_validate, system_tool
 
 from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, PROXY_USER, SECRET
 
@@ -50,9 +49,7 @@ def _packer() -> str:
 
 
 def _validate(out: Path, box: str = BOX) -> subprocess.CompletedProcess:
-    env = dict(os.environ, K4W_ADMIN_PASSWORD=SECRET, CHECKPOINT_DISABLE="1")
-    return subprocess.run([_packer(), "validate", str(out / "packer" / f"{box}.json")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    return packer_validate(out / "packer" / f"{box}.pkr.hcl", env={"K4W_ADMIN_PASSWORD": SECRET})
 
 
 @pytest.mark.tools
@@ -63,8 +60,8 @@ def test_packer_validate_accepts_the_modern_template_with_its_update_restarts_an
     download = [p for p in rendered.packer["provisioners"] if p.get("direction") == "download"]
     assert [(p["type"], p["source"]) for p in download] == [("file", "C:\\k\\box-release.json")]
     # A download provisioner the real Packer refuses fails this check (the class check shown failing):
-    path = rendered.out / "packer" / "windows-2022.json"
-    path.write_text(path.read_text().replace('"direction": "download"', '"direction": "sideways"'))
+    path = rendered.out / "packer" / "windows-2022.pkr.hcl"
+    path.write_text(path.read_text().replace('direction   = "download"', 'direction   = "sideways"'))
     broken = _validate(rendered.out, "windows-2022")
     assert broken.returncode != 0 and "Direction must be one of" in broken.stdout + broken.stderr
 
@@ -84,8 +81,8 @@ def test_packer_validate_accepts_the_rendered_template(render_windows, generatio
 def test_packer_validate_rejects_a_broken_template(render_windows):
     """The validation above can fail: an unknown builder key is refused."""
     rendered = render_windows(2, write=True)
-    path = rendered.out / "packer" / f"{BOX}.json"
-    path.write_text(path.read_text().replace('"headless": true', '"headless": true, "not_a_hyperv_key": 1'))
+    path = rendered.out / "packer" / f"{BOX}.pkr.hcl"
+    path.write_text(path.read_text().replace("  headless ", "  not_a_hyperv_key = 1\n  headless ", 1))
     result = _validate(rendered.out)
     assert result.returncode != 0 and "not_a_hyperv_key" in result.stdout + result.stderr
 
@@ -138,7 +135,7 @@ def test_gen1_has_no_secure_boot_and_uses_a_floppy(render_windows):
 
 
 def test_an_unknown_generation_stops_the_render(render_windows):
-    with pytest.raises(K4wError, match="build_generation_must_be_1_or_2"):
+    with pytest.raises(K4wError, match="build.generation must be 1 or 2, not 3"):
         render_windows(3)
 
 
@@ -159,7 +156,7 @@ def test_winrm_is_https_ntlm_as_administrator(render_windows):
     builder = render_windows(2).packer["builders"][0]
     assert builder["communicator"] == "winrm"
     assert builder["winrm_username"] == "Administrator"
-    assert builder["winrm_password"] == "{{user `admin_password`}}"
+    assert builder["winrm_password"] == "${var.admin_password}"
     assert (builder["winrm_use_ssl"], builder["winrm_insecure"], builder["winrm_use_ntlm"], builder["winrm_port"]) == (True, True, True, 5986)
 
 
@@ -184,7 +181,7 @@ def test_no_secret_in_the_rendered_template(render_windows, generation):
     rendered = render_windows(generation)
     text = rendered.packer_text
     assert SECRET not in text
-    assert rendered.packer["variables"]["admin_password"] == "{{env `K4W_ADMIN_PASSWORD`}}"
+    assert rendered.packer["variables"]["admin_password"] == '${env("K4W_ADMIN_PASSWORD")}'
     assert "admin_password" in rendered.packer["sensitive-variables"]
     # ...while the answer file does carry it (encoded), which is how Setup gets it.
     assert SECRET not in rendered.unattend
@@ -199,9 +196,8 @@ def test_without_a_proxy_no_proxy_value_reaches_the_guest(render_windows):
 
 
 def _resolved(rendered, value: str) -> str:
-    """An environment value as the guest sees it: Packer's {{user `x`}} references filled in."""
-    variables = rendered.variables
-    return re.sub(r"\{\{user `([^`]+)`\}\}", lambda m: variables[m.group(1)], value)
+    """An environment value as the guest sees it: the ${var.x} references filled in."""
+    return packer_hcl.resolve(value, rendered.variables)
 
 
 def test_proxy_values_reach_every_script_and_are_masked(render_windows):

@@ -3,13 +3,12 @@ its own conftest.py, so this module has a unique name)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from k4w import config, derive, profiles
+from k4w import config, derive, packer_hcl, profiles
 from k4w.sources import REPO_ROOT as ROOT
 
 BOX = "windows-1803"
@@ -32,11 +31,11 @@ class Rendered:
 
     @property
     def packer_text(self) -> str:
-        return self.files[f"packer/{self.box}.json"]
+        return self.files[f"packer/{self.box}.pkr.hcl"]
 
     @property
     def packer(self) -> dict:
-        return json.loads(self.packer_text)
+        return packer_hcl.parse(self.packer_text)
 
     @property
     def unattend(self) -> str:

@@ -1,14 +1,14 @@
 """Run a rendered Packer template's provisioners again on a live guest, as Packer ran them.
 
 Same files to the same destinations, same scripts in the same order, same environment
-(the template's environment_vars with its {{user `...`}} variables resolved, plus the
+(the template's environment_vars with its ${var.<name>} variables resolved, plus the
 PACKER_BUILD_NAME/PACKER_BUILDER_TYPE Packer adds), through the template's own
 execute_command. Used by the idempotence check. PACKER_HTTP_ADDR is not set: a booted box has
 no build host, so a step must prove its install complete without the build media.
 
 A provisioner with use_env_var_file gets its environment as Packer writes it: a file of
 `export NAME='value'` lines, sorted by name, each ' written as '"'"' (escapeEnvVars and
-createEnvVarFileContent in provisioner/shell/provisioner.go, hashicorp/packer v1.6.6 9b997f28d5e3),
+createEnvVarFileContent in provisioner/shell/provisioner.go, hashicorp/packer v1.9.4 ae9daec1, as in v1.6.6),
 uploaded beside the script with mode 0600, and named by {{ .EnvVarFile }} in the command.
 """
 
@@ -18,6 +18,8 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+from k4w import packer_hcl
 
 from .guest import Ssh
 from .phases import E2EError, Phase
@@ -36,24 +38,21 @@ class Step:
     env_file_content: str = ""
 
 
-# Packer's user-variable function, e.g. {{user `http_proxy`}} (the template passes the proxy
-# URLs this way so Packer can mask them as sensitive-variables).
-_USER_VARIABLE = re.compile(r"\{\{\s*user\s+`([^`]+)`\s*\}\}")
+# An HCL2 interpolation or directive other than a variable reference (the template passes the proxy
+# URLs as ${var.http_proxy} so Packer can mask them as sensitive variables).
+_OTHER_TEMPLATE = re.compile(r"(?<!\$)\$\{(?!var\.)|(?<!%)%\{")
 
 
 def interpolate(value: str, variables: dict) -> str:
-    """Resolve {{user `name`}} from the template's variables, as Packer does; refuse any other
-    template function rather than run a step with a literal '{{...}}' in its environment."""
-    def user(match: re.Match) -> str:
-        name = match.group(1)
-        if name not in variables:
-            raise E2EError(f"{{{{user `{name}`}}}} names no variable of the template (variables: {', '.join(variables) or 'none'})")
-        return str(variables[name])
-
-    resolved = _USER_VARIABLE.sub(user, value)
-    if "{{" in resolved:
-        raise E2EError(f"the re-run cannot resolve the Packer template function in {value!r}; only {{{{user `...`}}}} is supported")
-    return resolved
+    """Resolve ${var.name} from the template's variables, as Packer does (k4w.packer_hcl); refuse
+    any other interpolation rather than run a step with a literal '${...}' in its environment."""
+    if _OTHER_TEMPLATE.search(value.replace("$${", "").replace("%%{", "")):
+        raise E2EError(f"the re-run cannot resolve the HCL template expression in {value!r}; only ${{var.<name>}} is supported")
+    try:
+        return packer_hcl.resolve(value, {name: str(v) for name, v in variables.items()})
+    except KeyError as missing:
+        raise E2EError(f"${{var.{missing.args[0]}}} names no variable of the template "
+                       f"(variables: {', '.join(variables) or 'none'})") from None
 
 
 def _assignments(env: list[str], builder_type: str) -> list[str]:

@@ -10,8 +10,8 @@ Phases (each with a budget; the timings end up in a table):
                 of the Kubernetes node tarball and the CNI plugins (seed_stand_ins.py)
   render        a cluster.yml with proxy.http/https and downloads -> k4w.config.load -> k4w.render.render
   fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
-  packer build  k4w.bake.build_box: the real `packer build` of packer/<box>.json; every step
-                runs, and the steps install those files from Packer's HTTP server
+  packer build  k4w.bake.build_box: the real `packer init` and `packer build` of packer/<box>.pkr.hcl;
+                every step runs, and the steps install those files from Packer's HTTP server
 
 One run bakes one CI box (BOXES): debian-12-e2e runs the Docker era's steps (ubuntu-1604's list),
 ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base image.
@@ -44,7 +44,7 @@ from typing import Callable
 
 import yaml
 
-from k4w import config, profiles, render, sources, tools, ui
+from k4w import config, packer_hcl, profiles, render, sources, tools, ui
 from k4w.bake import build_box, catalogue, fetch, packer_cli, pins
 from k4w.derive_steps import step_env
 from k4w.cluster_model import Cluster
@@ -301,7 +301,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cfg = config.load(cluster_yml)
         cluster = Cluster.resolve(cfg, cluster_yml)  # with the k4w-pins.yml beside it
         files = render.render(cluster, out)
-        template = json.loads(files[f"packer/{box}.json"])
+        template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"])
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
         template["variables"] = packer_cli.variable_values(
             template, step_env(cluster.profile(box), cluster.config).secret_environment)
@@ -389,7 +389,8 @@ def write_pins(cluster_yml: Path, document: dict) -> Path:
 def _require_tools() -> None:
     missing = []
     for tool in TOOLS:
-        if not (shutil.which(tool) or shutil.which(tool, path=SBIN)):
+        # tools.find: packer is the pinned cache's (Packer 1.9.4 and its plugins) when built.
+        if not (tools.find(tool) or shutil.which(tool, path=SBIN)):
             missing.append(str(tools.missing(tool)))
     if missing:
         raise E2EError("\n".join(missing))
@@ -629,7 +630,8 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
-        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.json"), out, {})))
+        packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {},
+                                    first=packer_cli.init_command(out / "packer" / f"{box}.pkr.hcl"))))
     say("boot guest: box.img from " + str(out / "boxes" / f"{box}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
         guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
                                cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
