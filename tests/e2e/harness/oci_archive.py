@@ -152,6 +152,20 @@ def write(path: Path, image: Image) -> str:
     return _digest(manifest)
 
 
+def unpack(path: Path, dest: Path) -> None:
+    """Extract the image's layers into dest, as a snapshotter would lay out its root filesystem."""
+    with tarfile.open(path) as tar:
+        index = json.loads(tar.extractfile("index.json").read())
+        for descriptor in index["manifests"]:
+            manifest = json.loads(tar.extractfile("blobs/sha256/" + descriptor["digest"].split(":", 1)[1]).read())
+            for layer in manifest["layers"]:
+                data = tar.extractfile("blobs/sha256/" + layer["digest"].split(":", 1)[1]).read()
+                if layer["mediaType"].endswith("+gzip"):
+                    data = gzip.decompress(data)
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer_tar:
+                    layer_tar.extractall(dest, filter="tar")
+
+
 @dataclass
 class Read:
     """What an archive holds, read back the way an importer reads it."""
