@@ -1,10 +1,12 @@
 """`invoke e2e --cluster`: a real single-node kubeadm cluster on a fresh guest of the baked containerd-era box.
 
 cluster-up's own steps run on the guest, through a RemoteExec over the guest's SSH instead of
-`vagrant ssh`: step_cluster_ip (cluster-ip.sh on a second NIC with the node's cluster MAC, as Hyper-V
-hot-adds it), step_master_init (cluster-init.sh with the rendered kubeadm config), step_manifests (the
+`vagrant ssh`: step_master_init (cluster-init.sh with the rendered kubeadm config), step_manifests (the
 rendered Flannel manifest, the node-selector patches, the wait for node Ready) and step_rollouts
-(CoreDNS, kube-proxy, Flannel). No registry is reachable: the images come from cluster_images,
+(CoreDNS, kube-proxy, Flannel). The node's cluster address goes on a second NIC with the node's cluster
+MAC, as Hyper-V hot-adds it; cluster-ip.sh itself cannot configure it here: it writes netplan (24.04) or
+ifupdown (16.04) files, and the e2e image is Debian with systemd-networkd alone, so the harness writes
+the networkd file netplan would render for it. No registry is reachable: the images come from cluster_images,
 imported with `ctr -n k8s.io images import`. Then the control-plane taint goes and the checks run:
 CoreDNS Ready, a pod's address in the pod CIDR, a Service's ClusterIP answering, its name resolving
 through cluster DNS.
@@ -51,7 +53,9 @@ BUDGETS = {
     "cluster checks": 900,
 }
 CLUSTER_BUDGET_S = sum(BUDGETS.values())
-GUEST_IMAGES = "/var/tmp/k4w-images"   # archives on their way into containerd, removed once imported
+# Sorts before the base image's catch-all DHCP file (base_image.FILES 10-k4w-dhcp.network): the first
+# .network file that matches a link configures it (systemd.network(5)).
+CLUSTER_NETWORK_FILE = "/etc/systemd/network/05-k4w-cluster.network"
 # kubeadm's control-plane taint (k8s.io/kubernetes@v1.35.4 cmd/kubeadm/app/constants LabelNodeRoleControlPlane).
 CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane"
 # The test workload's image: the host's busybox, under a name in the .invalid TLD (RFC 2606), which no
@@ -195,7 +199,6 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
         ph.note = f"{node.memory} MiB, {node.cpus} vCPUs, cluster NIC on {network}"
 
     with step("cluster import") as ph:
-        guest.ssh.run(f"sudo -n install -d -m 0700 {GUEST_IMAGES}", ph, "make the guest's image folder")
         archives = [b.archive for b in built] + [out / "cluster-images" / "test" / cluster_images.archive_name(TEST_IMAGE)]
         for archive in archives:
             target = f"/tmp/{archive.name}"
@@ -209,7 +212,7 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
         ph.note = f"{len(archives)} archives imported"
 
     with step("cluster ip") as ph:
-        cluster_steps.step_cluster_ip(ctx)
+        _cluster_address(guest, mac_with(cluster.cluster_mac(master), ":"), f"{master.ip}/{cluster.prefix_length}", ph)
         ph.note = f"{master.ip}/{cluster.prefix_length} on the NIC with MAC {mac_with(cluster.cluster_mac(master), ':')}"
 
     with step("cluster init") as ph:
@@ -235,6 +238,19 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
     with step("cluster checks") as ph:
         report.checks.update(_checks(ctx, master, net, ph))
         ph.note = "; ".join(f"{k}: {v}" for k, v in report.checks.items() if k not in ("node Ready", "rollouts"))
+
+
+def _cluster_address(guest: guest_mod.Guest, mac: str, address: str, ph: Phase) -> None:
+    """The node's static address on the NIC with the cluster MAC, as netplan renders it for networkd."""
+    text = f"# k4w e2e: the cluster NIC, static, no gateway\n[Match]\nMACAddress={mac}\n\n[Network]\nAddress={address}\nLinkLocalAddressing=no\n"
+    guest.ssh.run(f"sudo -n tee {CLUSTER_NETWORK_FILE} >/dev/null && sudo -n networkctl reload", ph,
+                  "configure the cluster NIC", input=text)
+
+    def configured() -> tuple[bool, str]:
+        shown = guest.ssh.run("ip -4 -o addr show", ph, "list the guest's addresses", quiet=True).stdout
+        return f" {address} " in shown and "tentative" not in shown, shown.strip()
+
+    poll(f"{address} on the cluster NIC {mac}", ph, configured, interval=1.0)
 
 
 def _checks(ctx, master: Machine, net: dict, ph: Phase) -> dict[str, str]:
@@ -300,7 +316,7 @@ def plan(out: Path) -> list[str]:
     ]
     lines += [f"  {name} (budget {seconds} s): {what}" for (name, seconds), what in zip(BUDGETS.items(), (
         "build the image archives", "boot the guest", "import the archives",
-        "cluster-up's step_cluster_ip: cluster-ip.sh", "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config",
+        "the node address on the cluster NIC (networkd, as netplan renders it)", "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config",
         "cluster-up's step_manifests: the rendered Flannel manifest, patches, node Ready",
         f"remove the {CONTROL_PLANE_TAINT} taint", "cluster-up's step_rollouts: CoreDNS, kube-proxy, Flannel",
         "CoreDNS Ready; a pod's address in the pod CIDR; a Service's ClusterIP answers; its name resolves through cluster DNS"))]
