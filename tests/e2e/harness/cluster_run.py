@@ -35,7 +35,7 @@ from k4w.cluster.state import STATE_FILE
 from k4w.cluster.up import make_context
 from k4w.config import Config
 from . import cluster_images, guest as guest_mod, oci_archive
-from .phases import E2EError, Log, Phase, Phases
+from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 
 # The only CI box of the containerd era: the cluster needs its real containerd and kubelet.
 BOX = "ubuntu-2404-e2e"
@@ -168,11 +168,16 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
             with phases.phase(name, BUDGETS[name]) as ph:
                 if remote is not None:
                     remote.phase = ph
-                began = time.monotonic()
+                began, status = time.monotonic(), "failed"
                 try:
                     yield ph
+                    status = "ok"
+                except PhaseTimeout:
+                    status = "timeout"
+                    raise
                 finally:
-                    report.steps.append({"step": name, "seconds": round(time.monotonic() - began, 1), "note": ph.note})
+                    report.steps.append({"step": name, "status": status, "seconds": round(time.monotonic() - began, 1),
+                                         "note": ph.note})
         return timed()
 
     with step("cluster images") as ph:
