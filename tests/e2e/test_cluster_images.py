@@ -80,7 +80,7 @@ def _image_paths(name: str) -> set[str]:
     recipe = cluster_images.recipe_for(name)
     paths = set(recipe.programs)
     for program in recipe.host:
-        paths |= set(cluster_images.host_entries(program))
+        paths |= cluster_images.host_paths(program)
     return paths
 
 

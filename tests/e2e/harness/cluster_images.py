@@ -207,24 +207,33 @@ def _with_libraries(path: str, source: Path, entries: dict[str, Entry]) -> None:
         entries.setdefault(lib, Entry(lib, source=Path(lib), mode=0o755))
 
 
+# Where each host program goes in an image (its Debian path), and the names that link to it.
+HOST_PROGRAMS = {
+    XTABLES_MULTI: (f"/usr/sbin/{XTABLES_MULTI}", tuple(f"/usr/sbin/{name}" for name in XTABLES_NAMES)),
+    "conntrack": ("/usr/sbin/conntrack", ()),
+    "busybox": ("/bin/busybox", ("/bin/cp",)),
+}
+
+
+def host_paths(program: str) -> set[str]:
+    """The paths a host program takes in an image, without looking at the host (for the checks)."""
+    path, links = HOST_PROGRAMS[program]
+    return {path, *links}
+
+
 def host_entries(program: str) -> dict[str, Entry]:
-    """A host program at its Debian path, its libraries, and what it needs at run time."""
+    """A host program at its Debian path with the names that link to it, its libraries, and for
+    iptables the extension modules it loads."""
+    path, links = HOST_PROGRAMS[program]
     entries: dict[str, Entry] = {}
+    _with_libraries(path, _which(program).resolve(), entries)
+    for link in links:
+        entries[link] = Entry(link, link=Path(path).name)
     if program == XTABLES_MULTI:
-        binary = _which(XTABLES_MULTI)
-        _with_libraries(f"/usr/sbin/{XTABLES_MULTI}", binary.resolve(), entries)
-        for name in XTABLES_NAMES:
-            entries[f"/usr/sbin/{name}"] = Entry(f"/usr/sbin/{name}", link=XTABLES_MULTI)
         if not XTABLES_LIBDIR.is_dir():
             raise E2EError(f"{XTABLES_LIBDIR} is missing: iptables cannot load its extensions (sudo apt-get install iptables)")
         for module in sorted(XTABLES_LIBDIR.glob("*.so")):
             _with_libraries(str(module), module.resolve(), entries)
-    elif program == "busybox":
-        _with_libraries("/bin/busybox", _which("busybox").resolve(), entries)
-        entries["/bin/cp"] = Entry("/bin/cp", link="busybox")
-    else:
-        found = _which(program)
-        _with_libraries(f"/usr/sbin/{program}" if "sbin" in str(found) else f"/usr/bin/{program}", found.resolve(), entries)
     return entries
 
 
