@@ -59,3 +59,20 @@ def binary(name: str, program: str | None = None) -> Path | None:
 
 def packer_plugin_path() -> Path:
     return root() / "packer-plugins"
+
+
+# What builds the cache (tools/lock.yml group ci is built by scripts/setup.sh through it).
+BUILD_COMMAND = "scripts/build-tools"
+
+
+def require(name: str, program: str | None = None) -> Path:
+    """A built program of tool `name`, or ToolMissing naming the command that builds it. Never a
+    silent skip, never a program found elsewhere on PATH (it would not be the pinned version)."""
+    from .errors import ToolMissing
+
+    found = binary(name, program)
+    if found is None:
+        entry = lock().get(name) or {}
+        raise ToolMissing(f"{program or name} ({name} {entry.get('version', '?')}, tools/lock.yml)",
+                          f"{BUILD_COMMAND} (it builds into {tool_dir(name)}; K4W_TOOLS_DIR moves the cache)")
+    return found

@@ -204,6 +204,16 @@ def kubeadm_config(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def real_kubeadm(cluster: Cluster, out: Path) -> Result:
+    """The containerd era's kubeadm configs through the real pinned kubeadm (kubeadm_real)."""
+    from . import kubeadm_real
+
+    res = Result("kubeadm config (real kubeadm)", "kubeadm config validate + init --dry-run, the pinned kubeadm")
+    outcome = kubeadm_real.check(cluster, out)
+    res.checked, res.problems, res.notes = outcome.checked, outcome.problems, outcome.notes
+    return res
+
+
 def _join_config_problems(cluster: Cluster) -> list[str]:
     """Each worker's join configuration, as cluster-up builds it (with a sample token: the real one
     exists only during cluster-up, which checks it again), against its own kubeadm API's fields."""
@@ -361,6 +371,20 @@ def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collectio
             "# in this process: every worker's kubeadm join configuration (sample token) against its kubeadm API's field table"]
 
 
+def _would_run_real_kubeadm(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    from .. import pinned_tools
+    from . import kubeadm_real
+
+    kubeadm = pinned_tools.binary(kubeadm_real.TOOL, kubeadm_real.PROGRAM) or Path(kubeadm_real.PROGRAM)
+    lines = []
+    for config in kubeadm_real.configs(cluster, out):
+        path = out / config.label if config.init else Path(f"$TMP/<{config.label}>.yaml")
+        lines.append(shlex.join(kubeadm_real.validate_command(kubeadm, path)))
+        if config.init:
+            lines.append(f"{kubeadm_real.DRY_RUN_DIR_ENV}=$TMP/dry-run " + shlex.join(kubeadm_real.dry_run_command(kubeadm, path)))
+    return lines or ["# no kubeadm v1beta4 config in this cluster: nothing for the real kubeadm to read"]
+
+
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: every kubelet, kube-proxy, flanneld and kubeadm flag in {out / 'nodes'}, "
             f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/"]
@@ -428,6 +452,7 @@ VALIDATORS: list[Validator] = [
     Validator(unattend_files, _would_check_unattend),
     Validator(manifests, _would_check_manifests),
     Validator(kubeadm_config, _would_check_kubeadm_config),
+    Validator(real_kubeadm, _would_run_real_kubeadm),
     Validator(pinned_flags, _would_check_flags),
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(windows_preflight, _would_check_windows_preflight),

@@ -6,6 +6,7 @@ cluster.yml through k4w.derive.derive_proxy, exactly as the provisioning got the
 
 from __future__ import annotations
 
+import json
 import re
 
 from ..bake import catalogue
@@ -127,10 +128,15 @@ def container_runtime(profile: Profile) -> str:
     return runtime(profile)
 
 
-def containerd_config_problems(text: str, profile: Profile) -> list[str]:
+def containerd_config_problems(text: str, profile: Profile, effective: bool = False) -> list[str]:
     """What a containerd config.toml lacks of the profile: config version 3, the pause image under
     the CRI images plugin's pinned_images.sandbox, runc's cgroup driver, the CNI dirs
-    (containerd docs/cri/config.md at v2.3.2)."""
+    (containerd docs/cri/config.md at v2.3.2).
+
+    effective: text is `containerd config dump`, containerd's own view after it migrated the file to
+    its latest config version (4 in containerd 2.3: containerd@v2.3.2 version/version.go ConfigVersion,
+    RELEASES.md "Daemon Configuration": migrated at every start, the file left unchanged), so any
+    version from 3 on is right there."""
     import tomllib
 
     try:
@@ -144,7 +150,8 @@ def containerd_config_problems(text: str, profile: Profile) -> list[str]:
     cni = runtime.get("cni") or {}
     wanted_systemd = component(profile, "containerd", "cgroup_driver") == "systemd"
     checks = [
-        (data.get("version") == 3, f"version is {data.get('version')!r}, not 3 (containerd 2.x)"),
+        ((isinstance(data.get("version"), int) and data["version"] >= 3) if effective else data.get("version") == 3,
+         f"version is {data.get('version')!r}, not 3 (containerd 2.x)"),
         ((images.get("pinned_images") or {}).get("sandbox") == str(profile.data.kubernetes.pause_image),
          f"pinned_images.sandbox is not {profile.data.kubernetes.pause_image}"),
         ((runc.get("options") or {}).get("SystemdCgroup") is wanted_systemd,
@@ -153,3 +160,39 @@ def containerd_config_problems(text: str, profile: Profile) -> list[str]:
          "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
     ]
     return [message for ok, message in checks if not ok]
+
+
+# The CRI of containerd 2.x: the gRPC service the kubelet talks to and the two CRI plugins it is built
+# on (containerd@v2.3.2 plugins/cri/cri.go, plugins/cri/images/plugin.go, plugins/cri/runtime/plugin.go:
+# Type and ID of each registration), as `ctr plugins ls` lists them (TYPE ID PLATFORMS STATUS,
+# cmd/ctr/commands/plugins/plugins.go at the same tag: STATUS ok, skip or error).
+CRI_PLUGINS = (("io.containerd.grpc.v1", "cri"), ("io.containerd.cri.v1", "images"), ("io.containerd.cri.v1", "runtime"))
+
+
+def cri_plugin_problems(listing: str) -> list[str]:
+    """What `ctr plugins ls` shows wrong with the CRI: a plugin missing or not loaded ("ok")."""
+    status = {}
+    for line in listing.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 4:
+            status[(fields[0], fields[1])] = fields[-1]
+    return [f"{kind}.{name} is {'not listed' if (kind, name) not in status else status[(kind, name)]}, not ok"
+            for kind, name in CRI_PLUGINS if status.get((kind, name)) != "ok"]
+
+
+def kubeadm_version_problems(output: str, wanted: str) -> list[str]:
+    """What `kubeadm version -o json` shows wrong: its clientVersion (k8s.io/component-base
+    version.Info, filled in at link time as upstream's hack/lib/version.sh does) must be the pinned
+    release from a clean tree, built by a Go toolchain; a program that only prints a version line fails."""
+    try:
+        info = json.loads(output)["clientVersion"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [f"not kubeadm's version record ({type(exc).__name__}): {output.strip()[:120]!r}"]
+    major, minor = wanted.split(".")[:2]
+    problems = [f"{key} is {info.get(key)!r}, not {value!r}" for key, value in
+                (("gitVersion", f"v{wanted}"), ("major", major), ("minor", minor), ("gitTreeState", "clean"))
+                if info.get(key) != value]
+    if not str(info.get("goVersion", "")).startswith("go"):
+        problems.append(f"goVersion is {info.get('goVersion')!r}: not a Go build")
+    return problems
+

@@ -1,8 +1,10 @@
 """The CI profile of the containerd era (tests/e2e/boxes/ubuntu-2404-e2e.yml): ubuntu-2404's steps on
-the Debian 12 stand-in image, its CI stand-ins, and the box spec checks of that era."""
+the Debian 12 stand-in image, its real binaries from the pinned tool cache (no stand-in), and the box
+spec checks of that era."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -13,11 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, profiles, render
+from k4w import config, pinned_tools, profiles, render
+from k4w.bake import pins as pins_mod
 from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.verify import expect, selection
-from tests.e2e.harness import base_image, stand_ins
+from k4w.errors import ToolMissing
+from tests.e2e.harness import base_image, mirror
+from tests.e2e.harness.phases import E2EError
 from tests.helpers import config_dict, system_tool, use_sources
 
 E2E_BOXES = ROOT / "tests" / "e2e" / "boxes"
@@ -30,53 +35,148 @@ def test_it_runs_ubuntu_2404s_steps_on_the_debian_12_stand_in_image():
     assert CI["provision"] == MODERN["provision"] and CI["os_family"] == "ubuntu"
     assert CI["build"] == DEBIAN["build"] and f"{CI['build']['disk_gb']}G" == base_image.DISK_SIZE
     ours, theirs = dict(CI["kubernetes"]), dict(MODERN["kubernetes"])
-    assert ours.pop("prepull_images") is False  # no containerd runs in CI, and CI reaches no registry
+    assert ours.pop("prepull_images") is False  # CI reaches no image registry
     theirs.pop("prepull_images")
     assert ours == theirs
-    # Same components and versions as the production box: only the files are stand-ins.
-    assert {n: c["version"] for n, c in CI["components"].items()} == {n: c["version"] for n, c in MODERN["components"].items()}
+    # Same components, versions and URLs as the production box: the files are built from the tool cache.
+    assert {n: (c["version"], c["url"]) for n, c in CI["components"].items()} == \
+        {n: (c["version"], c["url"]) for n, c in MODERN["components"].items()}
     assert CI["components"]["containerd"]["cgroup_driver"] == MODERN["components"]["containerd"]["cgroup_driver"]
 
 
-def test_the_stand_in_is_named_and_the_deselected_checks_say_why():
-    assert CI["provision_env"] == {"K4W_CONTAINERD_STAND_IN": "1"}
-    assert list(CI["skip_checks"]) == ["containerd_running", "hyperv_kvp_tools", "hyperv_kvp_active"]
-    assert "stand-in" in CI["skip_checks"]["containerd_running"]
+def test_no_stand_in_and_only_the_hyperv_checks_are_deselected():
+    assert "provision_env" not in CI  # K4W_CONTAINERD_STAND_IN is gone: containerd runs in CI
+    assert list(CI["skip_checks"]) == ["hyperv_kvp_tools", "hyperv_kvp_active"]
     assert "QEMU" in CI["skip_checks"]["hyperv_kvp_active"]  # no Hyper-V there (issue 21.2)
-    assert all("STAND-IN" in spec["checksum_source"] for spec in CI["components"].values())
+    assert CI["ci_downloads"] == mirror.REAL and DEBIAN["ci_downloads"] == mirror.SEED
+    # No digest written down: the run pins what it packed (k4w-pins.yml).
+    assert not [n for n, c in CI["components"].items() if {"sha256", "sha512", "sha256_url"} & set(c)]
 
 
-def test_the_ci_stand_ins_are_the_files_the_profile_pins():
+# ------------------------------------------------------------------ the real files, from a tool cache
+
+
+def _tool_cache(root: Path, versions: dict[str, str] | None = None) -> Path:
+    """A tool cache in k4w.pinned_tools' layout holding small programs, for the packing logic alone."""
+    programs = {"containerd": ("containerd", "containerd-shim-runc-v2", "ctr"), "runc": ("runc",),
+                "cni-plugins": ("bridge", "host-local", "loopback", "portmap"),
+                "kubernetes-node": ("kubeadm", "kubelet", "kubectl")}
+    for tool, names in programs.items():
+        version = (versions or {}).get(tool) or pinned_tools.lock()[tool]["version"]
+        folder = root / f"{tool}-{version}"
+        (folder / "bin").mkdir(parents=True)
+        for name in names:
+            (folder / "bin" / name).write_bytes(f"#!/bin/sh\necho {tool} {name}\n".encode())
+        (folder / "build.json").write_text(json.dumps({"module": tool, "version": version}))
+    return root
+
+
+def _ci_profile(monkeypatch):
+    use_sources(monkeypatch, box_folders=(E2E_BOXES,))
+    return profiles.load("ubuntu-2404-e2e")
+
+
+def test_the_real_files_have_the_release_layouts_and_the_run_pins_their_digests(tmp_path, monkeypatch):
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
+    profile = _ci_profile(monkeypatch)
+    served = mirror.for_profile(profile, "now")
+    assert served.stand_ins == []
     components = CI["components"]
-    built = stand_ins.for_profile(components)
-    assert set(built) == {spec["url"] for spec in components.values()}
-    for name, spec in components.items():
-        algorithm = "sha512" if "sha512" in spec else "sha256"
-        assert getattr(hashlib, algorithm)(built[spec["url"]]).hexdigest() == spec[algorithm], name
-    assert stand_ins.for_profile(components) == built  # reproducible
-    with tarfile.open(fileobj=io.BytesIO(built[components["cni"]["url"]])) as tar:
-        assert "./flannel" not in tar.getnames()  # containernetworking/plugins v1.x has no flannel plugin
+    by_url = {f"/{c['url'].split('://', 1)[1]}": name for name, c in components.items()}
+    assert set(served.paths) == set(by_url)
+
+    def members(name):
+        body = served.paths[next(p for p, n in by_url.items() if n == name)]
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            return [m.name for m in tar.getmembers()]
+
+    assert members("containerd") == ["bin", "bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr"]
+    assert members("cni") == [".", "./bridge", "./host-local", "./loopback", "./portmap"]
+    assert members("kubernetes") == ["kubernetes", "kubernetes/node", "kubernetes/node/bin", "kubernetes/node/bin/kubeadm",
+                                     "kubernetes/node/bin/kubectl", "kubernetes/node/bin/kubelet"]
+    runc = served.paths["/github.com/opencontainers/runc/releases/download/v1.4.3/runc.amd64"]
+    assert runc == (tmp_path / "tools" / "runc-v1.4.3" / "bin" / "runc").read_bytes()  # the program, no archive
+    # The pins are the digests of exactly what is served, for the profile's URLs, and apply to it.
+    pins = served.pins["ubuntu-2404-e2e"]
+    for path, name in by_url.items():
+        assert pins[name]["url"] == components[name]["url"]
+        assert pins[name]["sha256"] == hashlib.sha256(served.paths[path]).hexdigest() == served.digests[name]
+    applied = pins_mod.apply(profile, served.pins)
+    assert all(applied.data.components[n].sha256 == pins[n]["sha256"] for n in components)
+    # Reproducible: the same binaries give the same files (a second run reuses the host cache).
+    assert mirror.for_profile(profile, "later").paths == served.paths
 
 
-@pytest.mark.parametrize("member, args, answer", [
-    ("bin/containerd", "--version", "containerd github.com/containerd/containerd/v2 v2.3.2 k4w-ci-stand-in"),
-    ("kubernetes/node/bin/kubectl", "version --client", "Client Version: v1.35.4"),
-    ("kubernetes/node/bin/kubeadm", "version -o short", "v1.35.4"),
+def test_the_runs_pins_reach_the_fetch_and_the_guests_own_check(tmp_path, monkeypatch):
+    """What the run's render phase does: cluster.yml and the pins beside it -> Cluster.resolve -> the
+    profile's checksums (the fetch verifies against them) and the step variables (the guest's check)."""
+    from k4w.derive_steps import step_env
+    from tests.e2e.harness import cluster_file
+    from tests.e2e.harness.run import write_pins
+
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
+    served = mirror.for_profile(_ci_profile(monkeypatch), "now")
+    cluster_yml = tmp_path / "cluster.yml"
+    cluster_yml.write_text(cluster_file.text("http://10.0.2.2:3128", "http://127.0.0.1:1", str(tmp_path / "cache"),
+                                             "ubuntu-2404-e2e"))
+    write_pins(cluster_yml, served.pins)
+    cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
+    profile = cluster.profile("ubuntu-2404-e2e")
+    env = step_env(profile, cluster.config).env
+    for name in ("containerd", "runc", "cni", "kubernetes"):
+        assert profile.data.components[name].sha256 == served.digests[name]
+        assert env[f"K4W_{name.upper()}_SHA256"] == served.digests[name]
+        assert f"K4W_{name.upper()}_SHA512" not in env
+
+
+def test_a_missing_tool_cache_names_scripts_build_tools(tmp_path, monkeypatch):
+    cache = _tool_cache(tmp_path / "tools")
+    (cache / "runc-v1.4.3" / "build.json").unlink()  # an unfinished build counts as missing
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(cache))
+    with pytest.raises(ToolMissing, match=r"'runc \(runc v1.4.3, tools/lock.yml\)' is not installed. Install it with: "
+                                          r"scripts/build-tools"):
+        mirror.for_profile(_ci_profile(monkeypatch), "now")
+
+
+def test_a_cache_of_another_version_or_a_digest_in_the_profile_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
+    profile = _ci_profile(monkeypatch)
+    lock = pinned_tools.lock()
+    monkeypatch.setattr(pinned_tools, "lock", lambda: {**lock, "runc": {**lock["runc"], "version": "v1.4.4"}})
+    with pytest.raises(E2EError, match="tools/lock.yml builds runc v1.4.4, but the CI profile pins runc 1.4.3"):
+        mirror.for_profile(profile, "now")
+    monkeypatch.setattr(pinned_tools, "lock", lambda: lock)
+    stale = dataclasses.replace(profile, data=profiles.Attr.wrap(
+        {**dict(profile.data), "components": {**dict(profile.data.components),
+                                              "runc": {**dict(profile.data.components.runc), "sha256": "0" * 64}}}))
+    with pytest.raises(E2EError, match="components runc pin a digest"):
+        mirror.for_profile(stale, "now")
+
+
+def test_the_seed_era_names_its_stand_ins(monkeypatch):
+    use_sources(monkeypatch, box_folders=(E2E_BOXES,))
+    served = mirror.for_profile(profiles.load("debian-12-e2e"), "now")
+    assert served.stand_ins == ["cni", "kubernetes"] and served.pins == {}
+
+
+@pytest.mark.parametrize("tool, program, args, answer", [
+    ("containerd", "containerd", "--version", "containerd github.com/containerd/containerd/v2 v2.3.2 "),
+    ("containerd", "ctr", "--version", "ctr github.com/containerd/containerd/v2 v2.3.2"),
+    ("runc", "runc", "--version", "runc version 1.4.3"),
+    ("cni-plugins", "bridge", "--version", "CNI bridge plugin v1.9.1"),
+    ("kubernetes-node", "kubeadm", "version -o short", "v1.35.4"),
+    ("kubernetes-node", "kubelet", "--version", "Kubernetes v1.35.4"),
+    ("kubernetes-node", "kubectl", "version --client", "Client Version: v1.35.4"),
 ])
-def test_the_stand_ins_answer_what_the_steps_and_the_spec_ask(tmp_path, member, args, answer):
-    builder = stand_ins.containerd_tarball("2.3.2") if member.startswith("bin/") else stand_ins.node_tarball("1.35.4")
-    with tarfile.open(fileobj=io.BytesIO(builder)) as tar:
-        info = tar.getmember(member)
-        program = tmp_path / Path(member).name
-        program.write_bytes(tar.extractfile(info).read())  # no extraction filter: CI's Python 3.11.2 lacks it
-    program.chmod(info.mode)
-    res = subprocess.run([str(program), *args.split()], capture_output=True, text=True)
-    assert res.returncode == 0 and res.stdout.strip() == answer
-    assert expect.reported_version(res.stdout) in ("2.3.2", "1.35.4")
-    runc = tmp_path / "runc"
-    runc.write_bytes(stand_ins.runc_binary("1.4.3"))
-    runc.chmod(0o755)
-    assert subprocess.run([str(runc), "--version"], capture_output=True, text=True).stdout.splitlines()[0] == "runc version 1.4.3"
+def test_the_pinned_tool_cache_answers_what_the_steps_and_the_spec_ask(tool, program, args, answer):
+    """The REAL programs the CI box gets (scripts/build-tools must have built them: a missing one
+    fails here naming it) report the versions steps 03/04 and the box spec compare."""
+    binary = pinned_tools.require(tool, program)
+    res = subprocess.run([str(binary), *args.split()], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    # A CNI plugin run without CNI_COMMAND prints its version on standard error
+    # (containernetworking/cni@v1.3.0 pkg/skel/skel.go pluginMain).
+    assert (res.stdout or res.stderr).splitlines()[0].startswith(answer), res.stdout + res.stderr
 
 
 def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
@@ -93,7 +193,7 @@ def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
     steps = [p["script"].rsplit("/", 1)[1] for p in template["provisioners"] if p["type"] == "shell"]
     assert steps == CI["provision"]
     env = template["provisioners"][1]["environment_vars"]
-    assert "K4W_CONTAINERD_STAND_IN=1" in env and "K4W_CONTAINER_RUNTIME=containerd" in env
+    assert "K4W_CONTAINER_RUNTIME=containerd" in env and not [v for v in env if "STAND_IN" in v]
     out.mkdir()
     (out / "t.json").write_text(files["packer/ubuntu-2404-e2e.json"])
     res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.json")], capture_output=True, text=True)
@@ -147,3 +247,17 @@ def test_the_spec_asks_the_runtime_binaries_where_step_03_installs_them():
     step = (ROOT / "guest" / "ubuntu" / "bake" / "03-containerd.sh").read_text(encoding="utf-8")
     assert f"RUNC={paths['runc']}\n" in step
     assert f"BIN_DIR={paths['containerd'].rsplit('/', 1)[0]}\n" in step
+
+
+def test_the_kubeadm_release_check_passes_the_real_kubeadm_and_fails_on_planted_defects():
+    kubeadm = pinned_tools.require("kubernetes-node", "kubeadm")
+    real = subprocess.run([str(kubeadm), "version", "-o", "json"], capture_output=True, text=True, timeout=60)
+    assert real.returncode == 0, real.stderr
+    assert expect.kubeadm_version_problems(real.stdout, "1.35.4") == []
+    # Planted: another release; a tree built without the version ldflags; a version-line-only program.
+    assert expect.kubeadm_version_problems(real.stdout, "1.35.5") == ["gitVersion is 'v1.35.4', not 'v1.35.5'"]
+    unstamped = json.loads(real.stdout)
+    unstamped["clientVersion"].update(gitVersion="v0.0.0-master+$Format:%H$", gitTreeState="")
+    assert expect.kubeadm_version_problems(json.dumps(unstamped), "1.35.4") == [
+        "gitVersion is 'v0.0.0-master+$Format:%H$', not 'v1.35.4'", "gitTreeState is '', not 'clean'"]
+    assert expect.kubeadm_version_problems("v1.35.4\n", "1.35.4")[0].startswith("not kubeadm's version record")

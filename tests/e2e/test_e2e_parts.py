@@ -20,7 +20,7 @@ import yaml
 
 from k4w import config, render
 from k4w.cluster_model import Cluster
-from tests.e2e.harness import base_image, cluster_file, idempotence, phases, procs, report, rerun, squid, stand_ins
+from tests.e2e.harness import base_image, cluster_file, idempotence, mirror, phases, procs, report, rerun, seed_stand_ins, squid
 from tests.helpers import system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -345,28 +345,31 @@ def test_e2e_profile_has_the_cluster_era_of_the_ubuntu_box():
 
 # What QEMU and a Debian 12 image cannot have: the Hyper-V KVP daemon's checks (issue 21.2).
 HYPERV_ONLY_CHECKS = ["hyperv_kvp_tools", "hyperv_kvp_active"]
+# The one check a stand-in cannot pass, deselected with its reason (the containerd era has no stand-in).
+SEED_STAND_IN_CHECKS = ["kubernetes_release"]
 
 
-def test_e2e_profile_runs_every_step_and_every_box_check_but_the_hyperv_ones():
+def test_e2e_profile_runs_every_step_and_every_box_check_but_the_hyperv_ones_and_the_stand_ins():
     assert "provision_env" not in E2E_PROFILE
-    assert list(E2E_PROFILE["skip_checks"]) == HYPERV_ONLY_CHECKS
+    assert list(E2E_PROFILE["skip_checks"]) == SEED_STAND_IN_CHECKS + HYPERV_ONLY_CHECKS
+    assert "stand-ins" in E2E_PROFILE["skip_checks"]["kubernetes_release"]
     assert "QEMU" in E2E_PROFILE["skip_checks"]["hyperv_kvp_active"] and "Debian" in E2E_PROFILE["skip_checks"]["hyperv_kvp_tools"]
 
 
 def test_the_ci_stand_ins_are_the_files_the_e2e_profile_pins():
-    """The profile pins the stand-ins' digests like real downloads; stand_ins.py must build exactly
+    """The profile pins the stand-ins' digests like real downloads; seed_stand_ins.py must build exactly
     those bytes (reproducibly), in the layout step 04 unpacks."""
     components = E2E_PROFILE["components"]
-    built = stand_ins.for_profile(components)
+    built = seed_stand_ins.for_profile(components)
     assert set(built) == {components["kubernetes"]["url"], components["cni"]["url"]}
     assert hashlib.sha512(built[components["kubernetes"]["url"]]).hexdigest() == components["kubernetes"]["sha512"]
     assert hashlib.sha256(built[components["cni"]["url"]]).hexdigest() == components["cni"]["sha256"]
-    assert stand_ins.for_profile(components) == built
+    assert seed_stand_ins.for_profile(components) == built
     assert all("STAND-IN" in components[name]["checksum_source"] for name in ("kubernetes", "cni"))
     with tarfile.open(fileobj=io.BytesIO(built[components["kubernetes"]["url"]])) as tar:
         names = set(tar.getnames())
     assert {f"kubernetes/node/bin/{b}" for b in ("kubeadm", "kubelet", "kubectl", "kube-proxy")} <= names
-    assert stand_ins.mirror_paths({"https://dl.k8s.io/v1/x.tgz": b"x"}) == {"/dl.k8s.io/v1/x.tgz": b"x"}
+    assert mirror.mirror_paths({"https://dl.k8s.io/v1/x.tgz": b"x"}) == {"/dl.k8s.io/v1/x.tgz": b"x"}
 
 
 @pytest.mark.parametrize("binary,args,answer", [
@@ -375,7 +378,7 @@ def test_the_ci_stand_ins_are_the_files_the_e2e_profile_pins():
     ("kubectl", "version --client --short", "Client Version: v1.11.10"),
 ])
 def test_the_stand_in_binaries_answer_what_step_04_asks(tmp_path, binary, args, answer):
-    with tarfile.open(fileobj=io.BytesIO(stand_ins.node_tarball("1.11.10"))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(seed_stand_ins.node_tarball("1.11.10"))) as tar:
         member = tar.getmember(f"kubernetes/node/bin/{binary}")
         program = tmp_path / binary
         program.write_bytes(tar.extractfile(member).read())

@@ -6,7 +6,7 @@ placeholder for each download and an index.json entry that CLAIMS the file was v
 the profile's checksum. k4w.bake.cache trusts an entry whose size, mtime and URL still match (as
 the ISO hash cache does), so the build proceeds to stage the placeholders; a real guest would
 reject every one of them. Never use this where a real guest runs (the e2e run uses real files:
-tests/e2e/harness/stand_ins.py).
+tests/e2e/harness/mirror.py).
 """
 
 from __future__ import annotations

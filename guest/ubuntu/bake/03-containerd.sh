@@ -8,8 +8,7 @@
 # - /etc/containerd/config.toml, config version 3 (containerd 2.x; docs/cri/config.md at v2.3.2):
 #   runc with the systemd cgroup driver, the pause image under the CRI images plugin's
 #   pinned_images.sandbox (kubelet 1.34+ has no --pod-infra-container-image), the CNI dirs.
-# Then containerd runs, its socket answers, and (on a real containerd 2.x) its effective config
-# shows the pinned pause image.
+# Then containerd runs, its socket answers, and its effective config shows the pinned pause image.
 #
 # Every file comes from the build host (k4w_component_file: build-* fetched and verified it into
 # its cache, Packer's HTTP server serves it) and is checked again here against the digest the
@@ -18,9 +17,7 @@
 # Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_FILE, K4W_CONTAINERD_SHA256 or K4W_CONTAINERD_SHA512,
 # K4W_CONTAINERD_CGROUP_DRIVER, K4W_RUNC_VERSION, K4W_RUNC_FILE, K4W_RUNC_SHA256 or K4W_RUNC_SHA512,
 # K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE; PACKER_HTTP_ADDR
-# (Packer). K4W_CONTAINERD_STAND_IN=1 (set only by the CI profile, tests/e2e/boxes/): the containerd
-# programs are CI stand-ins that print versions and cannot run a daemon, so the service is installed
-# but neither enabled nor started, and nothing reads config version 3 in CI; the step says so.
+# (Packer).
 K4W_STEP="03-containerd"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -155,11 +152,6 @@ WantedBy=multi-user.target"
 if ((K4W_CHANGED)); then
     restart=1
     k4w_systemctl daemon-reload
-fi
-if k4w_flag K4W_CONTAINERD_STAND_IN; then
-    # Not even enabled: at every boot systemd would restart a program that cannot run, for ever.
-    k4w_log "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI): containerd ${K4W_CONTAINERD_VERSION} here is a stand-in that only prints versions; the service is installed but neither enabled nor started, and config version 3 is left to the real containerd 2.x on Hyper-V"
-    exit 0
 fi
 k4w_enable containerd
 

@@ -194,6 +194,16 @@ def test_kubernetes_binary_version(host, profile, binary):
     assert expect.reported_version(out) == wanted, f"{binary} reports {out.strip()!r}, profile pins {wanted}"
 
 
+@pytest.mark.k4w_check("kubernetes_release")
+def test_kubeadm_reports_the_pinned_release_in_full(host, profile):
+    # The build record kubeadm compares versions with (kubeadm version -o json: clientVersion, the
+    # version.Info of k8s.io/component-base set at link time): a real build of the release, not a
+    # program that only prints a version line.
+    out = _ok(host.run("kubeadm version -o json"), "kubeadm version -o json")
+    problems = expect.kubeadm_version_problems(out, expect.kubernetes_version(profile))
+    assert not problems, "kubeadm version -o json: " + "; ".join(problems)
+
+
 @pytest.mark.k4w_check("kubernetes_binaries")
 def test_cni_plugins_present(host, profile):
     missing = [plugin for plugin in expect.linux_cni_plugins(profile)
@@ -220,6 +230,23 @@ def test_containerd_enabled_running_and_answering(host, as_root):
     assert host.service("containerd").is_enabled, "containerd.service is not enabled"
     _ok(as_root("systemctl is-active containerd"), "containerd.service is not active")
     _ok(as_root("ctr --address /run/containerd/containerd.sock version"), "containerd does not answer on its socket")
+
+
+@pytest.mark.k4w_check("containerd_running", component="containerd")
+def test_containerd_loaded_its_cri_plugins(as_root):
+    # The kubelet talks to the CRI: a containerd that answers but did not load it runs no pod.
+    listing = _ok(as_root("ctr --address /run/containerd/containerd.sock plugins ls"), "ctr plugins ls")
+    problems = expect.cri_plugin_problems(listing)
+    assert not problems, "containerd's CRI: " + "; ".join(problems)
+
+
+@pytest.mark.k4w_check("containerd", component="containerd")
+def test_containerd_effective_config_has_the_pinned_sandbox_cni_dirs_and_cgroup_driver(as_root, profile):
+    # What containerd itself makes of its configuration (its defaults, our file and every file it
+    # imports, e.g. /etc/containerd/conf.d/*.toml, merged), not what the file says.
+    dump = _ok(as_root(f"{RUNTIME_BINARIES['containerd']} --config {CONTAINERD_CONFIG} config dump"), "containerd config dump")
+    problems = expect.containerd_config_problems(dump, profile, effective=True)
+    assert not problems, "containerd config dump: " + "; ".join(problems)
 
 
 @pytest.mark.k4w_check("containerd", component="containerd")

@@ -1,31 +1,36 @@
 """The containerd era's guest steps (ubuntu-2404: 03-containerd.sh, 04-kubernetes-node.sh) and what
 step 01 does for that era, run for real in a sandbox root (K4W_ROOT): files, refusals, idempotence.
 
-The served files are the CI stand-ins (tests/e2e/harness/stand_ins.py) in the real layouts, behind a
-local stand-in for Packer's HTTP server, as in a build. The live half (containerd running, its
-effective config, the image pre-pull) needs a real containerd 2.x and runs on Hyper-V.
+The served files are small placeholders in the real release layouts (the sandbox runs no program of
+theirs), behind a local stand-in for Packer's HTTP server, as in a build. The live half (containerd
+running with this config, its effective config, the real versions) runs in the CI bake of
+ubuntu-2404-e2e with the real binaries (tests/e2e/harness/release_files.py); the image pre-pull on Hyper-V.
 """
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import tomllib
 
 import pytest
 import yaml
 
-from k4w import derive_steps, profiles
+from k4w import derive_steps, pinned_tools, profiles
 from k4w.verify import expect
-from tests.e2e.harness import stand_ins
+from tests.e2e.harness import archives, seed_stand_ins
 from tests.fakes import local_http
 
 from .conftest import HTTP_PROXY, HTTPS_PROXY, ROOT, cluster, make_root, run_step, snapshot
 
 PROFILE = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())
 PAUSE = PROFILE["kubernetes"]["pause_image"]
-# What each component is served as, and the stand-in that plays it.
-BUILDERS = {"containerd": stand_ins.containerd_tarball, "runc": stand_ins.runc_binary,
-            "cni": stand_ins.cni_tarball, "kubernetes": stand_ins.node_tarball}
+PLACEHOLDER = b"#!/bin/sh\n# placeholder in a release layout: the sandbox never runs it\nexit 3\n"
+# What each component is served as: its release layout (release_files.py names the upstream sources).
+BUILDERS = {"containerd": lambda version: archives.tar_gz({f"bin/{name}": PLACEHOLDER for name in
+                                                         ("containerd", "containerd-shim-runc-v2", "ctr")}),
+            "runc": lambda version: PLACEHOLDER,
+            "cni": seed_stand_ins.cni_tarball, "kubernetes": seed_stand_ins.node_tarball}
 
 
 def step_env() -> dict[str, str]:
@@ -88,6 +93,79 @@ def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_bu
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("already installed") == 3 and len(site.requests) == requests
     assert snapshot(root) == before
+
+
+def _config_dump(config_file) -> str:
+    """The REAL containerd of the pinned version (the tool cache; a missing one fails naming
+    scripts/build-tools) reading a config file as the box spec has it read in the guest."""
+    containerd = pinned_tools.require("containerd", "containerd")
+    res = subprocess.run([str(containerd), "--config", str(config_file), "config", "dump"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@pytest.fixture
+def written_config(tmp_path, served):
+    """The config.toml step 03 writes, from ubuntu-2404's real step variables."""
+    env, _, _ = served
+    root = make_root(tmp_path, "ubuntu-24.04")
+    assert run_step("03-containerd.sh", root, **env).returncode == 0
+    return root / "etc" / "containerd" / "config.toml"
+
+
+def test_the_real_containerd_reads_the_pins_of_the_config_step_03_writes(written_config):
+    # The box spec's effective-config check, over the real `containerd config dump` of our file.
+    dump = _config_dump(written_config)
+    assert expect.containerd_config_problems(dump, profiles.load("ubuntu-2404"), effective=True) == []
+    assert "version = 4" in dump  # containerd 2.3 migrates our version 3 file in memory (RELEASES.md)
+    # 03-containerd.sh's own check greps the same output for the pinned sandbox image.
+    assert f"sandbox = '{PAUSE}'" in dump or f'sandbox = "{PAUSE}"' in dump
+
+
+@pytest.mark.parametrize("plant, problem", [
+    # A file containerd imports (its default /etc/containerd/conf.d/*.toml, here named) turns the
+    # systemd cgroup driver off: the file we wrote still reads right, containerd does not.
+    ("imports", "runc's SystemdCgroup is not true (components.containerd.cgroup_driver)"),
+    # containerd 1.x's key name: containerd 2.x ignores it and falls back to its own default pause image.
+    ("sandbox_image", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.1"),
+    # An imported file moves the CNI plugin folder where 03-containerd.sh put none. (containerd 2.3
+    # still honours the old key bin_dir, folding it into bin_dirs: no defect of the effective config.)
+    ("cni_import", "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
+])
+def test_the_effective_config_check_fails_on_a_planted_defect(written_config, tmp_path, plant, problem):
+    profile = profiles.load("ubuntu-2404")
+    text = written_config.read_text()
+    imported = {"imports": "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = false\n",
+                "cni_import": "[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/usr/lib/cni']\n"}
+    if plant in imported:
+        override = tmp_path / "conf.d" / "override.toml"
+        override.parent.mkdir()
+        override.write_text("version = 3\n" + imported[plant])
+        text = f"imports = ['{override}']\n" + text
+        assert expect.containerd_config_problems(text, profile) == []  # the file alone looks right
+    else:
+        text = text.replace("[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox =",
+                            "[plugins.'io.containerd.cri.v1.images']\n  sandbox_image =")
+    written_config.write_text(text)
+    assert expect.containerd_config_problems(_config_dump(written_config), profile, effective=True) == [problem]
+
+
+# `ctr plugins ls` as containerd@v2.3.2 prints it (cmd/ctr/commands/plugins/plugins.go), abridged.
+PLUGINS_LS = """TYPE                                      ID                       PLATFORMS      STATUS
+io.containerd.snapshotter.v1              overlayfs                linux/amd64    ok
+io.containerd.cri.v1                      images                   -              ok
+io.containerd.cri.v1                      runtime                  linux/amd64    ok
+io.containerd.grpc.v1                     cri                      -              ok
+"""
+
+
+def test_the_cri_plugin_check_fails_on_a_planted_defect():
+    assert expect.cri_plugin_problems(PLUGINS_LS) == []
+    failed = PLUGINS_LS.replace("linux/amd64    ok\nio.containerd.grpc.v1", "linux/amd64    error\nio.containerd.grpc.v1")
+    assert expect.cri_plugin_problems(failed) == ["io.containerd.cri.v1.runtime is error, not ok"]
+    disabled = "\n".join(line for line in PLUGINS_LS.splitlines() if " cri " not in line)
+    assert expect.cri_plugin_problems(disabled) == ["io.containerd.grpc.v1.cri is not listed, not ok"]
 
 
 def test_a_tampered_containerd_tarball_installs_nothing(tmp_path, served):
@@ -177,12 +255,3 @@ def test_step_01_refuses_a_runtime_it_does_not_know(tmp_path):
 
     res = run_step("01-proxy.sh", make_root(tmp_path), **{**proxy_step_env(HTTP_PROXY), "K4W_CONTAINER_RUNTIME": "podman"})
     assert res.returncode == 1 and "K4W_CONTAINER_RUNTIME must be docker or containerd, not 'podman'" in res.stderr
-
-
-def test_the_ci_stand_in_is_installed_but_never_enabled_and_says_so(tmp_path, served):
-    env, _, _ = served
-    root = make_root(tmp_path, "ubuntu-24.04")
-    res = run_step("03-containerd.sh", root, **env, K4W_CONTAINERD_STAND_IN="1")
-    assert res.returncode == 0, res.stderr
-    assert "STAND-IN: K4W_CONTAINERD_STAND_IN=1 (CI)" in res.stdout and "neither enabled nor started" in res.stdout
-    assert (root / "etc" / "containerd" / "config.toml").read_text().splitlines()[1] == "version = 3"  # the real file

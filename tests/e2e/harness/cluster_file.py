@@ -11,8 +11,8 @@ NODE_MEMORY_MB = 2048
 def text(proxy_url: str, mirror: str, cache: str, box: str = BOX) -> str:
     """One master on the e2e box (the default CI box unless named); proxy.http and proxy.https both set (https is never copied
     from http, so a user behind one proxy writes it twice). The downloads come from the run's
-    mirror of CI stand-ins (stand_ins.py) into the run's component cache, as an air-gapped host
-    with an internal mirror would have it."""
+    mirror (mirror.py: real binaries, or the seed era's CI stand-ins) into the run's component cache,
+    as an air-gapped host with an internal mirror would have it."""
     return f"""\
 # k4w end-to-end run (tests.e2e.harness): one node on the CI box, behind the run's private squid.
 cluster:

@@ -71,7 +71,8 @@ class ClusterReport:
 
     box: str = BOX
     images: list[dict] = field(default_factory=list)
-    # Every component here is the real upstream program at its pinned tag: no stand-in.
+    # The box's stand-ins (the run's own list, empty for the real containerd-era bake); every image
+    # program is the real upstream one at its pinned tag, or a substitute listed apart.
     stand_ins: list[str] = field(default_factory=list)
     substitutes: dict[str, dict] = field(default_factory=dict)
     checks: dict[str, str] = field(default_factory=dict)

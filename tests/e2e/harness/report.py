@@ -1,6 +1,7 @@
 """build/e2e/report.json: what the end-to-end run did, for machines (CI dashboards, the next session).
 
-It holds the phases with their seconds, each box step with its status (`ran`, `skipped` with the
+It holds the phases with their seconds, the components the run served as CI stand-ins (`stand_ins`:
+the seed era's; [] when every file was the real one), each box step with its status (`ran`, `skipped` with the
 reason the step logged, `failed`, `not run`) and seconds, the host fetch, the proxy requests the
 build guest made split into apt and other (component downloads counted apart: the goal is 0),
 the box spec's results, the secret scan and the idempotence check.
@@ -82,6 +83,8 @@ def build(result) -> dict:
                    for p in result.phases],
         "total_seconds": round(sum(p.seconds for p in result.phases), 1),
         "base_image": {"folder": _plain(result.base_image), "reused": result.base_reused},
+        # Components served as CI stand-ins instead of the real files (the seed era's); [] for none.
+        "stand_ins": result.stand_ins,
         "fetch": result.fetch,
         "box_steps": result.steps,
         "proxy_during_bake": _plain(result.proxy_build),

@@ -4,12 +4,14 @@ Phases (each with a budget; the timings end up in a table):
   tools         every program the run needs, or a failure naming its install command
   base image    debootstrapped Debian 12 disk + kernel (cached by recipe: "reused" or "built")
   proxy         a private squid on 127.0.0.1:<free port> that demands basic-auth credentials
-  mirror        a downloads.mirror on 127.0.0.1 serving the CI STAND-INS (stand_ins.py) for the
-                Kubernetes node tarball and the CNI plugins, which CI cannot download
+  mirror        a downloads.mirror on 127.0.0.1 serving what CI cannot download (mirror.py): for the
+                containerd era the REAL binaries from the pinned tool cache (release_files.py), their
+                digests handed to the build as the run's k4w-pins.yml; for the seed era CI STAND-INS
+                of the Kubernetes node tarball and the CNI plugins (seed_stand_ins.py)
   render        a cluster.yml with proxy.http/https and downloads -> k4w.config.load -> k4w.render.render
   fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
   packer build  k4w.bake.build_box: the real `packer build` of packer/<box>.json; every step
-                runs, and the steps install the stand-ins from Packer's HTTP server
+                runs, and the steps install those files from Packer's HTTP server
 
 One run bakes one CI box (BOXES): debian-12-e2e runs the Docker era's steps (ubuntu-1604's list),
 ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base image.
@@ -38,19 +40,22 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
 from k4w import config, profiles, render, sources, tools, ui
-from k4w.bake import build_box, catalogue, fetch, packer_cli
+from k4w.bake import build_box, catalogue, fetch, packer_cli, pins
 from k4w.derive_steps import step_env
 from k4w.cluster_model import Cluster
 from k4w.errors import K4wError
 from k4w.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, procs, report, rerun, squid, stand_ins
+from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, mirror as mirror_mod, procs, report, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -65,7 +70,8 @@ BUDGETS = {
     "tools": 30,
     "base image": 900,
     "proxy": 60,
-    "mirror": 30,
+    # Packing ~230 MB of real binaries with gzip -6: ~40 s on a quiet core.
+    "mirror": 240,
     "render": 60,
     "fetch": 60,
     "packer build": 1200,
@@ -109,6 +115,8 @@ class E2EResult:
     secret_scan: dict | None = None
     host_keys: dict | None = None
     fetch: dict | None = None
+    # Components the mirror served as CI stand-ins (the seed era's); [] when every file was real.
+    stand_ins: list[str] | None = None
     steps: list[dict] = field(default_factory=list)
     rerun_steps: list[str] = field(default_factory=list)
     idempotence: list[str] = field(default_factory=list)
@@ -128,6 +136,8 @@ class E2EResult:
             lines.append(f"base image: {self.base_image} ({'reused' if self.base_reused else 'built'})")
         if self.box_file:
             lines.append(f"box: {self.box_file}; catalogue: {self.catalogue}")
+        if self.stand_ins is not None:
+            lines.append("stand-ins: " + (", ".join(self.stand_ins) if self.stand_ins else "none (real binaries)"))
         if self.fetch:
             lines.append(f"fetch: {self.fetch['summary']} into {self.fetch['cache']}")
         if self.steps:
@@ -286,9 +296,11 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         ph.note = f"squid on 127.0.0.1:{proxy.port}, basic auth as {credentials.user}"
 
     with phases.phase("mirror", BUDGETS["mirror"]) as ph:
-        downloads = stand_ins.for_profile(profile.data.get("components") or {})
-        mirror = stack.enter_context(local_http.site(stand_ins.mirror_paths(downloads)))
-        ph.note = f"{len(downloads)} CI stand-ins at {mirror.url}"
+        served = mirror_mod.for_profile(profile, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                                        + " by tests/e2e/harness/release_files.py from the pinned tool cache")
+        mirror = stack.enter_context(local_http.site(served.paths))
+        result.stand_ins = served.stand_ins
+        ph.note = served.note(mirror.url)
 
     with phases.phase("render", BUDGETS["render"]) as ph:
         cluster_yml = workdir / "cluster.yml"
@@ -296,8 +308,11 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cache_dir = out / "component-cache"
         cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
+        if served.pins:
+            pins_file = write_pins(cluster_yml, served.pins)
+            log.write(f"# {pins_file}:\n{pins_file.read_text()}")
         cfg = config.load(cluster_yml)
-        cluster = Cluster.resolve(cfg)
+        cluster = Cluster.resolve(cfg, cluster_yml)  # with the k4w-pins.yml beside it
         files = render.render(cluster, out)
         template = json.loads(files[f"packer/{box}.json"])
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
@@ -372,10 +387,21 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         ph.note = _idempotence(template, guest, proxy, ph, result)
 
     if result.cluster is not None:
+        # The cluster runs the box's own binaries: whatever of them the bake had as stand-ins, it has too.
+        result.cluster.stand_ins = list(result.stand_ins or [])
         cluster_run.run(result.cluster, phases, log, cfg, out, result.box_file, image, build_cfg, workdir, stack, started, keep)
 
 
 # ------------------------------------------------------------------ phase details
+
+
+def write_pins(cluster_yml: Path, document: dict) -> Path:
+    """The run's k4w-pins.yml, where a user's `invoke pin` puts it: beside cluster.yml, so
+    Cluster.resolve fills the digests into the profile (k4w.bake.pins.apply) for the fetch, the
+    build's refusal and the guest's own check."""
+    path = pins.pins_path(cluster_yml)
+    path.write_text(pins.HEADER + yaml.safe_dump(document, sort_keys=True), encoding="utf-8")
+    return path
 
 
 def _require_tools() -> None:
@@ -615,8 +641,7 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say(f"base image {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs'))
                                          + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
-    say("mirror: CI stand-ins on http://127.0.0.1:<free port> (tests/e2e/harness/stand_ins.py): "
-        + ", ".join(stand_ins.for_profile(profile.data.get("components") or {})))
+    say("mirror: on http://127.0.0.1:<free port>, " + mirror_mod.describe(profile))
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
                                                            str(out / "component-cache"), box))
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "

@@ -1,0 +1,160 @@
+"""The containerd era's kubeadm configs, read by the REAL kubeadm of the pinned version.
+
+The kubeadm the tool cache holds (tools/lock.yml kubernetes-node, built from the Go module proxy by
+scripts/build-tools; k4w.pinned_tools) reads:
+- the master's init configuration, OUT/kubeadm/kubeadm-config.yaml, with `kubeadm config validate
+  --config F` (strict decoding: an unknown field is an error; then kubeadm's own validation of every
+  value, the kubelet and kube-proxy component configs included) and `kubeadm init --dry-run --config F`,
+  which runs init's phases against that config (certificates, kubeconfigs, static Pod manifests,
+  kubelet config, the objects init would create) without a node: its preflight checks are the node's
+  (a CRI socket, a kubelet, sysctls), so they are ignored here, and its files go to a private
+  temporary folder (KUBEADM_INIT_DRYRUN_DIR, cmd/kubeadm/app/constants/constants.go at v1.35.4);
+- every worker's join configuration as cluster-up builds it (k4w.cluster.join_config.document, with
+  the sample token and CA hash: the real ones exist only during cluster-up), with `kubeadm config
+  validate`. Built here without join_config's own field-table check, so kubeadm judges it alone.
+
+Only configurations of the kubeadm API the pinned kubeadm reads (v1beta4) go to it; the seed era
+(kubeadm 1.11, v1alpha2) keeps its field tables (kubeadm_rules) and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .. import derive, pinned_tools, proc, profiles
+from ..cluster import join_config
+from ..cluster_model import Cluster
+
+TOOL, PROGRAM = "kubernetes-node", "kubeadm"
+# The kubeadm API the pinned kubeadm (1.35) reads and writes.
+API = join_config.V1BETA4
+# kubeadm init's preflight checks what the machine it runs on has (the CRI socket, a kubelet
+# binary, sysctls, swap, root): this host is no node, so they are ignored; config errors come first.
+DRY_RUN_FLAGS = ("--dry-run", "--ignore-preflight-errors=all")
+# Where kubeadm init --dry-run writes instead of /etc/kubernetes/tmp (constants.go at v1.35.4).
+DRY_RUN_DIR_ENV = "KUBEADM_INIT_DRYRUN_DIR"
+# Seconds one kubeadm call may take: validate takes ~0.3 s, the dry run ~2 s on a quiet core.
+TIMEOUT_S = 120
+# klog's warning lines: W<mmdd> <time> <pid> <file>:<line>] <message>
+_WARNING = re.compile(r"^W\d{4} [\d:.]+\s+\d+ [^\]]+\] (?P<message>.*)$")
+
+
+@dataclass(frozen=True)
+class Config:
+    label: str  # what the config is, for messages
+    text: str
+    windows: bool = False  # a Windows worker's: its CRI endpoint is a named pipe Linux kubeadm cannot read
+    init: bool = False
+
+
+@dataclass
+class Outcome:
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def configs(cluster: Cluster, out: Path) -> list[Config]:
+    """The containerd era's kubeadm configs of this cluster: the master's init config and the join
+    config of every worker whose box speaks the pinned kubeadm's API."""
+    found = []
+    init = out / "kubeadm" / "kubeadm-config.yaml"
+    if cluster.kube.kubeadm_api == API:
+        found.append(Config("kubeadm/kubeadm-config.yaml", init.read_text(encoding="utf-8") if init.is_file() else "",
+                            init=True))
+    api_server = f"{next(n.ip for n in cluster.config.nodes if n.role == 'master')}:{derive.API_PORT}"
+    for node in cluster.config.nodes:
+        profile = profiles.load(node.box)
+        if node.role == "master" or profile.data.kubernetes.kubeadm_api != API:
+            continue
+        document = join_config.document(API, api_server, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, node.name,
+                                        join_config.cri_socket(node.box))
+        found.append(Config(f"join configuration of {node.name} ({node.box}, sample token)",
+                            yaml.safe_dump(document, sort_keys=False), windows=profile.is_windows))
+    return found
+
+
+def _version_problems(cluster: Cluster, kubeadm: Path) -> list[str]:
+    pinned = pinned_tools.lock()[TOOL]["version"]
+    versions = {profiles.load(n.box).data.kubernetes.version for n in cluster.config.nodes
+                if profiles.load(n.box).data.kubernetes.kubeadm_api == API}
+    return [f"the cluster runs Kubernetes {v}, the pinned kubeadm ({kubeadm}) is {pinned} (tools/lock.yml {TOOL}): "
+            "it would judge the config by another release's rules; pin the same release in both"
+            for v in sorted(versions) if f"v{v}" != pinned]
+
+
+def _said(output: str) -> tuple[list[str], list[str]]:
+    """kubeadm's error lines and its warnings (klog W lines), without the stack-trace hint."""
+    errors, warnings = [], []
+    for line in output.splitlines():
+        warning = _WARNING.match(line.strip())
+        if warning:
+            warnings.append(warning["message"])
+        elif line.startswith("error") or line.lstrip().startswith("[ERROR"):
+            errors.append(line.strip())
+    return errors, warnings
+
+
+def check(cluster: Cluster, out: Path) -> Outcome:
+    outcome = Outcome()
+    found = configs(cluster, out)
+    if not found:
+        outcome.notes.append(f"no kubeadm {API} config in this cluster: the seed era's kubeadm configs are held against "
+                             "kubeadm's field tables (the 'kubeadm config' line), as no current Go builds kubeadm 1.11")
+        return outcome
+    kubeadm = pinned_tools.require(TOOL, PROGRAM)
+    outcome.problems += _version_problems(cluster, kubeadm)
+    with tempfile.TemporaryDirectory(prefix="k4w-kubeadm-") as tmp:
+        os.chmod(tmp, 0o700)  # the dry run writes a CA key and kubeconfigs there
+        for index, config in enumerate(found):
+            outcome.checked.append(config.label)
+            if not config.text:
+                outcome.problems.append(f"{config.label}: not rendered")
+                continue
+            path = Path(tmp) / f"config-{index}.yaml"
+            path.write_text(config.text, encoding="utf-8")
+            _validate(kubeadm, config, path, outcome)
+            if config.init and not any(p.startswith(config.label) for p in outcome.problems):
+                _dry_run(kubeadm, config, path, Path(tmp) / "dry-run", outcome)
+    return outcome
+
+
+def validate_command(kubeadm: Path, path: Path) -> list[str]:
+    return [str(kubeadm), "config", "validate", "--config", str(path)]
+
+
+def dry_run_command(kubeadm: Path, path: Path) -> list[str]:
+    return [str(kubeadm), "init", *DRY_RUN_FLAGS, "--config", str(path)]
+
+
+def _validate(kubeadm: Path, config: Config, path: Path, outcome: Outcome) -> None:
+    result = proc.run(validate_command(kubeadm, path), timeout=TIMEOUT_S)
+    errors, warnings = _said(result.output)
+    if result.returncode != 0:
+        outcome.problems.append(f"{config.label}: kubeadm config validate refused it: "
+                                + "; ".join(errors or [result.output.strip()[-400:]]))
+    elif config.windows:
+        # Linux kubeadm reads an npipe:// endpoint as a path without a scheme and warns; the
+        # Windows kubeadm that joins with it accepts it. Said, not hidden.
+        outcome.notes += [f"{config.label}: kubeadm on Linux warns (a Windows endpoint): {w}" for w in warnings]
+    else:
+        outcome.problems += [f"{config.label}: kubeadm config validate warns: {w}" for w in warnings]
+
+
+def _dry_run(kubeadm: Path, config: Config, path: Path, folder: Path, outcome: Outcome) -> None:
+    folder.mkdir(mode=0o700)
+    result = proc.run(dry_run_command(kubeadm, path), env={**os.environ, DRY_RUN_DIR_ENV: str(folder)}, timeout=TIMEOUT_S)
+    errors, _ = _said(result.output)
+    fatal = [e for e in errors if not e.lstrip().startswith("[ERROR")]  # preflight's, ignored on purpose
+    if result.returncode != 0:
+        outcome.problems.append(f"{config.label}: kubeadm init --dry-run failed: " + "; ".join(fatal or [result.output.strip()[-400:]]))
+    else:
+        manifests = len(re.findall(r'^\[dryrun\] Would write file "/etc/kubernetes/manifests/', result.output, re.M))
+        outcome.notes.append(f"{config.label}: kubeadm init --dry-run ran every phase (preflight ignored: this host is "
+                             f"no node), {manifests} static Pod manifests")
