@@ -39,8 +39,9 @@ from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 
 # The only CI box of the containerd era: the cluster needs its real containerd and kubelet.
 BOX = "ubuntu-2404-e2e"
-# Per step, in seconds. Set from the measured run quoted in the README (TCG, 2 shared cores), with
-# margin; every wait inside a step polls its condition and ends at the step's deadline.
+# Per step, in seconds, from the runs quoted in the README (TCG, 2 shared cores): images 18-20 s, boot
+# 100-140 s, import 505 s, address 17 s, so about twice that; kubeadm init's API server took over
+# 10 minutes at a guest load of 17, so 30. Every wait inside a step polls and ends at its deadline.
 BUDGETS = {
     "cluster images": 600,
     "cluster boot": 600,
