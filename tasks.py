@@ -209,9 +209,11 @@ def cluster_test(c, config=None, out=None, dry_run=False):
 @task(help={"box": "the CI box to bake: debian-12-e2e (Docker era, default) or ubuntu-2404-e2e (containerd era)",
             "out": "e2e folder: rendered files, box, logs (default: build/e2e; build/e2e-ubuntu-2404 for ubuntu-2404-e2e)",
             "keep": "keep the work folder (squid logs, guest overlay, serial console, ssh config) for debugging",
+            "cluster": "then a real single-node kubeadm cluster on a fresh guest of the box (ubuntu-2404-e2e only; "
+                       "needs scripts/build-tools --group cluster; over an hour under TCG, not run by CI)",
             "dry_run": DRY_HELP})
 @cli.user_errors
-def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False):
+def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
     from tests.e2e.harness import BOXES, default_out, run_e2e
 
@@ -220,7 +222,7 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False):
     # Every box's run shares the default box's base image cache (build/e2e/base-image).
     images = default_out(Path("build"), BOXES[0]) / "base-image"
     s = cli.settings(c, out=out or str(default_out(Path("build"), box)), dry_run=dry_run)
-    result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images)
+    result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images, cluster=cluster)
     if not s.dry_run:
         for line in result.summary():
             ui.say(line)

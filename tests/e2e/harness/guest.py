@@ -105,7 +105,12 @@ class Guest:
 
 
 def qemu_command(disk: Path, kernel: Path, initrd: Path, append: str, *, memory_mb: int, cpus: int, ssh_port: int,
-                 serial_log: Path, pidfile: Path) -> list[str]:
+                 serial_log: Path, pidfile: Path, cluster_nic: tuple[str, str] | None = None) -> list[str]:
+    """cluster_nic: (MAC, node CIDR) of a second NIC, as cluster-up hot-adds on Hyper-V: a user-mode
+    network of its own with restrict=on (nothing leaves through it), where cluster-ip.sh finds the NIC
+    by its MAC and gives it the node's static address."""
+    second = ["-netdev", f"user,id=cluster,restrict=on,net={cluster_nic[1]}",
+              "-device", f"virtio-net-pci,netdev=cluster,mac={cluster_nic[0]}"] if cluster_nic else []
     return [
         QEMU,
         "-machine", "pc,accel=tcg",  # TCG: /dev/kvm on the CI hosts hangs guests
@@ -120,6 +125,7 @@ def qemu_command(disk: Path, kernel: Path, initrd: Path, append: str, *, memory_
         "-drive", f"file={disk},if=virtio,format=qcow2,discard=unmap",
         "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
         "-device", "virtio-net-pci,netdev=net0",
+        *second,
         "-kernel", str(kernel),
         "-initrd", str(initrd),
         "-append", append,
@@ -144,7 +150,8 @@ def _wait_for_ssh(guest: Guest, phase: Phase) -> float:
 
 @contextlib.contextmanager
 def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, phase: Phase, log: Log, *,
-           memory_mb: int = 1024, cpus: int = 2, user: str = "vagrant", keep: bool = False) -> Iterator[Guest]:
+           memory_mb: int = 1024, cpus: int = 2, user: str = "vagrant", keep: bool = False,
+           cluster_nic: tuple[str, str] | None = None) -> Iterator[Guest]:
     """A running guest on a qcow2 overlay of image, reachable over SSH; stopped on exit."""
     for tool in (QEMU, "qemu-img", "ssh"):
         tools.require(tool)
@@ -158,7 +165,7 @@ def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, 
     config.write_text(discovery.ssh_target_config(SSH_ALIAS, "127.0.0.1", port, user, key), encoding="utf-8")
     serial = workdir / "serial.log"
     cmd = qemu_command(overlay, kernel, initrd, append, memory_mb=memory_mb, cpus=cpus, ssh_port=port,
-                       serial_log=serial, pidfile=workdir / "qemu.pid")
+                       serial_log=serial, pidfile=workdir / "qemu.pid", cluster_nic=cluster_nic)
     log.write("$ " + shlex.join(cmd) + "\n")
     qemu = proc.start(cmd, group=True, capture=False)
     guest = Guest(qemu, Ssh(config, key, "127.0.0.1", port, user, log), serial, cmd)

@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
+from . import cluster_run
+
 NAME = "report.json"
 FORMAT = 1
 # Packer's machine-readable lines: <unix time>,<target>,<type>,<data...> (Packer docs, "Machine-readable output").
@@ -93,7 +95,10 @@ def build(result) -> dict:
         "idempotence": result.idempotence,
         "leftover_processes": result.leftovers,
         "box": _plain(result.box_file),
+        # --cluster: seconds per step, stand_ins (none in this era) and the substitutes under their own key.
+        "cluster": cluster_run.report_json(getattr(result, "cluster", None)),
     }
+
 
 
 def write(path: Path, result) -> None:

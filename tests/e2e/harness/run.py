@@ -22,6 +22,9 @@ ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base
   secret scan   no file on the box's root filesystem, and no journal entry, holds the proxy password
   idempotence   the same provisioning again on that guest; nothing may change
   cleanup       guest and squid stopped, temp files removed, no process left behind
+
+With --cluster (ubuntu-2404-e2e only), a fresh guest of the box then runs a real single-node kubeadm
+cluster before cleanup: the `cluster ...` phases of cluster_run.py.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from k4w.errors import K4wError
 from k4w.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, guest as guest_mod, idempotence, mirror as mirror_mod, procs, report, rerun, squid
+from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, mirror as mirror_mod, procs, report, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -120,6 +123,7 @@ class E2EResult:
     leftovers: list[str] = field(default_factory=list)
     error: str | None = None
     dry_run: bool = False
+    cluster: cluster_run.ClusterReport | None = None   # set when the run brings up the cluster (--cluster)
 
     @property
     def ok(self) -> bool:
@@ -169,6 +173,12 @@ class E2EResult:
             lines += ["second provisioning run:", *(f"  {step}" for step in self.rerun_steps)]
         if self.idempotence:
             lines += ["idempotence:", *(f"  {line}" for line in self.idempotence)]
+        if self.cluster:
+            c = self.cluster
+            lines.append("cluster: " + ", ".join(f"{s['step']} {s['seconds']} s" for s in c.steps))
+            lines += [f"  {check}: {what}" for check, what in c.checks.items()]
+            lines.append(f"  stand-ins: {', '.join(c.stand_ins) or 'none'}; substitutes: "
+                         + (", ".join(f"{name} <- {s['module']}@{s['version']}" for name, s in c.substitutes.items()) or "none"))
         if self.leftovers:
             lines += ["processes left behind:", *(f"  {p}" for p in self.leftovers)]
         lines.append(f"log: {self.log}")
@@ -185,7 +195,7 @@ E2E_BOXES = Path(__file__).resolve().parent.parent / "boxes"
 
 
 def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None,
-            box: str = BOX, base_images: Path | None = None) -> E2EResult:
+            box: str = BOX, base_images: Path | None = None, cluster: bool = False) -> E2EResult:
     """Run the end-to-end bake of one CI box (BOXES) into out (e.g. build/e2e). Raises E2EFailed
     (with .result) on failure.
 
@@ -193,11 +203,14 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     debugging; processes are stopped regardless.
     base_images: where the base image cache lives when not in out/base-image, so the runs of
     several boxes share one debootstrapped image (out/base-image then links to it).
+    cluster: then bring up a real single-node cluster on a fresh guest of the box (cluster_run).
     """
     if box not in BOXES:
         raise E2EError(f"no CI box named {box!r}; the e2e boxes are: {', '.join(BOXES)}")
+    if cluster and box != cluster_run.BOX:
+        raise E2EError(f"--cluster runs on the containerd era's box only: --box {cluster_run.BOX} (not {box})")
     with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
-        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say)
+        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster)
 
 
 def default_out(root: Path, box: str) -> Path:
@@ -206,13 +219,13 @@ def default_out(root: Path, box: str) -> Path:
 
 
 def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run: bool,
-             say: Callable[[str], None] | None) -> E2EResult:
+             say: Callable[[str], None] | None, cluster: bool = False) -> E2EResult:
     say = say or ui.say
     if dry_run:
-        return _dry_run(out, box, base_images, say)
+        return _dry_run(out, box, base_images, say, cluster)
     log = Log(out / "logs" / "e2e.log", say)
-    phases = Phases(log.event, TOTAL_BUDGET_S)
-    result = E2EResult(out=out, log=log.path, box=box)
+    phases = Phases(log.event, TOTAL_BUDGET_S + (cluster_run.CLUSTER_BUDGET_S if cluster else 0))
+    result = E2EResult(out=out, log=log.path, box=box, cluster=cluster_run.ClusterReport() if cluster else None)
     workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
     # squid drops to its own user, which must be able to reach its folder inside.
     os.chmod(workdir, 0o711)
@@ -372,6 +385,11 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("idempotence", BUDGETS["idempotence"]) as ph:
         ph.note = _idempotence(template, guest, proxy, ph, result)
+
+    if result.cluster is not None:
+        # The cluster runs the box's own binaries: whatever of them the bake had as stand-ins, it has too.
+        result.cluster.stand_ins = list(result.stand_ins or [])
+        cluster_run.run(result.cluster, phases, log, cfg, out, result.box_file, image, build_cfg, workdir, stack, started, keep)
 
 
 # ------------------------------------------------------------------ phase details
@@ -613,7 +631,7 @@ def _sigterm_raises() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None]) -> E2EResult:
+def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None], cluster: bool = False) -> E2EResult:
     """Say exactly what a run would do; run and write nothing."""
     profile = profiles.load(box)
     q = profile.data.build.qemu
@@ -640,4 +658,7 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say(f"box spec: k4w.verify.flows.test_ssh_target({box}, vagrant@127.0.0.1:<port>, Vagrant's insecure key, stage box)")
     say("idempotence: snapshot (" + ", ".join(idempotence.ROOTS) + "; units " + ", ".join(idempotence.SERVICES)
         + "; dpkg), re-run every provisioner of the rendered template, snapshot again, diff")
+    if cluster:
+        for line in cluster_run.plan(out):
+            say(line)
     return E2EResult(out=out, log=out / "logs" / "e2e.log", box=box, dry_run=True)

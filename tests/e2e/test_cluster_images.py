@@ -1,0 +1,204 @@
+"""The fast parts of `invoke e2e --cluster`, run in CI (the cluster itself is not: see README):
+the image names are exactly what the pinned kubeadm lists for our rendered config plus what the rendered
+Flannel manifest runs, each at the version its pinned tool is built at; every command those manifests
+run exists in its image; and an archive is what the real containerd imports, under the exact name."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import config, pinned_tools, render
+from k4w.cluster_model import Cluster
+from tests.e2e.harness import cluster_file, cluster_images, cluster_run, oci_archive
+from tests.e2e.harness.phases import E2EError
+from tests.helpers import invoke
+
+BOX = cluster_run.BOX
+
+
+def rendered(tmp_path: Path) -> Path:
+    """OUT of the e2e cluster.yml on the containerd-era CI box, as the --cluster run renders it."""
+    out = tmp_path / "out"
+    cfg = config.parse(cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", str(tmp_path / "cache"), BOX))
+    render.render(Cluster.resolve(cfg), out)
+    return out
+
+
+def kubeadm() -> Path:
+    found = pinned_tools.binary("kubernetes-node", "kubeadm")
+    assert found, f"no pinned kubeadm in {pinned_tools.tool_dir('kubernetes-node')}: run scripts/build-tools (setup.sh does)"
+    return found
+
+
+# ------------------------------------------------------------------ names
+
+
+def test_the_images_are_exactly_what_kubeadm_lists_and_the_flannel_manifest_runs(tmp_path):
+    out = rendered(tmp_path)
+    listed = subprocess.run([str(kubeadm()), "config", "images", "list", "--config", str(out / "kubeadm" / "kubeadm-config.yaml")],
+                            capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    flannel = cluster_images.manifest_images(out / "manifests" / "kube-flannel.yaml")
+    names = cluster_images.required(out)
+    assert names == listed + [n for n in flannel if n not in listed]
+    # Every kind of image the cluster needs is there, once: a wrong kubeadm config (another
+    # imageRepository, version or DNS) shows here as a different list.
+    assert sorted(cluster_images.split(n)[0] for n in names) == sorted(cluster_images.RECIPES)
+    substitutes = cluster_images.check_names(names)
+    assert list(substitutes) == [n for n in names if cluster_images.split(n)[0] == "flannel-cni-plugin"]
+    assert substitutes[next(iter(substitutes))]["module"] == "github.com/containernetworking/plugins"
+
+
+def test_an_image_at_another_version_than_its_pinned_tool_is_refused(tmp_path, monkeypatch):
+    """Planted: the lock's etcd one patch release off kubeadm's DefaultEtcdVersion."""
+    names = cluster_images.required(rendered(tmp_path))
+    lock = yaml.safe_load(pinned_tools.LOCK_FILE.read_text(encoding="utf-8"))
+    lock["tools"]["etcd"]["version"] = "v3.6.5"
+    planted = tmp_path / "lock.yml"
+    planted.write_text(yaml.safe_dump(lock), encoding="utf-8")
+    monkeypatch.setattr(pinned_tools, "LOCK_FILE", planted)
+    with pytest.raises(E2EError, match=r"registry.k8s.io/etcd:3.6.6-0: the pinned etcd is v3.6.5"):
+        cluster_images.check_names(names)
+
+
+def test_an_image_no_recipe_builds_is_refused():
+    with pytest.raises(E2EError, match=r"no recipe builds the image registry.k8s.io/kube-dns:1.0"):
+        cluster_images.check_names(["registry.k8s.io/kube-dns:1.0"])
+
+
+# ------------------------------------------------------------------ what the manifests run
+
+
+def _image_paths(name: str) -> set[str]:
+    """The paths an image of `name` will hold, without building it (its programs and host files)."""
+    recipe = cluster_images.recipe_for(name)
+    paths = set(recipe.programs)
+    for program in recipe.host:
+        paths |= cluster_images.host_paths(program)
+    return paths
+
+
+def test_every_command_of_the_flannel_manifest_is_a_file_of_its_image(tmp_path):
+    """Planted: the install-cni init container's /opt/bin/install-conf missing from the flannel recipe
+    (the lock built flanneld alone) makes this fail."""
+    manifest = rendered(tmp_path) / "manifests" / "kube-flannel.yaml"
+    checked = []
+    for document in yaml.safe_load_all(manifest.read_text(encoding="utf-8")):
+        pod = ((document or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+        for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+            program = container["command"][0]
+            paths = _image_paths(container["image"])
+            on_path = [f"{folder}/{program}" for folder in oci_archive.DEFAULT_PATH.split("=", 1)[1].split(":")]
+            found = program in paths if program.startswith("/") else any(p in paths for p in on_path)
+            assert found, f"{container['name']} runs {program}, which image {container['image']} does not hold"
+            checked.append(program)
+    assert checked == ["cp", "/opt/bin/install-conf", "/opt/bin/flanneld"]
+
+
+def test_kubeadm_s_commands_are_on_the_control_plane_images_path():
+    """kubeadm's static pods call kube-apiserver, kube-controller-manager, kube-scheduler and etcd by
+    name (k8s.io/kubernetes@v1.35.4 cmd/kubeadm/app/phases/controlplane/manifests.go, etcd/local.go)."""
+    path = oci_archive.DEFAULT_PATH.split("=", 1)[1].split(":")
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
+        (program,) = cluster_images.RECIPES[name].programs
+        assert str(Path(program).parent) in path and Path(program).name == name
+
+
+# ------------------------------------------------------------------ the archive, read by containerd
+
+
+def test_the_archive_holds_one_image_with_its_name_files_and_digests(tmp_path):
+    archive = tmp_path / "busybox.tar"
+    oci_archive.write(archive, cluster_run.test_image())
+    read = oci_archive.read(archive)
+    assert read.problems == []
+    assert read.layout == {"imageLayoutVersion": "1.0.0"}
+    assert read.names == [cluster_run.TEST_IMAGE] and read.refs == ["1"]
+    assert read.config["config"]["Entrypoint"] == ["/bin/busybox"]
+    assert read.files["/bin/cp"].issym() and read.files["/bin/cp"].linkname == "busybox"
+    assert all(f.uid == 0 and f.gid == 0 for f in read.files.values())
+    # The same files give the same archive: an unchanged image is imported as the same image.
+    again = tmp_path / "again.tar"
+    oci_archive.write(again, cluster_run.test_image())
+    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_the_layer_runs_its_program_with_the_bundled_libraries_alone(tmp_path):
+    """ldd's libraries and the loader travel with a host program: it runs in a root of the layer alone."""
+    if os.geteuid() != 0:
+        pytest.fail("chroot needs root, as the e2e run has (run the test suite as in DEVELOPERS.md)")
+    archive = tmp_path / "busybox.tar"
+    oci_archive.write(archive, cluster_run.test_image())
+    root = tmp_path / "root"
+    oci_archive.unpack(archive, root)
+    done = subprocess.run(["chroot", str(root), "/bin/cp", "--help"], capture_output=True, text=True, timeout=30)
+    assert "Usage: cp" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def _containerd(tmp_path: Path):
+    containerd = pinned_tools.binary("containerd", "containerd")
+    ctr = pinned_tools.binary("containerd", "ctr")
+    assert containerd and ctr, f"no pinned containerd in {pinned_tools.tool_dir('containerd')}: run scripts/build-tools"
+    sock = tmp_path / "c.sock"
+    conf = tmp_path / "config.toml"
+    # A private daemon: its own root, state and sockets; no CRI (this test needs the image store only).
+    conf.write_text(f"""version = 3
+root = "{tmp_path / 'root'}"
+state = "{tmp_path / 'state'}"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"]
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{tmp_path / 'opt'}"
+""", encoding="utf-8")
+    log = open(tmp_path / "containerd.log", "w")
+    daemon = subprocess.Popen([str(containerd), "--config", str(conf)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while subprocess.run([str(ctr), "--address", str(sock), "version"], capture_output=True).returncode != 0:
+        assert daemon.poll() is None and time.monotonic() < deadline, (tmp_path / "containerd.log").read_text()[-2000:]
+        time.sleep(0.2)  # poll interval of the socket check above
+    return daemon, [str(ctr), "--address", str(sock), "-n", "k8s.io"]
+
+
+def test_the_real_containerd_imports_the_archive_under_its_exact_name(tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("containerd needs root, as the e2e run has (run the test suite as in DEVELOPERS.md)")
+    archive = tmp_path / "busybox.tar"
+    oci_archive.write(archive, cluster_run.test_image())
+    daemon, ctr = _containerd(tmp_path)
+    try:
+        done = subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = subprocess.run([*ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=60).stdout.split()
+        assert listed == [cluster_run.TEST_IMAGE]
+        check = subprocess.run([*ctr, "images", "check"], capture_output=True, text=True, timeout=60).stdout
+        assert "complete" in check, check
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        shutil.rmtree(tmp_path / "root", ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_dry_run_of_cluster_says_each_step_and_how_images_are_named():
+    res = invoke("e2e", "--box", BOX, "--cluster", "--dry-run")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "kubeadm config images list --config" in res.stdout
+    for step in cluster_run.BUDGETS:
+        assert f"{step} (budget {cluster_run.BUDGETS[step]} s)" in res.stdout
+
+
+def test_cluster_is_refused_on_the_docker_era_box():
+    res = invoke("e2e", "--cluster", "--dry-run")
+    assert res.returncode != 0
+    assert "--cluster runs on the containerd era's box only: --box ubuntu-2404-e2e" in res.stdout + res.stderr
