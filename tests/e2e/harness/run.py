@@ -62,8 +62,11 @@ BOX = cluster_file.BOX
 # Every CI box: the Docker era's (debian-12-e2e, the default) and the containerd era's, each
 # running its production twin's guest steps on the same Debian 12 stand-in image.
 BOXES = (BOX, "ubuntu-2404-e2e")
-# The whole run must leave CI time for the rest of the suite (CI total < 40 min).
-TOTAL_BUDGET_S = 28 * 60
+# A bound that stops a hung run, not the expected time: on a quiet 2-core CI machine a bake takes
+# 6-9 min (seed era ~505 s, containerd era ~335 s before real binaries); on a machine shared with Go
+# builds (load 10-16) a whole run measured 1158-1691 s, which the old 28 min bound cut short in its
+# last phase. Two runs at this bound still leave CI (90 min) time for the rest of the suite.
+TOTAL_BUDGET_S = 40 * 60
 # Per phase, in seconds. Measured on 2 cores with TCG: base image ~150-200 s when built,
 # packer build ~8 min (docker.io alone ~5 min), boot ~35 s, spec ~1 min, re-run ~1 min.
 BUDGETS = {
