@@ -12,7 +12,7 @@ def test_build_windows_builds_only_the_windows_box(repo, fake_packer, console):
     fake_packer.scenario("windows-1803", "windows-success.txt")
     results = commands.build(repo.cluster(), repo.out, node_os="windows", console=console)
     assert [r.box for r in results] == ["windows-1803"]
-    assert [c["argv"][-1].rsplit("/", 1)[1] for c in fake_packer.builds()] == ["windows-1803.json"]
+    assert [c["argv"][-1].rsplit("/", 1)[1] for c in fake_packer.builds()] == ["windows-1803.pkr.hcl"]
 
 
 def test_build_ubuntu_with_an_iso_elsewhere(repo, fake_packer, console, tmp_path):
