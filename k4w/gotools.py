@@ -236,8 +236,15 @@ def install_packer_plugin(name: str, entry: dict) -> Path:
     for stale in folder.glob(f"{name}_*"):
         if not stale.name.startswith(target.name):
             stale.unlink()
-    shutil.copy2(binary, target)
-    Path(f"{target}_SHA256SUM").write_text(_sha256(target), encoding="utf-8")
+    digest = _sha256(binary)
+    checksum = Path(f"{target}_SHA256SUM")
+    if target.is_file() and checksum.is_file() and checksum.read_text(encoding="utf-8").strip() == digest == _sha256(target):
+        return target  # already installed: never rewrite a plugin a running Packer may be executing
+    # A new file renamed over the old one: writing into it fails with ETXTBSY while a Packer runs it.
+    partial = folder / f".{target.name}.partial"
+    shutil.copy2(binary, partial)
+    os.replace(partial, target)
+    checksum.write_text(digest, encoding="utf-8")
     return target
 
 
@@ -277,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except BuildError as exc:
         print(f"build-tools: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"build-tools: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("build-tools: interrupted; nothing half-built is kept", file=sys.stderr)

@@ -148,3 +148,24 @@ else:
     assert proc.returncode == 1
     assert "planted failure" in proc.stderr and "Traceback" not in proc.stderr
     assert [p.name for p in tools.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_second_run_leaves_a_running_plugin_alone(tmp_path):
+    """setup.sh runs build-tools every time; a Packer running a plugin then must not make it fail (ETXTBSY)."""
+    name = "packer-plugin-vagrant"
+    installed = gotools.install_packer_plugin(name, LOCK[name])
+    before = installed.stat().st_ino
+    # A plugin server waiting for Packer, as during a `packer validate`: it needs Packer's magic cookie
+    # (packer-plugin-sdk@v0.3.0 plugin/server.go MagicCookieKey/MagicCookieValue) and runs until killed.
+    cookie = {"PACKER_PLUGIN_MAGIC_COOKIE": "d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a219cb4d6991ca9872b2",
+              "PACKER_PLUGIN_MIN_PORT": "10000", "PACKER_PLUGIN_MAX_PORT": "25000"}
+    running = subprocess.Popen([str(installed), "start", "post-processor", "-packer-default-plugin-name-"],
+                               env={**os.environ, **cookie}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert running.stdout.readline(), "the plugin server did not start"
+    try:
+        proc = _run([BUILD_TOOLS, "--only", name])
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        running.kill()
+        running.wait()
+    assert installed.stat().st_ino == before, "an installed plugin of the same digest is not rewritten"
