@@ -163,7 +163,20 @@ def unpack(path: Path, dest: Path) -> None:
                 if layer["mediaType"].endswith("+gzip"):
                     data = gzip.decompress(data)
                 with tarfile.open(fileobj=io.BytesIO(data)) as layer_tar:
-                    layer_tar.extractall(dest, filter="tar")
+                    # Extraction filters came in Python 3.11.4 (Debian 12 has 3.11.2): use "tar" where there
+                    # is one; without, these are our own layers, and every member stays inside dest.
+                    if hasattr(tarfile, "tar_filter"):
+                        layer_tar.extractall(dest, filter="tar")
+                    else:
+                        _refuse_escaping_members(layer_tar)
+                        layer_tar.extractall(dest)
+
+
+def _refuse_escaping_members(layer_tar: tarfile.TarFile) -> None:
+    for member in layer_tar.getmembers():
+        name = Path(member.name)
+        if name.is_absolute() or ".." in name.parts or (member.islnk() and ".." in Path(member.linkname).parts):
+            raise ValueError(f"layer member {member.name} would land outside the root filesystem")
 
 
 @dataclass
