@@ -25,6 +25,9 @@ from pathlib import Path
 from . import filelock, pinned_tools
 
 GROUPS = ("ci", "cluster")
+# The lock entry's fields that decide a build: build.json records them, and a cached build whose
+# record differs in any of them is built again.
+RECORDED_KEYS = ("module", "version", "packages", "ldflags", "binary", "tags", "extra_tags", "c_source", "drop_imports")
 
 
 class BuildError(Exception):
@@ -179,8 +182,7 @@ def _sha256(path: Path) -> str:
 
 def is_current(name: str, entry: dict) -> bool:
     record = pinned_tools.build_record(name)
-    return bool(record) and all(record.get(k) == entry.get(k) for k in ("module", "version", "packages", "ldflags",
-                                                                         "binary", "tags", "extra_tags", "c_source", "drop_imports"))
+    return bool(record) and all(record.get(key) == entry.get(key) for key in RECORDED_KEYS)
 
 
 def build(name: str, entry: dict) -> Path:
@@ -206,8 +208,7 @@ def build(name: str, entry: dict) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         shutil.rmtree(workdir)
-        record = {key: entry.get(key) for key in ("module", "version", "packages", "ldflags", "binary", "tags",
-                                                  "extra_tags", "c_source", "drop_imports")}
+        record = {key: entry.get(key) for key in RECORDED_KEYS}
         record.update(how=how, go=_go(["env", "GOVERSION"]).strip(), platform=f"{sys.platform}/{platform.machine()}",
                       seconds=round(time.monotonic() - started, 1),
                       sha256={p.name: _sha256(p) for p in sorted(bindir.iterdir())})
