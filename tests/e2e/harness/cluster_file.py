@@ -6,6 +6,10 @@ BOX = "debian-12-e2e"
 # A node inside cluster.yml's default node_cidr (192.168.250.0/24; .1 is the host gateway).
 NODE_IP = "192.168.250.10"
 NODE_MEMORY_MB = 2048
+# Seconds kubeadm waits for the control plane (and cluster-up for the node). Under TCG on 2 shared cores
+# kube-apiserver was not healthy within the default 900 s at a guest load of 17 (cluster_run.BUDGETS);
+# the cluster init step's own budget (1800 s) leaves room for the rest of cluster-init.sh.
+READY_TIMEOUT_S = 1500
 
 
 def text(proxy_url: str, mirror: str, cache: str, box: str = BOX) -> str:
@@ -17,6 +21,7 @@ def text(proxy_url: str, mirror: str, cache: str, box: str = BOX) -> str:
 # k4w end-to-end run (tests.e2e.harness): one node on the CI box, behind the run's private squid.
 cluster:
   name: k4w-e2e
+  ready_timeout: {READY_TIMEOUT_S}
 proxy:
   http: {proxy_url}
   https: {proxy_url}
