@@ -652,3 +652,20 @@ def test_the_secret_scan_reads_the_journal_and_proves_it_can(matches, control, e
     else:
         with pytest.raises(phases.E2EError, match=re.escape(error)):
             run_mod._secret_scan(guest, credentials, None)
+
+
+# ------------------------------------------------------------------ the guest's clock
+
+
+def test_a_guest_on_an_emulated_clock_is_refused_with_the_fix():
+    from tests.e2e.harness import guest
+    with pytest.raises(phases.E2EError, match=r"clock source is hpet.*tsc=reliable clocksource=tsc"):
+        guest.require_fast_clock("hpet\n", "root=/dev/vda ro console=ttyS0")
+    guest.require_fast_clock("tsc\n", "root=/dev/vda ro console=ttyS0 tsc=reliable clocksource=tsc")
+
+
+@pytest.mark.parametrize("profile", sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml")), ids=lambda p: p.stem)
+def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
+    # With two TCG vCPUs the kernel finds the TSCs "unsynchronized" and falls back to the HPET unless told.
+    append = yaml.safe_load(profile.read_text())["build"]["qemu"]["append"].split()
+    assert {"tsc=reliable", "clocksource=tsc"} <= set(append)

@@ -148,6 +148,21 @@ def _wait_for_ssh(guest: Guest, phase: Phase) -> float:
         time.sleep(1)  # poll interval of the SSH condition above, not a readiness sleep
 
 
+# The kernel's clock source (Documentation/ABI/testing/sysfs-devices-system-clocksource).
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+
+
+def require_fast_clock(current: str, append: str) -> None:
+    """Refuse a guest whose clock is an emulated device. Under TCG a kernel that distrusts the TSC reads
+    the HPET (or the ACPI PM timer), and then every clock read of a Go daemon traps into QEMU: the first
+    `--cluster` run spent 55-72 % of the guest in the kernel and kube-apiserver never became healthy."""
+    clock = current.strip()
+    if clock != "tsc":
+        raise E2EError(f"the guest's clock source is {clock or '(none)'}, not tsc: every clock read traps into QEMU "
+                       f"and kubeadm's control plane cannot start in time under TCG. The kernel command line "
+                       f"({append!r}) needs tsc=reliable clocksource=tsc (the e2e box profile's build.qemu.append).")
+
+
 @contextlib.contextmanager
 def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, phase: Phase, log: Log, *,
            memory_mb: int = 1024, cpus: int = 2, user: str = "vagrant", keep: bool = False,
@@ -172,6 +187,7 @@ def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, 
     try:
         seconds = _wait_for_ssh(guest, phase)
         log.event(f"guest QEMU {qemu.pid} answers SSH on 127.0.0.1:{port} after {seconds:.0f} s")
+        require_fast_clock(guest.ssh.run(f"cat {CLOCKSOURCE}", phase, "read the guest's clock source").stdout, append)
         yield guest
     finally:
         qemu.stop()
