@@ -664,6 +664,17 @@ def test_a_guest_on_an_emulated_clock_is_refused_with_the_fix():
     guest.require_fast_clock("tsc\n", "root=/dev/vda ro console=ttyS0 tsc=reliable clocksource=tsc")
 
 
+def test_a_guest_cpu_without_aes_ni_is_refused_and_the_default_model_has_it():
+    from tests.e2e.harness import guest
+    qemu64 = "flags\t\t: fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 syscall nx lm nopl pni cx16 hypervisor lahf_lm svm"
+    with pytest.raises(phases.E2EError, match=r"lacks aes, pclmulqdq, sse4_1, bmi2, adx.*-cpu qemu64,"):
+        guest.require_cpu_features(qemu64)
+    argv = guest.qemu_command(Path("d"), Path("k"), Path("i"), "a", memory_mb=1, cpus=1, ssh_port=1,
+                              serial_log=Path("s"), pidfile=Path("p"))
+    model = argv[argv.index("-cpu") + 1]
+    assert all(f"+{flag.replace('_', '.')}" in model.split(",") for flag in guest.GO_CRYPTO_FLAGS)
+
+
 @pytest.mark.parametrize("profile", sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml")), ids=lambda p: p.stem)
 def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
     # With two TCG vCPUs the kernel finds the TSCs "unsynchronized" and falls back to the HPET unless told.

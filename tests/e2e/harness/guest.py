@@ -22,6 +22,7 @@ from .phases import E2EError, Log, Phase, run
 from .squid import free_port
 
 QEMU = "qemu-system-x86_64"
+GUEST_CPU = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+aes,+pclmulqdq,+bmi1,+bmi2,+adx"
 # Vagrant's insecure private key: the box authorizes its public half (05-vagrant-key.sh).
 # Debian's vagrant package ships it here; Vagrant's own installers under embedded/gems.
 VAGRANT_KEY_GLOBS = (
@@ -114,6 +115,10 @@ def qemu_command(disk: Path, kernel: Path, initrd: Path, append: str, *, memory_
     return [
         QEMU,
         "-machine", "pc,accel=tcg",  # TCG: /dev/kvm on the CI hosts hangs guests
+        # QEMU's default qemu64 model offers no AES-NI, PCLMULQDQ, SSE4 or BMI2/ADX, so Go's crypto falls
+        # back to its generic code: kube-apiserver's TLS handshakes then missed their 10 s limit under TCG.
+        # These TCG implements (target/i386/cpu.c TCG_*_FEATURES in QEMU 7.2).
+        "-cpu", GUEST_CPU,
         "-m", str(memory_mb),
         "-smp", str(cpus),
         "-display", "none",
@@ -163,6 +168,20 @@ def require_fast_clock(current: str, append: str) -> None:
                        f"({append!r}) needs tsc=reliable clocksource=tsc (the e2e box profile's build.qemu.append).")
 
 
+# What Go's crypto needs for its assembly (crypto/internal/fips140 aes/gcm: AES-NI, PCLMULQDQ, SSE4.1;
+# bigmod and nistec: BMI2 and ADX), named as /proc/cpuinfo names them.
+GO_CRYPTO_FLAGS = ("aes", "pclmulqdq", "sse4_1", "bmi2", "adx")
+
+
+def require_cpu_features(cpuinfo_flags: str) -> None:
+    """Refuse a guest CPU model without the instructions Go's crypto uses: its generic code under TCG
+    made kube-apiserver's TLS handshakes miss their 10 s limit (the second `--cluster` run)."""
+    missing = [f for f in GO_CRYPTO_FLAGS if f not in cpuinfo_flags.split()]
+    if missing:
+        raise E2EError(f"the guest CPU lacks {', '.join(missing)}: Go's TLS falls back to generic code and the "
+                       f"control plane cannot answer in time under TCG. Give QEMU -cpu {GUEST_CPU}.")
+
+
 @contextlib.contextmanager
 def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, phase: Phase, log: Log, *,
            memory_mb: int = 1024, cpus: int = 2, user: str = "vagrant", keep: bool = False,
@@ -187,7 +206,10 @@ def booted(image: Path, kernel: Path, initrd: Path, append: str, workdir: Path, 
     try:
         seconds = _wait_for_ssh(guest, phase)
         log.event(f"guest QEMU {qemu.pid} answers SSH on 127.0.0.1:{port} after {seconds:.0f} s")
-        require_fast_clock(guest.ssh.run(f"cat {CLOCKSOURCE}", phase, "read the guest's clock source").stdout, append)
+        shown = guest.ssh.run(f"cat {CLOCKSOURCE}; grep -m1 '^flags' /proc/cpuinfo", phase, "read the guest's clock and CPU")
+        clock, _, flags = shown.stdout.partition("\n")
+        require_fast_clock(clock, append)
+        require_cpu_features(flags)
         yield guest
     finally:
         qemu.stop()
