@@ -263,7 +263,9 @@ def _forwarding_signals(handler) -> Iterator[None]:
     previous = {}
     for name in FORWARDED_SIGNALS:
         number = getattr(signal, name, None)
-        if number is not None:
+        # A signal ignored when k4w started stays ignored: `nohup invoke build-windows &` asks that
+        # closing the terminal (SIGHUP) leave the build running, as POSIX programs honour it.
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
             previous[number] = signal.signal(number, lambda signum, _frame: handler(signum))
     try:
         yield

@@ -320,6 +320,7 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
     partial = repo.out / "boxes" / ".partial" / "windows-1803-hyperv.box"
 
     # Handled by the runner while Packer runs.
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal (nohup would ignore it)
     sender = _signal_when(lambda: partial.is_file() and len(fake_packer.pids()) == 2, signal.SIGHUP)
     with pytest.raises(BuildFailed) as failure:
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
@@ -327,7 +328,24 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
     assert failure.value.results[0].status == "interrupted" and "(SIGHUP received)" in str(failure.value)
     assert gone_within(fake_packer.pids()) == [] and len(fake_packer.pids()) == 2
     assert list((repo.out / "boxes").glob("**/*.box")) == []
-    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the runner's handler is gone again
+    try:
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the runner's handler is gone again
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+def test_a_build_started_under_nohup_keeps_sighup_ignored(monkeypatch):
+    from k4w.bake import runner
+    seen = []
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup hands its command
+    try:
+        with runner._forwarding_signals(seen.append):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # the others still reach Packer
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_a_box_replaced_by_another_of_the_same_size_is_rebuilt(repo, fake_packer, console):
