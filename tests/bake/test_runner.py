@@ -335,7 +335,7 @@ def test_sighup_stops_packer_and_its_plugins_and_removes_the_partial_box(repo, f
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
-def test_a_build_started_under_nohup_keeps_sighup_ignored(monkeypatch):
+def test_a_build_started_under_nohup_keeps_sighup_ignored():
     from k4w.bake import runner
     seen = []
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup hands its command
