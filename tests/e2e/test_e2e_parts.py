@@ -4,6 +4,8 @@ snapshot diff, the re-run of the rendered provisioners, and the e2e box profile.
 
 from __future__ import annotations
 
+import configparser
+import fnmatch
 import hashlib
 import io
 import re
@@ -76,6 +78,34 @@ def test_the_base_image_gives_the_box_user_what_the_preseed_gives_it():
     assert sudoers == "vagrant ALL=(ALL) NOPASSWD: ALL\n" and mode == 0o440
     assert "/dev/vda\t/\text4" in files["etc/fstab"][1]
     assert files["etc/machine-id"][1] == ""  # each guest makes its own at first boot
+
+
+def _networkd_matches(match: dict[str, str], name: str, iftype: str, kind: str | None) -> bool:
+    """systemd-networkd's [Match] test for Name=/Type=/Kind=: each key a list of globs, a leading
+    "!" inverts the list; a link with no kind passes an inverted-only list
+    (systemd-stable@v252.31 src/shared/net-condition.c net_condition_test_strv)."""
+    def test(globs: str, value: str | None) -> bool:
+        invert = globs.startswith("!")
+        hit = value is not None and any(fnmatch.fnmatchcase(value, g) for g in globs.lstrip("!").split())
+        return not hit if invert else hit
+    unknown = set(match) - {"Name", "Type", "Kind"}
+    assert not unknown, f"extend this test for {unknown}"
+    values = {"Name": name, "Type": iftype, "Kind": kind}
+    return all(test(globs, values[key]) for key, globs in match.items())
+
+
+def test_the_base_image_runs_dhcp_on_the_nic_and_leaves_the_pod_network_alone():
+    # networkd takes every link it manages off its bridge: a match on a pod's veth cut pods off the node.
+    mode, text = {p: (m, t) for p, m, t in base_image.FILES}[base_image.NIC_NETWORK_FILE]
+    parser = configparser.ConfigParser()
+    parser.optionxform = str
+    parser.read_string(text)
+    match = dict(parser["Match"])
+    for nic in ("ens3", "enp0s3", "eth0"):
+        assert _networkd_matches(match, nic, "ether", None), nic
+    for link, kind in (("veth3f2a91c0", "veth"), ("cni0", "bridge"), ("flannel.1", "vxlan")):
+        assert not _networkd_matches(match, link, "ether", kind), link
+    assert parser["Network"]["DHCP"] == "ipv4" and mode == 0o644
 
 
 # ------------------------------------------------------------------ squid

@@ -54,6 +54,10 @@ BOX_USER = "vagrant"  # Vagrant's box convention: user vagrant, password vagrant
 # QEMU user-mode networking answers DNS on 10.0.2.3 (QEMU docs, "Network options", -netdev user).
 QEMU_USER_NET_DNS = "10.0.2.3"
 
+# The kernel's names for a virtio NIC: predictable (ens3, enp0s3) or, with net.ifnames=0, eth0.
+NIC_NAME_GLOBS = ("en*", "eth*")
+NIC_NETWORK_FILE = "etc/systemd/network/10-k4w-dhcp.network"
+
 DISK, KERNEL, INITRD, MANIFEST = "disk.raw", "vmlinuz", "initrd.img", "manifest.json"
 CURRENT = "current"
 
@@ -65,7 +69,11 @@ FILES = (
     ("etc/fstab", 0o644, "# k4w e2e base image: one ext4 file system on the whole virtio disk\n"
                           "/dev/vda\t/\text4\terrors=remount-ro\t0\t1\n"),
     # Any Ethernet NIC by DHCP: the NIC's name depends on its PCI slot, which Packer chooses.
-    ("etc/systemd/network/10-k4w-dhcp.network", 0o644, "[Match]\nType=ether\n\n[Network]\nDHCP=ipv4\n"),
+    # DHCP on the guest's NIC only, matched by name as cloud images do. Not `Type=ether`: a pod's
+    # veth, cni0 and flannel.1 are ether too, and networkd detaches every link it manages from a
+    # master its .network does not name (systemd-stable@v252.31 src/network/networkd-setlink.c
+    # link_request_to_set_master, commit 8c2b7214; Debian 12 runs 252), so pods lost the node.
+    (NIC_NETWORK_FILE, 0o644, f"[Match]\nName={' '.join(NIC_NAME_GLOBS)}\n\n[Network]\nDHCP=ipv4\n"),
     # systemd-networkd hands DHCP's DNS only to systemd-resolved (not installed): name it here.
     ("etc/resolv.conf", 0o644, f"nameserver {QEMU_USER_NET_DNS}\n"),
     # The same sudoers line the preseed's late_command writes.
