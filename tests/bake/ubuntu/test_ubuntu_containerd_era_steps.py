@@ -9,6 +9,7 @@ ubuntu-2404-e2e with the real binaries (tests/e2e/harness/release_files.py); the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import tomllib
@@ -128,7 +129,8 @@ def test_the_real_containerd_reads_the_pins_of_the_config_step_03_writes(written
     # systemd cgroup driver off: the file we wrote still reads right, containerd does not.
     ("imports", "runc's SystemdCgroup is not true (components.containerd.cgroup_driver)"),
     # containerd 1.x's key name: containerd 2.x ignores it and falls back to its own default pause image.
-    ("sandbox_image", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.2"),
+    # That default is pause:3.10.2 in 2.3.7, the very image ubuntu-2404 pins, so this case pins another.
+    ("sandbox_image", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.1"),
     # An imported file moves the CNI plugin folder where 03-containerd.sh put none. (containerd 2.3
     # still honours the old key bin_dir, folding it into bin_dirs: no defect of the effective config.)
     ("cni_import", "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
@@ -145,6 +147,12 @@ def test_the_effective_config_check_fails_on_a_planted_defect(written_config, tm
         text = f"imports = ['{override}']\n" + text
         assert expect.containerd_config_problems(text, profile) == []  # the file alone looks right
     else:
+        # A pin that is not containerd's own default (internal/cri/config/config.go DefaultSandboxImage at
+        # v2.3.7 is pause:3.10.2), so that losing it shows in the effective config.
+        other = "registry.k8s.io/pause:3.10.1"
+        kube = {**profile.data.kubernetes, "pause_image": other}
+        profile = dataclasses.replace(profile, data=profiles.Attr.wrap({**profile.data, "kubernetes": kube}))
+        text = text.replace(str(PAUSE), other)
         text = text.replace("[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox =",
                             "[plugins.'io.containerd.cri.v1.images']\n  sandbox_image =")
     written_config.write_text(text)
