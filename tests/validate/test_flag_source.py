@@ -8,12 +8,14 @@ are built; the module is already in the Go module cache after scripts/build-tool
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 import pytest
 import yaml
 
+from k4w import pinned_tools
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_source
 
@@ -105,3 +107,23 @@ def test_the_1_37_tables_hold_the_flags_k4w_renders_and_refuse_the_removed_pause
     assert "pod-infra-container-image" not in kubelet["flags"] + kubelet["windows_only"]
     assert {"source-vip", "network-name", "enable-dsr"} <= set(proxy["windows_only"])
     assert proxy["modes"] == {"linux": ["iptables", "nftables"], "windows": ["kernelspace"]}
+
+
+# Flags the real binaries print that the tables leave out on purpose: the ones copied from global flag sets by
+# name (kubelet's AddGlobalFlags: --version, cadvisor's --housekeeping-interval; cobra's --help) and the ones the
+# source marks for removal (removed:).
+GLOBAL = {"kubelet": {"help", "version", "housekeeping-interval"}, "kube-proxy": {"help", "version"}}
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("binary,tool", [("kubelet", "kubernetes-node"), ("kube-proxy", "kubernetes-control-plane")])
+def test_the_linux_flags_of_the_table_are_the_ones_the_real_1_37_binary_prints(binary, tool):
+    """The pinned binary built from the same tag (scripts/build-tools) lists its Linux flags in --help: the
+    table must hold every one of them but the deliberate omissions, and nothing it lacks."""
+    program = pinned_tools.require(tool, binary)
+    helped = set(re.findall(r"^\s+(?:-\w, )?--([a-z0-9-]+)", subprocess.run(
+        [str(program), "--help"], capture_output=True, text=True, timeout=60).stdout, re.M))
+    table = yaml.safe_load((flag_source.Path(flag_source.__file__).parent / "facts" / f"{binary}-1.37.yml").read_text())
+    listed = set(table["flags"]) | set(table.get("linux_only") or [])
+    assert listed - helped == set()
+    assert helped - listed == GLOBAL[binary] | (set(table.get("removed") or {}) & helped)
