@@ -40,6 +40,9 @@ class Kube:
     # Which templates/manifests/flannel/<name>.yaml.j2 renders kube-flannel.yaml (the era's shape).
     flannel_manifest: str | None = None
     flannel_cni_plugin_image: str | None = None  # the init image that installs Flannel's CNI binary
+    # kube-proxy's mode in the rendered KubeProxyConfiguration (kubernetes.kube_proxy_mode); None: the seed
+    # era's kubeadm config, which leaves it to kube-proxy's default.
+    kube_proxy_mode: str | None = None
 
 
 # The container runtimes a profile may name under components:, in the order kube_era looks for them.
@@ -65,6 +68,7 @@ def kube_era(master: Profile) -> Kube:
         cri_socket=k.get("cri_socket"),
         flannel_manifest=k.get("flannel_manifest"),
         flannel_cni_plugin_image=k.get("flannel_cni_plugin_image"),
+        kube_proxy_mode=k.get("kube_proxy_mode"),
     )
 
 

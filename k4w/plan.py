@@ -12,7 +12,7 @@ from .profiles import Profile
 
 
 def _image_tag(image: str | None) -> str | None:
-    """registry/name:v0.28.9 -> v0.28.9 (a digest or a bare name gives None)."""
+    """registry/name:v0.28.10 -> v0.28.10 (a digest or a bare name gives None)."""
     if not image or "@" in image:
         return None
     name, _, tag = image.rpartition(":")

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from . import sources
+from . import kubeadm_apis, sources
 from .errors import K4wError
 
 # Keys every profile must carry, because config validation and rendering depend on them.
@@ -104,6 +104,8 @@ def _load(name: str, box_dirs: tuple[Path, ...]) -> Profile:
         raise K4wError(f"{path}: missing keys {', '.join(missing)}")
     if raw["name"] != name:
         raise K4wError(f"{path}: 'name' is {raw['name']!r}, expected {name!r} (the file name)")
+    if isinstance(raw["kubernetes"], dict):
+        kubeadm_apis.check_profile(path, raw["kubernetes"])
     timeout = (raw.get("build") or {}).get("timeout_minutes")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise K4wError(f"{path}: build.timeout_minutes must be a positive number of minutes, not {timeout!r}")

@@ -258,9 +258,13 @@ def _master_ip(cluster: Cluster) -> str:
 
 def pinned_flags(cluster: Cluster, out: Path) -> Result:
     res = Result("flags of the pinned binaries", "flag tables from upstream source")
-    from . import flag_rules
+    from . import flag_rules, proxy_mode_rules
 
     res.checked, res.problems = flag_rules.check(cluster, out)
+    # kube-proxy's mode is a value of a flag (Windows) or of its config (Linux), held against the same tables.
+    checked, problems = proxy_mode_rules.check(cluster, out)
+    res.checked += checked
+    res.problems += problems
     return res
 
 
@@ -423,7 +427,7 @@ def _would_run_real_kubeadm(cluster: Cluster, out: Path, rendered: Collection[st
 
 def _would_check_flags(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return [f"# in this process: every kubelet, kube-proxy, flanneld and kubeadm flag in {out / 'nodes'}, "
-            f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/"]
+            f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/, and kube-proxy's explicit mode"]
 
 
 def _would_check_checksum_sources(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:

@@ -8,7 +8,7 @@ scripts/build-tools; k4w.pinned_tools) reads:
   which runs init's phases against that config (certificates, kubeconfigs, static Pod manifests,
   kubelet config, the objects init would create) without a node: its preflight checks are the node's
   (a CRI socket, a kubelet, sysctls), so they are ignored here, and its files go to a private
-  temporary folder (KUBEADM_INIT_DRYRUN_DIR, cmd/kubeadm/app/constants/constants.go at v1.35.4);
+  temporary folder (KUBEADM_INIT_DRYRUN_DIR, cmd/kubeadm/app/constants/constants.go at v1.37.2);
 - every worker's join configuration as cluster-up builds it (k4w.cluster.join_config.document, with
   the sample token and CA hash: the real ones exist only during cluster-up), with `kubeadm config
   validate`. Built here without join_config's own field-table check, so kubeadm judges it alone.
@@ -32,12 +32,12 @@ from ..cluster import join_config
 from ..cluster_model import Cluster
 
 TOOL, PROGRAM = "kubernetes-node", "kubeadm"
-# The kubeadm API the pinned kubeadm (1.35) reads and writes.
+# The kubeadm API the pinned kubeadm (1.37) reads and writes: its only one (k4w.kubeadm_apis).
 API = join_config.V1BETA4
 # kubeadm init's preflight checks what the machine it runs on has (the CRI socket, a kubelet
 # binary, sysctls, swap, root): this host is no node, so they are ignored; config errors come first.
 DRY_RUN_FLAGS = ("--dry-run", "--ignore-preflight-errors=all")
-# Where kubeadm init --dry-run writes instead of /etc/kubernetes/tmp (constants.go at v1.35.4).
+# Where kubeadm init --dry-run writes instead of /etc/kubernetes/tmp (constants.go at v1.37.2).
 DRY_RUN_DIR_ENV = "KUBEADM_INIT_DRYRUN_DIR"
 # Seconds one kubeadm call may take: validate takes ~0.3 s, the dry run ~2 s on a quiet core.
 TIMEOUT_S = 120

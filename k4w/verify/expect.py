@@ -131,10 +131,10 @@ def container_runtime(profile: Profile) -> str:
 def containerd_config_problems(text: str, profile: Profile, effective: bool = False) -> list[str]:
     """What a containerd config.toml lacks of the profile: config version 3, the pause image under
     the CRI images plugin's pinned_images.sandbox, runc's cgroup driver, the CNI dirs
-    (containerd docs/cri/config.md at v2.3.2).
+    (containerd docs/cri/config.md at v2.3.7).
 
     effective: text is `containerd config dump`, containerd's own view after it migrated the file to
-    its latest config version (4 in containerd 2.3: containerd@v2.3.2 version/version.go ConfigVersion,
+    its latest config version (4 in containerd 2.3: containerd@v2.3.7 version/version.go ConfigVersion,
     RELEASES.md "Daemon Configuration": migrated at every start, the file left unchanged), so any
     version from 3 on is right there."""
     import tomllib
@@ -163,7 +163,7 @@ def containerd_config_problems(text: str, profile: Profile, effective: bool = Fa
 
 
 # The CRI of containerd 2.x: the gRPC service the kubelet talks to and the two CRI plugins it is built
-# on (containerd@v2.3.2 plugins/cri/cri.go, plugins/cri/images/plugin.go, plugins/cri/runtime/plugin.go:
+# on (containerd@v2.3.7 plugins/cri/cri.go, plugins/cri/images/plugin.go, plugins/cri/runtime/plugin.go:
 # Type and ID of each registration), as `ctr plugins ls` lists them (TYPE ID PLATFORMS STATUS,
 # cmd/ctr/commands/plugins/plugins.go at the same tag: STATUS ok, skip or error).
 CRI_PLUGINS = (("io.containerd.grpc.v1", "cri"), ("io.containerd.cri.v1", "images"), ("io.containerd.cri.v1", "runtime"))

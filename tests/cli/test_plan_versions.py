@@ -42,5 +42,5 @@ def test_plan_shows_a_modern_master_beside_its_windows_worker(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     table = _versions(result.stdout)
     assert table[""] == ["ubuntu-2404", "windows-2022"]
-    assert table["Kubernetes"][0] == "1.35.4" and table["kubeadm API"][0] == "v1beta4"
-    assert table["Flannel"][0] == "v0.28.9"
+    assert table["Kubernetes"][0] == "1.37.2" and table["kubeadm API"][0] == "v1beta4"
+    assert table["Flannel"][0] == "v0.28.10"

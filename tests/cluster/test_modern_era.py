@@ -13,8 +13,8 @@ import yaml
 from k4w.validate import manifest_rules as checks
 from tests.helpers import MODERN_BOXES, MODERN_ENV as ENV, invoke, modern_config, tree_digest, write_config
 
-# Flannel v0.28.9's images (flannel-io/flannel Documentation/kube-flannel.yml at 5cd0d526).
-FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v0.28.9"
+# Flannel v0.28.10's images (flannel-io/flannel Documentation/kube-flannel.yml at v0.28.10).
+FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v0.28.10"
 CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:v1.9.1-flannel1"
 
 
@@ -43,7 +43,7 @@ def test_v1beta4_kubeadm_config_uses_arg_lists_and_timeouts(tmp_path):
     # kubeadm waits for the control plane as long as cluster-up waits for a node
     assert init["timeouts"] == {"controlPlaneComponentHealthCheck": "1200s"}
     assert "timeoutForControlPlane" not in json.dumps(docs)
-    assert cluster["kubernetesVersion"] == "v1.35.4" and cluster["imageRepository"] == "registry.k8s.io"
+    assert cluster["kubernetesVersion"] == "v1.37.2" and cluster["imageRepository"] == "registry.k8s.io"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
     assert proxy["clusterCIDR"] == "10.244.0.0/16"
     assert kubelet["clusterDNS"] == ["10.96.0.10"] and kubelet["cgroupDriver"]
@@ -138,11 +138,11 @@ def test_the_runtime_component_decides_the_kubelet_cgroup_driver(tmp_path):
         data["components"] = components
         return Profile("ubuntu-2404", MODERN_BOXES / "ubuntu-2404.yml", Attr.wrap(data))
 
-    modern = kube_era(profile({"containerd": {"version": "2.3.2", "cgroup_driver": "systemd"}}))
+    modern = kube_era(profile({"containerd": {"version": "2.3.7", "cgroup_driver": "systemd"}}))
     assert (modern.runtime, modern.cgroup_driver) == ("containerd", "systemd")
     seed = kube_era(profile({"docker": {"version": "17.03.2", "cgroup_driver": "cgroupfs"}}))
     assert (seed.runtime, seed.cgroup_driver) == ("docker", "cgroupfs")
-    unset = kube_era(profile({"containerd": {"version": "2.3.2"}}))
+    unset = kube_era(profile({"containerd": {"version": "2.3.7"}}))
     expected = checks.Expected("10.244.0.0/16", "10.96.0.0/12", "10.96.0.10", "vxlan", "cluster.local", runtime=unset.runtime)
     docs = [{"kind": "ClusterConfiguration", "networking": {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12",
                                                             "dnsDomain": "cluster.local"}},

@@ -59,11 +59,11 @@ def test_an_image_at_another_version_than_its_pinned_tool_is_refused(tmp_path, m
     """Planted: the lock's etcd one patch release off kubeadm's DefaultEtcdVersion."""
     names = cluster_images.required(rendered(tmp_path))
     lock = yaml.safe_load(pinned_tools.LOCK_FILE.read_text(encoding="utf-8"))
-    lock["tools"]["etcd"]["version"] = "v3.6.5"
+    lock["tools"]["etcd"]["version"] = "v3.6.6"
     planted = tmp_path / "lock.yml"
     planted.write_text(yaml.safe_dump(lock), encoding="utf-8")
     monkeypatch.setattr(pinned_tools, "LOCK_FILE", planted)
-    with pytest.raises(E2EError, match=r"registry.k8s.io/etcd:3.6.6-0: the pinned etcd is v3.6.5"):
+    with pytest.raises(E2EError, match=r"registry.k8s.io/etcd:3.7.0-0: the pinned etcd is v3.6.6"):
         cluster_images.check_names(names)
 
 
@@ -103,7 +103,7 @@ def test_every_command_of_the_flannel_manifest_is_a_file_of_its_image(tmp_path):
 
 def test_kubeadm_s_commands_are_on_the_control_plane_images_path():
     """kubeadm's static pods call kube-apiserver, kube-controller-manager, kube-scheduler and etcd by
-    name (k8s.io/kubernetes@v1.35.4 cmd/kubeadm/app/phases/controlplane/manifests.go, etcd/local.go)."""
+    name (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/phases/controlplane/manifests.go, etcd/local.go)."""
     path = oci_archive.DEFAULT_PATH.split("=", 1)[1].split(":")
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
         (program,) = cluster_images.RECIPES[name].programs

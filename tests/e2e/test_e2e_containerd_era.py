@@ -94,8 +94,8 @@ def test_the_real_files_have_the_release_layouts_and_the_run_pins_their_digests(
     assert members("cni") == [".", "./bridge", "./host-local", "./loopback", "./portmap"]
     assert members("kubernetes") == ["kubernetes", "kubernetes/node", "kubernetes/node/bin", "kubernetes/node/bin/kubeadm",
                                      "kubernetes/node/bin/kubectl", "kubernetes/node/bin/kubelet"]
-    runc = served.paths["/github.com/opencontainers/runc/releases/download/v1.4.3/runc.amd64"]
-    assert runc == (tmp_path / "tools" / "runc-v1.4.3" / "bin" / "runc").read_bytes()  # the program, no archive
+    runc = served.paths["/github.com/opencontainers/runc/releases/download/v1.5.2/runc.amd64"]
+    assert runc == (tmp_path / "tools" / "runc-v1.5.2" / "bin" / "runc").read_bytes()  # the program, no archive
     # The pins are the digests of exactly what is served, for the profile's URLs, and apply to it.
     pins = served.pins["ubuntu-2404-e2e"]
     for path, name in by_url.items():
@@ -131,9 +131,9 @@ def test_the_runs_pins_reach_the_fetch_and_the_guests_own_check(tmp_path, monkey
 
 def test_a_missing_tool_cache_names_scripts_build_tools(tmp_path, monkeypatch):
     cache = _tool_cache(tmp_path / "tools")
-    (cache / "runc-v1.4.3" / "build.json").unlink()  # an unfinished build counts as missing
+    (cache / "runc-v1.5.2" / "build.json").unlink()  # an unfinished build counts as missing
     monkeypatch.setenv("K4W_TOOLS_DIR", str(cache))
-    with pytest.raises(ToolMissing, match=r"'runc \(runc v1.4.3, tools/lock.yml\)' is not installed. Install it with: "
+    with pytest.raises(ToolMissing, match=r"'runc \(runc v1.5.2, tools/lock.yml\)' is not installed. Install it with: "
                                           r"scripts/build-tools"):
         mirror.for_profile(_ci_profile(monkeypatch), "now")
 
@@ -142,8 +142,8 @@ def test_a_cache_of_another_version_or_a_digest_in_the_profile_is_refused(tmp_pa
     monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
     profile = _ci_profile(monkeypatch)
     lock = pinned_tools.lock()
-    monkeypatch.setattr(pinned_tools, "lock", lambda: {**lock, "runc": {**lock["runc"], "version": "v1.4.4"}})
-    with pytest.raises(E2EError, match="tools/lock.yml builds runc v1.4.4, but the CI profile pins runc 1.4.3"):
+    monkeypatch.setattr(pinned_tools, "lock", lambda: {**lock, "runc": {**lock["runc"], "version": "v1.5.3"}})
+    with pytest.raises(E2EError, match="tools/lock.yml builds runc v1.5.3, but the CI profile pins runc 1.5.2"):
         mirror.for_profile(profile, "now")
     monkeypatch.setattr(pinned_tools, "lock", lambda: lock)
     stale = dataclasses.replace(profile, data=profiles.Attr.wrap(
@@ -160,13 +160,13 @@ def test_the_seed_era_names_its_stand_ins(monkeypatch):
 
 
 @pytest.mark.parametrize("tool, program, args, answer", [
-    ("containerd", "containerd", "--version", "containerd github.com/containerd/containerd/v2 v2.3.2 "),
-    ("containerd", "ctr", "--version", "ctr github.com/containerd/containerd/v2 v2.3.2"),
-    ("runc", "runc", "--version", "runc version 1.4.3"),
+    ("containerd", "containerd", "--version", "containerd github.com/containerd/containerd/v2 v2.3.7 "),
+    ("containerd", "ctr", "--version", "ctr github.com/containerd/containerd/v2 v2.3.7"),
+    ("runc", "runc", "--version", "runc version 1.5.2"),
     ("cni-plugins", "bridge", "--version", "CNI bridge plugin v1.9.1"),
-    ("kubernetes-node", "kubeadm", "version -o short", "v1.35.4"),
-    ("kubernetes-node", "kubelet", "--version", "Kubernetes v1.35.4"),
-    ("kubernetes-node", "kubectl", "version --client", "Client Version: v1.35.4"),
+    ("kubernetes-node", "kubeadm", "version -o short", "v1.37.2"),
+    ("kubernetes-node", "kubelet", "--version", "Kubernetes v1.37.2"),
+    ("kubernetes-node", "kubectl", "version --client", "Client Version: v1.37.2"),
 ])
 def test_the_pinned_tool_cache_answers_what_the_steps_and_the_spec_ask(tool, program, args, answer):
     """The REAL programs the CI box gets (scripts/build-tools must have built them: a missing one
@@ -181,7 +181,7 @@ def test_the_pinned_tool_cache_answers_what_the_steps_and_the_spec_ask(tool, pro
 
 def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
     """The CI box renders through the Ubuntu template's qemu builder beside a seed-era master (a
-    1.35 master needs the kubeadm v1beta4 template of the modern stack)."""
+    1.37 master needs the kubeadm v1beta4 template of the modern stack)."""
     use_sources(monkeypatch, box_folders=(E2E_BOXES,))
     data = config_dict()
     data["nodes"][1]["box"] = "ubuntu-2404-e2e"
@@ -218,13 +218,13 @@ def test_a_check_about_a_component_applies_only_to_boxes_that_pin_it():
 
 def test_the_spec_reads_the_config_the_step_writes(monkeypatch):
     modern = _profile(monkeypatch, "ubuntu-2404")
-    good = ("version = 3\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = 'registry.k8s.io/pause:3.10.1'\n"
+    good = ("version = 3\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = 'registry.k8s.io/pause:3.10.2'\n"
             "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
             "[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/opt/cni/bin']\n  conf_dir = '/etc/cni/net.d'\n")
     assert expect.containerd_config_problems(good, modern) == []
-    v2 = good.replace("version = 3", "version = 2").replace("3.10.1", "3.10.2").replace("= true", "= false")
+    v2 = good.replace("version = 3", "version = 2").replace("3.10.2", "3.10.1").replace("= true", "= false")
     assert expect.containerd_config_problems(v2, modern) == [
-        "version is 2, not 3 (containerd 2.x)", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.1",
+        "version is 2, not 3 (containerd 2.x)", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.2",
         "runc's SystemdCgroup is not true (components.containerd.cgroup_driver)"]
     assert expect.containerd_config_problems("version = [", modern)[0].startswith("not valid TOML")
 
@@ -253,11 +253,11 @@ def test_the_kubeadm_release_check_passes_the_real_kubeadm_and_fails_on_planted_
     kubeadm = pinned_tools.require("kubernetes-node", "kubeadm")
     real = subprocess.run([str(kubeadm), "version", "-o", "json"], capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr
-    assert expect.kubeadm_version_problems(real.stdout, "1.35.4") == []
+    assert expect.kubeadm_version_problems(real.stdout, "1.37.2") == []
     # Planted: another release; a tree built without the version ldflags; a version-line-only program.
-    assert expect.kubeadm_version_problems(real.stdout, "1.35.5") == ["gitVersion is 'v1.35.4', not 'v1.35.5'"]
+    assert expect.kubeadm_version_problems(real.stdout, "1.37.3") == ["gitVersion is 'v1.37.2', not 'v1.37.3'"]
     unstamped = json.loads(real.stdout)
     unstamped["clientVersion"].update(gitVersion="v0.0.0-master+$Format:%H$", gitTreeState="")
-    assert expect.kubeadm_version_problems(json.dumps(unstamped), "1.35.4") == [
-        "gitVersion is 'v0.0.0-master+$Format:%H$', not 'v1.35.4'", "gitTreeState is '', not 'clean'"]
-    assert expect.kubeadm_version_problems("v1.35.4\n", "1.35.4")[0].startswith("not kubeadm's version record")
+    assert expect.kubeadm_version_problems(json.dumps(unstamped), "1.37.2") == [
+        "gitVersion is 'v0.0.0-master+$Format:%H$', not 'v1.37.2'", "gitTreeState is '', not 'clean'"]
+    assert expect.kubeadm_version_problems("v1.37.2\n", "1.37.2")[0].startswith("not kubeadm's version record")

@@ -612,7 +612,7 @@ def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base
     assert "packer/ubuntu-2404-e2e.pkr.hcl" in text and "test_ssh_target(ubuntu-2404-e2e" in text
     assert "    box: ubuntu-2404-e2e\n" in text  # the rendered cluster.yml's node uses it
     assert f"base image {shared}/" in text and f"-kernel {shared}/current/vmlinuz" in text
-    assert "containerd-2.3.2-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text
+    assert "containerd-2.3.7-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text
 
 
 def test_an_unknown_ci_box_is_refused_naming_the_ones_there_are(tmp_path):

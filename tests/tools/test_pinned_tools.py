@@ -38,14 +38,14 @@ def test_every_lock_entry_says_what_it_is_and_why():
 # (tool, program, arguments, what its output must hold): each program's own version report.
 VERSION_REPORTS = [
     ("packer", "packer", ["version"], "Packer v1.9.4"),
-    ("containerd", "containerd", ["--version"], " v2.3.2"),
-    ("containerd", "ctr", ["--version"], " v2.3.2"),
-    ("runc", "runc", ["--version"], "runc version 1.4.3"),
+    ("containerd", "containerd", ["--version"], " v2.3.7"),
+    ("containerd", "ctr", ["--version"], " v2.3.7"),
+    ("runc", "runc", ["--version"], "runc version 1.5.2"),
     ("cni-plugins", "bridge", [], "CNI bridge plugin v1.9.1"),
     ("cni-plugins", "host-local", [], "CNI host-local plugin v1.9.1"),
-    ("kubernetes-node", "kubeadm", ["version", "-o", "short"], "v1.35.4"),
-    ("kubernetes-node", "kubelet", ["--version"], "Kubernetes v1.35.4"),
-    ("kubernetes-node", "kubectl", ["version", "--client"], "Client Version: v1.35.4"),
+    ("kubernetes-node", "kubeadm", ["version", "-o", "short"], "v1.37.2"),
+    ("kubernetes-node", "kubelet", ["--version"], "Kubernetes v1.37.2"),
+    ("kubernetes-node", "kubectl", ["version", "--client"], "Client Version: v1.37.2"),
 ]
 
 

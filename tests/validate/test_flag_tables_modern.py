@@ -1,6 +1,6 @@
-"""The flag tables of the modern stack (kubelet and kube-proxy 1.35, flanneld 0.28.9) and the
-windows-2022 node's rendered arguments held against them: a flag a 1.35 binary lacks, above all
---pod-infra-container-image, fails validation."""
+"""The flag tables of the modern stack (kubelet and kube-proxy 1.37, flanneld 0.28.10) and the
+windows-2022 node's rendered arguments held against them: a flag a 1.37 binary lacks, above all
+--pod-infra-container-image, or one its source marks for removal, fails validation."""
 
 from __future__ import annotations
 
@@ -29,26 +29,44 @@ def test_the_windows_2022_node_passes_only_flags_its_binaries_have(modern_node):
     checked, problems = flag_rules.check(cluster, out)
     assert problems == []
     assert {f"nodes/{NODE}/kubelet.args", f"nodes/{NODE}/kube-proxy.args", f"nodes/{NODE}/flanneld.args"} <= set(checked)
-    assert flag_rules.known_flags("kubelet", "1.35.4", "windows") is not None
-    assert flag_rules.known_flags("flanneld", "0.28.9", "windows") is not None
+    assert flag_rules.known_flags("kubelet", "1.37.2", "windows") is not None
+    assert flag_rules.known_flags("flanneld", "0.28.10", "windows") is not None
 
 
-def test_the_pause_flag_is_never_rendered_for_kubelet_1_35(modern_node):
+def test_the_pause_flag_is_never_rendered_for_kubelet_1_37(modern_node):
     _, out = modern_node
     assert "pod-infra-container-image" not in (out / "nodes" / NODE / "kubelet.args").read_text()
-    table = yaml.safe_load((flag_rules.FACTS / "kubelet-1.35.yml").read_text())
-    assert "pod-infra-container-image" not in table["flags"] and "pod-infra-container-image" in table["removed"]
+    table = yaml.safe_load((flag_rules.FACTS / "kubelet-1.37.yml").read_text())
+    assert "pod-infra-container-image" not in table["flags"] + table["windows_only"]
 
 
-def test_a_pause_flag_added_for_kubelet_1_35_fails_both_checks(modern_node):
+def test_a_pause_flag_added_for_kubelet_1_37_fails_both_checks(modern_node):
     cluster, out = modern_node
     args = out / "nodes" / NODE / "kubelet.args"
-    args.write_text(args.read_text() + "--pod-infra-container-image=registry.k8s.io/pause:3.10.1\n")
+    args.write_text(args.read_text() + "--pod-infra-container-image=registry.k8s.io/pause:3.10.2\n")
     _, problems = flag_rules.check(cluster, out)
-    assert problems == [f"nodes/{NODE}/kubelet.args:{len(args.read_text().splitlines())}: kubelet 1.35.4 has no flag "
+    assert problems == [f"nodes/{NODE}/kubelet.args:{len(args.read_text().splitlines())}: kubelet 1.37.2 has no flag "
                         "--pod-infra-container-image (k4w/validate/facts/, read from upstream source at that tag)"]
     agreement = manifest_rules.check_manifests(out, cluster)
-    assert any("--pod-infra-container-image is rendered for kubelet 1.35.4" in p for p in agreement), agreement
+    assert any("--pod-infra-container-image is rendered for kubelet 1.37.2" in p for p in agreement), agreement
+
+
+@pytest.mark.parametrize("binary,args_file,flag", [
+    # Both registered at v1.37.2 and marked for removal there (MarkDeprecated "... Will be removed"): the table
+    # lists them under removed:, so k4w never starts to depend on them.
+    ("kubelet", "kubelet.args", "--minimum-container-ttl-duration=1m"),
+    ("kube-proxy", "kube-proxy.args", "--healthz-port=10256"),
+])
+def test_a_flag_the_1_37_source_marks_for_removal_is_refused(modern_node, binary, args_file, flag):
+    cluster, out = modern_node
+    table = yaml.safe_load((flag_rules.FACTS / f"{binary}-1.37.yml").read_text())
+    name = flag[2:].split("=")[0]
+    assert name in table["removed"] and name not in table["flags"]
+    args = out / "nodes" / NODE / args_file
+    args.write_text(args.read_text() + flag + "\n")
+    _, problems = flag_rules.check(cluster, out)
+    assert problems == [f"nodes/{NODE}/{args_file}:{len(args.read_text().splitlines())}: {binary} 1.37.2 has no flag "
+                        f"--{name} (k4w/validate/facts/, read from upstream source at that tag)"]
 
 
 def test_the_seed_node_still_needs_its_pause_flag(tmp_path):
@@ -63,20 +81,20 @@ def test_the_seed_node_still_needs_its_pause_flag(tmp_path):
 def test_flanneld_0_28_takes_the_net_config_path_that_0_11_lacks(modern_node):
     _, out = modern_node
     assert "--net-config-path=C:\\k\\config\\net-conf.json" in (out / "nodes" / NODE / "flanneld.args").read_text().split()
-    assert "net-config-path" in flag_rules.known_flags("flanneld", "0.28.9", "windows")
+    assert "net-config-path" in flag_rules.known_flags("flanneld", "0.28.10", "windows")
     assert "net-config-path" not in flag_rules.known_flags("flanneld", "0.11.0", "windows")
 
 
-def test_kube_proxy_source_vip_exists_on_windows_1_35_only():
+def test_kube_proxy_source_vip_exists_on_windows_1_37_only():
     """start-node.ps1 of the containerd recipe appends --source-vip to the rendered kube-proxy args."""
-    assert {"source-vip", "network-name"} <= flag_rules.known_flags("kube-proxy", "1.35.4", "windows")
-    assert "source-vip" not in flag_rules.known_flags("kube-proxy", "1.35.4", "linux")
+    assert {"source-vip", "network-name"} <= flag_rules.known_flags("kube-proxy", "1.37.2", "windows")
+    assert "source-vip" not in flag_rules.known_flags("kube-proxy", "1.37.2", "linux")
     start_node = (flag_rules.FACTS.parents[2] / "guest" / "windows" / "node-containerd" / "start-node.ps1").read_text()
     assert '"--source-vip=$sourceVip"' in start_node
 
 
-@pytest.mark.parametrize("table", ["kubelet-1.35.yml", "kube-proxy-1.35.yml", "flanneld-0.28.9.yml"])
-def test_the_modern_tables_say_which_commit_they_were_read_at(table):
+@pytest.mark.parametrize("table", ["kubelet-1.37.yml", "kube-proxy-1.37.yml", "flanneld-0.28.10.yml"])
+def test_the_modern_tables_say_which_module_zip_they_were_read_from(table):
     data = yaml.safe_load((flag_rules.FACTS / table).read_text())
-    assert len(data["source"]["commit"]) == 40 and data["source"]["files"]
+    assert all(m["module_zip"].startswith("h1:") and m["files"] for m in data["source"]["modules"])
     assert data["flags"] == sorted(data["flags"]) and len(data["flags"]) == len(set(data["flags"]))

@@ -99,17 +99,17 @@ def test_a_missing_kubeadm_names_scripts_build_tools(tmp_path, monkeypatch):
     with pytest.raises(ToolMissing) as caught:
         kubeadm_real.check(cluster, out)
     assert str(caught.value) == (
-        "'kubeadm (kubernetes-node v1.35.4, tools/lock.yml)' is not installed. Install it with: scripts/build-tools "
-        f"(it builds into {tmp_path / 'empty-cache' / 'kubernetes-node-v1.35.4'}; K4W_TOOLS_DIR moves the cache)")
+        "'kubeadm (kubernetes-node v1.37.2, tools/lock.yml)' is not installed. Install it with: scripts/build-tools "
+        f"(it builds into {tmp_path / 'empty-cache' / 'kubernetes-node-v1.37.2'}; K4W_TOOLS_DIR moves the cache)")
 
 
 def test_a_kubeadm_of_another_release_is_refused(tmp_path, monkeypatch):
     cluster, _ = _modern_cluster(tmp_path, monkeypatch)
     assert kubeadm_real._version_problems(cluster, Path("kubeadm")) == []
     lock = pinned_tools.lock()
-    monkeypatch.setattr(pinned_tools, "lock", lambda: {**lock, "kubernetes-node": {**lock["kubernetes-node"], "version": "v1.35.5"}})
+    monkeypatch.setattr(pinned_tools, "lock", lambda: {**lock, "kubernetes-node": {**lock["kubernetes-node"], "version": "v1.37.3"}})
     assert kubeadm_real._version_problems(cluster, Path("kubeadm")) == [
-        "the cluster runs Kubernetes 1.35.4, the pinned kubeadm (kubeadm) is v1.35.5 (tools/lock.yml kubernetes-node): "
+        "the cluster runs Kubernetes 1.37.2, the pinned kubeadm (kubeadm) is v1.37.3 (tools/lock.yml kubernetes-node): "
         "it would judge the config by another release's rules; pin the same release in both"]
 
 

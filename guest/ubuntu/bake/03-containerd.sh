@@ -5,7 +5,7 @@
 #   KillMode=process, no task/process limits, the overlay module loaded first);
 # - runc into /usr/local/sbin: containerd's release tarball carries no runc;
 # - the CNI plugins into /opt/cni/bin, and the CNI conf dir /etc/cni/net.d (Flannel writes there);
-# - /etc/containerd/config.toml, config version 3 (containerd 2.x; docs/cri/config.md at v2.3.2):
+# - /etc/containerd/config.toml, config version 3 (containerd 2.x; docs/cri/config.md at v2.3.7):
 #   runc with the systemd cgroup driver, the pause image under the CRI images plugin's
 #   pinned_images.sandbox (kubelet 1.34+ has no --pod-infra-container-image), the CNI dirs.
 # Then containerd runs, its socket answers, and its effective config shows the pinned pause image.
@@ -32,7 +32,7 @@ CNI_BIN_DIR=/opt/cni/bin
 CNI_CONF_DIR=/etc/cni/net.d
 CONFIG=/etc/containerd/config.toml
 UNIT=/etc/systemd/system/containerd.service
-# containerd's default CRI socket on Linux (defaults/defaults_linux.go at v2.3.2).
+# containerd's default CRI socket on Linux (defaults/defaults_linux.go at v2.3.7).
 SOCKET=/run/containerd/containerd.sock
 # Seconds containerd may take to answer on its socket after a (re)start before the build fails.
 CONTAINERD_READY_TIMEOUT=120
@@ -48,7 +48,7 @@ case "$K4W_CONTAINERD_CGROUP_DRIVER" in
     *) k4w_die "K4W_CONTAINERD_CGROUP_DRIVER must be systemd or cgroupfs, not '${K4W_CONTAINERD_CGROUP_DRIVER}'" ;;
 esac
 [[ $K4W_PAUSE_IMAGE =~ ^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9./_-]+:[A-Za-z0-9._-]+$ ]] ||
-    k4w_die "K4W_PAUSE_IMAGE is not an image reference such as registry.k8s.io/pause:3.10.1: '${K4W_PAUSE_IMAGE}'"
+    k4w_die "K4W_PAUSE_IMAGE is not an image reference such as registry.k8s.io/pause:3.10.2: '${K4W_PAUSE_IMAGE}'"
 k4w_distro >/dev/null
 
 restart=0

@@ -1,7 +1,7 @@
 # 03-containerd.ps1 - containerd from the release tarball (checksum-verified) into
 # C:\Program Files\containerd, its config.toml, and the "containerd" service (automatic start,
 # the build's proxy in its environment). The kubelet reaches it on K4W_RUNTIME_ENDPOINT, the named
-# pipe containerd serves by default on Windows (defaults/defaults_windows.go at v2.3.2).
+# pipe containerd serves by default on Windows (defaults/defaults_windows.go at v2.3.7).
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -19,10 +19,10 @@ $ctr = Join-Path $installDir 'ctr.exe'
 # containerd's default --config on Windows (defaults.DefaultConfigDir\config.toml), so the
 # registered service needs no arguments beyond its own.
 $configFile = Join-Path $installDir 'config.toml'
-# What the release tarball holds under bin\ (Makefile.windows BINARIES + WINDOWS_SHIM at v2.3.2).
+# What the release tarball holds under bin\ (Makefile.windows BINARIES + WINDOWS_SHIM at v2.3.7).
 $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 
-# The configuration, schema version 3 (containerd 2.x; docs/cri/config.md at v2.3.2). Each key is
+# The configuration, schema version 3 (containerd 2.x; docs/cri/config.md at v2.3.7). Each key is
 # checked against that document by tests/bake/windows/test_windows_containerd.py:
 # - pinned_images.sandbox: the pause image the CRI plugin runs every pod sandbox from; since
 #   kubelet 1.35 has no --pod-infra-container-image this is its only home. The kubelet's image GC
@@ -47,7 +47,7 @@ function Test-ContainerdVersion {
     foreach ($binary in $binaries) {
         if (-not (Test-Path -LiteralPath (Join-Path $installDir $binary))) { return $false }
     }
-    # "containerd github.com/containerd/containerd/v2 v2.3.2 <commit>"
+    # "containerd github.com/containerd/containerd/v2 v2.3.7 <commit>"
     return [bool]((& $containerd --version) -match " v$([regex]::Escape($version))( |$)")
 }
 
@@ -79,7 +79,7 @@ if ($changed) { Write-K4wStep "containerd config written: $configFile" }
 if (-not (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue)) {
     # --log-file beside the other node services' logs; without it containerd logs to the Windows
     # event log only. --register-service keeps every other argument for the service's command line
-    # (containerd v2.3.2 cmd/containerd/command/service_windows.go, registerService).
+    # (containerd v2.3.7 cmd/containerd/command/service_windows.go, registerService).
     $logDir = Join-Path (Get-K4wEnv -Name 'K4W_NODE_DIR') 'logs'
     New-Item -ItemType Directory -Path $logDir -Force | Out-Null
     Invoke-K4wExe -FilePath $containerd -ArgumentList @('--register-service', '--log-file', (Join-Path $logDir 'containerd.log'))

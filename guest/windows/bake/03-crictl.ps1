@@ -14,8 +14,8 @@ New-Item -ItemType Directory -Path $nodeDir -Force | Out-Null
 
 function Test-CrictlVersion {
     if (-not (Test-Path -LiteralPath $crictl)) { return $false }
-    # "crictl version v1.35.0": hack/release.sh links pkg/version.Version to the tag, printed by
-    # vendor/github.com/urfave/cli/v2/help.go ("%v version %v") (both at cri-tools v1.35.0).
+    # "crictl version v1.37.0": hack/release.sh links pkg/version.Version to the tag, printed by
+    # github.com/urfave/cli/v2 v2.27.7 help.go ("%v version %v"), the version cri-tools v1.37.0 requires.
     return [bool]((& $crictl --version) -match " v$([regex]::Escape($version))$")
 }
 

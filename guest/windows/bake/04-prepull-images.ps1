@@ -41,7 +41,7 @@ foreach ($image in $images) {
     # The platform of this host (windows/amd64 with its build): the Windows variant of each
     # multi-arch image that runs process-isolated here, unpacked for the CRI's snapshotter.
     Write-K4wStep "pulling $reference"
-    # The labels a pull through the CRI sets (containerd v2.3.2 internal/cri/labels/labels.go,
+    # The labels a pull through the CRI sets (containerd v2.3.7 internal/cri/labels/labels.go,
     # images/image_pull.go getLabels): "managed" for every image, "pinned" for the sandbox image,
     # which the CRI's image store reports as pinned so the kubelet's image GC never removes it.
     $labels = @('--label', 'io.cri-containerd.image=managed')

@@ -10,7 +10,7 @@
   kubelet service; this script reads both at every start, as kubernetes-sigs/sig-windows-tools
   hostprocess/PrepareNode.ps1 (StartKubelet.ps1, at 6308ea8b) does, and appends the per-node flags
   cluster-up rendered into C:\k\config\kubelet.args (templates/nodes/windows-containerd/kubelet.args.j2;
-  every flag checked against k4w/validate/facts/kubelet-1.35.yml by invoke validate).
+  every flag checked against k4w/validate/facts/kubelet-1.37.yml by invoke validate).
   Arguments are passed as an array, never through Invoke-Expression: an empty value such as
   --resolv-conf= reaches the kubelet as it is written. Before a join (no kubeadm-flags.env) the
   kubelet cannot run: the script says so and exits non-zero, and NSSM retries.

@@ -21,7 +21,7 @@
 
   containerd's own root and state (C:\ProgramData\containerd\root, \state) are not listed:
   containerd creates them with the same two ACEs, protected ("D:P(A;OICI;GA;;;BA)(A;OICI;GA;;;SY)",
-  containerd/containerd@v2.3.2 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
+  containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
   cmd/containerd/server/server.go MkdirAllWithACL; commit c2be8504). The box spec checks them.
 #>
 [CmdletBinding()]

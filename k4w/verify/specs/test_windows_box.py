@@ -326,7 +326,7 @@ PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 # and a binary the kubelet service runs as LocalSystem.
 ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
 # containerd creates its root and state itself with SYSTEM + Administrators only
-# (containerd/containerd@v2.3.2 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
+# (containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
 # cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
 CONTAINERD_FOLDERS = ("C:\\ProgramData\\containerd\\root", "C:\\ProgramData\\containerd\\state")
 

@@ -9,6 +9,7 @@ ubuntu-2404-e2e with the real binaries (tests/e2e/harness/release_files.py); the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import tomllib
@@ -59,7 +60,7 @@ def served():
 def test_the_profile_pins_what_each_step_reads():
     env = step_env()
     assert env["K4W_CONTAINER_RUNTIME"] == "containerd"
-    assert env["K4W_CONTAINERD_FILE"] == "containerd-containerd-2.3.2-linux-amd64.tar.gz"
+    assert env["K4W_CONTAINERD_FILE"] == "containerd-containerd-2.3.7-linux-amd64.tar.gz"
     assert env["K4W_RUNC_FILE"] == "runc-runc.amd64" and env["K4W_PAUSE_IMAGE"] == PAUSE
     assert env["K4W_KUBE_CRI_SOCKET"] == "unix:///var/run/containerd/containerd.sock"
     assert "K4W_CONTAINERD_URL" not in env  # the guest never downloads: it copies from the build host
@@ -128,6 +129,7 @@ def test_the_real_containerd_reads_the_pins_of_the_config_step_03_writes(written
     # systemd cgroup driver off: the file we wrote still reads right, containerd does not.
     ("imports", "runc's SystemdCgroup is not true (components.containerd.cgroup_driver)"),
     # containerd 1.x's key name: containerd 2.x ignores it and falls back to its own default pause image.
+    # That default is pause:3.10.2 in 2.3.7, the very image ubuntu-2404 pins, so this case pins another.
     ("sandbox_image", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.1"),
     # An imported file moves the CNI plugin folder where 03-containerd.sh put none. (containerd 2.3
     # still honours the old key bin_dir, folding it into bin_dirs: no defect of the effective config.)
@@ -145,13 +147,19 @@ def test_the_effective_config_check_fails_on_a_planted_defect(written_config, tm
         text = f"imports = ['{override}']\n" + text
         assert expect.containerd_config_problems(text, profile) == []  # the file alone looks right
     else:
+        # A pin that is not containerd's own default (internal/cri/config/config.go DefaultSandboxImage at
+        # v2.3.7 is pause:3.10.2), so that losing it shows in the effective config.
+        other = "registry.k8s.io/pause:3.10.1"
+        kube = {**profile.data.kubernetes, "pause_image": other}
+        profile = dataclasses.replace(profile, data=profiles.Attr.wrap({**profile.data, "kubernetes": kube}))
+        text = text.replace(str(PAUSE), other)
         text = text.replace("[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox =",
                             "[plugins.'io.containerd.cri.v1.images']\n  sandbox_image =")
     written_config.write_text(text)
     assert expect.containerd_config_problems(_config_dump(written_config), profile, effective=True) == [problem]
 
 
-# `ctr plugins ls` as containerd@v2.3.2 prints it (cmd/ctr/commands/plugins/plugins.go), abridged.
+# `ctr plugins ls` as containerd@v2.3.7 prints it (cmd/ctr/commands/plugins/plugins.go), abridged.
 PLUGINS_LS = """TYPE                                      ID                       PLATFORMS      STATUS
 io.containerd.snapshotter.v1              overlayfs                linux/amd64    ok
 io.containerd.cri.v1                      images                   -              ok
@@ -206,7 +214,7 @@ def test_kubernetes_node_binaries_and_units_of_this_era_then_idempotent(tmp_path
     assert "After=network-online.target" in unit and "ExecStart=/usr/local/bin/kubelet" in unit
     drop_in = (root / "etc" / "systemd" / "system" / "kubelet.service.d" / "10-kubeadm.conf").read_text()
     assert "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS" in drop_in
-    assert "--pod-infra-container-image" not in drop_in  # removed from the kubelet in 1.35: containerd pins it
+    assert "--pod-infra-container-image" not in drop_in  # gone from the kubelet since 1.35: containerd pins it
     assert [r["path"] for r in site.requests] == [env['K4W_MEDIA_URL_PATH'] + env['K4W_KUBERNETES_FILE']]
     before = snapshot(root)
     res = run_step("04-kubernetes-node.sh", root, **{k: v for k, v in env.items() if k != "PACKER_HTTP_ADDR"})

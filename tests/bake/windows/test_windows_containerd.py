@@ -145,7 +145,7 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
 
 
 def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares_it():
-    # containerd v2.3.2: the CRI image store reports an image as pinned only with this label
+    # containerd v2.3.7: the CRI image store reports an image as pinned only with this label
     # (internal/cri/store/image/image.go), and only pulls through the CRI set it (image_pull.go).
     step = (ROOT / "guest" / "windows" / "bake" / "04-prepull-images.ps1").read_text()
     assert "'--label', 'io.cri-containerd.pinned=pinned'" in step

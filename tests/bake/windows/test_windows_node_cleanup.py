@@ -23,7 +23,7 @@ KUBE_CLEANUP = GUEST / "node" / "kube-cleanup.ps1"
 CRI_SANDBOXES = GUEST / "node" / "cri-sandboxes.ps1"
 CLUSTER_ROUTE = GUEST / "node" / "cluster-route.ps1"
 CLUSTER_IP = GUEST / "cluster" / "cluster-ip.ps1"
-CRICTL_FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / "crictl-1.35.0.yml").read_text())
+CRICTL_FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / "crictl-1.37.0.yml").read_text())
 PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
 
 
@@ -110,7 +110,7 @@ def test_node_json_carries_the_gateway_cluster_up_gives_cluster_ip(tmp_path):
 # ------------------------------------------------------------------ item 1: containerd's pod sandboxes
 
 def crictl_call_problems(source: bytes) -> list[str]:
-    """crictl arguments of cri-sandboxes.ps1 that cri-tools v1.35.0 does not have."""
+    """crictl arguments of cri-sandboxes.ps1 that cri-tools v1.37.0 does not have."""
     problems = []
     for call in calls(source):
         if call.name != "invoke-crictl":
@@ -185,9 +185,9 @@ def test_the_bake_installs_the_pinned_crictl_where_kube_cleanup_runs_it(render_w
     bake = (GUEST / "bake" / "03-crictl.ps1").read_text()
     assert "Get-K4wVerifiedFile -Component 'crictl'" in bake and "$crictl = Join-Path $nodeDir 'crictl.exe'" in bake
     env = render_windows(2, box="windows-2022").env("03-crictl.ps1")
-    assert env["K4W_CRICTL_VERSION"] == "1.35.0" and env["K4W_NODE_DIR"] == "C:\\k"
+    assert env["K4W_CRICTL_VERSION"] == "1.37.0" and env["K4W_NODE_DIR"] == "C:\\k"
     crictl = PROFILE["components"]["crictl"]
-    assert crictl["url"].endswith("/v1.35.0/crictl-v1.35.0-windows-amd64.tar.gz")
+    assert crictl["url"].endswith("/v1.37.0/crictl-v1.37.0-windows-amd64.tar.gz")
     assert crictl["sha256_url"] == crictl["url"] + ".sha256"
 
 

@@ -7,16 +7,16 @@ must never be imported under a name whose content is something else.
 
 Where the files go, as the upstream images have them, because the manifests rely on it:
 - kube-apiserver, -controller-manager, -scheduler: /usr/local/bin/<name>; kubeadm's static pods call
-  them by name (k8s.io/kubernetes@v1.35.4 cmd/kubeadm/app/phases/controlplane/manifests.go, `command :=
+  them by name (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/phases/controlplane/manifests.go, `command :=
   []string{"kube-apiserver"}`), so the image's PATH must reach /usr/local/bin.
 - kube-proxy: /usr/local/bin/kube-proxy (same release, cmd/kubeadm/app/phases/addons/proxy/manifests.go
   runs `/usr/local/bin/kube-proxy`), with iptables and conntrack, which it runs.
 - etcd: /usr/local/bin/etcd (cmd/kubeadm/app/phases/etcd/local.go: `command := []string{"etcd"}`).
 - CoreDNS: /coredns as the entrypoint (kubeadm's Deployment gives only `args: ["-conf", ...]`,
   cmd/kubeadm/app/phases/addons/dns/manifests.go).
-- pause: /pause as the entrypoint, as user 65535:65535 (k8s.io/kubernetes@v1.35.4 build/pause/Dockerfile).
+- pause: /pause as the entrypoint, as user 65535:65535 (k8s.io/kubernetes@v1.37.2 build/pause/Dockerfile).
 - flannel: /opt/bin/flanneld (entrypoint) and /opt/bin/install-conf, with iptables
-  (flannel-io/flannel@v0.28.9 (5cd0d526) images/Dockerfile); the manifest's install-cni init
+  (flannel-io/flannel@v0.28.10 images/Dockerfile); the manifest's install-cni init
   container runs /opt/bin/install-conf (Documentation/kube-flannel.yml at that tag).
 - flannel-cni-plugin: /flannel and a `cp` (the manifest's init container runs `cp -f /flannel ...`).
   Its binary is a SUBSTITUTE (tools/lock.yml flannel-cni-plugin): reported under `substitutes`.
@@ -109,9 +109,9 @@ class Recipe:
     user: str = ""                           # the image's USER, where upstream's sets one
 
     def tag_matches(self, tag: str, version: str) -> bool:
-        if tag.lstrip("v") == version.lstrip("v"):  # pause's lock version is v3.10.1, its tag 3.10.1
+        if tag.lstrip("v") == version.lstrip("v"):  # pause's lock version is v3.10.2, its tag 3.10.2
             return True
-        # etcd's tag adds an image revision to etcd's version (kubeadm DefaultEtcdVersion "3.6.6-0").
+        # etcd's tag adds an image revision to etcd's version (kubeadm DefaultEtcdVersion "3.7.0-0").
         return self.tool == "etcd" and tag.lstrip("v").split("-")[0] == version.lstrip("v")
 
 
@@ -136,7 +136,7 @@ RECIPES = {
 
 
 def split(name: str) -> tuple[str, str]:
-    """(repository's last path element, tag) of an image name: registry.k8s.io/coredns/coredns:v1.13.1 -> coredns, v1.13.1."""
+    """(repository's last path element, tag) of an image name: registry.k8s.io/coredns/coredns:v1.14.6 -> coredns, v1.14.6."""
     repository, _, tag = name.rpartition(":")
     if not repository or "/" in tag:
         raise E2EError(f"image {name!r} has no tag")
@@ -271,7 +271,7 @@ def image(name: str) -> tuple[Image, dict[str, str]]:
 
 
 def archive_name(name: str) -> str:
-    """A file name for an image name: registry.k8s.io/etcd:3.6.6-0 -> registry.k8s.io_etcd_3.6.6-0.tar."""
+    """A file name for an image name: registry.k8s.io/etcd:3.7.0-0 -> registry.k8s.io_etcd_3.7.0-0.tar."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".tar"
 
 

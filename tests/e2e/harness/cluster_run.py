@@ -60,7 +60,7 @@ CLUSTER_BUDGET_S = sum(BUDGETS.values())
 # Sorts before the base image's catch-all DHCP file (base_image.FILES 10-k4w-dhcp.network): the first
 # .network file that matches a link configures it (systemd.network(5)).
 CLUSTER_NETWORK_FILE = "/etc/systemd/network/05-k4w-cluster.network"
-# kubeadm's control-plane taint (k8s.io/kubernetes@v1.35.4 cmd/kubeadm/app/constants LabelNodeRoleControlPlane).
+# kubeadm's control-plane taint (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/constants LabelNodeRoleControlPlane).
 CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane"
 # The test workload's image: the host's busybox, under a name in the .invalid TLD (RFC 2606), which no
 # registry can serve, with imagePullPolicy Never.

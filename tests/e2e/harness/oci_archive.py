@@ -10,7 +10,7 @@ One image per archive, one uncompressed layer, for linux/amd64:
                                     (gzip: the guest's disk holds the import twice, blob and snapshot)
 
 Layout and media types: opencontainers/image-spec v1.1.0 image-layout.md, manifest.md, config.md.
-The name: containerd@v2.3.2 (fff62f14) client/import.go imageName() takes the image's full name from
+The name: containerd@v2.3.7 client/import.go imageName() takes the image's full name from
 the `io.containerd.image.name` annotation, else `org.opencontainers.image.ref.name`, which the OCI
 spec (annotations.md) means as the tag alone; both are written as containerd's own export does
 (core/images/archive/reference.go ociReferenceName). Everything is deterministic (mtime 0, uid 0):
@@ -53,7 +53,7 @@ class Entry:
 
 @dataclass
 class Image:
-    name: str                             # e.g. registry.k8s.io/etcd:3.6.6-0
+    name: str                             # e.g. registry.k8s.io/etcd:3.7.0-0
     entries: list[Entry]
     entrypoint: list[str] = field(default_factory=list)
     cmd: list[str] = field(default_factory=list)

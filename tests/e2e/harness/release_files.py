@@ -2,7 +2,7 @@
 built from the Go module proxy (tools/lock.yml group ci, k4w.pinned_tools), packed into the exact
 file each profile URL names, with the inner layout of the upstream release:
 
-  containerd-<v>-linux-amd64.tar.gz     bin/<program>   (containerd@v2.3.2 Makefile pack_release:
+  containerd-<v>-linux-amd64.tar.gz     bin/<program>   (containerd@v2.3.7 Makefile pack_release:
                                         `tar -czf releases/$(1).tar.gz -C releases/$(1) bin`)
   runc.amd64                            the program itself (no archive)
   cni-plugins-linux-amd64-v<v>.tgz      ./<plugin>      (containernetworking/plugins@v1.9.1
