@@ -65,6 +65,10 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_CNI_BIN_DIR": FromProfile("runtime.cni_bin_dir", (WINDOWS,)),
     "K4W_CNI_CONF_DIR": FromProfile("runtime.cni_conf_dir", (WINDOWS,)),
     "K4W_KUBELET_LAUNCHER": FromProfile("kubernetes.kubelet_launcher", (WINDOWS,)),
+    # The Windows services 08-node-services.ps1 registers, in start order after the runtime: the seed
+    # era's three; the containerd era's kubelet alone (its flanneld and kube-proxy are HostProcess
+    # DaemonSets, templates/manifests/windows-containerd/).
+    "K4W_NODE_SERVICES": FromProfile("node_services", (WINDOWS,), default="kubelet,flanneld,kube-proxy"),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
     "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256"),
