@@ -102,3 +102,9 @@ HOSTPROCESS_CONFIGMAP = "k4w-windows-node-scripts"
 
 def hostprocess_by_component(component: str) -> HostProcessDaemonSet:
     return next(d for d in HOSTPROCESS_DAEMONSETS if d.identity.component == component)
+
+
+def runs_hostprocess(profile) -> bool:
+    """Whether a box's flanneld and kube-proxy are HostProcess DaemonSets (its profile has a
+    `hostprocess:` block, the containerd era) rather than services with token-Secret kubeconfigs."""
+    return bool(profile.data.get("hostprocess"))
