@@ -1,5 +1,6 @@
 """The flag tables of the modern stack (kubelet and kube-proxy 1.35, flanneld 0.28.9) and the
-windows-2022 node's rendered arguments held against them: a flag a 1.35 binary lacks, above all
+windows-2022 node's rendered arguments held against them (the kubelet's node file, the HostProcess
+DaemonSets' ConfigMap for flanneld and kube-proxy): a flag a 1.35 binary lacks, above all
 --pod-infra-container-image, fails validation."""
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from k4w.validate import flag_rules, manifest_rules
 from tests.helpers import config_dict, write_config
 
 NODE = "worker-win"
+DAEMONSETS = "manifests/windows-containerd/windows-node-daemonsets.yaml"
+
+
+def _configmap(out):
+    docs = [d for d in yaml.safe_load_all((out / DAEMONSETS).read_text()) if d]
+    return next(d for d in docs if d["kind"] == "ConfigMap")
 
 
 @pytest.fixture
@@ -28,7 +35,8 @@ def test_the_windows_2022_node_passes_only_flags_its_binaries_have(modern_node):
     cluster, out = modern_node
     checked, problems = flag_rules.check(cluster, out)
     assert problems == []
-    assert {f"nodes/{NODE}/kubelet.args", f"nodes/{NODE}/kube-proxy.args", f"nodes/{NODE}/flanneld.args"} <= set(checked)
+    assert {f"nodes/{NODE}/kubelet.args", f"{DAEMONSETS} ConfigMap kube-proxy.args", f"{DAEMONSETS} ConfigMap flanneld.args"} <= set(checked)
+    assert not (out / "nodes" / NODE / "flanneld.args").exists() and not (out / "nodes" / NODE / "kube-proxy.args").exists()
     assert flag_rules.known_flags("kubelet", "1.35.4", "windows") is not None
     assert flag_rules.known_flags("flanneld", "0.28.9", "windows") is not None
 
@@ -62,17 +70,28 @@ def test_the_seed_node_still_needs_its_pause_flag(tmp_path):
 
 def test_flanneld_0_28_takes_the_net_config_path_that_0_11_lacks(modern_node):
     _, out = modern_node
-    assert "--net-config-path=C:\\k\\config\\net-conf.json" in (out / "nodes" / NODE / "flanneld.args").read_text().split()
+    assert "--net-config-path=C:\\k\\config\\net-conf.json" in _configmap(out)["data"]["flanneld.args"].split()
     assert "net-config-path" in flag_rules.known_flags("flanneld", "0.28.9", "windows")
     assert "net-config-path" not in flag_rules.known_flags("flanneld", "0.11.0", "windows")
 
 
-def test_kube_proxy_source_vip_exists_on_windows_1_35_only():
-    """start-node.ps1 of the containerd recipe appends --source-vip to the rendered kube-proxy args."""
+def test_kube_proxy_source_vip_exists_on_windows_1_35_only(modern_node):
+    """The kube-proxy DaemonSet's args carry --source-vip=${SOURCE_VIP}, which its start script fills."""
+    _, out = modern_node
     assert {"source-vip", "network-name"} <= flag_rules.known_flags("kube-proxy", "1.35.4", "windows")
     assert "source-vip" not in flag_rules.known_flags("kube-proxy", "1.35.4", "linux")
-    start_node = (flag_rules.FACTS.parents[2] / "guest" / "windows" / "node-containerd" / "start-node.ps1").read_text()
-    assert '"--source-vip=$sourceVip"' in start_node
+    assert "--source-vip=${SOURCE_VIP}" in _configmap(out)["data"]["kube-proxy.args"].splitlines()
+    start = (flag_rules.FACTS.parents[2] / "guest" / "windows" / "hostprocess" / "start-kube-proxy.ps1").read_text()
+    assert "SOURCE_VIP = $sourceVip" in start
+
+
+def test_a_flag_kube_proxy_1_35_lacks_in_the_daemonset_args_fails(modern_node):
+    cluster, out = modern_node
+    path = out / DAEMONSETS
+    path.write_text(path.read_text().replace("--proxy-mode=kernelspace", "--proxy-mode=kernelspace\\n--masquerade-all-windows=true"))
+    _, problems = flag_rules.check(cluster, out)
+    assert problems == [f"{DAEMONSETS} ConfigMap kube-proxy.args:4: kube-proxy 1.35.4 has no flag --masquerade-all-windows "
+                        "(k4w/validate/facts/, read from upstream source at that tag)"]
 
 
 @pytest.mark.parametrize("table", ["kubelet-1.35.yml", "kube-proxy-1.35.yml", "flanneld-0.28.9.yml"])
