@@ -36,6 +36,9 @@ SERVICES_VARIABLE = "K4W_NODE_SERVICES"   # k4w/derive_steps.py, read by 08-node
 DAEMON_SERVICES = ("flanneld", "kube-proxy")
 POD_TEMPLATE_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job")
 # Flags that would give a DaemonSet a credential file instead of its projected ServiceAccount token.
+# HostProcess containers are stable from Kubernetes 1.26 (kubernetes/enhancements
+# keps/sig-windows/1981-windows-privileged-container-support/kep.yaml, stable: v1.26).
+HOSTPROCESS_GA = (1, 26)
 CREDENTIAL_FLAGS = {"flanneld": ("--kubeconfig-file",), "kube-proxy": ("--kubeconfig", "--master")}
 
 
@@ -224,6 +227,10 @@ def check_schema_at_cluster_minor(path: Path, docs: list[dict], cluster) -> list
     except ImportError as exc:
         raise ToolMissing("kubernetes-validate", INSTALL["kubernetes-validate"]) from exc
     major, minor = str(cluster.kube.version).lstrip("v").split(".")[:2]
+    if (int(major), int(minor)) < HOSTPROCESS_GA:
+        return [f"{path.name}: the master's profile pins Kubernetes {cluster.kube.version}, whose API server has no stable "
+                f"HostProcess pods (GA in {'.'.join(map(str, HOSTPROCESS_GA))}, KEP 1981): a Windows box with hostprocess: "
+                "needs a master of its own era"]
     version = f"{major}.{minor}.0"
     if version not in kv_utils.all_versions():
         return [f"{path.name}: kubernetes-validate has no schema for Kubernetes {major}.{minor} (it has "
