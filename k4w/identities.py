@@ -108,3 +108,9 @@ def runs_hostprocess(profile) -> bool:
     """Whether a box's flanneld and kube-proxy are HostProcess DaemonSets (its profile has a
     `hostprocess:` block, the containerd era) rather than services with token-Secret kubeconfigs."""
     return bool(profile.data.get("hostprocess"))
+
+
+def windows_identity(component: str, hostprocess: bool) -> Identity:
+    """The identity a Windows node's flanneld or kube-proxy uses: its DaemonSet's ServiceAccount on
+    the containerd era, its service's on the seed era."""
+    return hostprocess_by_component(component).identity if hostprocess else by_component(component)
