@@ -34,6 +34,16 @@ COMMON_PATH = "C:\\Windows\\Temp\\k4w-common.ps1"
 NODE_DIR = "C:\\k"
 
 
+# The Windows node services of a profile that names no node_services (the seed era), in start order.
+SEED_NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
+
+
+def node_services(profile: Profile) -> list[str]:
+    """The Windows services a box registers (08-node-services.ps1), in start order after its runtime."""
+    value = profile.data.get("node_services") or ",".join(SEED_NODE_SERVICES)
+    return [name.strip() for name in str(value).split(",") if name.strip()]
+
+
 @dataclass(frozen=True)
 class FromProfile:
     """A step variable whose value is one key of the box profile."""
@@ -68,7 +78,7 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     # The Windows services 08-node-services.ps1 registers, in start order after the runtime: the seed
     # era's three; the containerd era's kubelet alone (its flanneld and kube-proxy are HostProcess
     # DaemonSets, templates/manifests/windows-containerd/).
-    "K4W_NODE_SERVICES": FromProfile("node_services", (WINDOWS,), default="kubelet,flanneld,kube-proxy"),
+    "K4W_NODE_SERVICES": FromProfile("node_services", (WINDOWS,), default=",".join(SEED_NODE_SERVICES)),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
     "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256"),
