@@ -44,6 +44,13 @@ def node_services(profile: Profile) -> list[str]:
     return [name.strip() for name in str(value).split(",") if name.strip()]
 
 
+def node_service_dependencies(profile: Profile) -> dict[str, str]:
+    """Each service a box registers -> the one it starts after (08-node-services.ps1 DependOnService):
+    the container runtime first, then the service before it."""
+    order = [container_runtime(profile), *node_services(profile)]
+    return dict(zip(order[1:], order[:-1]))
+
+
 @dataclass(frozen=True)
 class FromProfile:
     """A step variable whose value is one key of the box profile."""

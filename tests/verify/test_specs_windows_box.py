@@ -136,8 +136,8 @@ def test_the_spec_expects_the_services_each_era_registers():
     # The containerd era's box registers the kubelet alone, after containerd; the seed era all three
     # in a chain after docker (k4w.derive_steps.node_services, the K4W_NODE_SERVICES of its bake).
     from k4w import derive_steps, profiles
-    from k4w.verify.specs.test_windows_box import _depends_on
 
     assert derive_steps.node_services(profiles.load("windows-2022")) == ["kubelet"]
-    assert _depends_on(profiles.load("windows-2022")) == {"kubelet": "containerd"}
-    assert _depends_on(profiles.load("windows-1803")) == {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
+    assert derive_steps.node_service_dependencies(profiles.load("windows-2022")) == {"kubelet": "containerd"}
+    assert derive_steps.node_service_dependencies(profiles.load("windows-1803")) == {
+        "kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}

@@ -34,12 +34,6 @@ def pytest_generate_tests(metafunc):
         box = metafunc.config.getoption("--k4w-box")
         wanted = derive_steps.node_services(profiles.load(box)) if box else list(NODE_SERVICES)
         metafunc.parametrize("name", wanted)
-
-
-def _depends_on(profile) -> dict[str, str]:
-    """Each registered service -> the one it must start after: the runtime, then the one before it."""
-    order = [derive_steps.container_runtime(profile), *derive_steps.node_services(profile)]
-    return dict(zip(order[1:], order[:-1]))
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
 NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
@@ -133,7 +127,7 @@ def test_base_and_pause_images_present(host, profile):
 @pytest.mark.k4w_node_services
 def test_node_service_installed_after_its_dependency(services, profile, name):
     svc = services[name]
-    wanted = _depends_on(profile)[name]
+    wanted = derive_steps.node_service_dependencies(profile)[name]
     assert svc["exists"], f"service {name} is not installed"
     assert svc["depends_on"] == [wanted], f"{name} depends on {svc['depends_on']}, expected [{wanted}]"
 
