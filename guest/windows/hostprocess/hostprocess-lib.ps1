@@ -59,6 +59,8 @@ function Test-K4wAddressInSubnet {
     param([Parameter(Mandatory = $true)][string]$Address, [Parameter(Mandatory = $true)][string]$Cidr)
     $network, $bits = $Cidr.Split('/', 2)
     $toNumber = { param($ip) $b = [Net.IPAddress]::Parse($ip).GetAddressBytes(); [Array]::Reverse($b); [BitConverter]::ToUInt32($b, 0) }
-    $mask = if ([int]$bits -eq 0) { [uint32]0 } else { [uint32]([uint64]0xFFFFFFFF -shl (32 - [int]$bits) -band 0xFFFFFFFF) }
+    # The prefix's mask as a number: 2^32 - 2^(32-n), exact in a double. (A hex literal such as
+    # 0xFFFFFFFF is Int32 -1 in Windows PowerShell 5.1, so no shift of one is used here.)
+    $mask = [uint32]([math]::Pow(2, 32) - [math]::Pow(2, 32 - [int]$bits))
     return ((& $toNumber $Address) -band $mask) -eq ((& $toNumber $network) -band $mask)
 }
