@@ -541,7 +541,10 @@ def _daemonsets(manifest: Path, what: str) -> list[tuple[str, str, str, str]]:
         documents = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
     except (OSError, yaml.YAMLError) as exc:
         raise K4wError(f"cannot read the {what} DaemonSets from {manifest} ({exc}): run `invoke render`") from None
-    found = [(what, d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
+    # A DaemonSet that names its component (app.kubernetes.io/component, e.g. windows-flanneld) is
+    # reported by it, so a failed wait says which of several it was.
+    found = [((d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") or what,
+              d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
              for d in documents if d.get("kind") == "DaemonSet"]
     if not found:
         raise K4wError(f"{manifest} holds no DaemonSet: run `invoke render`")
