@@ -114,3 +114,16 @@ def windows_identity(component: str, hostprocess: bool) -> Identity:
     """The identity a Windows node's flanneld or kube-proxy uses: its DaemonSet's ServiceAccount on
     the containerd era, its service's on the seed era."""
     return hostprocess_by_component(component).identity if hostprocess else by_component(component)
+
+
+# The seed era's token-Secret identities (templates/manifests/windows-node-rbac.yaml.j2).
+SERVICE_IDENTITIES_TEMPLATE = "windows-node-rbac.yaml.j2"
+SERVICE_IDENTITIES_MANIFEST = "windows-node-rbac.yaml"
+
+
+def service_identities_needed(profiles) -> bool:
+    """Whether a cluster needs the seed era's token Secrets: unless it has Windows nodes and every one
+    runs flanneld and kube-proxy as HostProcess DaemonSets (a cluster without Windows nodes keeps
+    rendering them, as it always did, so they are validated either way)."""
+    windows = [p for p in profiles if p.is_windows]
+    return not windows or any(not runs_hostprocess(p) for p in windows)

@@ -293,6 +293,9 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 
     for tpl in sorted((templates / "manifests").glob("*.yaml.j2")):
+        if tpl.name == identities.SERVICE_IDENTITIES_TEMPLATE and not identities.service_identities_needed(
+                [cluster.profile(n.box) for n in cfg.nodes]):
+            continue
         emit(tpl, f"manifests/{tpl.stem}")
     for tpl in sorted((templates / "manifests" / "patches").glob("*.j2")):
         emit(tpl, f"manifests/patches/{tpl.stem}")

@@ -20,6 +20,7 @@ check(out, expected, cluster) returns one readable problem per broken rule.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -43,7 +44,7 @@ CREDENTIAL_FLAGS = {"flanneld": ("--kubeconfig-file",), "kube-proxy": ("--kubeco
 
 
 def check(out: Path, expected, cluster=None) -> list[str]:
-    problems = check_hostprocess_pods(out)
+    problems = check_hostprocess_pods(out) + check_no_service_identities(out)
     for path in sorted((out / "manifests").glob("windows-*/*.yaml")):
         docs = _docs(path, problems)
         problems += check_recipe_manifest(path, docs, expected, cluster, _pinned_image(cluster))
@@ -269,6 +270,28 @@ def check_node_services(out: Path, cluster) -> list[str]:
             problems.append(f"{packer_hcl.rel_path(box)}: {SERVICES_VARIABLE} registers {', '.join(wrong)} as Windows services, but "
                             f"box {box} runs them as HostProcess DaemonSets (hostprocess: in its profile): node_services must be kubelet only")
     return problems
+
+
+def all_windows_nodes_hostprocess(out: Path) -> bool:
+    """Whether the rendered cluster has Windows nodes and each says (node.json node_daemons) that its
+    flanneld and kube-proxy are HostProcess DaemonSets."""
+    kinds = []
+    for info in sorted((out / "nodes").glob("*/node.json")):
+        try:
+            kinds.append((json.loads(info.read_text(encoding="utf-8")) or {}).get("node_daemons"))
+        except (OSError, ValueError, AttributeError):
+            return False  # manifest_rules names a broken node.json
+    return bool(kinds) and all(kind == "hostprocess" for kind in kinds)
+
+
+def check_no_service_identities(out: Path) -> list[str]:
+    """A cluster whose every Windows node runs HostProcess DaemonSets carries no seed-era token
+    Secrets: they would be long-lived credentials nothing uses."""
+    rbac = out / "manifests" / identities.SERVICE_IDENTITIES_MANIFEST
+    if rbac.is_file() and all_windows_nodes_hostprocess(out):
+        return [f"manifests/{rbac.name}: rendered, but every Windows node runs flanneld and kube-proxy as HostProcess "
+                "DaemonSets with projected tokens: its non-expiring token Secrets would be credentials nothing uses"]
+    return []
 
 
 # ------------------------------------------------------------------ helpers

@@ -213,3 +213,14 @@ def test_a_containerd_box_under_a_seed_master_is_refused_for_its_api_server(tmp_
 def test_the_node_json_says_its_daemons_are_hostprocess(modern):
     _, out = modern
     assert json.loads((out / "nodes" / "worker-win" / "node.json").read_text())["node_daemons"] == "hostprocess"
+
+
+def test_the_containerd_era_renders_no_token_secret_and_a_planted_one_fails(planted):
+    cluster, out = planted
+    assert not (out / "manifests" / "windows-node-rbac.yaml").exists()
+    (out / "manifests" / "windows-node-rbac.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: k4w-windows-flanneld-token\n  namespace: kube-system\n"
+        "  annotations:\n    kubernetes.io/service-account.name: k4w-windows-flanneld\ntype: kubernetes.io/service-account-token\n")
+    problems = manifest_rules.check_manifests(out, cluster)
+    assert any("windows-node-rbac.yaml: rendered, but every Windows node runs flanneld and kube-proxy as HostProcess" in p
+               for p in problems), problems
