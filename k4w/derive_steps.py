@@ -34,6 +34,23 @@ COMMON_PATH = "C:\\Windows\\Temp\\k4w-common.ps1"
 NODE_DIR = "C:\\k"
 
 
+# The Windows node services of a profile that names no node_services (the seed era), in start order.
+SEED_NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
+
+
+def node_services(profile: Profile) -> list[str]:
+    """The Windows services a box registers (08-node-services.ps1), in start order after its runtime."""
+    value = profile.data.get("node_services") or ",".join(SEED_NODE_SERVICES)
+    return [name.strip() for name in str(value).split(",") if name.strip()]
+
+
+def node_service_dependencies(profile: Profile) -> dict[str, str]:
+    """Each service a box registers -> the one it starts after (08-node-services.ps1 DependOnService):
+    the container runtime first, then the service before it."""
+    order = [container_runtime(profile), *node_services(profile)]
+    return dict(zip(order[1:], order[:-1]))
+
+
 @dataclass(frozen=True)
 class FromProfile:
     """A step variable whose value is one key of the box profile."""
@@ -65,6 +82,10 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_CNI_BIN_DIR": FromProfile("runtime.cni_bin_dir", (WINDOWS,)),
     "K4W_CNI_CONF_DIR": FromProfile("runtime.cni_conf_dir", (WINDOWS,)),
     "K4W_KUBELET_LAUNCHER": FromProfile("kubernetes.kubelet_launcher", (WINDOWS,)),
+    # The Windows services 08-node-services.ps1 registers, in start order after the runtime: the seed
+    # era's three; the containerd era's kubelet alone (its flanneld and kube-proxy are HostProcess
+    # DaemonSets, templates/manifests/windows-containerd/).
+    "K4W_NODE_SERVICES": FromProfile("node_services", (WINDOWS,), default=",".join(SEED_NODE_SERVICES)),
     # components: what each download is and how it is verified
     "K4W_KUBERNETES_VERSION": FromProfile("components.kubernetes.version"),
     "K4W_KUBERNETES_SHA256": FromProfile("components.kubernetes.sha256"),

@@ -1,4 +1,9 @@
-"""The identities of the Windows node components that run as services, not as pods.
+"""The identities of the Windows node components flanneld and kube-proxy.
+
+Seed era (Docker, 1.11): they run as NSSM services, with the token-Secret kubeconfigs below
+(WINDOWS_COMPONENTS). Containerd era: they run as HostProcess DaemonSet pods
+(HOSTPROCESS_DAEMONSETS, templates/manifests/windows-containerd/), whose ServiceAccount tokens the
+kubelet projects into the pod and rotates: no token Secret and no kubeconfig on the node.
 
 On Linux, flanneld and kube-proxy run as DaemonSet pods with ServiceAccounts of their own. On a
 Windows node they run as NSSM services, so each gets a ServiceAccount in kube-system bound to the
@@ -57,3 +62,68 @@ WINDOWS_COMPONENTS = (
 
 def by_component(component: str) -> Identity:
     return next(i for i in WINDOWS_COMPONENTS if i.component == component)
+
+
+# ------------------------------------------------------------------ containerd era: HostProcess pods
+
+# The namespace of the Windows node DaemonSets (and nothing else). HostProcess pods are host-level
+# (SYSTEM on the node, its whole file system and network), which only the Pod Security "privileged"
+# level admits (Kubernetes Pod Security Standards, "HostProcess" under Baseline). The namespace sets
+# that level explicitly, so no other namespace needs it and cluster defaults cannot change it.
+HOSTPROCESS_NAMESPACE = "k4w-windows-node"
+
+
+@dataclass(frozen=True)
+class HostProcessDaemonSet:
+    """One Windows node component as a HostProcess DaemonSet: its identity, its DaemonSet and the
+    start script (guest/windows/hostprocess/) its container runs from the scripts ConfigMap."""
+
+    identity: Identity
+    daemonset: str
+    script: str
+    args_key: str   # the ConfigMap key holding the binary's flags, one per line (flag_rules reads it)
+    binary: str     # the program in C:\k the script starts (installed and checksummed by the bake)
+
+
+HOSTPROCESS_DAEMONSETS = (
+    HostProcessDaemonSet(
+        Identity("flanneld", "k4w-windows-flanneld", "flannel", "flannel-io/flannel Documentation/kube-flannel.yml",
+                 namespace=HOSTPROCESS_NAMESPACE),
+        daemonset="k4w-flannel-windows", script="start-flanneld.ps1", args_key="flanneld.args", binary="flanneld.exe"),
+    HostProcessDaemonSet(
+        Identity("kube-proxy", "k4w-windows-kube-proxy", "system:node-proxier",
+                 "kubernetes/kubernetes cmd/kubeadm/app/phases/addons/proxy/proxy.go", namespace=HOSTPROCESS_NAMESPACE),
+        daemonset="k4w-kube-proxy-windows", script="start-kube-proxy.ps1", args_key="kube-proxy.args", binary="kube-proxy.exe"),
+)
+# Dot-sourced by both start scripts; travels in the same ConfigMap.
+HOSTPROCESS_LIBRARY = "hostprocess-lib.ps1"
+HOSTPROCESS_CONFIGMAP = "k4w-windows-node-scripts"
+
+
+def hostprocess_by_component(component: str) -> HostProcessDaemonSet:
+    return next(d for d in HOSTPROCESS_DAEMONSETS if d.identity.component == component)
+
+
+def runs_hostprocess(profile) -> bool:
+    """Whether a box's flanneld and kube-proxy are HostProcess DaemonSets (its profile has a
+    `hostprocess:` block, the containerd era) rather than services with token-Secret kubeconfigs."""
+    return bool(profile.data.get("hostprocess"))
+
+
+def windows_identity(component: str, hostprocess: bool) -> Identity:
+    """The identity a Windows node's flanneld or kube-proxy uses: its DaemonSet's ServiceAccount on
+    the containerd era, its service's on the seed era."""
+    return hostprocess_by_component(component).identity if hostprocess else by_component(component)
+
+
+# The seed era's token-Secret identities (templates/manifests/windows-node-rbac.yaml.j2).
+SERVICE_IDENTITIES_TEMPLATE = "windows-node-rbac.yaml.j2"
+SERVICE_IDENTITIES_MANIFEST = "windows-node-rbac.yaml"
+
+
+def service_identities_needed(profiles) -> bool:
+    """Whether a cluster needs the seed era's token Secrets: unless it has Windows nodes and every one
+    runs flanneld and kube-proxy as HostProcess DaemonSets (a cluster without Windows nodes keeps
+    rendering them, as it always did, so they are validated either way)."""
+    windows = [p for p in profiles if p.is_windows]
+    return not windows or any(not runs_hostprocess(p) for p in windows)

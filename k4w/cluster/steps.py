@@ -393,16 +393,35 @@ def step_manifests(ctx: Context) -> None:
     manifests = ctx.out / "manifests"
     prepare_dirs(ctx, master)  # /tmp does not survive a reboot of the master between runs
     flannel = upload_linux(ctx, master, manifests / "kube-flannel.yaml", "manifests/kube-flannel.yaml")
-    rbac = upload_linux(ctx, master, manifests / "windows-node-rbac.yaml", "manifests/windows-node-rbac.yaml")
     patch = upload_linux(ctx, master, manifests / "patches" / "linux-node-selector.yaml", "manifests/patches/linux-node-selector.yaml")
     kubectl(ctx, f"apply -f {flannel}")
-    kubectl(ctx, f"apply -f {rbac}")
-    # kubeadm's own kube-proxy DaemonSet must stay off Windows nodes (they run kube-proxy as a service).
+    # The Windows nodes' flanneld and kube-proxy: token-Secret identities for the seed era's services,
+    # the HostProcess DaemonSets of the containerd era (after kube-flannel.yaml: they bind its ClusterRole).
+    for rel in windows_manifests(ctx):
+        kubectl(ctx, f"apply -f {upload_linux(ctx, master, manifests / rel, f'manifests/{rel}')}")
+    # kubeadm's own kube-proxy DaemonSet must stay off Windows nodes (its image and its iptables/nftables
+    # modes are Linux only; Windows runs its own kube-proxy, as a service or a HostProcess DaemonSet).
     kubectl(ctx, f'-n kube-system patch daemonset kube-proxy --patch "$(cat {patch})"')
     # kubeadm 1.11's CoreDNS Deployment has no OS selector (added in 1.13, kubernetes#69940):
     # a replica rescheduled onto the Windows node would never start.
     kubectl(ctx, f'-n kube-system patch deployment coredns --patch "$(cat {patch})"')
     wait_ready(ctx, [master])
+
+
+def windows_manifests(ctx: Context) -> list[str]:
+    """The manifests (relative to OUT/manifests) the cluster's Windows nodes need: windows-node-rbac.yaml
+    when a node runs flanneld and kube-proxy as services (the seed era), and each file of
+    OUT/manifests/windows-<recipe>/ (the containerd era's HostProcess DaemonSets)."""
+    wanted: list[str] = []
+    profs = [profiles.load(m.box) for m in ctx.cluster.windows_workers]
+    if any(not identities.runs_hostprocess(p) for p in profs):
+        wanted.append("windows-node-rbac.yaml")
+    for folder in sorted({p.node_templates for p in profs if identities.runs_hostprocess(p)}):
+        rendered = sorted((ctx.out / "manifests" / folder).glob("*.yaml"))
+        if not rendered and not ctx.dry_run:
+            raise K4wError(f"{ctx.out / 'manifests' / folder} has no rendered manifests: run `invoke render`")
+        wanted += [f"{folder}/{path.name}" for path in rendered]
+    return wanted
 
 
 def step_join_linux(ctx: Context, m: Machine) -> None:
@@ -488,7 +507,10 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         raise K4wError(f"{node_dir} has no rendered node configs: run `invoke render`")
     for path in files:
         upload_windows(ctx, m, path, WINDOWS_CONFIG_DIR)
-    install_component_kubeconfigs(ctx, m, join["api"])
+    # The seed era's services read kubeconfigs of their own identities; the containerd era's DaemonSet
+    # pods get projected ServiceAccount tokens, so nothing of theirs is written to the node.
+    if not identities.runs_hostprocess(profiles.load(m.box)):
+        install_component_kubeconfigs(ctx, m, join["api"])
     cluster_scripts = sources.REPO.guest / "windows" / "cluster"
     upload_windows(ctx, m, cluster_scripts / "cluster-join-lib.ps1")   # dot-sourced by the join script
     script = upload_windows(ctx, m, cluster_scripts / windows_join_script(m.box))
@@ -512,21 +534,33 @@ KUBEADM_ROLLOUTS = (("CoreDNS", "kube-system", "deployment", "coredns"),
 TIMED_OUT = 124   # coreutils timeout's exit code when the command ran out of time (timeout(1))
 
 
-def rollouts(out: Path) -> list[tuple[str, str, str, str]]:
-    """(what, namespace, kind, name) of every rollout cluster-up waits for: CoreDNS, kube-proxy and each
-    Flannel DaemonSet of OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28)."""
+def _daemonsets(manifest: Path, what: str) -> list[tuple[str, str, str, str]]:
     import yaml
 
-    manifest = Path(out) / "manifests" / "kube-flannel.yaml"
     try:
         documents = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
     except (OSError, yaml.YAMLError) as exc:
-        raise K4wError(f"cannot read the Flannel DaemonSets from {manifest} ({exc}): run `invoke render`") from None
-    flannel = [("Flannel", d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
-               for d in documents if d.get("kind") == "DaemonSet"]
-    if not flannel:
+        raise K4wError(f"cannot read the {what} DaemonSets from {manifest} ({exc}): run `invoke render`") from None
+    # A DaemonSet that names its component (app.kubernetes.io/component, e.g. windows-flanneld) is
+    # reported by it, so a failed wait says which of several it was.
+    found = [((d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") or what,
+              d["metadata"].get("namespace", "default"), "daemonset", d["metadata"]["name"])
+             for d in documents if d.get("kind") == "DaemonSet"]
+    if not found:
         raise K4wError(f"{manifest} holds no DaemonSet: run `invoke render`")
-    return [*KUBEADM_ROLLOUTS, *flannel]
+    return found
+
+
+def rollouts(out: Path) -> list[tuple[str, str, str, str]]:
+    """(what, namespace, kind, name) of every rollout cluster-up waits for: CoreDNS, kube-proxy, each
+    Flannel DaemonSet of OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28)
+    and each Windows node DaemonSet of OUT/manifests/windows-<recipe>/ (the containerd era's
+    HostProcess flanneld and kube-proxy: a Windows node is Ready only with them, but Ready comes first)."""
+    manifests = Path(out) / "manifests"
+    found = [*KUBEADM_ROLLOUTS, *_daemonsets(manifests / "kube-flannel.yaml", "Flannel")]
+    for manifest in sorted(manifests.glob("windows-*/*.yaml")):
+        found += _daemonsets(manifest, "Windows node")
+    return found
 
 
 def step_rollouts(ctx: Context) -> None:

@@ -27,7 +27,7 @@ from ..cluster_model import Cluster
 from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
 from ..redact import register_secret
-from . import escape, owned
+from . import escape, hostprocess, owned
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
@@ -293,9 +293,19 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 
     for tpl in sorted((templates / "manifests").glob("*.yaml.j2")):
+        if tpl.name == identities.SERVICE_IDENTITIES_TEMPLATE and not identities.service_identities_needed(
+                [cluster.profile(n.box) for n in cfg.nodes]):
+            continue
         emit(tpl, f"manifests/{tpl.stem}")
     for tpl in sorted((templates / "manifests" / "patches").glob("*.j2")):
         emit(tpl, f"manifests/patches/{tpl.stem}")
+    # A Windows node recipe's own manifests (templates/manifests/windows-<recipe>/, e.g. the containerd
+    # era's HostProcess DaemonSets), only when a node uses that recipe.
+    for folder, recipe_profs in hostprocess.recipe_profiles(cluster).items():
+        recipe_box = profiles.Attr(recipe_profs[0].data)
+        for tpl in sorted((templates / "manifests" / folder).glob("*.yaml.j2")):
+            emit(tpl, f"manifests/{folder}/{tpl.stem}", box=recipe_box,
+                 hostprocess=hostprocess.context(cluster, folder, recipe_profs, cluster.sources.guest))
     for tpl in sorted((templates / "kubeadm").glob("*.j2")):
         emit(tpl, f"kubeadm/{tpl.stem}")
     for node in cfg.nodes:

@@ -134,6 +134,32 @@ def _kubeadm_config(path: Path) -> list[Use]:
 ARGS_FILES = {"kubelet.args": "kubelet", "kube-proxy.args": "kube-proxy", "flanneld.args": "flanneld"}
 
 
+def _daemonset_args(cluster: Cluster, out: Path) -> list[tuple[Path, str, str, object]]:
+    """(manifest, ConfigMap key, binary, box profile) for each args key of the Windows node DaemonSets
+    rendered for a node recipe (OUT/manifests/windows-<recipe>/), judged against that recipe's box."""
+    from .. import identities
+
+    found, seen = [], set()
+    for profile in cluster.profiles.values():
+        # One manifest per recipe: its boxes agree on what it takes from them (k4w.render.hostprocess).
+        if not identities.runs_hostprocess(profile) or profile.node_templates in seen:
+            continue
+        seen.add(profile.node_templates)
+        for manifest in sorted((out / "manifests" / profile.node_templates).glob("*.yaml")):
+            for entry in identities.HOSTPROCESS_DAEMONSETS:
+                if _configmap_value(manifest, entry.args_key):
+                    found.append((manifest, entry.args_key, ARGS_FILES[entry.args_key], profile))
+    return found
+
+
+def _configmap_value(manifest: Path, key: str) -> str:
+    try:
+        docs = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    except yaml.YAMLError:
+        return ""  # the manifest rules name a broken manifest
+    return next((str(d["data"][key]) for d in docs if d.get("kind") == "ConfigMap" and key in (d.get("data") or {})), "")
+
+
 def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
     """(what was checked, problems)."""
     checked: list[str] = []
@@ -162,6 +188,15 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
             if (folder / name).is_file():
                 checked.append(f"nodes/{node.name}/{name}")
                 judge(_args_file(folder / name, binary, f"nodes/{node.name}/{name}"), versions, profile.data.node_os)
+    # The containerd era's Windows node DaemonSets carry their flags in a ConfigMap (one key per binary).
+    for manifest, key, binary, profile in _daemonset_args(cluster, out):
+        where = f"{manifest.relative_to(out).as_posix()} ConfigMap {key}"
+        checked.append(where)
+        versions = {"kube-proxy": str(profile.data.kubernetes.version),
+                    "flanneld": str(((profile.data.get("components") or {}).get("flannel") or {}).get("version", ""))}
+        uses = [Use(binary, m.group(1), f"{where}:{n}") for n, line in enumerate(_configmap_value(manifest, key).splitlines(), 1)
+                if (m := FLAG.match(line.strip())) and line.strip().startswith("-")]
+        judge(uses, versions, profile.data.node_os)
     for node in cluster.config.nodes:
         profile = cluster.profiles[node.box]
         flags = linux_kubelet_flags(profile) if profile.data.node_os == "linux" else []

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from .. import identities
+from . import hostprocess_rules
 from ..derive import VXLAN_PORT, VXLAN_VNI
 from ..errors import ToolMissing
 from ..tools import INSTALL
@@ -64,7 +65,11 @@ def check_manifests(out_dir, cluster=None) -> list[str]:
     problems += check_flannel(out / "manifests" / "kube-flannel.yaml", expected)
     problems += check_node_selectors(out, expected)
     problems += check_rbac_subjects(out)
-    problems += check_windows_identities(out)
+    # The seed era's token-Secret identities; a containerd-era cluster renders none (hostprocess_rules
+    # fails one that does).
+    if (out / "manifests" / identities.SERVICE_IDENTITIES_MANIFEST).is_file() or not hostprocess_rules.all_windows_nodes_hostprocess(out):
+        problems += check_windows_identities(out)
+    problems += hostprocess_rules.check(out, expected, cluster)
     for node_dir in sorted((out / "nodes").glob("*")):
         if (node_dir / "kubelet.args").is_file():
             problems += check_windows_node(node_dir, expected)
@@ -98,6 +103,13 @@ def _expected(out: Path, cluster, kubeadm_docs: list[dict], problems: list[str])
 
 # ------------------------------------------------------------------ schemas and API groups
 
+def manifest_files(out: Path) -> list[Path]:
+    """Every rendered manifest cluster-up applies: OUT/manifests/*.yaml and a Windows node recipe's
+    OUT/manifests/windows-<recipe>/*.yaml (patches/ holds patches, not objects)."""
+    manifests = out / "manifests"
+    return sorted(manifests.glob("*.yaml")) + sorted(manifests.glob("windows-*/*.yaml"))
+
+
 def _check_manifest_schemas(out: Path) -> list[str]:
     try:
         import kubernetes_validate
@@ -107,7 +119,7 @@ def _check_manifest_schemas(out: Path) -> list[str]:
 
     oldest = kv_utils.all_versions()[0]
     problems = []
-    files = sorted(p for p in (out / "manifests").glob("*.yaml"))
+    files = manifest_files(out)
     if not files:
         return [f"{out / 'manifests'}: no manifests rendered"]
     for path in files:
@@ -142,7 +154,7 @@ def check_rbac_subjects(out: Path) -> list[str]:
     """No rendered (Cluster)RoleBinding names a built-in group (system:nodes, system:authenticated,
     system:serviceaccounts...): each component gets an identity of its own instead."""
     problems: list[str] = []
-    for path in sorted((out / "manifests").glob("*.yaml")):
+    for path in manifest_files(out):
         for doc in _load_yaml_docs(path, problems):
             if doc.get("kind") not in ("ClusterRoleBinding", "RoleBinding"):
                 continue
@@ -320,12 +332,22 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     node = node_dir.name
     where = f"nodes/{node}"
     problems: list[str] = []
-    files = {name: node_dir / name for name in
-             ("kubelet.args", "kube-proxy.args", "kube-proxy.env", "flanneld.args", "flanneld.env", "net-conf.json", "cni.conf", "node.json")}
+    # A node whose flanneld and kube-proxy are HostProcess DaemonSets (node.json node_daemons) has no
+    # files of theirs: one there would be a service of the seed era rendered for the containerd era.
+    hostprocess = _node_daemons(node_dir / "node.json") == HOSTPROCESS
+    service_files = ("kube-proxy.args", "kube-proxy.env", "flanneld.args", "flanneld.env")
+    if hostprocess:
+        leftover = [name for name in service_files if (node_dir / name).is_file()]
+        if leftover:
+            problems.append(f"{where}: {', '.join(leftover)} rendered, but this node runs flanneld and kube-proxy as "
+                            "HostProcess DaemonSets (node.json node_daemons): no Windows service of theirs may be "
+                            "configured on the containerd era")
+    wanted_files = ("kubelet.args", "net-conf.json", "cni.conf", "node.json") + (() if hostprocess else service_files)
+    files = {name: node_dir / name for name in wanted_files}
     missing = [name for name, path in files.items() if not path.is_file()]
     if missing:
-        return [f"{where}: missing {', '.join(missing)}"]
-    for name in ("kubelet.args", "kube-proxy.args", "flanneld.args"):
+        return problems + [f"{where}: missing {', '.join(missing)}"]
+    for name in [n for n in ("kubelet.args", "kube-proxy.args", "flanneld.args") if n in files]:
         for number, line in enumerate(files[name].read_text(encoding="utf-8").splitlines(), 1):
             # Each line becomes one argument of the service's command line: no spaces, no stray text.
             if line.strip() and (not line.startswith("--") or any(c.isspace() for c in line)):
@@ -343,20 +365,12 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     wants += [
         ("kubelet.args", kubelet, "--hostname-override", node, "the node name"),
         ("kubelet.args", kubelet, "--node-ip", node_ip, "the node's cluster IP"),
-        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--cluster-cidr", exp.pod_cidr, "the pod CIDR"),
-        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--hostname-override", node, "the node name"),
-        ("flanneld.args", read_args(files["flanneld.args"]), "--iface", node_ip, "the node's cluster IP"),
     ]
     for name, args, flag, want, what in wants:
         if args.get(flag) != want:
             problems.append(f"{where}/{name}: {flag} is {args.get(flag)!r}, {what} is {want!r}")
-    # flanneld and kube-proxy run on identities of their own, never on the kubelet's credentials.
-    for name, flag, component in (("flanneld.args", "--kubeconfig-file", "flanneld"), ("kube-proxy.args", "--kubeconfig", "kube-proxy")):
-        want = identities.by_component(component).kubeconfig
-        got = read_args(files[name]).get(flag)
-        if got != want:
-            problems.append(f"{where}/{name}: {flag} is {got!r}, {component}'s own kubeconfig is {want!r} (k4w/identities.py)"
-                            + (": that is the kubelet's credential" if got and got == kubelet.get("--kubeconfig") else ""))
+    if not hostprocess:
+        problems += _check_service_files(files, exp, node, node_ip, kubelet, where)
     version = str((info or {}).get("kubernetes_version") or "")
     if version and _minor(version) >= PAUSE_FLAG_GONE:
         if "--pod-infra-container-image" in kubelet:
@@ -366,13 +380,6 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
         problems.append(f"{where}/kubelet.args: --pod-infra-container-image is missing: set kubernetes.pause_image in the "
                         "Windows box profile (Linux pause images do not run on Windows)")
     network = WINDOWS_NETWORK.get(exp.backend)
-    env = dict(line.split("=", 1) for line in files["flanneld.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
-    if env.get("NODE_NAME") != node:
-        problems.append(f"{where}/flanneld.env: NODE_NAME is {env.get('NODE_NAME')!r}, the node is {node!r}")
-    proxy_env = dict(line.split("=", 1) for line in files["kube-proxy.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
-    if proxy_env.get("KUBE_NETWORK") != network:
-        problems.append(f"{where}/kube-proxy.env: KUBE_NETWORK is {proxy_env.get('KUBE_NETWORK')!r}, Flannel's network is {network!r}")
-
     netconf = _load_json(files["net-conf.json"], problems)
     if netconf is not None:
         problems += check_netconf(netconf, exp, f"{where}/net-conf.json")
@@ -391,6 +398,44 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
                       ("kubernetes_service_ip", api_service_ip)):
         if info is not None and key in info and info[key] != want:
             problems.append(f"{where}/node.json: {key} is {info[key]!r}, expected {want!r} ({exp.source})")
+    return problems
+
+
+HOSTPROCESS = "hostprocess"   # node.json node_daemons of a node whose flanneld and kube-proxy are DaemonSets
+
+
+def _node_daemons(path: Path) -> str | None:
+    try:
+        return (json.loads(path.read_text(encoding="utf-8")) or {}).get("node_daemons")
+    except (OSError, ValueError, AttributeError):
+        return None  # check_windows_node names a missing or broken node.json
+
+
+def _check_service_files(files: dict, exp: Expected, node: str, node_ip: str | None, kubelet: dict, where: str) -> list[str]:
+    """The seed era's flanneld and kube-proxy services: their arguments and environment agree with
+    the cluster, and each runs on an identity of its own."""
+    problems = []
+    for name, args, flag, want, what in (
+        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--cluster-cidr", exp.pod_cidr, "the pod CIDR"),
+        ("kube-proxy.args", read_args(files["kube-proxy.args"]), "--hostname-override", node, "the node name"),
+        ("flanneld.args", read_args(files["flanneld.args"]), "--iface", node_ip, "the node's cluster IP"),
+    ):
+        if args.get(flag) != want:
+            problems.append(f"{where}/{name}: {flag} is {args.get(flag)!r}, {what} is {want!r}")
+    # flanneld and kube-proxy run on identities of their own, never on the kubelet's credentials.
+    for name, flag, component in (("flanneld.args", "--kubeconfig-file", "flanneld"), ("kube-proxy.args", "--kubeconfig", "kube-proxy")):
+        want = identities.by_component(component).kubeconfig
+        got = read_args(files[name]).get(flag)
+        if got != want:
+            problems.append(f"{where}/{name}: {flag} is {got!r}, {component}'s own kubeconfig is {want!r} (k4w/identities.py)"
+                            + (": that is the kubelet's credential" if got and got == kubelet.get("--kubeconfig") else ""))
+    network = WINDOWS_NETWORK.get(exp.backend)
+    env = dict(line.split("=", 1) for line in files["flanneld.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
+    if env.get("NODE_NAME") != node:
+        problems.append(f"{where}/flanneld.env: NODE_NAME is {env.get('NODE_NAME')!r}, the node is {node!r}")
+    proxy_env = dict(line.split("=", 1) for line in files["kube-proxy.env"].read_text(encoding="utf-8").splitlines() if "=" in line)
+    if proxy_env.get("KUBE_NETWORK") != network:
+        problems.append(f"{where}/kube-proxy.env: KUBE_NETWORK is {proxy_env.get('KUBE_NETWORK')!r}, Flannel's network is {network!r}")
     return problems
 
 

@@ -1,13 +1,15 @@
 """The PowerShell that rendered templates carry inline, so that the parse and the Windows PowerShell
-5.1 rules read it as they read the .ps1 files: Packer's powershell provisioner `inline` lines and
+5.1 rules read it as they read the .ps1 files: Packer's powershell provisioner `inline` lines,
 the `powershell.exe ... -Command "..."` command lines of Autounattend.xml (run by Windows Setup
-under 5.1, as everything else)."""
+under 5.1, as everything else) and the `.ps1` keys of rendered ConfigMaps (the containerd era's
+Windows node DaemonSets run them with the node's Windows PowerShell)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import yaml
 from lxml import etree
 
 from .. import packer_hcl
@@ -47,6 +49,22 @@ def unattend_commands(answer_file: Path) -> list[tuple[str, str]]:
     return found
 
 
+def configmap_scripts(manifest: Path) -> list[tuple[str, str]]:
+    """(where, script) for every `*.ps1` key of every ConfigMap in a rendered manifest."""
+    try:
+        documents = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    except yaml.YAMLError:
+        return []  # not YAML: the manifest rules name the parse error; there is no snippet to read
+    found = []
+    for doc in documents:
+        if doc.get("kind") != "ConfigMap":
+            continue
+        for key, text in (doc.get("data") or {}).items():
+            if str(key).endswith(".ps1"):
+                found.append((f"{manifest.parent.name}/{manifest.name} ConfigMap {doc['metadata'].get('name')} {key}", str(text)))
+    return found
+
+
 def rendered(out: Path) -> list[tuple[str, str]]:
     """Every inline PowerShell snippet of a rendered OUT."""
     snippets = []
@@ -54,4 +72,6 @@ def rendered(out: Path) -> list[tuple[str, str]]:
         snippets += packer_inline(template)
     for answer_file in sorted(out.glob("http/*/Autounattend.xml")):
         snippets += unattend_commands(answer_file)
+    for manifest in sorted(out.glob("manifests/**/*.yaml")):
+        snippets += configmap_scripts(manifest)
     return snippets

@@ -3,11 +3,15 @@
 A KubeProxyConfiguration without `mode` (or a Windows kube-proxy without --proxy-mode) runs whatever the
 release defaults to, and that default is kube-proxy's to change (1.37 already warns about ipvs and offers
 nftables). So on the era that renders kubeadm v1beta4 the rendered kube-proxy configuration of the Linux
-nodes (kubeadm's KubeProxyConfiguration document) and the arguments of each Windows node's kube-proxy
-must name a mode, and the mode must be one the pinned release's own validation accepts on that OS without
+nodes (kubeadm's KubeProxyConfiguration document) and the arguments of the Windows kube-proxy must name
+a mode, and the mode must be one the pinned release's own validation accepts on that OS without
 a feature gate: facts/kube-proxy-<minor>.yml `modes`, generated from
 pkg/proxy/apis/config/validation/validation.go at the tag (scripts/flag-table). The seed era's kubeadm
 config (v1alpha2) is not held to this: its 1.11 kube-proxy is left as it was built.
+
+On Windows kube-proxy runs as a HostProcess DaemonSet of the node recipe (k4w.render.hostprocess): its
+arguments are the `kube-proxy.args` key of the ConfigMap rendered under OUT/manifests/<recipe>/, one
+DaemonSet for every node of that recipe, so the rule reads them there, once per recipe.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from .. import identities
 from ..cluster_model import Cluster
-from .flag_rules import _facts
+from .flag_rules import _configmap_value, _facts
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"
 PROXY_CONFIG = ("kubeproxy.config.k8s.io/v1alpha1", "KubeProxyConfiguration")
@@ -53,16 +58,26 @@ def _kubeadm_config(path: Path, version: str) -> tuple[bool, list[str]]:
     return True, problems
 
 
-def _windows_args(path: Path, rel: str, version: str) -> list[str]:
-    values = [line.strip().split("=", 1)[1] if "=" in line else "" for line in path.read_text(encoding="utf-8").splitlines()
+def _windows_args(text: str, where: str, version: str) -> list[str]:
+    values = [line.strip().split("=", 1)[1] if "=" in line else "" for line in text.splitlines()
               if line.strip().split("=", 1)[0] == "--proxy-mode"]
     if len(values) != 1:
-        return [f"{rel}: --proxy-mode is given {len(values)} times; kube-proxy's mode must be set exactly once"]
-    modes, problems = _modes(version, "windows", rel)
+        return [f"{where}: --proxy-mode is given {len(values)} times; kube-proxy's mode must be set exactly once"]
+    modes, problems = _modes(version, "windows", where)
     if modes is not None and values[0] not in modes:
-        problems.append(f"{rel}: --proxy-mode={values[0]} is not a mode kube-proxy {version} accepts on Windows "
+        problems.append(f"{where}: --proxy-mode={values[0]} is not a mode kube-proxy {version} accepts on Windows "
                         f"({', '.join(modes)})")
     return problems
+
+
+def _daemonset_args(out: Path, recipe: str) -> tuple[str, str]:
+    """(where, text) of the kube-proxy args in the ConfigMap of a node recipe's DaemonSets; text "" if none."""
+    key = identities.hostprocess_by_component("kube-proxy").args_key
+    for manifest in sorted((out / "manifests" / recipe).glob("*.yaml")):
+        text = _configmap_value(manifest, key)
+        if text:
+            return f"{manifest.relative_to(out).as_posix()} ConfigMap {key}", text
+    return f"manifests/{recipe}/ ConfigMap {key}", ""
 
 
 def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
@@ -74,13 +89,18 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         if is_v1beta4:
             checked.append(f"kubeadm/{path.name} (kube-proxy mode)")
             problems += found
+    recipes: set[str] = set()
     for node in cluster.config.nodes:
         profile = cluster.profiles[node.box]
         kube = profile.data.kubernetes
-        if profile.data.node_os != "windows" or kube.get("kubeadm_api") != V1BETA4:
+        if profile.data.node_os != "windows" or kube.get("kubeadm_api") != V1BETA4 or profile.node_templates in recipes:
             continue
-        rel = f"nodes/{node.name}/kube-proxy.args"
-        if (out / rel).is_file():
-            checked.append(f"{rel} (kube-proxy mode)")
-            problems += _windows_args(out / rel, rel, str(kube.version))
+        recipes.add(profile.node_templates)
+        where, text = _daemonset_args(out, profile.node_templates)
+        if not text:
+            problems.append(f"{where}: not rendered for {node.name} ({node.box}); the containerd era runs the Windows "
+                            f"kube-proxy as a HostProcess DaemonSet whose mode must be set there")
+            continue
+        checked.append(f"{where} (kube-proxy mode)")
+        problems += _windows_args(text, where, str(kube.version))
     return checked, problems

@@ -493,3 +493,29 @@ def test_a_cluster_from_before_the_nic_step_gets_its_nics_attached_and_recorded(
     run_up(world)
     index(world.log, CLUSTER_NIC_RUNS[-1])
     assert "cluster-nic" in state(world)["steps"]
+
+
+def test_modern_era_applies_the_windows_daemonsets_and_waits_for_them_with_no_token_secret(tmp_path):
+    """The containerd era: cluster-up applies the HostProcess DaemonSets from the master after Flannel's
+    manifest, writes no component kubeconfig to the Windows node (the pods get projected tokens), and
+    its rollout wait covers both Windows DaemonSets."""
+    from tests.cluster.conftest import render_to
+    from tests.helpers import modern_config
+
+    out = tmp_path / "build"
+    cluster = render_to(out, modern_config())
+    w = FakeWorld(machines_of(out))
+    w.cluster, w.out, w.clock = cluster, out, FakeClock()
+    run_up(w)
+    log = w.log
+    flannel = index(log, r"^master: kubectl apply -f /tmp/k4w/manifests/kube-flannel\.yaml$")
+    daemonsets = index(log, r"^master: kubectl apply -f /tmp/k4w/manifests/windows-containerd/windows-node-daemonsets\.yaml$")
+    assert flannel < daemonsets < index(log, r"^worker-win: & 'C:\\k4w\\cluster-join-containerd\.ps1'")
+    assert not any("windows-node-rbac.yaml" in line for line in log)
+    assert not any("get secret" in line or "cluster-kubeconfig.ps1" in line or "flanneld.conf" in line for line in log)
+    waits = [index(log, rf"^master: timeout 900 kubectl -n k4w-windows-node rollout status daemonset/{name}$")
+             for name in ("k4w-flannel-windows", "k4w-kube-proxy-windows")]
+    assert index(log, r"rollout status daemonset/kube-flannel-ds$") < min(waits) and max(waits) < index(log, r"demo-win-webserver")
+    # Only the kubelet's files reach C:\k\config; flanneld and kube-proxy have none on the node.
+    uploads = sorted(line.split()[2] for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line)
+    assert uploads == ["cni.conf", "kubelet.args", "net-conf.json", "node.json"]

@@ -14,7 +14,9 @@ from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import proxy_mode_rules
 from tests.helpers import invoke
 
-WINDOWS_ARGS = "nodes/worker-win/kube-proxy.args"
+DAEMONSETS = "manifests/windows-containerd/windows-node-daemonsets.yaml"
+# kube-proxy runs on Windows as a HostProcess DaemonSet: its arguments are this ConfigMap key.
+WINDOWS_ARGS = f"{DAEMONSETS} ConfigMap kube-proxy.args"
 
 
 @pytest.fixture
@@ -23,6 +25,11 @@ def modern(tmp_path):
     out = tmp_path / "out"
     write_atomically(render_files(cluster, out), out)
     return cluster, out
+
+
+def _windows_args(out):
+    docs = [d for d in yaml.safe_load_all((out / DAEMONSETS).read_text()) if d]
+    return docs, next(d for d in docs if d["kind"] == "ConfigMap")
 
 
 def _proxy_doc(out):
@@ -34,7 +41,8 @@ def test_the_modern_stack_sets_iptables_on_linux_and_kernelspace_on_windows(mode
     cluster, out = modern
     _, proxy = _proxy_doc(out)
     assert proxy["mode"] == "iptables"
-    assert "--proxy-mode=kernelspace" in (out / WINDOWS_ARGS).read_text().splitlines()
+    assert "--proxy-mode=kernelspace" in _windows_args(out)[1]["data"]["kube-proxy.args"].splitlines()
+    assert not (out / "nodes" / "worker-win" / "kube-proxy.args").exists()
     checked, problems = proxy_mode_rules.check(cluster, out)
     assert problems == []
     assert checked == ["kubeadm/kubeadm-config.yaml (kube-proxy mode)", f"{WINDOWS_ARGS} (kube-proxy mode)"]
@@ -65,10 +73,20 @@ def test_a_linux_mode_left_out_or_not_accepted_is_refused(modern, mode, problem)
 ])
 def test_a_windows_mode_left_out_or_not_accepted_is_refused(modern, edit, problem):
     cluster, out = modern
-    args = out / WINDOWS_ARGS
-    args.write_text("\n".join(edit(args.read_text().splitlines())) + "\n")
+    docs, configmap = _windows_args(out)
+    configmap["data"]["kube-proxy.args"] = "\n".join(edit(configmap["data"]["kube-proxy.args"].splitlines()))
+    (out / DAEMONSETS).write_text(yaml.safe_dump_all(docs))
     _, problems = proxy_mode_rules.check(cluster, out)
     assert problems == [problem]
+
+
+def test_windows_daemonsets_not_rendered_are_refused(modern):
+    """A containerd-era Windows node whose kube-proxy arguments are nowhere cannot have its mode checked."""
+    cluster, out = modern
+    (out / DAEMONSETS).unlink()
+    _, problems = proxy_mode_rules.check(cluster, out)
+    assert len(problems) == 1 and problems[0].startswith("manifests/windows-containerd/ ConfigMap kube-proxy.args: "
+                                                        "not rendered for worker-win"), problems
 
 
 def test_a_profile_without_a_mode_stops_the_render_naming_the_key(tmp_path):

@@ -17,9 +17,11 @@ MODERN = ROOT / "examples" / "cluster-modern.yml"
 WINDOWS_NODE = ("worker-win", "192.168.251.21")
 
 # The rights the API server grants in a healthy cluster: (verb, resource, --as) -> allowed.
+# The modern example's Windows node runs them as HostProcess DaemonSets, whose ServiceAccounts live
+# in their own namespace (k4w.identities.HOSTPROCESS_NAMESPACE).
 HEALTHY = {
-    "list nodes system:serviceaccount:kube-system:k4w-windows-flanneld": True,
-    "list services system:serviceaccount:kube-system:k4w-windows-kube-proxy": True,
+    "list nodes system:serviceaccount:k4w-windows-node:k4w-windows-flanneld": True,
+    "list services system:serviceaccount:k4w-windows-node:k4w-windows-kube-proxy": True,
 }
 # What binding system:node-proxier to the system:nodes group adds for every node.
 GROUP_BINDING = {"list nodes system:node:worker-win": True, "list endpoints system:node:worker-win": True}

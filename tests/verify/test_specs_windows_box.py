@@ -32,6 +32,12 @@ def _failed(run) -> list[str]:
     return [t.split("::", 1)[1].split("[", 1)[0] for t in run.result["failed_tests"]]
 
 
+def _service_of(test_id: str) -> str:
+    """The service parameter of a node service test's id (beside the host parameter, in either order)."""
+    params = test_id.split("[", 1)[1].rstrip("]").replace("fakewin://worker-win", "")
+    return params.strip("-")
+
+
 def test_a_healthy_box_passes_every_check(run_windows_spec):
     run = run_windows_spec()
     assert run.proc.returncode == 0, run.output
@@ -46,7 +52,8 @@ def test_planted_defects_fail_their_checks_only(run_windows_spec):
     assert run.proc.returncode == 1
     assert sorted(_failed(run)) == ["test_firewall_profiles_enabled", "test_node_service_starts_manually",
                                     "test_release_file_matches_profile"]
-    assert "test_node_service_starts_manually[fakewin://worker-win-kubelet]" in run.result["failed_tests"][1]
+    assert "test_node_service_starts_manually[" in run.result["failed_tests"][1]
+    assert _service_of(run.result["failed_tests"][1]) == "kubelet"
 
 
 def test_node_runtime_defects_fail_their_checks_only(run_windows_spec):
@@ -56,7 +63,7 @@ def test_node_runtime_defects_fail_their_checks_only(run_windows_spec):
                                          "test_node_start_task_runs_start_node_at_boot"]
     failed = run.result["failed_tests"]
     assert sum("test_node_service_gets_no_console" in t for t in failed) == 1  # flanneld only
-    assert {t.split("worker-win-", 1)[1].rstrip("]") for t in failed if "installed_after_its_dependency" in t} == {"flanneld", "kube-proxy"}
+    assert {_service_of(t) for t in failed if "installed_after_its_dependency" in t} == {"flanneld", "kube-proxy"}
 
 
 @pytest.fixture
@@ -123,3 +130,14 @@ def test_a_box_with_winrm_open_to_everyone_fails_the_winrm_and_account_checks(ru
     assert sorted(_failed(run)) == ["test_builtin_administrator_is_disabled", "test_winrm_is_open_on_the_management_nic_to_the_host_only",
                             "test_winrm_listens_over_https_only"]
     assert "applies to every interface" in run.output and "admits remote addresses ['Any']" in run.output
+
+
+def test_the_spec_expects_the_services_each_era_registers():
+    # The containerd era's box registers the kubelet alone, after containerd; the seed era all three
+    # in a chain after docker (k4w.derive_steps.node_services, the K4W_NODE_SERVICES of its bake).
+    from k4w import derive_steps, profiles
+
+    assert derive_steps.node_services(profiles.load("windows-2022")) == ["kubelet"]
+    assert derive_steps.node_service_dependencies(profiles.load("windows-2022")) == {"kubelet": "containerd"}
+    assert derive_steps.node_service_dependencies(profiles.load("windows-1803")) == {
+        "kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}

@@ -1,4 +1,5 @@
-# 07-nssm.ps1 - NSSM (the service wrapper for kubelet, kube-proxy and flanneld) into C:\k.
+# 07-nssm.ps1 - NSSM (the service wrapper of the node services, K4W_NODE_SERVICES: kubelet, flanneld and
+# kube-proxy on the seed era, the kubelet's launcher alone on the containerd era) into C:\k.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }

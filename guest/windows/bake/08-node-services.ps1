@@ -1,12 +1,14 @@
-# 08-node-services.ps1 - the NSSM services kubelet, flanneld and kube-proxy, and the startup task
-# k4w-node-start, exactly as docs/internals.md ("Windows box <-> cluster-up") describes:
-# - start order <runtime> -> kubelet -> flanneld -> kube-proxy as service dependencies, the runtime
-#   being docker or containerd (K4W_CONTAINER_RUNTIME; why not the 2018 order of seed 000: see step 4
-#   of node/start-node.ps1);
+# 08-node-services.ps1 - the node's NSSM services (K4W_NODE_SERVICES, from the box profile's
+# node_services) and the startup task k4w-node-start, as docs/internals.md ("Windows box <-> cluster-up")
+# describes:
+# - the seed era registers kubelet, flanneld and kube-proxy; the containerd era the kubelet alone (its
+#   flanneld and kube-proxy are HostProcess DaemonSets that cluster-up applies from the master);
+# - start order <runtime> -> the services in the order listed, as service dependencies, the runtime
+#   being docker or containerd (K4W_CONTAINER_RUNTIME; why flanneld before kube-proxy: see step 4 of
+#   node/start-node.ps1);
 # - restarted on failure; stdout/stderr in C:\k\logs, rotated;
-# - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config\<svc>.args
-#   and .env at cluster-up, runs kube-cleanup.ps1 and starts them in order. Until a node has
-#   joined, nothing of Kubernetes runs.
+# - start type Manual and no AppParameters: C:\k\start-node.ps1 applies C:\k\config at cluster-up
+#   and starts them in order. Until a node has joined, nothing of Kubernetes runs.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -38,7 +40,7 @@ New-Item -ItemType Directory -Path $logDir -Force | Out-Null
 
 # Each service depends on the previous one, so the SCM starts (and stops) them in this order:
 # flanneld needs the kubelet's Node object, and kernelspace kube-proxy needs the HNS network
-# flanneld creates (KUBE_NETWORK).
+# flanneld creates (KUBE_NETWORK). Those two are services of the seed era only.
 # Parameters: fixed arguments the box sets (only a launcher has any); $null = none, per cluster.
 $kubelet = [pscustomobject]@{ Name = 'kubelet'; Program = (Join-Path $nodeDir 'kubelet.exe'); Parameters = $null; DependsOn = $runtimeService; Description = 'Kubernetes node agent' }
 if ($kubeletLauncher) {
@@ -47,11 +49,29 @@ if ($kubeletLauncher) {
     $kubelet.Program = $powershell
     $kubelet.Parameters = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$launcher`""
 }
-$services = @(
-    $kubelet,
-    [pscustomobject]@{ Name = 'flanneld'; Program = (Join-Path $nodeDir 'flanneld.exe'); Parameters = $null; DependsOn = 'kubelet'; Description = 'Flannel pod network' },
-    [pscustomobject]@{ Name = 'kube-proxy'; Program = (Join-Path $nodeDir 'kube-proxy.exe'); Parameters = $null; DependsOn = 'flanneld'; Description = 'Kubernetes service proxy' }
-)
+$known = @{
+    'kubelet'    = $kubelet
+    'flanneld'   = [pscustomobject]@{ Name = 'flanneld'; Program = (Join-Path $nodeDir 'flanneld.exe'); Parameters = $null; DependsOn = ''; Description = 'Flannel pod network' }
+    'kube-proxy' = [pscustomobject]@{ Name = 'kube-proxy'; Program = (Join-Path $nodeDir 'kube-proxy.exe'); Parameters = $null; DependsOn = ''; Description = 'Kubernetes service proxy' }
+}
+$wanted = @((Get-K4wEnv -Name 'K4W_NODE_SERVICES') -split ',' | ForEach-Object { $_.Trim() } | Where-Object { $_ })
+if ($wanted.Count -eq 0 -or $wanted[0] -ne 'kubelet') { throw "K4W_NODE_SERVICES '$($wanted -join ',')' must start with kubelet" }
+$services = @()
+$previous = $runtimeService
+foreach ($name in $wanted) {
+    if (-not $known.ContainsKey($name)) { throw "K4W_NODE_SERVICES names '$name'; this step knows $($known.Keys -join ', ')" }
+    $known[$name].DependsOn = $previous
+    $services += $known[$name]
+    $previous = $name
+}
+# A service of another era left on this box (e.g. flanneld on a containerd box) would be started by
+# nothing and confuse whoever reads the service list: this step registers exactly the profile's.
+foreach ($name in @($known.Keys | Where-Object { $wanted -notcontains $_ })) {
+    if (Get-Service -Name $name -ErrorAction SilentlyContinue) {
+        Invoke-K4wExe -FilePath $nssm -ArgumentList @('remove', $name, 'confirm') | Out-Null
+        Write-K4wStep "service $name removed (not in this box's node_services)"
+    }
+}
 
 function Set-NssmValue([string]$Service, [string]$Name, [string[]]$Value) {
     Invoke-K4wExe -FilePath $nssm -ArgumentList (@('set', $Service, $Name) + $Value) | Out-Null
@@ -147,7 +167,7 @@ if ($current) {
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
         -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew `
             -RestartCount $restartCount -RestartInterval $restartInterval) `
-        -Description "k4w: apply C:\k\config and start $runtimeService, kubelet, flanneld, kube-proxy in order (log: C:\k\logs\start-node.log)"
+        -Description "k4w: apply C:\k\config and start $runtimeService, $($wanted -join ', ') in order (log: C:\k\logs\start-node.log)"
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
     Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM, start-node.ps1 retried up to 10 times)"
 }

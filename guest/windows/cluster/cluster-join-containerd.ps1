@@ -1,7 +1,8 @@
 <#
 .SYNOPSIS
-  Join this containerd-era Windows node to the cluster with kubeadm, then start its services in
-  order (idempotent). The seed recipe's join is cluster-join.ps1.
+  Join this containerd-era Windows node to the cluster with kubeadm, then start its services,
+  containerd and the kubelet (idempotent); the kubelet then runs the node's flanneld and kube-proxy
+  as the pods of their HostProcess DaemonSets. The seed recipe's join is cluster-join.ps1.
 
 .DESCRIPTION
   Run by cluster-up over WinRM after it copied the rendered node configs to C:\k\config
@@ -10,7 +11,8 @@
   containerd CRI endpoint) from -ConfigFile, talks to containerd on that endpoint, writes C:\var\lib\kubelet\config.yaml and kubeadm-flags.env, restarts the
   "kubelet" service (whose program, start-kubelet.ps1, reads both) and waits for its TLS
   bootstrap, so it runs in the foreground here. A node with kubelet.conf has joined: only the
-  services start.
+  services start. No kubeconfig of flanneld or kube-proxy is written here: their pods use their own
+  projected ServiceAccount tokens.
 #>
 [CmdletBinding()]
 param(

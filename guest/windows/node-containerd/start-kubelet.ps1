@@ -11,6 +11,14 @@
   hostprocess/PrepareNode.ps1 (StartKubelet.ps1, at 6308ea8b) does, and appends the per-node flags
   cluster-up rendered into C:\k\config\kubelet.args (templates/nodes/windows-containerd/kubelet.args.j2;
   every flag checked against k4w/validate/facts/kubelet-1.37.yml by invoke validate).
+  Why a wrapper under NSSM and not the kubelet's own --windows-service (kubernetes/kubernetes v1.37.2
+  cmd/kubelet/app/options/osflags_windows.go; pkg/windows/service/service.go): with it kubelet.exe is
+  the service program itself, registered with one fixed command line, while kubeadm join writes the
+  flags the kubelet needs (kubeadm-flags.env) only after the box is baked, and rewrites them at each
+  join; the service would have to be re-registered with them every time. The wrapper reads them at
+  every start instead, and a PowerShell script is no service program, so NSSM runs it (as
+  sig-windows-tools PrepareNode.ps1 does). Under NSSM the kubelet is a child process, not started by
+  the service control manager, so it must not get --windows-service (svc.Run would fail).
   Arguments are passed as an array, never through Invoke-Expression: an empty value such as
   --resolv-conf= reaches the kubelet as it is written. Before a join (no kubeadm-flags.env) the
   kubelet cannot run: the script says so and exits non-zero, and NSSM retries.

@@ -60,6 +60,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "k4w_check(name, stage=None, component=None): the check a test belongs to (profile skip_checks names it); "
         "component: it applies only to a box whose profile pins that component")
     config.addinivalue_line("markers", "k4w_deselect(reason): not applicable to this cluster (decided at parametrization)")
+    config.addinivalue_line("markers", "k4w_node_services: one test per Windows service the box profile registers (node_services)")
     config._k4w_deselected = []  # [(nodeid, check, reason)]
 
 

@@ -1,5 +1,6 @@
 """Cluster spec, identities: no node credential reads more than its own node, and flanneld and
-kube-proxy on Windows work on ServiceAccounts of their own (k4w/identities.py).
+kube-proxy on Windows work on ServiceAccounts of their own (k4w/identities.py: their services' on the
+seed era, their HostProcess DaemonSets' on the containerd era).
 
 `kubectl auth can-i ... --as` asks the API server's own authorizers (RBAC and the Node
 authorizer), so the answers are the cluster's, not a reading of our manifests.
@@ -57,8 +58,10 @@ def test_a_node_credential_cannot_list_every_node(kubectl, cluster_cfg):
 
 @pytest.mark.k4w_check("identities")
 @pytest.mark.parametrize("component", [i.component for i in identities.WINDOWS_COMPONENTS])
-def test_windows_component_has_its_linux_twins_rights_and_no_more(kubectl, component):
-    ident = identities.by_component(component)
+def test_windows_component_has_its_linux_twins_rights_and_no_more(kubectl, cluster_cfg, component):
+    # The containerd era's DaemonSet ServiceAccount, the seed era's service identity.
+    hostprocess = any(identities.runs_hostprocess(profiles.load(n.box)) for n in cluster_cfg.nodes if profiles.load(n.box).is_windows)
+    ident = identities.windows_identity(component, hostprocess)
     account = f"--as=system:serviceaccount:{ident.namespace}:{ident.service_account}"
     # flanneld watches node leases; kube-proxy lists services (the flannel ClusterRole, system:node-proxier).
     needed = ("list", "nodes") if component == "flanneld" else ("list", "services")

@@ -1,7 +1,8 @@
 """Cluster spec, nodes and system pods: run from the host with build/kubeconfig (kubectl).
 
 Every node of cluster.yml must be registered, Ready and labelled with its OS under the
-label of the cluster's Kubernetes era; kube-system must be healthy; and Windows and Linux
+label of the cluster's Kubernetes era; kube-system must be healthy; a containerd-era Windows node
+must run its flanneld and kube-proxy pods (the HostProcess DaemonSets); and Windows and Linux
 workloads must land on their own OS only.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from k4w import config as config_mod, profiles
+from k4w import config as config_mod, identities, profiles
 from k4w.verify.kubectl import node_ready, pod_ready, pod_state
 from k4w.redact import redact
 
@@ -19,10 +20,17 @@ pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]
 def pytest_generate_tests(metafunc):
     # One test per node of cluster.yml, named after it. (Without --k4w-config, the collection
     # hook in conftest.py stops the run with a usage error before anything runs.)
+    path = metafunc.config.getoption("--k4w-config")
+    nodes = config_mod.load(path).nodes if path else []
     if "node" in metafunc.fixturenames:
-        path = metafunc.config.getoption("--k4w-config")
-        nodes = config_mod.load(path).nodes if path else []
         metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
+    if "hostprocess_node" in metafunc.fixturenames:
+        # Only Windows nodes whose flanneld and kube-proxy are HostProcess DaemonSets (the containerd
+        # era); a cluster without one reports this check as not applicable, never as passed.
+        wanted = [n for n in nodes if profiles.load(n.box).is_windows and identities.runs_hostprocess(profiles.load(n.box))]
+        params = [pytest.param(n, id=n.name) for n in wanted] or [pytest.param(None, id="none", marks=pytest.mark.k4w_deselect(
+            "no Windows node of cluster.yml runs flanneld and kube-proxy as HostProcess DaemonSets (the seed era runs them as services)"))]
+        metafunc.parametrize("hostprocess_node", params)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +65,21 @@ def test_kube_system_pods_running(kubectl):
     assert not unhealthy, redact("kube-system pods not Running and ready:\n  " + "\n  ".join(unhealthy))
 
 
+@pytest.mark.k4w_check("windows_daemonsets")
+def test_windows_node_runs_its_flanneld_and_kube_proxy_pods(hostprocess_node, kubectl):
+    """A Windows node whose box runs them as HostProcess DaemonSets (hostprocess: in its profile) has
+    one pod of each DaemonSet Running and ready on it. One test per such node."""
+    name = hostprocess_node.name
+    pods = kubectl.items("pods", "-n", identities.HOSTPROCESS_NAMESPACE, "--field-selector", f"spec.nodeName={name}")
+    problems = []
+    for daemon in identities.HOSTPROCESS_DAEMONSETS:
+        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == daemon.daemonset]
+        if not mine:
+            problems.append(f"no pod of DaemonSet {identities.HOSTPROCESS_NAMESPACE}/{daemon.daemonset} on {name}")
+        problems += [pod_state(p) for p in mine if not pod_ready(p)]
+    assert not problems, redact(f"{name}: its flanneld and kube-proxy pods are not Running and ready:\n  " + "\n  ".join(problems))
+
+
 @pytest.mark.k4w_check("placement")
 def test_pods_run_on_their_own_os(kubectl, live_nodes, os_label):
     misplaced = []
@@ -77,7 +100,8 @@ def test_pods_run_on_their_own_os(kubectl, live_nodes, os_label):
 
 @pytest.mark.k4w_check("placement")
 def test_system_daemonsets_select_linux(kubectl, os_label):
-    # Windows runs kube-proxy and flanneld as services; their DaemonSets must stay on Linux.
+    # Windows runs its own kube-proxy and flanneld (services, or the HostProcess DaemonSets in their
+    # own namespace): kube-system's DaemonSets must stay on Linux.
     wrong = []
     for ds in kubectl.items("daemonsets", "-n", "kube-system"):
         selector = ds["spec"]["template"]["spec"].get("nodeSelector") or {}

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from k4w import derive_steps, profiles
 from k4w.verify import expect, reachability, winps, windows_queries as q
 from k4w.redact import redact
 
@@ -17,11 +18,22 @@ pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("windows")]
 
 K_DIR = "C:\\k"  # docs/internals.md: the box installs guest/windows/node/ into C:\k (K4W_NODE_DIR)
 RELEASE_FILE = K_DIR + "\\box-release.json"
-NODE_SERVICES = ("kubelet", "flanneld", "kube-proxy")
-# Start order docker -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not the 2018 order of
+# Every service a box of some era registers; the profile's node_services says which this box has
+# (k4w.derive_steps.node_services: all three on the seed era, the kubelet alone on the containerd
+# era, whose flanneld and kube-proxy are HostProcess DaemonSets).
+NODE_SERVICES = derive_steps.SEED_NODE_SERVICES
+# Start order <runtime> -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not the 2018 order of
 # ptylenda/kubernetes-for-windows@71843a4 README.md: kernelspace kube-proxy needs the HNS network
 # flanneld creates, see start-node.ps1 step 4): each service depends on the one before it.
-DEPENDS_ON = {"kubelet": "docker", "flanneld": "kubelet", "kube-proxy": "flanneld"}
+
+
+def pytest_generate_tests(metafunc):
+    # One test per service the box's profile registers (without --k4w-box the collection hook stops
+    # the run with a usage error first).
+    if "name" in metafunc.fixturenames and metafunc.definition.get_closest_marker("k4w_node_services"):
+        box = metafunc.config.getoption("--k4w-box")
+        wanted = derive_steps.node_services(profiles.load(box)) if box else list(NODE_SERVICES)
+        metafunc.parametrize("name", wanted)
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
 NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
@@ -112,15 +124,24 @@ def test_base_and_pause_images_present(host, profile):
 
 
 @pytest.mark.k4w_check("node_services")
-@pytest.mark.parametrize("name", NODE_SERVICES)
-def test_node_service_installed_after_its_dependency(services, name):
+@pytest.mark.k4w_node_services
+def test_node_service_installed_after_its_dependency(services, profile, name):
     svc = services[name]
+    wanted = derive_steps.node_service_dependencies(profile)[name]
     assert svc["exists"], f"service {name} is not installed"
-    assert svc["depends_on"] == [DEPENDS_ON[name]], f"{name} depends on {svc['depends_on']}, expected [{DEPENDS_ON[name]}]"
+    assert svc["depends_on"] == [wanted], f"{name} depends on {svc['depends_on']}, expected [{wanted}]"
 
 
 @pytest.mark.k4w_check("node_services")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+def test_no_service_the_profile_does_not_register(services, profile):
+    # The containerd era runs flanneld and kube-proxy as HostProcess DaemonSets: a service of theirs
+    # would run a second copy beside the pod (or a stale one the bake left).
+    extra = [n for n in NODE_SERVICES if n not in derive_steps.node_services(profile) and services[n]["exists"]]
+    assert not extra, f"services {extra} are installed, but box {profile.name} registers only {derive_steps.node_services(profile)}"
+
+
+@pytest.mark.k4w_check("node_services")
+@pytest.mark.k4w_node_services
 def test_node_service_is_nssm_and_restarts_on_failure(host, services, nssm, name):
     assert services[name]["exists"], f"service {name} is not installed"
     assert services[name]["image_path"].lower().rstrip('"').endswith("nssm.exe"), f"{name} is not an NSSM service: {services[name]['image_path']}"
@@ -134,7 +155,7 @@ def test_node_service_is_nssm_and_restarts_on_failure(host, services, nssm, name
 
 
 @pytest.mark.k4w_check("node_services")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+@pytest.mark.k4w_node_services
 def test_node_service_gets_no_console(nssm, name):
     # NSSM 2.24 services can stay Paused on Windows 10 1703+ / Server 1803 unless AppNoConsole=1
     # (nssm.cc/download, "Windows 10 Creators Update").
@@ -142,7 +163,7 @@ def test_node_service_gets_no_console(nssm, name):
 
 
 @pytest.mark.k4w_check("node_services")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+@pytest.mark.k4w_node_services
 def test_node_service_logs_rotate_into_k_logs(nssm, name):
     params = nssm[name]
     for stream in ("stdout", "stderr"):
@@ -152,7 +173,7 @@ def test_node_service_logs_rotate_into_k_logs(nssm, name):
 
 
 @pytest.mark.k4w_check("node_services")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+@pytest.mark.k4w_node_services
 def test_node_service_starts_manually(services, name):
     # start-node.ps1 (the k4w-node-start task) starts them in order, each after a real check;
     # an Automatic start would race the HNS cleanup and the dependency order.
@@ -162,7 +183,7 @@ def test_node_service_starts_manually(services, name):
 
 
 @pytest.mark.k4w_check("node_services_unjoined", stage="box")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+@pytest.mark.k4w_node_services
 def test_node_service_idle_until_joined(services, nssm, name):
     svc = services[name]
     assert svc["exists"], f"service {name} is not installed"
@@ -171,7 +192,7 @@ def test_node_service_idle_until_joined(services, nssm, name):
 
 
 @pytest.mark.k4w_check("node_services_joined", stage="node")
-@pytest.mark.parametrize("name", NODE_SERVICES)
+@pytest.mark.k4w_node_services
 def test_node_service_running_when_joined(services, name):
     assert services[name]["status"] == "Running", f"{name} is {services[name]['status']} on a joined node"
 

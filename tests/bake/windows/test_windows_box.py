@@ -99,9 +99,16 @@ def test_the_step_list_names_existing_scripts_and_known_markers():
 
 def test_services_are_registered_as_the_cluster_start_expects():
     script = (GUEST / "bake" / "08-node-services.ps1").read_text()
-    chain = re.findall(r"Name = '([a-z-]+)'; Program = \(Join-Path \$nodeDir '[a-z-]+\.exe'\); Parameters = \$null; DependsOn = ([^;]+);", script)
-    # <runtime> -> kubelet -> flanneld -> kube-proxy: kernelspace kube-proxy needs flanneld's HNS network.
-    assert chain == [("kubelet", "$runtimeService"), ("flanneld", "'kubelet'"), ("kube-proxy", "'flanneld'")]
+    known = re.findall(r"Name = '([a-z-]+)'; Program = \(Join-Path \$nodeDir '[a-z-]+\.exe'\)", script)
+    assert known == ["kubelet", "flanneld", "kube-proxy"]
+    # <runtime> -> the profile's node_services in their order, each depending on the one before:
+    # kubelet -> flanneld -> kube-proxy on the seed era (kernelspace kube-proxy needs flanneld's HNS
+    # network), the kubelet alone on the containerd era.
+    assert "$wanted = @((Get-K4wEnv -Name 'K4W_NODE_SERVICES') -split ','" in script
+    assert "$previous = $runtimeService" in script and "$known[$name].DependsOn = $previous" in script
+    assert "if ($wanted.Count -eq 0 -or $wanted[0] -ne 'kubelet')" in script
+    # A service the profile does not list is removed, so a box never keeps one of another era.
+    assert "Invoke-K4wExe -FilePath $nssm -ArgumentList @('remove', $name, 'confirm')" in script
     assert "$runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'" in script
     assert "'Start' 'SERVICE_DEMAND_START'" in script  # Manual
     assert "'AppExit' @('Default', 'Restart')" in script

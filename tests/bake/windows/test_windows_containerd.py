@@ -1,6 +1,7 @@
 """The containerd-era node recipe, checked statically (no PowerShell here): the containerd config
 03-containerd.ps1 writes, held against containerd's own document at the pinned tag; the order and
-readiness conditions of its start-node.ps1; the kubelet launcher."""
+readiness conditions of its start-node.ps1 (containerd and the kubelet only) and of the HostProcess
+DaemonSets' start scripts (flanneld, kube-proxy); the kubelet launcher."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
 FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / f"containerd-{PROFILE['components']['containerd']['version']}-config.yml").read_text())
 CONTAINERD = (GUEST / "bake" / "03-containerd.ps1").read_text()
 START_NODE = (GUEST / "node-containerd" / "start-node.ps1").read_text()
-RECIPE = sorted((GUEST / "node-containerd").glob("*.ps1")) + [GUEST / "cluster" / "cluster-join-containerd.ps1"]
+HOSTPROCESS = GUEST / "hostprocess"
+START_FLANNELD = (HOSTPROCESS / "start-flanneld.ps1").read_text()
+START_KUBE_PROXY = (HOSTPROCESS / "start-kube-proxy.ps1").read_text()
+RECIPE = (sorted((GUEST / "node-containerd").glob("*.ps1")) + [GUEST / "cluster" / "cluster-join-containerd.ps1"]
+          + [p for p in sorted(HOSTPROCESS.glob("*.ps1")) if p.name != "hostprocess-lib.ps1"])
 
 
 def rendered_config() -> str:
@@ -79,29 +84,48 @@ def _body() -> str:
     return START_NODE[START_NODE.index("# ---------------------------------------------------------------- 2. clean slate"):]
 
 
-def test_start_node_cleans_up_then_starts_containerd_kubelet_flanneld_kube_proxy_each_after_a_real_wait():
+def test_start_node_cleans_up_then_starts_containerd_and_the_kubelet_each_after_a_real_wait():
     body = _body()
     # containerd first: kube-cleanup.ps1 removes its pod sandboxes through the CRI (-CriEndpoint).
-    order = [body.index(s) for s in ("Start-Service -Name $Node.runtime_service", "& (Join-Path $K 'kube-cleanup.ps1')", "Start-Service -Name 'kubelet'",
-                                     "Start-Service -Name 'flanneld'", "$sourceVip = Get-SourceVip", "Start-Service -Name 'kube-proxy'")]
+    order = [body.index(s) for s in ("Start-Service -Name $Node.runtime_service", "& (Join-Path $K 'kube-cleanup.ps1')", "Start-Service -Name 'kubelet'")]
     assert order == sorted(order)
-    waits = [body.index(s) for s in ("answers on", "& (Join-Path $K 'kube-cleanup.ps1')", "registered\"", "Flannel network", "{ Test-KubeProxyReady }")]
+    waits = [body.index(s) for s in ("answers on", "& (Join-Path $K 'kube-cleanup.ps1')", "registered\"")]
     assert waits == sorted(waits)
     assert "foreach ($network in $Node.network_name, $StaleNatNetwork)" in body and "$StaleNatNetwork = 'nat'" in START_NODE
     assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE)
+    # flanneld and kube-proxy are the HostProcess DaemonSets' pods, never services started here.
+    assert not re.search(r"Start-Service -Name '(flanneld|kube-proxy)'", START_NODE)
 
 
-def test_kube_proxy_gets_the_source_vip_reserved_on_flannels_network():
-    vip = START_NODE[START_NODE.index("function Get-SourceVip"):START_NODE.index("function Test-KubeProxyReady")]
-    assert "host-local.exe" in vip and "CNI_COMMAND = 'ADD'" in vip and "(Get-Field $_ 'Name') -eq $Node.network_name" in vip
-    assert "$SourceVipFile = Join-Path $K 'SourceVip.json'" in START_NODE
+def test_the_daemonset_scripts_wait_on_conditions_not_fixed_sleeps():
+    lib = (HOSTPROCESS / "hostprocess-lib.ps1").read_text()
+    assert "Start-Sleep -Seconds $K4wPollSeconds" in lib
+    for text in (lib, START_FLANNELD, START_KUBE_PROXY, (HOSTPROCESS / "ready-flanneld.ps1").read_text()):
+        assert not re.search(r"Start-Sleep -Seconds \d", text)
+    # kube-proxy runs only once Flannel's network exists, and in the foreground (the pod lives as long as it).
+    assert START_KUBE_PROXY.index("Wait-K4wCondition -What \"Flannel's HNS network") < START_KUBE_PROXY.index("$sourceVip = Get-SourceVip")
+    assert START_KUBE_PROXY.rstrip().endswith("& (Join-Path $NodeDir 'kube-proxy.exe') @arguments\nexit $LASTEXITCODE")
+    assert START_FLANNELD.rstrip().endswith("& (Join-Path $NodeDir 'flanneld.exe') @arguments\nexit $LASTEXITCODE")
+
+
+def test_kube_proxy_gets_the_source_vip_reserved_on_flannels_network_once():
+    vip = START_KUBE_PROXY[START_KUBE_PROXY.index("function Get-SourceVip"):START_KUBE_PROXY.index("# ---------------------------------------------------------------- 1.")]
+    helper = START_KUBE_PROXY[START_KUBE_PROXY.index("function Invoke-HostLocal"):START_KUBE_PROXY.index("function Get-SourceVip")]
+    assert "host-local.exe" in helper and "CNI_COMMAND = $Command" in helper
+    # Idempotent on restart: a kept VIP inside the network's subnet is reused; a new one is reserved
+    # after a DEL, since host-local refuses a second ADD for the same owner.
+    assert vip.index("Test-K4wAddressInSubnet -Address $kept -Cidr $subnet") < vip.index("Invoke-HostLocal 'DEL' $subnet") < vip.index("Invoke-HostLocal 'ADD' $subnet")
+    assert "(Get-Field $_ 'Name') -eq $NetworkName" in START_KUBE_PROXY
+    assert "$SourceVipFile = Join-Path $NodeDir 'SourceVip.json'" in START_KUBE_PROXY
     # kube-cleanup.ps1 deletes the same file with the network, so a new network gets a new VIP.
     assert "SourceVip.json" in (GUEST / "node" / "kube-cleanup.ps1").read_text()
 
 
 def test_only_the_rendered_cni_config_stays_in_containerds_conf_dir():
-    cni = START_NODE[START_NODE.index("function Set-CniConfig"):START_NODE.index("function ConvertTo-Cidr")]
+    cni = START_FLANNELD[START_FLANNELD.index("# ---------------------------------------------------------------- 1."):START_FLANNELD.index("# ---------------------------------------------------------------- 2.")]
     assert "Where-Object { $_.FullName -ne $wanted }" in cni and "Remove-Item -LiteralPath $other.FullName" in cni
+    # Copied only when it differs: a restart of the pod changes nothing.
+    assert "(Get-FileHash -LiteralPath $RenderedCni).Hash -ne (Get-FileHash -LiteralPath $wanted).Hash" in cni
 
 
 def test_start_node_reads_only_fields_node_json_renders():
@@ -155,15 +179,9 @@ def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares
 
 def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_network():
     # cluster-up run again reaches start-node on a joined node; the clean slate would delete the HNS
-    # network under the running pod sandboxes. Only a change or a stopped service earns a restart.
+    # network under the running pod sandboxes. Only a stopped service or an unregistered node earns one.
     head = START_NODE[:START_NODE.index("# ---------------------------------------------------------------- 2. clean slate")]
     skip = head[head.index("$running = "):]
-    assert "-not $script:Reconfigured -and -not $running" in skip and "(Test-KubeProxyReady)" in skip and "exit 0" in skip
+    assert "-not $running -and (Test-NodeRegistered)" in skip and "exit 0" in skip
+    assert "@($Node.runtime_service, 'kubelet')" in skip
     assert head.index("if ($ConfigureOnly)") < head.index("$running = ")
-    # Every configuration write marks the node reconfigured.
-    for write in ("-Name 'AppParameters' -Value $Arguments", "Remove-ItemProperty -LiteralPath $key -Name 'AppEnvironmentExtra'",
-                  "Copy-Item -LiteralPath $source -Destination $wanted -Force"):
-        after = START_NODE[START_NODE.index(write):]
-        assert after.index("$script:Reconfigured = $true") < after.index("Write-Output"), write
-    # $null leaves kube-proxy's arguments alone in step 1 (a [string] parameter would make it '').
-    assert "param([string]$Service, $Arguments = $null, [string[]]$Environment)" in START_NODE

@@ -1,7 +1,7 @@
 """The containerd recipe's node start on Windows: containerd's pod sandboxes are removed through the
 CRI before the HNS network goes (kube-cleanup.ps1 + cri-sandboxes.ps1, crictl from the bake), and
-the cluster NIC's default route through the host's NAT is restored after Flannel recreates its
-network (cluster-route.ps1, shared with cluster-ip.ps1). Nothing here can run PowerShell: the
+the cluster NIC's default route through the host's NAT is restored by the kube-proxy DaemonSet's
+start script once Flannel (re)created its network (cluster-route.ps1, shared with cluster-ip.ps1). Nothing here can run PowerShell: the
 scripts are held to these rules through their syntax trees and the real `invoke render`."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
 
 GUEST = ROOT / "guest" / "windows"
 START_NODE = GUEST / "node-containerd" / "start-node.ps1"
+START_KUBE_PROXY = GUEST / "hostprocess" / "start-kube-proxy.ps1"
+DAEMONSETS = "manifests/windows-containerd/windows-node-daemonsets.yaml"
 KUBE_CLEANUP = GUEST / "node" / "kube-cleanup.ps1"
 CRI_SANDBOXES = GUEST / "node" / "cri-sandboxes.ps1"
 CLUSTER_ROUTE = GUEST / "node" / "cluster-route.ps1"
@@ -45,40 +47,39 @@ def _first(found: list, name: str, after: int = 0, containing: str = ""):
 
 # ------------------------------------------------------------------ item 2: the cluster NIC's default route
 
-def route_problems(start_node: bytes) -> list[str]:
-    """Why this start-node.ps1 would leave the node without its default route through the host NAT
-    after the HNS network moved the cluster address (empty: it restores it)."""
+def route_problems(start_script: bytes) -> list[str]:
+    """Why this start-kube-proxy.ps1 (the kube-proxy DaemonSet's program, which waits for Flannel's
+    network anyway) would leave the node without its default route through the host NAT after the
+    HNS network moved the cluster address (empty: it restores it, at every start of the pod)."""
     problems = []
-    found = _top_level(start_node)
-    flannel_up = _first(found, "wait-until", containing="Flannel network")
-    next_service = _first(found, "start-service", after=flannel_up)
-    if not any(c.name == "restore-clusterdefaultroute" for c in found[flannel_up:next_service]):
-        problems.append("no Restore-ClusterDefaultRoute between the wait for Flannel's network and the next service")
-    source = start_node.decode()
-    early_exit = source[source.index("already runs as configured") - 400:source.index("already runs as configured")]
-    if "Restore-ClusterDefaultRoute" not in early_exit:
-        problems.append("a node left running as configured never checks its route")
-    restore = [c for c in calls(start_node) if c.function == "restore-clusterdefaultroute"]
-    setters = [_text(c) for c in restore if c.name == "set-clusterdefaultroute"]
-    if not any("-IPAddress $Node.ip" in s and "-Gateway $Node.cluster_gateway" in s for s in setters):
-        problems.append("Restore-ClusterDefaultRoute does not call Set-ClusterDefaultRoute with node.json's ip and cluster_gateway")
-    if ". (Join-Path $K 'cluster-route.ps1')" not in source:
-        problems.append("start-node.ps1 does not dot-source C:\\k\\cluster-route.ps1")
+    found = _top_level(start_script)
+    flannel_up = _first(found, "wait-k4wcondition", containing="Flannel's HNS network")
+    setters = [(i, _text(c)) for i, c in enumerate(found) if c.name == "set-clusterdefaultroute"]
+    if not any(i > flannel_up for i, _ in setters):
+        problems.append("no Set-ClusterDefaultRoute after the wait for Flannel's network")
+    source = start_script.decode()
+    if setters and source.index("Set-ClusterDefaultRoute -IPAddress") > source.index("& (Join-Path $NodeDir 'kube-proxy.exe')"):
+        problems.append("the route is set only after kube-proxy.exe, which runs in the foreground until the pod stops")
+    if not any("-IPAddress $NodeIp" in text and "-Gateway $ClusterGateway" in text for _, text in setters):
+        problems.append("Set-ClusterDefaultRoute is not called with the node's IP and K4W_CLUSTER_GATEWAY")
+    if ". (Join-Path $NodeDir 'cluster-route.ps1')" not in source:
+        problems.append("the script does not dot-source C:\\k\\cluster-route.ps1")
     return problems
 
 
-def test_the_node_start_restores_the_default_route_once_flannel_has_recreated_its_network():
-    assert route_problems(START_NODE.read_bytes()) == []
+def test_the_kube_proxy_pod_restores_the_default_route_once_flannel_has_recreated_its_network():
+    assert route_problems(START_KUBE_PROXY.read_bytes()) == []
 
 
-@pytest.mark.parametrize("defect", ["dropped after Flannel", "dropped when left running", "no gateway"])
-def test_the_route_check_fails_on_a_start_node_that_stops_restoring_it(defect):
-    source = START_NODE.read_text()
-    flannel = "Wait-Until \"Flannel network $($Node.network_name) up\" { Test-FlannelNetwork } -Hint 'see C:\\k\\logs\\flanneld.log'\n"
+@pytest.mark.parametrize("defect", ["dropped", "after kube-proxy", "no gateway"])
+def test_the_route_check_fails_on_a_start_script_that_stops_restoring_it(defect):
+    source = START_KUBE_PROXY.read_text()
+    route = "    Set-ClusterDefaultRoute -IPAddress $NodeIp -Gateway $ClusterGateway -LogPrefix 'start-kube-proxy'\n"
+    run = "& (Join-Path $NodeDir 'kube-proxy.exe') @arguments\n"
     planted = {
-        "dropped after Flannel": source.replace(flannel + "Restore-ClusterDefaultRoute\n", flannel),
-        "dropped when left running": source.replace("    Restore-ClusterDefaultRoute\n    Write-Output \"start-node: node", "    Write-Output \"start-node: node"),
-        "no gateway": source.replace("-Gateway $Node.cluster_gateway", "-Gateway ''"),
+        "dropped": source.replace(route, ""),
+        "after kube-proxy": source.replace(route, "").replace(run, run + route.strip() + "\n"),
+        "no gateway": source.replace("-Gateway $ClusterGateway", "-Gateway ''"),
     }[defect]
     assert planted != source, "the planted defect did not change the script"
     assert route_problems(planted.encode()) != []
@@ -105,6 +106,11 @@ def test_node_json_carries_the_gateway_cluster_up_gives_cluster_ip(tmp_path):
     # The host's NetNat address: node_cidr's first host (host/network-up.ps1), the -Gateway of cluster-ip.
     assert node["cluster_gateway"] == str(next(node_cidr.hosts())) == "192.168.250.1"
     assert PROFILE["cluster_nic_default_route"] is True
+    # The kube-proxy DaemonSet, which restores the route, gets the same gateway.
+    docs = [d for d in yaml.safe_load_all((out / DAEMONSETS).read_text()) if d]
+    [proxy] = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "k4w-kube-proxy-windows"]
+    env = {e["name"]: e.get("value") for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["K4W_CLUSTER_GATEWAY"] == node["cluster_gateway"]
 
 
 # ------------------------------------------------------------------ item 1: containerd's pod sandboxes
