@@ -176,8 +176,8 @@ PLANTS = {
     "the ClusterIP for the API": (lambda out: _edit(out, _daemonset(PROXY, lambda s: [e.update(value="10.96.0.1") for e in s["containers"][0]["env"]
                                                                                      if e["name"] == "KUBERNETES_SERVICE_HOST"])),
                                   "KUBERNETES_SERVICE_HOST must be the API server's address"),
-    "a field 1.35 lacks": (lambda out: _edit(out, _daemonset(FLANNEL, lambda s: s["securityContext"]["windowsOptions"].update(hostProces=True))),
-                           "kubernetes-validate 1.35.0 (strict)"),
+    "a field 1.37 lacks": (lambda out: _edit(out, _daemonset(FLANNEL, lambda s: s["securityContext"]["windowsOptions"].update(hostProces=True))),
+                           "kubernetes-validate 1.37.0 (strict)"),
 }
 
 
