@@ -146,13 +146,22 @@ def cloud_configs(cluster: Cluster, out: Path) -> Result:
     return _run_each(res, files, lambda seed: _cloud_init_schema(tool, seed))
 
 
+def _subiquity_release(cluster: Cluster, seed: Path) -> str | None:
+    """The subiquity release of the box whose seed this is (OUT/http/<box>/user-data): its profile's
+    installer.subiquity, None (the default schema) for a profile that names none."""
+    prof = cluster.profiles.get(seed.parent.name)
+    release = ((prof.data.get("installer") or {}).get("subiquity")) if prof else None
+    return None if release is None else str(release)
+
+
 def autoinstall_seeds(cluster: Cluster, out: Path) -> Result:
     res = Result("autoinstall (user-data)", "subiquity's autoinstall-schema.json + jsonschema")
     from . import autoinstall_rules
 
     for seed in sorted(out.glob(USER_DATA)):
         res.checked.append(_rel(seed))
-        res.problems += [f"{_rel(seed)}: {p}" for p in autoinstall_rules.check_user_data(seed.read_text(encoding="utf-8"))]
+        text, release = seed.read_text(encoding="utf-8"), _subiquity_release(cluster, seed)
+        res.problems += [f"{_rel(seed)}: {p}" for p in autoinstall_rules.check_user_data(text, release)]
     return res
 
 
@@ -379,9 +388,16 @@ def _would_check_cloud_configs(cluster: Cluster, out: Path, rendered: Collection
 def _would_check_autoinstall(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     from . import autoinstall_rules
 
-    origin = autoinstall_rules.source()
-    return [f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}"
-            for seed in _matching(rendered, out, USER_DATA)]
+    lines = []
+    for seed in _matching(rendered, out, USER_DATA):
+        release = _subiquity_release(cluster, seed)
+        try:
+            origin = autoinstall_rules.source(release)
+        except (OSError, autoinstall_rules.UnknownRelease):
+            lines.append(f"# in this process: {seed} autoinstall section: no vendored schema of subiquity {release} (the real run fails)")
+            continue
+        lines.append(f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}")
+    return lines
 
 
 def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
