@@ -306,6 +306,22 @@ def windows_preflight(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def windows_images(cluster: Cluster, out: Path) -> Result:
+    res = Result("Windows container images", "image tags and pause manifest entries per Windows build")
+    from . import windows_image_rules
+
+    res.checked, res.problems = windows_image_rules.check(cluster)
+    return res
+
+
+def cgroup_v2(cluster: Cluster, out: Path) -> Result:
+    res = Result("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy")
+    from . import cgroup_rules
+
+    res.checked, res.problems = cgroup_rules.check(cluster, out)
+    return res
+
+
 def yaml_templates(cluster: Cluster, out: Path) -> Result:
     from ..render import _environment
     from . import yaml_template_rules
@@ -465,6 +481,16 @@ def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collec
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
 
 
+def _would_check_windows_images(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each Windows box's images and pulled pause image against its guest.os_build "
+            "(k4w/validate/facts/windows-images.yml)"]
+
+
+def _would_check_cgroup_v2(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each cgroup_v2_only box's cgroup drivers, its rendered files, the Ubuntu guest "
+            f"scripts and {out / 'kubeadm' / 'kubeadm-config.yaml'} against the v2-only hierarchy"]
+
+
 def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
 
@@ -513,6 +539,8 @@ VALIDATORS: list[Validator] = [
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(windows_preflight, _would_check_windows_preflight),
     Validator(cni_versions, _would_check_cni_versions),
+    Validator(windows_images, _would_check_windows_images),
+    Validator(cgroup_v2, _would_check_cgroup_v2),
     Validator(yaml_templates, _would_check_yaml_templates),
     Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),
