@@ -1,0 +1,137 @@
+"""boxes/ubuntu-2604.yml (Ubuntu 26.04 LTS) through the real commands: its seed is held against the
+autoinstall schema of subiquity 26.04 (the installer on its ISO), the guest steps accept its release,
+and nothing rendered for it assumes cgroup v1 (k4w/validate/cgroup_rules.py), each with a planted
+wrong value refused."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+
+import pytest
+import yaml
+
+from k4w import profiles, sources
+from k4w.validate import autoinstall_rules, cgroup_rules
+from tests.bake.ubuntu.conftest import make_root, run_step
+from tests.helpers import ROOT, invoke
+
+BOX = "ubuntu-2604"
+MODERN = ROOT / "examples" / "cluster-modern.yml"
+UBUNTU_BOXES = sorted(p.stem for p in (ROOT / "boxes").glob("ubuntu-*.yml"))
+
+
+def _boxes_with(tmp_path, edit) -> dict:
+    folder = tmp_path / "boxes"
+    shutil.copytree(ROOT / "boxes", folder)
+    path = folder / f"{BOX}.yml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {sources.BOX_DIRS_ENV: str(folder)}
+
+
+def _validate(tmp_path, env=None, *extra):
+    result = invoke("validate", "--config", str(MODERN), "--out", str(tmp_path / "out"), *extra, env=env)
+    return result, " ".join((result.stdout + result.stderr).split())
+
+
+# ------------------------------------------------------------------ the profile's pinned facts
+
+def test_the_iso_is_the_2604_release_media_with_its_checksum_source():
+    iso = profiles.load(BOX).data.iso
+    assert iso.name == "ubuntu-26.04-live-server-amd64.iso" and iso.url.endswith("/26.04/" + iso.name)
+    assert iso.superseded_url == "https://old-releases.ubuntu.com/releases/26.04/" + iso.name
+    assert iso.sha256 == "dec49008a71f6098d0bcfc822021f4d042d5f2db279e4d75bdd981304f1ca5d9"
+    assert "rgl/ubuntu-vagrant ubuntu.pkr.hcl at b5b707b1c13f" in iso.sha256_source
+
+
+def test_the_kernel_is_the_virtual_flavour_whose_kvp_daemon_the_seed_installs():
+    installer = profiles.load(BOX).data.installer
+    assert installer.kernel == "linux-image-virtual"
+    assert {"linux-image-virtual", "linux-tools-virtual", "linux-cloud-tools-virtual"} <= set(installer.packages)
+    assert autoinstall_rules.kernel_problems({"kernel": {"package": installer.kernel}, "packages": list(installer.packages)}) == []
+
+
+# ------------------------------------------------------------------ the seed against subiquity 26.04's schema
+
+def test_the_vendored_2604_schema_is_subiquitys_file_at_the_recorded_tag():
+    origin = autoinstall_rules.source("26.04")
+    assert (origin["repository"], origin["path"], origin["tag"]) == ("canonical/subiquity", "autoinstall-schema.json", "26.04")
+    assert origin["commit"] == "9b41f1418858e38f88ba2724f540389b3fa41a0a"
+    assert hashlib.sha256(autoinstall_rules.schema_path("26.04").read_bytes()).hexdigest() == origin["sha256"]
+
+
+def test_each_release_judges_by_its_own_schema():
+    # identity.groups exists from subiquity 26.04 on; 24.04.4's identity allows no other key.
+    text = "#cloud-config\nautoinstall:\n  version: 1\n  identity: {hostname: h, username: u, password: p, groups: [docker]}\n"
+    assert autoinstall_rules.check_user_data(text, "26.04") == []
+    assert autoinstall_rules.check_user_data(text) == ["autoinstall.identity: Additional properties are not allowed ('groups' was unexpected)"]
+
+
+@pytest.mark.parametrize("release, problem", [
+    ("27.04", "no autoinstall schema of subiquity 27.04 is vendored"),
+    ("../../etc/x", "installer.subiquity '../../etc/x' is not a subiquity release tag"),
+])
+def test_a_release_without_a_vendored_schema_is_a_problem_not_a_pass(release, problem):
+    problems = autoinstall_rules.check_user_data("#cloud-config\nautoinstall:\n  version: 1\n", release)
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+@pytest.mark.tools
+def test_validate_checks_the_2604_seed_against_subiquity_2604_and_refuses_an_unknown_release(tmp_path):
+    dry = invoke("validate", "--config", str(MODERN), "--out", str(tmp_path / "dry"), "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"{tmp_path / 'dry' / 'http' / BOX / 'user-data'} autoinstall section against canonical/subiquity autoinstall-schema.json at 26.04" in dry.stdout
+    env = _boxes_with(tmp_path, lambda d: d["installer"].update(subiquity="27.04"))
+    result, output = _validate(tmp_path, env)
+    assert result.returncode == 1 and "Traceback" not in output, output
+    assert f"http/{BOX}/user-data: no autoinstall schema of subiquity 27.04 is vendored" in output, output
+
+
+# ------------------------------------------------------------------ the guest steps accept the release
+
+@pytest.mark.parametrize("box", UBUNTU_BOXES)
+def test_the_guest_steps_run_on_every_ubuntu_profiles_release(tmp_path, box):
+    """The release a profile's ISO installs (ubuntu-XX.YY in its name) is one lib.sh's distro guard
+    accepts: 02-kernel.sh, run on a root with that os-release, succeeds."""
+    release = re.match(r"ubuntu-(\d\d\.\d\d)", profiles.load(box).data.iso.name).group(1)
+    result = run_step("02-kernel.sh", make_root(tmp_path, f"ubuntu-{release}"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_release_the_steps_do_not_know_is_refused_by_name(tmp_path):
+    result = run_step("02-kernel.sh", make_root(tmp_path, "ubuntu-28.04"))
+    assert result.returncode != 0 and "unsupported distribution 'ubuntu 28.04'" in result.stderr
+
+
+# ------------------------------------------------------------------ cgroup v2 only
+
+def test_the_2604_box_declares_cgroup_v2_only_and_uses_the_systemd_driver():
+    data = profiles.load(BOX).data
+    assert data.cgroup_v2_only is True and data.components.containerd.cgroup_driver == "systemd"
+
+
+def test_a_v1_switch_in_a_guest_script_or_rendered_file_is_named(tmp_path):
+    script = tmp_path / "02-kernel.sh"
+    script.write_text('GRUB_CMDLINE_LINUX="systemd.unified_cgroup_hierarchy=0"\n')
+    problems = cgroup_rules._marker_problems([script], "in a guest script")
+    assert problems == [f"{script}: asks for the cgroup v1 hierarchy (systemd.unified_cgroup_hierarchy=0) in a guest script"]
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["components"]["containerd"].update(cgroup_driver="cgroupfs"),
+     "ubuntu-2604.yml: components.containerd.cgroup_driver is cgroupfs, but this box is cgroup v2 only (cgroup_v2_only): use systemd"),
+    (lambda d: d["installer"]["packages"].append("systemd.unified_cgroup_hierarchy=0"),
+     "asks for the cgroup v1 hierarchy (systemd.unified_cgroup_hierarchy=0) in a file rendered for ubuntu-2604, which is cgroup v2 only"),
+], ids=["cgroupfs-driver", "v1-switch-in-seed"])
+def test_invoke_validate_refuses_a_cgroup_v1_assumption_on_the_2604_box(tmp_path, edit, message):
+    result, output = _validate(tmp_path, _boxes_with(tmp_path, edit))
+    assert result.returncode == 1 and "Traceback" not in output, output
+    assert "✗ cgroup v2 only boxes" in output and message in output, output
+
+
+def test_the_2404_box_does_not_declare_it_so_its_cgroupfs_would_stay_its_own_choice():
+    assert not profiles.load("ubuntu-2404").data.get("cgroup_v2_only")
