@@ -6,7 +6,8 @@ whose manifest list has no 26100 entry, gives a node that joins and then never s
 a Windows host shows that, an hour into a bake; this rule shows it at `invoke validate`.
 
 facts/windows-images.yml maps each build to its image tags and each published pause image to the
-builds its manifest list serves, with their sources. The pause image is held against it where the
+builds its manifest list serves, and each build to the NAME prefix of its media's WIM images (the
+box's iso.image_name, which Setup selects), with their sources. The pause image is held against it where the
 box pulls it (the containerd recipe's 04-prepull-images.ps1); the seed recipe builds its own FROM
 images.nanoserver (04-container-images.ps1), so there the nanoserver tag decides.
 """
@@ -47,6 +48,11 @@ def check_box(profile: Profile) -> list[str]:
         return [f"{where}: guest.os_build {build} is a Windows build k4w/validate/facts/windows-images.yml has no image tags "
                 f"for (known: {', '.join(str(b) for b in known['tags'])}): add its tags with their source"]
     problems = []
+    image_name = (profile.data.get("iso") or {}).get("image_name")
+    prefix = known.get("wim_name_prefix", {}).get(build)
+    if image_name and prefix and not str(image_name).startswith(prefix):
+        problems.append(f"{where}: iso.image_name '{image_name}' is not an image of build {build}'s media, whose "
+                        f"install.wim NAMEs begin '{prefix}': Setup would find no such image")
     for name, reference in sorted((profile.data.get("images") or {}).items()):
         if _tag(reference) not in tags:
             problems.append(f"{where}: images.{name} is {reference}, but guest.os_build {build} runs process-isolated "

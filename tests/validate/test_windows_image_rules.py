@@ -85,7 +85,10 @@ def _boxes_with(tmp_path, box: str, edit) -> dict:
     (lambda d: d["guest"].update(os_build=20348),
      "windows-2025.yml: images.nanoserver is mcr.microsoft.com/windows/nanoserver:ltsc2025, but guest.os_build 20348 runs "
      "process-isolated images tagged ltsc2022 only"),
-], ids=["ltsc2022-image", "pause-3.10.1", "os_build-2022"])
+    (lambda d: d["iso"].update(image_name="Windows Server 2022 SERVERDATACENTERCORE"),
+     "windows-2025.yml: iso.image_name 'Windows Server 2022 SERVERDATACENTERCORE' is not an image of build 26100's media, "
+     "whose install.wim NAMEs begin 'Windows Server 2025 ': Setup would find no such image"),
+], ids=["ltsc2022-image", "pause-3.10.1", "os_build-2022", "wim-name-2022"])
 def test_invoke_validate_refuses_an_image_of_another_build_on_the_2025_profile(tmp_path, edit, message):
     env = _boxes_with(tmp_path, "windows-2025", edit)
     result = invoke("validate", "--config", str(MODERN), "--out", str(tmp_path / "out"), env=env)
