@@ -135,3 +135,39 @@ def test_invoke_validate_refuses_a_cgroup_v1_assumption_on_the_2604_box(tmp_path
 
 def test_the_2404_box_does_not_declare_it_so_its_cgroupfs_would_stay_its_own_choice():
     assert not profiles.load("ubuntu-2404").data.get("cgroup_v2_only")
+
+
+# ------------------------------------------------------------------ the runtime step on a 26.04 root
+
+def test_the_containerd_step_writes_a_systemd_cgroup_config_on_a_2604_root_and_the_real_containerd_reads_it(tmp_path):
+    """03-containerd.sh with ubuntu-2604's own step variables on a root whose os-release is 26.04:
+    the config it writes uses the systemd cgroup driver, and the pinned real containerd reads it
+    with the box spec's expectations for this profile."""
+    import hashlib
+    import subprocess
+
+    from k4w import derive_steps, pinned_tools
+    from k4w.verify import expect
+    from tests.bake.ubuntu.conftest import cluster
+    from tests.bake.ubuntu.test_ubuntu_containerd_era_steps import BUILDERS
+    from tests.fakes import local_http
+
+    profile = profiles.load(BOX)
+    env = {k: v for k, v in derive_steps.step_env(profile, cluster().config).env.items() if k.startswith("K4W_") and k != "K4W_LIB"}
+    assert env["K4W_CONTAINERD_CGROUP_DRIVER"] == "systemd"
+    files, digests = {}, {}
+    for component, build in BUILDERS.items():
+        body = build(profile.data.components[component].version)
+        files[env["K4W_MEDIA_URL_PATH"] + env[f"K4W_{component.upper()}_FILE"]] = body
+        key = "SHA512" if component == "kubernetes" else "SHA256"
+        digests[f"K4W_{component.upper()}_{key}"] = getattr(hashlib, key.lower())(body).hexdigest()
+    root = make_root(tmp_path, "ubuntu-26.04")
+    with local_http.site(files) as site:
+        result = run_step("03-containerd.sh", root, **{**env, **digests, "PACKER_HTTP_ADDR": site.url.removeprefix("http://")})
+    assert result.returncode == 0, result.stderr
+    config = root / "etc" / "containerd" / "config.toml"
+    assert "SystemdCgroup = true" in config.read_text()
+    containerd = pinned_tools.require("containerd", "containerd")
+    dump = subprocess.run([str(containerd), "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0, dump.stderr
+    assert expect.containerd_config_problems(dump.stdout, profile, effective=True) == []
