@@ -307,7 +307,7 @@ def windows_preflight(cluster: Cluster, out: Path) -> Result:
 
 
 def windows_images(cluster: Cluster, out: Path) -> Result:
-    res = Result("Windows container images", "image tags and pause manifest entries per Windows build")
+    res = Result("Windows container images", "image tags, WIM NAMEs and pause manifest entries per Windows build")
     from . import windows_image_rules
 
     res.checked, res.problems = windows_image_rules.check(cluster)
@@ -482,8 +482,8 @@ def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collec
 
 
 def _would_check_windows_images(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    return ["# in this process: each Windows box's images and pulled pause image against its guest.os_build "
-            "(k4w/validate/facts/windows-images.yml)"]
+    return ["# in this process: each Windows box's images, iso.image_name and pulled pause image against its "
+            "guest.os_build (k4w/validate/facts/windows-images.yml)"]
 
 
 def _would_check_cgroup_v2(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:

@@ -5,8 +5,8 @@ a key it does not know or a value of the wrong type stops the install at the fir
 Hyper-V host, an hour into a build. schemas/autoinstall-schema*.json are that schema, vendored from
 canonical/subiquity at each installer's tag (the .source.yml beside each), so the same check runs here
 with the `jsonschema` package. Each seed is held against the schema of the subiquity release on its
-box's ISO (the profile's installer.subiquity; none: autoinstall-schema.json, subiquity 24.04.4). The cloud-config part of the same file is cloud-init's to
-judge (`cloud-init schema`, k4w/validate/__init__.py).
+box's ISO (the profile's installer.subiquity; none: autoinstall-schema.json, subiquity 24.04.4). The
+cloud-config part of the same file is cloud-init's to judge (`cloud-init schema`, k4w/validate/__init__.py).
 """
 
 from __future__ import annotations
@@ -25,22 +25,26 @@ SCHEMA_SOURCE = SCHEMAS / "autoinstall-schema.source.yml"
 CLOUD_CONFIG_HEADER = "#cloud-config"
 
 
-
-
 class UnknownRelease(ValueError):
     """A profile names a subiquity release whose schema is not vendored."""
 
 
-def schema_path(release: str | None = None) -> Path:
-    """The vendored schema of subiquity `release` (None: the default, SCHEMA). subiquity tags its
-    releases by Ubuntu version (24.04.4, 26.04); anything else never names a file."""
-    if release is not None and not re.fullmatch(r"\d{2}\.\d{2}(\.\d+)?", str(release)):
+def _release_file(release: str, suffix: str) -> Path:
+    """schemas/autoinstall-schema-<release><suffix>. subiquity tags its releases by Ubuntu version
+    (24.04.4, 26.04); anything else never names a file."""
+    if not re.fullmatch(r"\d{2}\.\d{2}(\.\d+)?", str(release)):
         raise UnknownRelease(f"installer.subiquity {release!r} is not a subiquity release tag (like 26.04 or 24.04.4)")
-    return SCHEMA if release is None else SCHEMAS / f"autoinstall-schema-{release}.json"
+    return SCHEMAS / f"autoinstall-schema-{release}{suffix}"
+
+
+def schema_path(release: str | None = None) -> Path:
+    """The vendored schema of subiquity `release` (None: the default, SCHEMA)."""
+    return SCHEMA if release is None else _release_file(release, ".json")
 
 
 def source_path(release: str | None = None) -> Path:
-    return SCHEMA_SOURCE if release is None else SCHEMAS / f"autoinstall-schema-{release}.source.yml"
+    """Where that schema comes from (repository, path, tag, commit, sha256)."""
+    return SCHEMA_SOURCE if release is None else _release_file(release, ".source.yml")
 
 
 @lru_cache(maxsize=None)
