@@ -29,8 +29,9 @@ DOCKER_WITH_CGROUP_V2 = (20, 10)
 
 
 def _version(text: str) -> tuple[int, int]:
-    numbers = [int(n) for n in re.findall(r"\d+", str(text))[:2]]
-    return (numbers + [0, 0])[0], (numbers + [0, 0])[1]
+    """(major, minor) of a version string such as 17.03.2 or 20.10.0-ce; missing parts are 0."""
+    major, minor = ([int(n) for n in re.findall(r"\d+", str(text))[:2]] + [0, 0])[:2]
+    return major, minor
 
 
 def _profile_problems(where: str, data) -> list[str]:

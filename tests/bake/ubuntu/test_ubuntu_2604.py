@@ -171,3 +171,12 @@ def test_the_containerd_step_writes_a_systemd_cgroup_config_on_a_2604_root_and_t
     dump = subprocess.run([str(containerd), "--config", str(config), "config", "dump"], capture_output=True, text=True, timeout=60)
     assert dump.returncode == 0, dump.stderr
     assert expect.containerd_config_problems(dump.stdout, profile, effective=True) == []
+
+
+def test_a_docker_era_profile_marked_v2_only_is_refused_for_its_driver_and_its_docker():
+    """The Docker era's ubuntu-1604 could never be cgroup v2 only: Docker 17.03 predates v2 (20.10)."""
+    problems = cgroup_rules._profile_problems("ubuntu-1604.yml", profiles.load("ubuntu-1604").data)
+    assert problems == [
+        "ubuntu-1604.yml: components.docker.cgroup_driver is cgroupfs, but this box is cgroup v2 only (cgroup_v2_only): "
+        "use systemd, which owns the cgroup tree there",
+        "ubuntu-1604.yml: components.docker 17.03.2 predates cgroup v2 support (Docker 20.10), and this box is cgroup v2 only"]
