@@ -76,8 +76,8 @@ k4w_path() {
     printf '%s%s' "${K4W_ROOT:-}" "$1"
 }
 
-# Prints "ubuntu-16.04", "ubuntu-24.04" or "debian-12". Production boxes are Ubuntu 16.04 and
-# 24.04; CI can only boot Debian 12 in QEMU, and runs these same steps there.
+# Prints "ubuntu-16.04", "ubuntu-24.04", "ubuntu-26.04" or "debian-12". Production boxes are Ubuntu 16.04,
+# 24.04 and 26.04; CI can only boot Debian 12 in QEMU, and runs these same steps there.
 k4w_distro() {
     local os_release id version
     os_release="$(k4w_path /etc/os-release)"
@@ -87,8 +87,8 @@ k4w_distro() {
     # shellcheck source=/dev/null
     version="$(. "$os_release" && printf '%s' "${VERSION_ID:-}")"
     case "${id}-${version}" in
-        ubuntu-16.04 | ubuntu-24.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
-        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04 and 24.04 (boxes) and Debian 12 (CI)" ;;
+        ubuntu-16.04 | ubuntu-24.04 | ubuntu-26.04 | debian-12) printf '%s-%s\n' "$id" "$version" ;;
+        *) k4w_die "unsupported distribution '${id} ${version}': k4w supports Ubuntu 16.04, 24.04 and 26.04 (boxes) and Debian 12 (CI)" ;;
     esac
 }
 

@@ -146,13 +146,22 @@ def cloud_configs(cluster: Cluster, out: Path) -> Result:
     return _run_each(res, files, lambda seed: _cloud_init_schema(tool, seed))
 
 
+def _subiquity_release(cluster: Cluster, seed: Path) -> str | None:
+    """The subiquity release of the box whose seed this is (OUT/http/<box>/user-data): its profile's
+    installer.subiquity, None (the default schema) for a profile that names none."""
+    prof = cluster.profiles.get(seed.parent.name)
+    release = ((prof.data.get("installer") or {}).get("subiquity")) if prof else None
+    return None if release is None else str(release)
+
+
 def autoinstall_seeds(cluster: Cluster, out: Path) -> Result:
     res = Result("autoinstall (user-data)", "subiquity's autoinstall-schema.json + jsonschema")
     from . import autoinstall_rules
 
     for seed in sorted(out.glob(USER_DATA)):
         res.checked.append(_rel(seed))
-        res.problems += [f"{_rel(seed)}: {p}" for p in autoinstall_rules.check_user_data(seed.read_text(encoding="utf-8"))]
+        text, release = seed.read_text(encoding="utf-8"), _subiquity_release(cluster, seed)
+        res.problems += [f"{_rel(seed)}: {p}" for p in autoinstall_rules.check_user_data(text, release)]
     return res
 
 
@@ -301,6 +310,22 @@ def windows_preflight(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def windows_images(cluster: Cluster, out: Path) -> Result:
+    res = Result("Windows container images", "image tags, WIM NAMEs and pause manifest entries per Windows build")
+    from . import windows_image_rules
+
+    res.checked, res.problems = windows_image_rules.check(cluster)
+    return res
+
+
+def cgroup_v2(cluster: Cluster, out: Path) -> Result:
+    res = Result("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy")
+    from . import cgroup_rules
+
+    res.checked, res.problems = cgroup_rules.check(cluster, out)
+    return res
+
+
 def yaml_templates(cluster: Cluster, out: Path) -> Result:
     from ..render import _environment
     from . import yaml_template_rules
@@ -383,9 +408,16 @@ def _would_check_cloud_configs(cluster: Cluster, out: Path, rendered: Collection
 def _would_check_autoinstall(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     from . import autoinstall_rules
 
-    origin = autoinstall_rules.source()
-    return [f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}"
-            for seed in _matching(rendered, out, USER_DATA)]
+    lines = []
+    for seed in _matching(rendered, out, USER_DATA):
+        release = _subiquity_release(cluster, seed)
+        try:
+            origin = autoinstall_rules.source(release)
+        except (OSError, autoinstall_rules.UnknownRelease):
+            lines.append(f"# in this process: {seed} autoinstall section: no vendored schema of subiquity {release} (the real run fails)")
+            continue
+        lines.append(f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}")
+    return lines
 
 
 def _would_shellcheck(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
@@ -453,6 +485,16 @@ def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collec
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
 
 
+def _would_check_windows_images(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each Windows box's images, iso.image_name and pulled pause image against its "
+            "guest.os_build (k4w/validate/facts/windows-images.yml)"]
+
+
+def _would_check_cgroup_v2(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each cgroup_v2_only box's cgroup drivers, its rendered files, the Ubuntu guest "
+            f"scripts and {out / 'kubeadm' / 'kubeadm-config.yaml'} against the v2-only hierarchy"]
+
+
 def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
 
@@ -501,6 +543,8 @@ VALIDATORS: list[Validator] = [
     Validator(checksum_sources, _would_check_checksum_sources),
     Validator(windows_preflight, _would_check_windows_preflight),
     Validator(cni_versions, _would_check_cni_versions),
+    Validator(windows_images, _would_check_windows_images),
+    Validator(cgroup_v2, _would_check_cgroup_v2),
     Validator(yaml_templates, _would_check_yaml_templates),
     Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),

@@ -2,15 +2,17 @@
 
 subiquity validates `autoinstall:` against autoinstall-schema.json when the live installer starts;
 a key it does not know or a value of the wrong type stops the install at the first boot, on a
-Hyper-V host, an hour into a build. schemas/autoinstall-schema.json is that schema, vendored from
-canonical/subiquity at the installer's tag (schemas/autoinstall-schema.source.yml), so the same check
-runs here with the `jsonschema` package. The cloud-config part of the same file is cloud-init's to
-judge (`cloud-init schema`, k4w/validate/__init__.py).
+Hyper-V host, an hour into a build. schemas/autoinstall-schema*.json are that schema, vendored from
+canonical/subiquity at each installer's tag (the .source.yml beside each), so the same check runs here
+with the `jsonschema` package. Each seed is held against the schema of the subiquity release on its
+box's ISO (the profile's installer.subiquity; none: autoinstall-schema.json, subiquity 24.04.4). The
+cloud-config part of the same file is cloud-init's to judge (`cloud-init schema`, k4w/validate/__init__.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,18 +25,52 @@ SCHEMA_SOURCE = SCHEMAS / "autoinstall-schema.source.yml"
 CLOUD_CONFIG_HEADER = "#cloud-config"
 
 
+class UnknownRelease(ValueError):
+    """A profile names a subiquity release whose schema is not vendored."""
+
+
+def _release_file(release: str, suffix: str) -> Path:
+    """schemas/autoinstall-schema-<release><suffix>. subiquity tags its releases by Ubuntu version
+    (24.04.4, 26.04); anything else never names a file."""
+    if not re.fullmatch(r"\d{2}\.\d{2}(\.\d+)?", str(release)):
+        raise UnknownRelease(f"installer.subiquity {release!r} is not a subiquity release tag (like 26.04 or 24.04.4)")
+    return SCHEMAS / f"autoinstall-schema-{release}{suffix}"
+
+
+def schema_path(release: str | None = None) -> Path:
+    """The vendored schema of subiquity `release` (None: the default, SCHEMA)."""
+    return SCHEMA if release is None else _release_file(release, ".json")
+
+
+def source_path(release: str | None = None) -> Path:
+    """Where that schema comes from (repository, path, tag, commit, sha256)."""
+    return SCHEMA_SOURCE if release is None else _release_file(release, ".source.yml")
+
+
 @lru_cache(maxsize=None)
-def schema() -> dict:
-    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+def schema(release: str | None = None) -> dict:
+    path = schema_path(release)
+    if not path.is_file():
+        known = sorted(p.stem.removeprefix("autoinstall-schema-") for p in SCHEMAS.glob("autoinstall-schema-*.json"))
+        raise UnknownRelease(f"no autoinstall schema of subiquity {release} is vendored ({path.name}; vendored releases: "
+                             f"{', '.join(known) or 'none'}, else the default {source()['tag']}): vendor "
+                             f"canonical/subiquity autoinstall-schema.json at that tag with its .source.yml")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
-def source() -> dict:
-    return yaml.safe_load(SCHEMA_SOURCE.read_text(encoding="utf-8"))
+def source(release: str | None = None) -> dict:
+    return yaml.safe_load(source_path(release).read_text(encoding="utf-8"))
 
 
-def check_user_data(text: str) -> list[str]:
-    """Problems of one user-data file's autoinstall section; [] when subiquity would accept it."""
+def check_user_data(text: str, release: str | None = None) -> list[str]:
+    """Problems of one user-data file's autoinstall section; [] when subiquity `release` (the box
+    profile's installer.subiquity; None: the default schema) would accept it."""
     import jsonschema  # a dependency of k4w (pyproject.toml); imported here like the other validators' libraries
+
+    try:
+        rules = schema(release)
+    except UnknownRelease as exc:
+        return [str(exc)]
 
     if text.splitlines()[:1] != [CLOUD_CONFIG_HEADER]:
         return [f"the first line is not {CLOUD_CONFIG_HEADER}: cloud-init would not read the file as cloud-config"]
@@ -46,9 +82,9 @@ def check_user_data(text: str) -> list[str]:
         return ["no autoinstall: section (a mapping): subiquity would ask every question interactively"]
     # As subiquity checks it (jsonschema.validate in subiquity/server/controller.py at the tag): the
     # validator class the schema asks for, the newest draft when it names none.
-    validator_class = jsonschema.validators.validator_for(schema())
+    validator_class = jsonschema.validators.validator_for(rules)
     problems = []
-    for error in sorted(validator_class(schema()).iter_errors(data["autoinstall"]), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in sorted(validator_class(rules).iter_errors(data["autoinstall"]), key=lambda e: [str(p) for p in e.absolute_path]):
         where = ".".join(str(part) for part in ("autoinstall", *error.absolute_path))
         problems.append(f"{where}: {_message(error)}")
     return problems + kernel_problems(data["autoinstall"])

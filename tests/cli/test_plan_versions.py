@@ -44,3 +44,14 @@ def test_plan_shows_a_modern_master_beside_its_windows_worker(tmp_path):
     assert table[""] == ["ubuntu-2404", "windows-2022"]
     assert table["Kubernetes"][0] == "1.37.2" and table["kubeadm API"][0] == "v1beta4"
     assert table["Flannel"][0] == "v0.28.10"
+
+
+def test_plan_shows_the_2025_and_2604_boxes_of_the_modern_example(tmp_path):
+    from tests.helpers import ROOT
+
+    result = invoke("plan", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = _versions(result.stdout)
+    assert table[""] == ["ubuntu-2604", "windows-2025"]
+    assert table["Kubernetes"] == ["1.37.2", "1.37.2"]
+    assert table["ISO"] == ["ubuntu-26.04-live-server-amd64.iso", "26100.32230.260111-0550.lt_release_svc_refresh_SERVER_EVAL_x64FRE_en-us.iso"]

@@ -428,3 +428,22 @@ def test_build_from_volume_licence_media_reaches_packer_and_says_which_image(bui
     assert result.returncode == 0, output
     assert f"iso images: image 2 '{DATACENTER}'" in output and "volume licence media" in output
     assert len(_packer_builds(packer)) == 1
+
+
+EVAL_2025 = ISO_IMAGES / "windows-server-2025-eval.json"
+
+
+def test_the_2025_evaluation_media_pass_by_the_wim_name_its_profile_selects():
+    verdict = iso_images.check(profiles.load("windows-2025"), _media(EVAL_2025), Path("server-2025.iso"))
+    assert verdict.problems == ()
+    assert verdict.image.index == 3 and verdict.channel.kind == iso_images.EVALUATION
+    assert verdict.summary().startswith("image 3 'Windows Server 2025 SERVERDATACENTERCORE' "
+                                        "(listed as 'Windows Server 2025 Datacenter Evaluation') (ServerDatacenterEval, Server Core)")
+
+
+def test_2022_media_are_refused_for_the_2025_profile_and_2025_media_for_the_2022_one():
+    """The WIM-name check holds each profile to its own media (a planted wrong ISO, both ways)."""
+    [problem] = iso_images.check(profiles.load("windows-2025"), _media(EVAL_2022), Path("server.iso")).problems
+    assert "iso.image_name 'Windows Server 2025 SERVERDATACENTERCORE'" in problem and "is not an image of server.iso" in problem
+    [problem] = iso_images.check(profiles.load("windows-2022"), _media(EVAL_2025), Path("server.iso")).problems
+    assert "iso.image_name 'Windows Server 2022 SERVERDATACENTERCORE'" in problem

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 import yaml
 
 from k4w import profiles
@@ -47,3 +49,19 @@ def test_a_checksum_without_a_source_is_refused(tmp_path, monkeypatch):
     _, problems = checksum_rules.check(_cluster_with(tmp_path, monkeypatch, "ubuntu-1604",
                                                      lambda d: d["components"]["cni"].pop("checksum_source")))
     assert problems == ["ubuntu-1604.yml: components.cni has a checksum that names no source (add components.cni.checksum_source)"]
+
+
+@pytest.mark.parametrize("box", ["windows-2025", "ubuntu-2604"])
+def test_the_new_profiles_pass_and_an_iso_checksum_without_its_source_is_refused(tmp_path, monkeypatch, box):
+    modern = ROOT / "examples" / "cluster-modern.yml"
+    checked, problems = checksum_rules.check(Cluster.load(modern))
+    assert problems == [] and f"{box}.yml" in checked
+    folder = tmp_path / "boxes"
+    shutil.copytree(ROOT / "boxes", folder)
+    data = yaml.safe_load((folder / f"{box}.yml").read_text())
+    del data["iso"]["sha256_source"]
+    (folder / f"{box}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    use_sources(monkeypatch, box_folders=(folder,))
+    profiles._load.cache_clear()
+    _, problems = checksum_rules.check(Cluster.load(modern))
+    assert problems == [f"{box}.yml: iso.sha256 names no source (add iso.sha256_source)"]

@@ -118,7 +118,7 @@ def test_a_linux_workers_era_kubelet_flags_are_held_against_its_own_version(tmp_
     profile = boxes / "ubuntu-2404.yml"
     profile.write_text(profile.read_text().replace("  pause_image: registry.k8s.io/pause:3.10.2\n",
                                                    "  pause_image: registry.k8s.io/pause:3.10.2\n  kubelet_pause_image_flag: true\n", 1))
-    result = invoke("validate", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(tmp_path / "out"),
+    result = invoke("validate", "--config", str(ROOT / "examples" / "cluster-modern-2022.yml"), "--out", str(tmp_path / "out"),
                     env={sources.BOX_DIRS_ENV: str(boxes)})
     assert result.returncode == 1, result.stdout + result.stderr
     assert ("ubuntu-2404.yml kubernetes (kubelet flags of a joining worker, k4w.derive.linux_kubelet_flags): "

@@ -30,8 +30,10 @@ def _output(result) -> str:
 
 
 @pytest.mark.tools
-def test_the_real_kubeadm_reads_every_containerd_era_kubeadm_config(tmp_path):
-    result = invoke("validate", "--config", str(MODERN), "--out", str(tmp_path / "out"), env=MODERN_ENV)
+@pytest.mark.parametrize("example, windows_box", [(MODERN, "windows-2025"), (ROOT / "examples" / "cluster-modern-2022.yml", "windows-2022")],
+                         ids=["2025+26.04", "2022+24.04"])
+def test_the_real_kubeadm_reads_every_containerd_era_kubeadm_config(tmp_path, example, windows_box):
+    result = invoke("validate", "--config", str(example), "--out", str(tmp_path / "out"), env=MODERN_ENV)
     output = _output(result)
     assert result.returncode == 0, output
     # The master's init config, the Linux worker's and the Windows worker's join configs.
@@ -39,7 +41,7 @@ def test_the_real_kubeadm_reads_every_containerd_era_kubeadm_config(tmp_path):
     assert ("kubeadm/kubeadm-config.yaml: kubeadm init --dry-run ran every phase (preflight ignored: this host is no "
             "node), 4 static Pod manifests") in output
     # The one warning Linux kubeadm gives a Windows endpoint is said, not hidden and not fatal.
-    assert "join configuration of worker-win (windows-2022, sample token): kubeadm on Linux warns (a Windows endpoint)" in output
+    assert f"join configuration of worker-win ({windows_box}, sample token): kubeadm on Linux warns (a Windows endpoint)" in output
 
 
 def _repository_copy(root: Path) -> Path:

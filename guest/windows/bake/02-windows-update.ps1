@@ -10,6 +10,14 @@
 # applying KB5122882 to a 20348.169 image shows (the source named in boxes/windows-2022.yml).
 # Why DISM and not wusa.exe: Packer runs this over WinRM, and the Windows Update standalone
 # installer does not run in a remote session.
+#
+# Build 26100 (Server 2025) and later are serviced with checkpoint cumulative updates: DISM takes
+# the .msu itself (/Add-Package accepts .cab or .msu), applies its servicing stack and any checkpoint
+# .msu it finds in the same folder, then the target ("Checkpoint cumulative updates and Microsoft
+# Update Catalog usage", MicrosoftDocs/windows-itpro-docs windows/deployment/update/
+# catalog-checkpoint-cumulative-updates.md, as stored at 3db8e0bb). An image already on the latest
+# checkpoint (26100.1742 = KB5043080 and later; the windows-2025 ISO is 26100.32230) needs the target
+# .msu alone. DISM reads every .msu in that folder, so the file is copied into an empty one first.
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -42,19 +50,28 @@ $msu = Get-K4wVerifiedFile -Component 'windows_update'
 $work = Join-Path $env:SystemRoot 'Temp\k4w-windows-update'
 if (Test-Path -LiteralPath $work) { Remove-Item -LiteralPath $work -Recurse -Force }
 New-Item -ItemType Directory -Path $work | Out-Null
+# The first build serviced with checkpoint cumulative updates (Windows 11 24H2 / Server 2025).
+$checkpointServicingBuild = 26100
 try {
-    Write-K4wStep "expanding $kb ($msu)"
-    # System32's expand.exe by full path: another expand on PATH (coreutils) would be found first.
-    Invoke-K4wExe -FilePath "$env:SystemRoot\System32\expand.exe" -ArgumentList @('-F:*', $msu, $work)
-    $cabinets = @(Get-ChildItem -LiteralPath $work -Filter '*.cab')
-    $stack = @($cabinets | Where-Object { $_.Name -like 'SSU-*' } | Sort-Object Name)
-    $rollup = @($cabinets | Where-Object { $_.Name -like "*$kb*" })
-    if ($rollup.Count -ne 1) {
-        throw "$msu holds $($rollup.Count) cabinets named after $kb (found: $(($cabinets | ForEach-Object { $_.Name }) -join ', ')): is components.windows_update.version the file's KB?"
-    }
-    foreach ($cabinet in @($stack) + @($rollup)) {
-        Write-K4wStep "adding $($cabinet.Name) (dism /Add-Package; the LCU takes 10-40 min)"
-        Invoke-K4wExe -FilePath "$env:SystemRoot\System32\dism.exe" -ArgumentList @('/Online', '/Add-Package', "/PackagePath:$($cabinet.FullName)", '/NoRestart', '/Quiet') -AllowedExitCodes $dismOk
+    if ([int]$osBuild -ge $checkpointServicingBuild) {
+        $alone = Join-Path $work (Split-Path -Leaf $msu)
+        Copy-Item -LiteralPath $msu -Destination $alone
+        Write-K4wStep "adding $kb as one .msu (dism /Add-Package; checkpoint servicing, 10-40 min)"
+        Invoke-K4wExe -FilePath "$env:SystemRoot\System32\dism.exe" -ArgumentList @('/Online', '/Add-Package', "/PackagePath:$alone", '/NoRestart', '/Quiet') -AllowedExitCodes $dismOk
+    } else {
+        Write-K4wStep "expanding $kb ($msu)"
+        # System32's expand.exe by full path: another expand on PATH (coreutils) would be found first.
+        Invoke-K4wExe -FilePath "$env:SystemRoot\System32\expand.exe" -ArgumentList @('-F:*', $msu, $work)
+        $cabinets = @(Get-ChildItem -LiteralPath $work -Filter '*.cab')
+        $stack = @($cabinets | Where-Object { $_.Name -like 'SSU-*' } | Sort-Object Name)
+        $rollup = @($cabinets | Where-Object { $_.Name -like "*$kb*" })
+        if ($rollup.Count -ne 1) {
+            throw "$msu holds $($rollup.Count) cabinets named after $kb (found: $(($cabinets | ForEach-Object { $_.Name }) -join ', ')): is components.windows_update.version the file's KB?"
+        }
+        foreach ($cabinet in @($stack) + @($rollup)) {
+            Write-K4wStep "adding $($cabinet.Name) (dism /Add-Package; the LCU takes 10-40 min)"
+            Invoke-K4wExe -FilePath "$env:SystemRoot\System32\dism.exe" -ArgumentList @('/Online', '/Add-Package', "/PackagePath:$($cabinet.FullName)", '/NoRestart', '/Quiet') -AllowedExitCodes $dismOk
+        }
     }
 } finally {
     Remove-Item -LiteralPath $work -Recurse -Force -ErrorAction SilentlyContinue

@@ -115,7 +115,7 @@ def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
         "fetch key -> import -> compare fingerprint -> fail -> install keyring"
 
 
-@pytest.mark.parametrize("box", ["ubuntu-1604", "ubuntu-2404"])
+@pytest.mark.parametrize("box", sorted(p.stem for p in (ROOT / "boxes").glob("ubuntu-*.yml")))
 def test_components_reach_the_steps_only_through_k4w_component_file(box):
     """The steps a profile runs install exactly its downloads, each through k4w_component_file
     (directly, or lib.sh's k4w_install_node_binaries for the node tarball)."""

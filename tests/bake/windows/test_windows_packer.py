@@ -17,6 +17,9 @@ from tests.helpers import packer_validate, system_tool
 
 from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, PROXY_USER, SECRET
 
+# Every Windows box profile in boxes/: each new one is covered without editing this file.
+WINDOWS_BOXES = sorted(p.stem for p in (ROOT / "boxes").glob("windows-*.yml"))
+
 GUEST = ROOT / "guest" / "windows"
 # What the Packer build runs or uploads: Setup bootstrap, bake steps, the shared library.
 BOX_BUILD_SCRIPTS = sorted([*(GUEST / "setup").glob("*.ps1"), *(GUEST / "bake").glob("*.ps1"), GUEST / "common.ps1"])
@@ -98,7 +101,7 @@ def test_provisioners_run_in_the_documented_order(render_windows):
 
 def test_every_guest_script_is_run_and_exists(render_windows):
     run = set()
-    for box in ("windows-1803", "windows-2022"):
+    for box in WINDOWS_BOXES:
         rendered = render_windows(2, box=box)
         scripts = [Path(p["script"]) for p in rendered.packer["provisioners"] if p["type"] == "powershell"]
         for script in scripts:
@@ -262,7 +265,7 @@ def test_values_that_may_be_unset_are_read_as_optional(render_windows):
         fields.setdefault(field, set()).add(name)
     assert {"File", "Sha256", "Sha512"} <= set(fields)
     checked = 0
-    for box in ("windows-1803", "windows-2022"):
+    for box in WINDOWS_BOXES:
         builds = [render_windows(2, box=box, **proxy).env("00-preflight.ps1") for proxy in ({}, {"http": HTTP_PROXY, "https": HTTPS_PROXY})]
         always = {name for name in builds[0] if all(env.get(name) for env in builds)}
         steps = [GUEST / "bake" / s for s in render_windows(2, box=box).profile["provision"] if s.endswith(".ps1")]
