@@ -16,7 +16,7 @@ from tests.helpers import invoke
 def _boxes_with(tmp_path, api: str, version: str | None = None):
     boxes = tmp_path / "boxes"
     shutil.copytree(ROOT / "boxes", boxes)
-    profile = boxes / "ubuntu-2404.yml"
+    profile = boxes / "ubuntu-2604.yml"  # the master of examples/cluster-modern.yml
     text = profile.read_text().replace("  kubeadm_api: kubeadm.k8s.io/v1beta4\n", f"  kubeadm_api: {api}\n", 1)
     if version:
         text = text.replace('  version: "1.37.2"\n', f'  version: "{version}"\n', 1)
@@ -31,7 +31,7 @@ def test_v1beta3_on_kubernetes_1_37_is_refused_before_anything_renders(tmp_path)
                     env={sources.BOX_DIRS_ENV: str(boxes)})
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "Traceback" not in output
-    assert ("ubuntu-2404.yml: kubernetes.kubeadm_api kubeadm.k8s.io/v1beta3 with kubernetes.version 1.37.2: kubeadm 1.37 "
+    assert ("ubuntu-2604.yml: kubernetes.kubeadm_api kubeadm.k8s.io/v1beta3 with kubernetes.version 1.37.2: kubeadm 1.37 "
             "no longer reads kubeadm.k8s.io/v1beta3 (kubeadm 1.36 is the last that does;") in " ".join(output.split())
     assert "use kubeadm.k8s.io/v1beta4" in output
     assert not out.exists()

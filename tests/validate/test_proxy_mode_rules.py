@@ -92,7 +92,7 @@ def test_windows_daemonsets_not_rendered_are_refused(modern):
 def test_a_profile_without_a_mode_stops_the_render_naming_the_key(tmp_path):
     boxes = tmp_path / "boxes"
     shutil.copytree(ROOT / "boxes", boxes)
-    profile = boxes / "ubuntu-2404.yml"
+    profile = boxes / "ubuntu-2604.yml"  # the master of examples/cluster-modern.yml
     profile.write_text(profile.read_text().replace("  kube_proxy_mode: iptables\n", "", 1))
     result = invoke("render", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(tmp_path / "out"),
                     env={sources.BOX_DIRS_ENV: str(boxes)})
