@@ -10,10 +10,11 @@ tests/render/test_step_variables.py checks that a box gets exactly the names its
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
-from . import build_media as media, sources
+from . import build_media as media, registry, sources
 from .config import Config
 from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from .errors import K4wError
@@ -188,6 +189,7 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
+    env.update(_registry_variables(cfg, profile, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
@@ -342,6 +344,23 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
             env[user] = secret(user_variable, server.user)
             env[password] = secret(password_variable, server.password)
     return {name: value for name, value in env.items() if value is not None}
+
+
+def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) -> dict[str, str]:
+    """The image mirrors (k4w.registry) as the runtime step of the box takes them: containerd's
+    certs.d tree and its credentials drop-in, or Docker's registry-mirrors. Each is set, empty
+    when there is nothing to write, so a step also removes what an earlier build wrote."""
+    if container_runtime(profile) == "docker":
+        return {"K4W_DOCKER_REGISTRY_MIRRORS": " ".join(registry.docker_registry_mirrors(cfg))}
+    auth = registry.auth_toml(cfg)
+    if auth:
+        # Base64, because the drop-in has several lines; a sensitive Packer variable, because it
+        # holds the passwords (Packer masks it in its output, and no template holds it).
+        secrets["registry_auth"] = base64.b64encode(auth.encode("utf-8")).decode("ascii")
+    return {
+        "K4W_REGISTRY_FILES": registry.encode_files(registry.certs_d(cfg)),
+        "K4W_REGISTRY_AUTH": _packer_ref("registry_auth") if auth else "",
+    }
 
 
 def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
