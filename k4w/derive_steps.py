@@ -370,3 +370,15 @@ def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
     env = _proxy_variables(derive_proxy(cfg), family, secrets)
     steps = StepEnv(env=env, secrets=secrets)
     return {name: steps.resolved(text) for name, text in env.items()}
+
+
+def node_registry_variables(cfg: Config, profile: Profile) -> dict[str, str]:
+    """The image mirrors as cluster-up gives them to a containerd node's cluster-proxy script (the
+    box carries the bake's hosts.toml files but no credentials): real values, no Packer references.
+    Nothing for a Docker box, whose daemon.json mirror the bake wrote and which holds no secret."""
+    if container_runtime(profile) == "docker":
+        return {}
+    secrets: dict[str, str] = {}
+    env = _registry_variables(cfg, profile, secrets)
+    steps = StepEnv(env=env, secrets=secrets)
+    return {name: steps.resolved(text) for name, text in env.items()}
