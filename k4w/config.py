@@ -479,6 +479,12 @@ class Config(Strict):
                         f"registry.mirrors.{upstream}: box {box} runs Docker, for which k4w writes no certs.d CA, "
                         "insecure-registries entry or docker login: give the seed era a public-CA https mirror "
                         "without credentials, or use containerd-era boxes")
+                elif upstream == "docker.io" and REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)["path"].strip("/"):
+                    # moby registry/config.go ValidateMirror refuses a path ("invalid mirror: path, query,
+                    # or fragment at end of the URI").
+                    problems.append(
+                        f"registry.mirrors.docker.io: box {box} runs Docker, whose registry-mirrors takes a mirror "
+                        "host without a path; give the mirror's own host, or use containerd-era boxes")
         return problems
 
     @property

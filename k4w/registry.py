@@ -225,12 +225,14 @@ def image_domain(image: str) -> tuple[str, str]:
     return DOCKER_HUB, image if sep else f"library/{image}"
 
 
+def _domain(image: str) -> str:
+    return image if "/" not in image and ("." in image or ":" in image) else image_domain(image)[0]
+
+
 def rewrite_image(image: str, cfg: Config) -> str:
     """An image name (or a bare repository such as registry.k8s.io) under its registry's mirror."""
-    if "/" not in image and ("." in image or ":" in image):
-        domain, rest = image, ""
-    else:
-        domain, rest = image_domain(image)
+    domain = _domain(image)
+    rest = "" if domain == image else image_domain(image)[1]
     spec = cfg.registry.mirrors.get(domain)
     if spec is None:
         return image
@@ -243,8 +245,11 @@ def apply(profile: Profile, cfg: Config) -> Profile:
     mirror, so kubeadm, the kubelet, containerd's sandbox pin and the bake's pre-pull all name the
     same image (kubeadm warns when the runtime's sandbox image differs from its own)."""
     kube = profile.data.get("kubernetes") or {}
+    # Only the Kubernetes images' own registry: any other (windows-1803's Docker Hub pause image)
+    # keeps its name and is mirrored by the runtime (hosts.toml, or Docker's registry-mirrors).
+    kube_registry = str(kube.get("image_repository") or "registry.k8s.io").split("/")[0]
     changes = {key: rewrite_image(kube[key], cfg) for key in ("image_repository", "pause_image")
-               if isinstance(kube.get(key), str) and kube[key]}
+               if isinstance(kube.get(key), str) and kube[key] and _domain(kube[key]) == kube_registry}
     changes = {key: value for key, value in changes.items() if value != kube[key]}
     if not changes:
         return profile
