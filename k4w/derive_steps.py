@@ -348,16 +348,19 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
 
 def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) -> dict[str, str]:
     """The image mirrors (k4w.registry) as the runtime step of the box takes them: containerd's
-    certs.d tree and its credentials drop-in, or Docker's registry-mirrors. Each is set, empty
-    when there is nothing to write, so a step also removes what an earlier build wrote."""
+    certs.d tree and its credentials drop-in (03-containerd), Docker's registry-mirrors (03-docker).
+    Each is set for every box, empty when there is nothing to write, so a step also removes what an
+    earlier build wrote. A Docker box never gets credentials: k4w.config refuses them for that era."""
+    docker = {"K4W_DOCKER_REGISTRY_MIRRORS": " ".join(registry.docker_registry_mirrors(cfg))}
     if container_runtime(profile) == "docker":
-        return {"K4W_DOCKER_REGISTRY_MIRRORS": " ".join(registry.docker_registry_mirrors(cfg))}
+        return {**docker, "K4W_REGISTRY_FILES": "", "K4W_REGISTRY_AUTH": ""}
     auth = registry.auth_toml(cfg)
     if auth:
         # Base64, because the drop-in has several lines; a sensitive Packer variable, because it
         # holds the passwords (Packer masks it in its output, and no template holds it).
         secrets["registry_auth"] = base64.b64encode(auth.encode("utf-8")).decode("ascii")
     return {
+        **docker,
         "K4W_REGISTRY_FILES": registry.encode_files(registry.certs_d(cfg)),
         "K4W_REGISTRY_AUTH": _packer_ref("registry_auth") if auth else "",
     }
@@ -381,4 +384,4 @@ def node_registry_variables(cfg: Config, profile: Profile) -> dict[str, str]:
     secrets: dict[str, str] = {}
     env = _registry_variables(cfg, profile, secrets)
     steps = StepEnv(env=env, secrets=secrets)
-    return {name: steps.resolved(text) for name, text in env.items()}
+    return {name: steps.resolved(env[name]) for name in ("K4W_REGISTRY_FILES", "K4W_REGISTRY_AUTH")}

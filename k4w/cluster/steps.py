@@ -362,7 +362,7 @@ def step_node_proxy(ctx: Context) -> None:
         prepare_dirs(ctx, m)
         # With the proxy, the image mirrors' credentials and hosts.toml files of this cluster.yml
         # (containerd boxes; the box carries no credentials): the same private file.
-        registry_values = derive_steps.node_registry_variables(ctx.cfg, ctx.cluster.profile(m.box))
+        registry_values = derive_steps.node_registry_variables(ctx.cfg, profiles.load(m.box))
         if m.is_windows:
             values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS), **registry_values}
             common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")

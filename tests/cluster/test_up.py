@@ -176,6 +176,33 @@ def test_each_node_gets_the_proxy_from_a_private_file_never_from_a_command_line(
     assert any(line.startswith("master: install -d -m 0700 /tmp/k4w") for line in world.log)
 
 
+def test_a_containerd_node_gets_the_mirrors_and_their_credentials_in_the_same_private_file(tmp_path, monkeypatch):
+    """A box carries no build credentials: cluster-up hands each containerd node this cluster.yml's
+    mirrors (hosts.toml tree and credentials drop-in) with the proxy, never on a command line."""
+    import base64
+
+    from k4w import sources
+    from tests.cluster.conftest import render_to
+    from tests.helpers import MODERN_BOXES, modern_config
+
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    password = "m1rr0r%23pw"
+    cluster = render_to(out, modern_config(**{"registry.mirrors": {
+        "registry.k8s.io": {"endpoint": f"https://puller:{password}@harbor.corp.example/k8s-proxy"}}}))
+    world = FakeWorld(machines_of(out))
+    world.cluster, world.out, world.clock = cluster, out, FakeClock()
+    run_up(world)
+    assert not [line for line in world.log if "m1rr0r" in line]
+    linux, mode = world.uploaded["/tmp/k4w/proxy.env"]
+    assert mode == 0o600 and "K4W_REGISTRY_FILES=" in linux
+    auth = next(line for line in linux.splitlines() if line.startswith("K4W_REGISTRY_AUTH="))
+    assert 'password = "m1rr0r#pw"' in base64.b64decode(auth.split("=", 1)[1].strip("'")).decode()
+    windows = json.loads(world.uploaded["C:\\k4w\\proxy.json"][0])
+    assert base64.b64decode(windows["K4W_REGISTRY_AUTH"]).decode() == base64.b64decode(auth.split("=", 1)[1].strip("'")).decode()
+    assert "registry.k8s.io/hosts.toml=" in windows["K4W_REGISTRY_FILES"]
+
+
 @pytest.mark.parametrize("step", [s for s, p in FAILURES.items() if p])
 def test_resume_after_a_failure_at_each_step(world, step):
     world.scenario["fail"] = [{"pattern": FAILURES[step], "times": 1, "exit": 7, "output": "boom"}]

@@ -109,7 +109,7 @@ def test_the_seed_era_gets_docker_hubs_mirror_in_daemon_json_and_kubeadms_images
     for box in ("ubuntu-1604", "windows-1803"):
         env = derive_steps.step_env(cluster.profile(box), cfg).env
         assert env["K4W_DOCKER_REGISTRY_MIRRORS"] == "https://hub-mirror.corp.example"
-        assert "K4W_REGISTRY_FILES" not in env  # no containerd on this era
+        assert env["K4W_REGISTRY_FILES"] == env["K4W_REGISTRY_AUTH"] == ""  # no containerd on this era
     assert cluster.kube.image_repository == "k8s-mirror.corp.example"
     assert cluster.kube.pause_image == "k8s-mirror.corp.example/pause:3.1"
     # windows-1803's pause image is on Docker Hub: daemon.json's mirror serves it, its name stays.
