@@ -403,7 +403,7 @@ k4w_configure_registry() {
         folder="${path%/*}"
         name="${path##*/}"
         # A folder is a registry host (host_port_); a file is hosts.toml or ca.crt (k4w/registry.py).
-        [[ $path == */* && $folder =~ ^[A-Za-z0-9._-]+$ && ($name == hosts.toml || $name == ca.crt) ]] ||
+        [[ $path == */* && $folder =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ && ($name == hosts.toml || $name == ca.crt) ]] ||
             k4w_die "K4W_REGISTRY_FILES holds '${path}', which is not <registry host>/hosts.toml or ca.crt"
         k4w_write_file "${K4W_REGISTRY_HOSTS_DIR}/${path}" 0644 "$(printf '%s' "${entry#*=}" | base64 -d)"
         wanted+=("$folder")

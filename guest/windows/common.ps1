@@ -463,7 +463,7 @@ function Set-K4wContainerdRegistry {
     foreach ($entry in @($Files -split ' ' | Where-Object { $_ })) {
         $path, $encoded = $entry -split '=', 2
         $folder, $name = $path -split '/', 2
-        if ($folder -notmatch '^[A-Za-z0-9._-]+$' -or ($name -ne 'hosts.toml' -and $name -ne 'ca.crt')) {
+        if ($folder -notmatch '^[A-Za-z0-9][A-Za-z0-9._-]*$' -or ($name -ne 'hosts.toml' -and $name -ne 'ca.crt')) {
             throw "K4W_REGISTRY_FILES holds '$path', which is not <registry host>/hosts.toml or ca.crt"
         }
         $text = [Text.Encoding]::UTF8.GetString([Convert]::FromBase64String($encoded))

@@ -31,7 +31,7 @@ from k4w import config, derive_steps, pinned_tools, registry
 from k4w.cluster_model import Cluster
 from tests.fakes import oci_registry
 
-from .conftest import ROOT, make_root, run_step
+from .conftest import ROOT, make_root, run_step, snapshot
 from .test_ubuntu_containerd_era_steps import served  # noqa: F401 (the fixture: Packer's HTTP server)
 
 USER, PASSWORD = "k4w-puller", "s3cr3t@mirror"
@@ -85,9 +85,10 @@ def baked(tmp_path, served, mirror):  # noqa: F811 (served is the imported fixtu
     cluster = mirrored_cluster(tmp_path, mirror)
     mirrored = guest_env(cluster)
     root = make_root(tmp_path, "ubuntu-24.04")
-    res = run_step("03-containerd.sh", root, **{**env, **{k: v for k, v in mirrored.items() if "REGISTRY" in k or k == "K4W_PAUSE_IMAGE"}})
+    step = {**env, **{k: v for k, v in mirrored.items() if "REGISTRY" in k or k == "K4W_PAUSE_IMAGE"}}
+    res = run_step("03-containerd.sh", root, **step)
     assert res.returncode == 0, res.stderr
-    return root, mirrored
+    return root, mirrored, step
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def containerd(tmp_path, baked):
     """The pinned containerd running on the config and files 03-containerd.sh wrote; always stopped."""
     if os.geteuid() != 0:
         pytest.fail("this test runs the real containerd, which needs root (CI runs the suite as root)")
-    root, mirrored = baked
+    root, mirrored, _ = baked
     run = tmp_path / "containerd"
     run.mkdir()
     config_file = run / "config.toml"
@@ -139,7 +140,7 @@ def listed(d: dict) -> str:
 
 
 def test_the_bake_writes_the_mirror_for_containerd_and_the_kubernetes_images_name_it(baked, mirror):
-    root, mirrored = baked
+    root, mirrored, _ = baked
     certs = root / "etc" / "containerd" / "certs.d"
     upstream = (certs / "registry.k8s.io" / "hosts.toml").read_text()
     assert f'[host."{mirror.url}"]' in upstream and 'ca = "ca.crt"' in upstream
@@ -196,3 +197,34 @@ def test_the_check_fails_without_the_mirrors_files(containerd, mirror):
     res = kubeadm_pull(containerd["socket"], "registry.k8s.io")
     assert res.returncode != 0
     assert not [r for r in mirror.requests[before:] if r["query"].get("ns")]
+
+
+def test_the_mirror_files_are_idempotent_scoped_and_leave_a_users_own_folder_alone(baked):
+    root, _, step = baked
+    before = snapshot(root)
+    assert run_step("03-containerd.sh", root, **{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"}).returncode == 0
+    assert snapshot(root) == before  # a second run changes nothing
+    certs = root / "etc" / "containerd" / "certs.d"
+    (certs / "quay.io").mkdir()
+    (certs / "quay.io" / "hosts.toml").write_text('server = "https://quay.io"\n')  # someone else's
+    # cluster-up on the node (scope node): the credentials move to /etc/containerd/conf.d, owner-only.
+    lib = ROOT / "guest" / "ubuntu" / "lib.sh"
+    node = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{lib}"; k4w_configure_registry "$1" "$2" node; '
+                           'echo "changed=$K4W_REGISTRY_AUTH_CHANGED"', "-", step["K4W_REGISTRY_FILES"], step["K4W_REGISTRY_AUTH"]],
+                          env={"PATH": os.environ["PATH"], "K4W_ROOT": str(root)}, capture_output=True, text=True, timeout=60)
+    assert node.returncode == 0 and "changed=1" in node.stdout, node.stderr
+    assert not (root / "run" / "k4w" / "containerd" / "k4w-registry-auth.toml").exists()
+    assert (root / "etc" / "containerd" / "conf.d" / "k4w-registry-auth.toml").stat().st_mode & 0o777 == 0o600
+    # A config without mirrors: k4w's folders and credentials go, the user's folder stays.
+    res = run_step("03-containerd.sh", root, **{**{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"},
+                                                "K4W_REGISTRY_FILES": "", "K4W_REGISTRY_AUTH": ""})
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in certs.iterdir()) == ["quay.io"]
+    assert not list((root / "etc" / "containerd" / "conf.d").iterdir())
+
+
+def test_a_file_outside_a_registry_folder_is_refused(baked):
+    root, _, step = baked
+    res = run_step("03-containerd.sh", root, **{**{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"},
+                                                "K4W_REGISTRY_FILES": "../hosts.toml=eA=="})
+    assert res.returncode == 1 and "which is not <registry host>/hosts.toml or ca.crt" in res.stderr
