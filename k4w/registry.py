@@ -13,10 +13,11 @@ hosts.toml has no credentials field at v2.3.2 (core/remotes/docker/config/hosts.
 capabilities, ca, client, skip_verify, header, override_path, dial_timeout). The CRI plugin's
 `registry.configs.<host>.auth` still works beside `config_path` at v2.3.2: the CRI pull's
 credentials callback reads `Registry.Configs[host]` for the host it contacts, the mirror
-(internal/cri/server/images/image_pull.go PullImage). It is deprecated ("Remove in containerd 2.3",
-internal/cri/config/config.go; still read in 2.3.2, removal expected in 2.4): so the credentials sit
-in a drop-in of their own that containerd imports, owner-only, and a containerd bump must re-check
-this. The kubelet's image credential provider would need a plugin binary nobody pins, and the
+(internal/cri/server/images/image_pull.go PullImage). It is deprecated: its Go comment says "Remove in
+containerd 2.3" (internal/cri/config/config.go), yet 2.3.2 still reads it, and docs/cri/registry.md at
+the tag says it "will not be removed until a suitable secret management alternative is available as a
+plugin". So the credentials sit in a drop-in of their own that containerd imports, owner-only, and a
+containerd bump must re-check this (`invoke validate` has the pinned containerd read the drop-in). The kubelet's image credential provider would need a plugin binary nobody pins, and the
 kubelet's config.json covers only the kubelet's own pulls, not kubeadm's nor the sandbox image's.
 
 When a mirror serves the registry of the Kubernetes images (the profile's
