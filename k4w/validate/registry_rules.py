@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import tomllib
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import pinned_tools, registry
+from .. import pinned_tools, private, registry
 from ..cluster_model import Cluster
 from ..derive_steps import container_runtime
 
@@ -64,11 +63,9 @@ def hosts_problems(files: dict[str, str], facts: dict) -> list[str]:
 def _effective_auth(auth: str) -> dict:
     """The drop-in as the pinned containerd reads it: `config dump` of a config that imports it."""
     containerd = pinned_tools.require("containerd", "containerd")
-    with tempfile.TemporaryDirectory(prefix="k4w-registry-auth-") as folder:
-        os.chmod(folder, 0o700)  # the drop-in holds passwords
+    with tempfile.TemporaryDirectory(prefix="k4w-registry-auth-") as folder:  # created 0700
         drop_in = Path(folder) / "auth.toml"
-        drop_in.touch(mode=0o600)
-        drop_in.write_text(auth, encoding="utf-8")
+        private.write_private(drop_in, auth)  # the drop-in holds passwords
         main = Path(folder) / "config.toml"
         main.write_text(f"version = 3\nimports = ['{drop_in.as_posix()}']\n", encoding="utf-8")
         res = subprocess.run([str(containerd), "--config", str(main), "config", "dump"], capture_output=True, text=True, timeout=60)

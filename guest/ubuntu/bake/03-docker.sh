@@ -35,9 +35,11 @@ k4w_require K4W_DOCKER_VERSION K4W_DOCKER_PACKAGE K4W_DOCKER_PACKAGE_VERSION \
     K4W_DOCKER_CGROUP_DRIVER K4W_DOCKER_STORAGE_DRIVER
 k4w_require_defined K4W_DOCKER_REGISTRY_MIRRORS
 registry_mirrors=""
+# k4w.config admits only these characters in a Docker mirror URL (a host, a port, IPv6 brackets; no
+# credentials, no path): no JSON quoting needed. In a bracket expression ']' comes first (POSIX ERE).
+mirror_url='^https?://[][A-Za-z0-9.:_-]+/?$'
 for mirror in $K4W_DOCKER_REGISTRY_MIRRORS; do
-    # k4w.config admits only these characters in a mirror URL without credentials: no JSON quoting needed.
-    [[ $mirror =~ ^https?://[A-Za-z0-9.:_/\[\]-]+$ ]] || k4w_die "K4W_DOCKER_REGISTRY_MIRRORS holds '${mirror}', which is not a mirror URL"
+    [[ $mirror =~ $mirror_url ]] || k4w_die "K4W_DOCKER_REGISTRY_MIRRORS holds '${mirror}', which is not a mirror URL"
     registry_mirrors+="${registry_mirrors:+, }\"${mirror}\""
 done
 case "$K4W_DOCKER_CGROUP_DRIVER" in
