@@ -95,8 +95,9 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
             configs = _effective_auth(auth)
             if "error" in configs:
                 problems.append(f"containerd {version} refuses the credentials drop-in: {configs['error'][0]}")
-            for mirror in registry.mirrors(cfg):
-                if mirror.user and ((configs.get(mirror.host) or {}).get("auth") or {}).get("username") != mirror.user:
+            by_host = {mirror.host: mirror for mirror in registry.mirrors(cfg) if mirror.user}  # one login per host
+            for mirror in by_host.values():
+                if ((configs.get(mirror.host) or {}).get("auth") or {}).get("username") != mirror.user:
                     problems.append(f"containerd {version} reads no credentials for {mirror.host} from the drop-in")
             checked.append(f"the credentials drop-in, by containerd {version} config dump")
     if "docker" in runtimes:

@@ -151,3 +151,16 @@ def test_the_hosts_toml_check_fails_on_a_planted_defect(tmp_path, corp_ca):
         "registry.k8s.io/hosts.toml: host https://harbor.internal/v2/k8s-proxy: username is not a hosts.toml key of containerd 2.3.2",
         "registry.k8s.io/hosts.toml: host https://harbor.internal/v2/k8s-proxy: capability 'mirror' is not one containerd 2.3.2 knows",
     ]
+
+
+def test_the_credentials_check_has_the_real_containerd_read_the_drop_in_and_fails_on_a_planted_defect(tmp_path, corp_ca, monkeypatch):
+    cfg = config.load(mirrors_config(tmp_path, GOOD))
+    cluster = Cluster.resolve(cfg)
+    checked, problems = registry_rules.check(cluster)
+    assert problems == [] and "the credentials drop-in, by containerd 2.3.2 config dump" in checked
+    # A drop-in under a table containerd does not read (registry.config, not configs): the file is
+    # valid TOML, and containerd would silently pull without credentials.
+    good = registry.auth_toml(cfg)
+    monkeypatch.setattr(registry, "auth_toml", lambda _cfg: good.replace(".registry.configs.", ".registry.config."))
+    _, problems = registry_rules.check(cluster)
+    assert problems == ["containerd 2.3.2 reads no credentials for harbor.internal from the drop-in"]
