@@ -177,3 +177,23 @@ def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_netwo
         assert after.index("$script:Reconfigured = $true") < after.index("Write-Output"), write
     # $null leaves kube-proxy's arguments alone in step 1 (a [string] parameter would make it '').
     assert "param([string]$Service, $Arguments = $null, [string[]]$Environment)" in START_NODE
+
+
+def test_the_mirrors_credentials_are_private_before_they_are_written_and_leave_with_the_build():
+    """Windows has no 0600: the drop-in gets an ACL for SYSTEM and Administrators only (inheritance
+    removed: a file under Program Files inherits read access for Users) on an empty file, then the
+    content. 12-cleanup.ps1 removes the build's; cluster-up's cluster-proxy.ps1 writes the node's."""
+    common = (ROOT / "guest" / "windows" / "common.ps1").read_text()
+    body = common[common.index("function Set-K4wContainerdRegistry"):]
+    assert body.index("New-Item -ItemType File -Path $script:K4wRegistryAuthFile") < body.index(
+        "Protect-K4wPrivateFile -Path $script:K4wRegistryAuthFile") < body.index(
+        "Set-K4wFileContent -Path $script:K4wRegistryAuthFile")
+    protect = common[common.index("function Protect-K4wPrivateFile"):common.index("function Set-K4wContainerdRegistry")]
+    assert "SetAccessRuleProtection($true, $false)" in protect and "@('S-1-5-18', 'S-1-5-32-544')" in protect
+    cleanup = (ROOT / "guest" / "windows" / "bake" / "12-cleanup.ps1").read_text()
+    assert "Remove-Item -LiteralPath $script:K4wRegistryAuthFile -Force" in cleanup
+    proxy = (ROOT / "guest" / "windows" / "cluster" / "cluster-proxy.ps1").read_text()
+    assert "Set-K4wContainerdRegistry -Files ([string]$values.K4W_REGISTRY_FILES) -Auth ([string]$values.K4W_REGISTRY_AUTH)" in proxy
+    # The same folders the config template names (imports and config_path).
+    assert "$script:K4wContainerdDropIns, $script:K4wRegistryHostsDir" in CONTAINERD
+    assert "imports = ['{3}\\*.toml']" in CONTAINERD and "config_path = '{4}'" in CONTAINERD
