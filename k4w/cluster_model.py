@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from . import config as config_mod, profiles, sources as sources_mod
+from . import config as config_mod, profiles, registry, sources as sources_mod
 from .config import Config
 from .derive import Network, Proxy, derive_network, derive_proxy
 from .errors import K4wError
@@ -96,7 +96,9 @@ class Cluster:
         from .bake import pins as pins_mod
 
         user_pins = pins_mod.load(config_file) if config_file else {}
-        boxes = {box: pins_mod.apply(profiles.load(box), user_pins) for box in cfg.boxes()}
+        # Then the Kubernetes images under their registry's mirror (k4w.registry.apply), so every
+        # stage names the pause image and kubeadm's image repository the same way.
+        boxes = {box: registry.apply(pins_mod.apply(profiles.load(box), user_pins), cfg) for box in cfg.boxes()}
         return cls(
             config=cfg,
             profiles=MappingProxyType(boxes),

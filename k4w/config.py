@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from . import profiles
 from .errors import ConfigError, K4wError
@@ -241,6 +241,103 @@ class Downloads(Strict):
         return v.rstrip("/")
 
 
+# An upstream registry as an image reference names it (distribution/reference's domain: a DNS
+# name with a dot, or with a port), e.g. registry.k8s.io, docker.io, mcr.microsoft.com, ghcr.io.
+REGISTRY_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+(?::\d{1,5})?")
+# A registry mirror's endpoint: the proxy URL's scheme, userinfo and host rules, an optional port,
+# and an optional repository prefix (a Harbor proxy-cache project, /k8s-proxy) made of the path
+# components an image name allows (distribution/reference: lower-case alphanumerics and . _ -).
+REGISTRY_ENDPOINT = re.compile(
+    rf"(?P<scheme>https?)://(?:(?P<userinfo>(?P<user>{_USERCHAR}*)(?::(?P<password>(?:{_USERCHAR}|:)*))?)@)?"
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?"
+    r"(?P<path>(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)/?"
+)
+# A CA bundle is a few certificates; a bigger file is the wrong file.
+MAX_CA_BYTES = 64 * 1024
+
+
+class RegistryMirror(Strict):
+    """One upstream registry's mirror (README "Registry mirrors"). The credentials, when the mirror
+    needs them, are the endpoint's user:password@, like proxy.http's: redacted everywhere, and in
+    the guests only in containerd's registry auth file (owner-only; an ACL on Windows)."""
+
+    endpoint: str
+    ca: str | None = None  # a PEM file on this host, relative to cluster.yml's folder
+    # http:// only with this set: an air-gapped lab registry (registry:2 without TLS on the cluster
+    # switch) has no certificate, and plain HTTP lets anyone on the path swap manifests, so k4w
+    # never falls back to it on its own (containerd's --plain-http, Docker's insecure-registries).
+    plain_http: StrictBool = False
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        m = REGISTRY_ENDPOINT.fullmatch(v)
+        if not m:
+            if re.fullmatch(r"https?://[^@/]*@.*", v, flags=re.S):
+                raise ValueError(f"the user:password part has a character a URL cannot carry as is; {PERCENT_ENCODE_HINT}")
+            raise ValueError("must be an https:// URL of the mirror such as https://mirror.corp.example:5000, optionally with "
+                             "a repository prefix (https://harbor.corp.example/k8s-proxy): lower-case path, no query or fragment")
+        if m["port"] is not None and not 0 < int(m["port"]) < 65536:
+            raise ValueError(f"port {m['port']} is not between 1 and 65535")
+        if m["path"] == "/v2" or m["path"].startswith("/v2/"):
+            raise ValueError(f"give the repository prefix without the registry API's /v2 (e.g. {m['scheme']}://{m['host']}"
+                             f"{m['path'][3:] or ''}): k4w and containerd add /v2 themselves")
+        if m["userinfo"] is not None and (not m["user"] or m["password"] is None):
+            raise ValueError("credentials must be user:password@ (both); leave them out for an anonymous mirror")
+        return v.rstrip("/")
+
+    @field_validator("ca")
+    @classmethod
+    def _ca(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v in (None, ""):
+            return None
+        base = Path((info.context or {}).get("config_dir") or ".")
+        path = (base / Path(v).expanduser()).resolve()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_CA_BYTES + 1)
+        except FileNotFoundError:
+            raise ValueError(f"CA file {path} does not exist (a relative path is taken from the folder of the config file)") from None
+        except IsADirectoryError:
+            raise ValueError(f"{path} is a folder; ca takes a PEM file of CA certificates") from None
+        except OSError as exc:
+            raise ValueError(f"CA file {path} cannot be read: {exc.strerror}") from None
+        if len(data) > MAX_CA_BYTES:
+            raise ValueError(f"CA file {path} is larger than {MAX_CA_BYTES // 1024} KiB; give the mirror's CA certificate(s) only")
+        if b"-----BEGIN CERTIFICATE-----" not in data or b"PRIVATE KEY" in data:
+            raise ValueError(f"CA file {path} must hold PEM certificates (-----BEGIN CERTIFICATE-----) and no private key")
+        return str(path)
+
+    @model_validator(mode="after")
+    def _scheme_rules(self) -> "RegistryMirror":
+        m = REGISTRY_ENDPOINT.fullmatch(self.endpoint)
+        if m["scheme"] == "http" and not self.plain_http:
+            raise ValueError("endpoint is http://: use https://, or set plain_http: true for a registry that has no TLS "
+                             "(anyone on the path can then change the images)")
+        if m["scheme"] == "https" and self.plain_http:
+            raise ValueError("plain_http: true needs an http:// endpoint; an https:// mirror is verified, leave plain_http out")
+        if m["scheme"] == "http" and m["userinfo"] is not None:
+            raise ValueError("credentials over plain HTTP would cross the network readable; use an https:// endpoint")
+        if m["scheme"] == "http" and self.ca:
+            raise ValueError("ca is for an https:// endpoint; an http:// one has no certificate")
+        return self
+
+
+class Registry(Strict):
+    # upstream registry host -> its mirror
+    mirrors: dict[str, RegistryMirror] = Field(default_factory=dict)
+
+    @field_validator("mirrors", mode="before")
+    @classmethod
+    def _upstreams(cls, v):
+        if isinstance(v, dict):
+            bad = [key for key in v if not isinstance(key, str) or not REGISTRY_HOST.fullmatch(key)]
+            if bad:
+                raise ValueError(f"{', '.join(map(repr, bad))}: each key is an upstream registry host as image names "
+                                 "spell it, lower case, e.g. registry.k8s.io, docker.io, mcr.microsoft.com, ghcr.io")
+        return v
+
+
 class Node(Strict):
     name: str
     role: Literal["master", "worker"]
@@ -274,6 +371,7 @@ class Config(Strict):
     network: Network = Network()
     hyperv: HyperV = HyperV()
     downloads: Downloads = Downloads()
+    registry: Registry = Registry()
     nodes: list[Node]
 
     @field_validator("nodes")
@@ -342,9 +440,52 @@ class Config(Strict):
                     f"network.backend: host-gw is not supported by box {node.box} (nodes[{i}]); its node recipe "
                     f"runs Flannel vxlan only (Windows host-gw bugs are closed wontfix upstream), use vxlan"
                 )
+        problems += self._registry_rules()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _registry_rules(self) -> list[str]:
+        problems: list[str] = []
+        by_host: dict[str, tuple[str, RegistryMirror]] = {}
+        for upstream, mirror in self.registry.mirrors.items():
+            m = REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)
+            host = m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
+            if host in by_host:
+                other, seen = by_host[host]
+                # containerd keys credentials by host and k4w ships one CA per host folder.
+                if (seen.ca, REGISTRY_ENDPOINT.fullmatch(seen.endpoint)["userinfo"], seen.plain_http) != (mirror.ca, m["userinfo"], mirror.plain_http):
+                    problems.append(f"registry.mirrors.{upstream}: its mirror host {host} is also {other}'s, with another ca, "
+                                    "credentials or plain_http; one host has one of each")
+            by_host.setdefault(host, (upstream, mirror))
+        if not self.registry.mirrors:
+            return problems
+        for box in self.boxes():
+            try:
+                data = profiles.load(box).data
+            except K4wError:
+                continue  # reported with the node above
+            if "docker" not in (data.get("components") or {}):
+                continue
+            kube_registry = str((data.get("kubernetes") or {}).get("image_repository") or "registry.k8s.io").split("/")[0]
+            for upstream, mirror in self.registry.mirrors.items():
+                if upstream not in ("docker.io", kube_registry):
+                    problems.append(
+                        f"registry.mirrors.{upstream}: box {box} runs Docker, which mirrors docker.io only (daemon.json "
+                        f"registry-mirrors), and k4w points kubeadm's imageRepository at a {kube_registry} mirror; "
+                        f"{upstream} cannot be mirrored there: remove it, or use containerd-era boxes")
+                elif mirror.ca or mirror.plain_http or REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)["userinfo"] is not None:
+                    problems.append(
+                        f"registry.mirrors.{upstream}: box {box} runs Docker, for which k4w writes no certs.d CA, "
+                        "insecure-registries entry or docker login: give the seed era a public-CA https mirror "
+                        "without credentials, or use containerd-era boxes")
+                elif upstream == "docker.io" and REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)["path"].strip("/"):
+                    # moby registry/config.go ValidateMirror refuses a path ("invalid mirror: path, query,
+                    # or fragment at end of the URI").
+                    problems.append(
+                        f"registry.mirrors.docker.io: box {box} runs Docker, whose registry-mirrors takes a mirror "
+                        "host without a path; give the mirror's own host, or use containerd-era boxes")
+        return problems
 
     @property
     def master(self) -> Node:
@@ -405,6 +546,7 @@ def _format_loc(loc: tuple) -> str:
 
 
 _NODE_FIELD = re.compile(r"(nodes\[(\d+)\](?:\.(\w+))?|network\.(\w+))")
+_REGISTRY_FIELD = re.compile(r"registry\.mirrors\.(\S+?): ")
 
 
 # Bounds that no real cluster.yml comes near; past them a file is refused before it is built
@@ -459,7 +601,7 @@ def parse(text: str, source: str = "cluster.yml") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(source, ["the file must be a mapping with at least a 'nodes' list"])
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"config_dir": str(Path(source).parent)})
     except ValidationError as exc:
         raise ConfigError(source, _explain(exc, marks)) from None
 
@@ -483,12 +625,14 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
                 field_loc = ("network", m.group(4))
             elif piece.startswith("nodes:"):
                 field_loc = ("nodes",)
+            elif registry := _REGISTRY_FIELD.match(piece):
+                field_loc = ("registry", "mirrors", registry.group(1))
             elif piece.startswith(("node_cidr", "pod_cidr", "service_cidr")):
                 field_loc = ("network", piece.split()[0])
                 piece = f"network.{piece}"
             line = _line_for(field_loc, marks)
             prefix = f"line {line}: " if line else ""
-            label = "" if m or piece.startswith(("network.", "nodes")) else f"{_format_loc(loc)}: "
+            label = "" if m or piece.startswith(("network.", "nodes", "registry.")) else f"{_format_loc(loc)}: "
             problems.append(f"{prefix}{label}{piece}")
     return problems
 

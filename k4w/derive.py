@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .config import PROXY_URL, Config, Node
+from . import registry
 
 API_PORT = 6443  # kube-apiserver secure port, kubeadm default
 # Microsoft's Flannel vxlan on Windows only works with VNI 4096 and UDP 4789 (kubernetes/website
@@ -182,6 +183,9 @@ def derive_proxy(cfg: Config) -> Proxy:
         "localhost",
         "127.0.0.1",
         *p.no_proxy,
+        # A registry mirror that cannot be on the Internet (k4w.registry.no_proxy_hosts): containerd
+        # and Docker pull through the proxy their service environment names, except for these.
+        *registry.no_proxy_hosts(cfg),
         str(net.node_cidr),
         str(net.pod_cidr),
         str(net.service_cidr),

@@ -10,10 +10,11 @@ tests/render/test_step_variables.py checks that a box gets exactly the names its
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
-from . import build_media as media, sources
+from . import build_media as media, registry, sources
 from .config import Config
 from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from .errors import K4wError
@@ -209,6 +210,7 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
+    env.update(_registry_variables(cfg, profile, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
@@ -365,6 +367,26 @@ def _proxy_variables(proxy: Proxy, family: str, secrets: dict[str, str]) -> dict
     return {name: value for name, value in env.items() if value is not None}
 
 
+def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) -> dict[str, str]:
+    """The image mirrors (k4w.registry) as the runtime step of the box takes them: containerd's
+    certs.d tree and its credentials drop-in (03-containerd), Docker's registry-mirrors (03-docker).
+    Each is set for every box, empty when there is nothing to write, so a step also removes what an
+    earlier build wrote. A Docker box never gets credentials: k4w.config refuses them for that era."""
+    docker = {"K4W_DOCKER_REGISTRY_MIRRORS": " ".join(registry.docker_registry_mirrors(cfg))}
+    if container_runtime(profile) == "docker":
+        return {**docker, "K4W_REGISTRY_FILES": "", "K4W_REGISTRY_AUTH": ""}
+    auth = registry.auth_toml(cfg)
+    if auth:
+        # Base64, because the drop-in has several lines; a sensitive Packer variable, because it
+        # holds the passwords (Packer masks it in its output, and no template holds it).
+        secrets["registry_auth"] = base64.b64encode(auth.encode("utf-8")).decode("ascii")
+    return {
+        **docker,
+        "K4W_REGISTRY_FILES": registry.encode_files(registry.certs_d(cfg)),
+        "K4W_REGISTRY_AUTH": _packer_ref("registry_auth") if auth else "",
+    }
+
+
 def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
     """The proxy variables a family's steps read, with real values in place of Packer's
     references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved."""
@@ -372,3 +394,15 @@ def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
     env = _proxy_variables(derive_proxy(cfg), family, secrets)
     steps = StepEnv(env=env, secrets=secrets)
     return {name: steps.resolved(text) for name, text in env.items()}
+
+
+def node_registry_variables(cfg: Config, profile: Profile) -> dict[str, str]:
+    """The image mirrors as cluster-up gives them to a containerd node's cluster-proxy script (the
+    box carries the bake's hosts.toml files but no credentials): real values, no Packer references.
+    Nothing for a Docker box, whose daemon.json mirror the bake wrote and which holds no secret."""
+    if container_runtime(profile) == "docker":
+        return {}
+    secrets: dict[str, str] = {}
+    env = _registry_variables(cfg, profile, secrets)
+    steps = StepEnv(env=env, secrets=secrets)
+    return {name: steps.resolved(env[name]) for name in ("K4W_REGISTRY_FILES", "K4W_REGISTRY_AUTH")}

@@ -374,6 +374,69 @@ k4w_hold() {
 }
 
 # --- proxy ---------------------------------------------------------------------------------
+# k4w_configure_registry FILES AUTH_BASE64 SCOPE - containerd's image mirrors (k4w/registry.py).
+# FILES: blank-separated "<host folder>/<file>=<base64>" entries, the certs.d tree k4w.registry
+# renders (hosts.toml and the mirror's ca.crt beside it); empty = no mirror. AUTH_BASE64: the
+# credentials drop-in the CRI plugin imports (registry.configs.<mirror>.auth), base64; empty =
+# none. SCOPE, as k4w_configure_proxy's: build (bake; the credentials in /run, gone with the build
+# VM, so a box carries none) or node (cluster-up; in /etc/containerd/conf.d, for good). Either
+# scope removes the other's credentials. Folders of K4W_REGISTRY_HOSTS_DIR whose hosts.toml k4w
+# wrote (its first line is K4W_REGISTRY_MARKER) and that FILES no longer names are removed; a
+# folder someone else wrote is left alone. Sets K4W_REGISTRY_AUTH_CHANGED=1 when the credentials
+# file changed: containerd reads its config (and so the drop-in) at start only, while it reads
+# hosts.toml at every pull (docs/hosts.md: "Updates under this directory do not require
+# restarting the containerd daemon").
+# containerd's config_path on Linux (plugins/cri/images/plugin.go's default at v2.3.7, set
+# explicitly in config.toml by 03-containerd.sh).
+K4W_REGISTRY_HOSTS_DIR=/etc/containerd/certs.d
+K4W_REGISTRY_MARKER="# k4w: written from cluster.yml registry.mirrors"
+# The drop-ins config.toml imports (03-containerd.sh), one per scope.
+K4W_REGISTRY_AUTH_NODE=/etc/containerd/conf.d/k4w-registry-auth.toml
+K4W_REGISTRY_AUTH_BUILD=/run/k4w/containerd/k4w-registry-auth.toml
+
+k4w_configure_registry() {
+    local files="$1" auth="$2" scope="$3" entry path folder name entries=() wanted=() dir hosts_file first
+    [[ $scope == node || $scope == build ]] || k4w_die "the registry scope must be node or build, not '${scope}'"
+    read -r -a entries <<<"$files"
+    for entry in ${entries[@]+"${entries[@]}"}; do
+        path="${entry%%=*}"
+        folder="${path%/*}"
+        name="${path##*/}"
+        # A folder is a registry host (host_port_); a file is hosts.toml or ca.crt (k4w/registry.py).
+        [[ $path == */* && $folder =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ && ($name == hosts.toml || $name == ca.crt) ]] ||
+            k4w_die "K4W_REGISTRY_FILES holds '${path}', which is not <registry host>/hosts.toml or ca.crt"
+        k4w_write_file "${K4W_REGISTRY_HOSTS_DIR}/${path}" 0644 "$(printf '%s' "${entry#*=}" | base64 -d)"
+        wanted+=("$folder")
+    done
+    dir="$(k4w_path "$K4W_REGISTRY_HOSTS_DIR")"
+    if [[ -d $dir ]]; then
+        for hosts_file in "$dir"/*/hosts.toml; do
+            [[ -f $hosts_file ]] || continue
+            folder="$(basename "$(dirname "$hosts_file")")"
+            [[ " ${wanted[*]-} " == *" ${folder} "* ]] && continue
+            IFS= read -r first <"$hosts_file" || true
+            if [[ $first == "$K4W_REGISTRY_MARKER" ]]; then
+                rm -rf "${dir:?}/${folder}"
+                k4w_log "removed the mirror of ${folder} (no longer in cluster.yml)"
+            fi
+        done
+    fi
+
+    local keep="$K4W_REGISTRY_AUTH_NODE" drop="$K4W_REGISTRY_AUTH_BUILD"
+    [[ $scope == build ]] && keep="$K4W_REGISTRY_AUTH_BUILD" drop="$K4W_REGISTRY_AUTH_NODE"
+    K4W_REGISTRY_AUTH_CHANGED=0
+    k4w_remove_file "$drop"
+    ((K4W_CHANGED)) && K4W_REGISTRY_AUTH_CHANGED=1
+    if [[ -n $auth ]]; then
+        # 0600 root: the file holds the mirrors' passwords (containerd runs as root).
+        k4w_write_file "$keep" 0600 "$(printf '%s' "$auth" | base64 -d)"
+    else
+        k4w_remove_file "$keep"
+    fi
+    ((K4W_CHANGED)) && K4W_REGISTRY_AUTH_CHANGED=1
+    return 0
+}
+
 # k4w_configure_proxy PROXY_ENV APT_PROXY_CONF FILE_MODE SCOPE - give the proxy to everything
 # that downloads. PROXY_ENV is the blank-separated NAME=value pairs k4w.derive computes
 # (cluster.yml allows no blank in a proxy URL or NO_PROXY entry); FILE_MODE is 0600 when a URL

@@ -426,3 +426,76 @@ function Set-K4wFileContent {
     [IO.File]::WriteAllText($Path, $Content, (New-Object System.Text.UTF8Encoding $false))
     return $true
 }
+
+# containerd's registry hosts folder (config_path; containerd v2.3.7 sets no default on Windows,
+# plugins/cri/images/plugin.go): beside its config.toml in its DefaultConfigDir
+# (defaults/defaults_windows.go), which Administrators alone may write, unlike ProgramData.
+$script:K4wRegistryHostsDir = Join-Path $env:ProgramFiles 'containerd\certs.d'
+# The drop-in folder config.toml imports (containerd's own DefaultConfigIncludePattern at v2.3.7).
+$script:K4wContainerdDropIns = Join-Path $env:ProgramFiles 'containerd\conf.d'
+$script:K4wRegistryAuthFile = Join-Path $script:K4wContainerdDropIns 'k4w-registry-auth.toml'
+# The first line of every hosts.toml k4w writes (k4w/registry.py MARKER): folders without it are not k4w's.
+$script:K4wRegistryMarker = '# k4w: written from cluster.yml registry.mirrors'
+
+function Protect-K4wPrivateFile {
+    # Only LocalSystem and BUILTIN\Administrators (well-known SIDs, MS-DTYP 2.4.2.4: names are
+    # localized) may open the file; inheritance off, inherited entries dropped. Windows has no 0600:
+    # a file under Program Files inherits read access for BUILTIN\Users.
+    param([Parameter(Mandatory = $true)][string]$Path)
+    $acl = New-Object System.Security.AccessControl.FileSecurity
+    $acl.SetAccessRuleProtection($true, $false)
+    foreach ($sid in @('S-1-5-18', 'S-1-5-32-544')) {
+        $identity = New-Object System.Security.Principal.SecurityIdentifier $sid
+        $acl.AddAccessRule((New-Object System.Security.AccessControl.FileSystemAccessRule $identity, 'FullControl', 'Allow'))
+    }
+    Set-Acl -LiteralPath $Path -AclObject $acl
+}
+
+function Set-K4wContainerdRegistry {
+    # The image mirrors of cluster.yml for containerd (k4w/registry.py): -Files is K4W_REGISTRY_FILES,
+    # blank-separated "<host folder>/<file>=<base64>" entries of the certs.d tree (hosts.toml and the
+    # mirror's ca.crt beside it); -Auth is K4W_REGISTRY_AUTH, the base64 credentials drop-in the CRI
+    # plugin imports. Either may be empty. k4w's folders that -Files no longer names are removed.
+    # Returns $true when the credentials file changed: containerd reads it at start only, hosts.toml
+    # at every pull (docs/hosts.md at v2.3.7).
+    param([AllowEmptyString()][string]$Files, [AllowEmptyString()][string]$Auth)
+    $wanted = @()
+    foreach ($entry in @($Files -split ' ' | Where-Object { $_ })) {
+        $path, $encoded = $entry -split '=', 2
+        $folder, $name = $path -split '/', 2
+        if ($folder -notmatch '^[A-Za-z0-9][A-Za-z0-9._-]*$' -or ($name -ne 'hosts.toml' -and $name -ne 'ca.crt')) {
+            throw "K4W_REGISTRY_FILES holds '$path', which is not <registry host>/hosts.toml or ca.crt"
+        }
+        $text = [Text.Encoding]::UTF8.GetString([Convert]::FromBase64String($encoded))
+        if (Set-K4wFileContent -Path (Join-Path $script:K4wRegistryHostsDir "$folder\$name") -Content $text) {
+            Write-K4wStep "registry mirror file written: $folder\$name"
+        }
+        $wanted += $folder
+    }
+    if (Test-Path -LiteralPath $script:K4wRegistryHostsDir) {
+        foreach ($dir in @(Get-ChildItem -LiteralPath $script:K4wRegistryHostsDir -Directory)) {
+            $hostsFile = Join-Path $dir.FullName 'hosts.toml'
+            if ($wanted -contains $dir.Name -or -not (Test-Path -LiteralPath $hostsFile)) { continue }
+            if ((Get-Content -LiteralPath $hostsFile -TotalCount 1) -ceq $script:K4wRegistryMarker) {
+                Remove-Item -LiteralPath $dir.FullName -Recurse -Force
+                Write-K4wStep "removed the mirror of $($dir.Name) (no longer in cluster.yml)"
+            }
+        }
+    }
+    if (-not $Auth) {
+        if (-not (Test-Path -LiteralPath $script:K4wRegistryAuthFile)) { return $false }
+        Remove-Item -LiteralPath $script:K4wRegistryAuthFile -Force
+        Write-K4wStep 'registry mirror credentials removed'
+        return $true
+    }
+    # The ACL first, on an empty file, then the content: the credentials are never readable by others.
+    if (-not (Test-Path -LiteralPath $script:K4wRegistryAuthFile)) {
+        New-Item -ItemType Directory -Path $script:K4wContainerdDropIns -Force | Out-Null
+        New-Item -ItemType File -Path $script:K4wRegistryAuthFile | Out-Null
+    }
+    Protect-K4wPrivateFile -Path $script:K4wRegistryAuthFile
+    $text = [Text.Encoding]::UTF8.GetString([Convert]::FromBase64String($Auth))
+    $changed = Set-K4wFileContent -Path $script:K4wRegistryAuthFile -Content $text
+    if ($changed) { Write-K4wStep 'registry mirror credentials written (SYSTEM and Administrators only)' }
+    return $changed
+}

@@ -7,6 +7,7 @@ a failure removes what the build left and names the log, the failing step and th
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import os
@@ -23,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from .. import iso as iso_mod
-from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, render, sources
+from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, registry, render, sources
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
 from ..config import Config
@@ -127,7 +128,13 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
 
 def _register_proxy_secrets(cfg: Config) -> None:
     """Proxy passwords are redacted even where they appear outside a URL (a guest may echo one)."""
-    for url in (cfg.proxy.http, cfg.proxy.https):
+    # The registry mirrors' credentials too (cluster.yml registry.mirrors), and the base64 drop-in
+    # that carries them to the guest (k4w.derive_steps).
+    mirror_urls = [mirror.endpoint for mirror in cfg.registry.mirrors.values()]
+    auth = registry.auth_toml(cfg)
+    if auth:
+        register_secret(base64.b64encode(auth.encode("utf-8")).decode("ascii"))
+    for url in (cfg.proxy.http, cfg.proxy.https, *mirror_urls):
         password = urlsplit(url).password if url else None
         if password:
             for form in {password, unquote(password)}:

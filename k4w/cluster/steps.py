@@ -360,15 +360,18 @@ def step_node_proxy(ctx: Context) -> None:
     (the build keeps its proxy off the box). The values travel in a private file."""
     for m in ctx.cluster.machines:
         prepare_dirs(ctx, m)
+        # With the proxy, the image mirrors' credentials and hosts.toml files of this cluster.yml
+        # (containerd boxes; the box carries no credentials): the same private file.
+        registry_values = derive_steps.node_registry_variables(ctx.cfg, profiles.load(m.box))
         if m.is_windows:
-            values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS)
+            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS), **registry_values}
             common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-proxy.ps1")
             values_file = upload_secret(ctx, m, json.dumps(values), "proxy.json")
             ctx.remote.run(m, f"& {escape.ps(script)} -ValuesFile {escape.ps(values_file)} -Common {escape.ps(common)}")
         else:
-            values = derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU)
-            wanted = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")
+            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU), **registry_values}
+            wanted = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE", *registry_values)
             text = "".join(f"{name}={shlex.quote(values[name])}\n" for name in wanted)
             upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-proxy.sh")
@@ -513,6 +516,7 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
         install_component_kubeconfigs(ctx, m, join["api"])
     cluster_scripts = sources.REPO.guest / "windows" / "cluster"
     upload_windows(ctx, m, cluster_scripts / "cluster-join-lib.ps1")   # dot-sourced by the join script
+    upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")   # dot-sourced by cluster-join-lib.ps1
     script = upload_windows(ctx, m, cluster_scripts / windows_join_script(m.box))
     config = join_config.for_worker(m.box, join["api"], join["token"], join["hash"], m.name)
     config_file = upload_secret(ctx, m, config, JOIN_CONFIG_FILE)

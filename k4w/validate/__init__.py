@@ -302,6 +302,14 @@ def cni_versions(cluster: Cluster, out: Path) -> Result:
     return res
 
 
+def registry_mirrors(cluster: Cluster, out: Path) -> Result:
+    res = Result("registry mirrors", "containerd's hosts.toml keys at the tag; the pinned containerd (config dump)")
+    from . import registry_rules
+
+    res.checked, res.problems = registry_rules.check(cluster)
+    return res
+
+
 def windows_preflight(cluster: Cluster, out: Path) -> Result:
     res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
     from . import preflight_rules
@@ -480,6 +488,13 @@ def _would_check_cni_versions(cluster: Cluster, out: Path, rendered: Collection[
             for rel in sorted(rendered) if PurePosixPath(rel).match("nodes/*/cni.conf")]
 
 
+def _would_check_registry_mirrors(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    if not cluster.config.registry.mirrors:
+        return []
+    return ["# in this process: the mirrors' hosts.toml against k4w/validate/facts/containerd-<version>-hosts.yml",
+            "containerd --config <temporary config importing the credentials drop-in> config dump"]
+
+
 def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: each seed-recipe Windows box's build and Docker version against "
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
@@ -545,6 +560,7 @@ VALIDATORS: list[Validator] = [
     Validator(cni_versions, _would_check_cni_versions),
     Validator(windows_images, _would_check_windows_images),
     Validator(cgroup_v2, _would_check_cgroup_v2),
+    Validator(registry_mirrors, _would_check_registry_mirrors),
     Validator(yaml_templates, _would_check_yaml_templates),
     Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),

@@ -158,6 +158,9 @@ def containerd_config_problems(text: str, profile: Profile, effective: bool = Fa
          f"runc's SystemdCgroup is not {str(wanted_systemd).lower()} (components.containerd.cgroup_driver)"),
         (cni.get("bin_dirs") == ["/opt/cni/bin"] and cni.get("conf_dir") == "/etc/cni/net.d",
          "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
+        # The image mirrors' hosts.toml files live there (k4w/registry.py, lib.sh k4w_configure_registry).
+        ((images.get("registry") or {}).get("config_path") == "/etc/containerd/certs.d",
+         "the registry hosts folder (registry.config_path) is not /etc/containerd/certs.d"),
     ]
     return [message for ok, message in checks if not ok]
 

@@ -140,7 +140,7 @@ WINDOWS_JOINS = [ROOT / "guest" / "windows" / "cluster" / name for name in ("clu
 @pytest.mark.parametrize("script", WINDOWS_JOINS, ids=lambda p: p.name)
 def test_windows_join_protects_the_config_before_kubeadm_and_removes_it_on_every_path(script):
     text = script.read_text(encoding="utf-8")
-    protect, start = text.index("Protect-K4wSecretFile $ConfigFile"), text.index("Start-K4wKubeadmJoin")
+    protect, start = text.index("Protect-K4wPrivateFile -Path $ConfigFile"), text.index("Start-K4wKubeadmJoin")
     assert protect < start
     trap = text[text.index("trap {"):text.index("}", text.index("trap {"))]
     assert "Remove-Item -LiteralPath $ConfigFile" in trap                       # failure anywhere
@@ -150,7 +150,14 @@ def test_windows_join_protects_the_config_before_kubeadm_and_removes_it_on_every
 
 
 def test_windows_secret_acl_is_system_and_administrators_without_inheritance():
+    """One ACL helper for every private file of the Windows guest (common.ps1), which the join library loads."""
     lib = (ROOT / "guest" / "windows" / "cluster" / "cluster-join-lib.ps1").read_text(encoding="utf-8")
-    assert "SetAccessRuleProtection($true, $false)" in lib
-    assert re.search(r"\$K4wSecretReaders = @\('S-1-5-18', 'S-1-5-32-544'\)", lib)
+    assert ". (Join-Path $PSScriptRoot 'common.ps1')" in lib and "SetAccessRule" not in lib
+    common = (ROOT / "guest" / "windows" / "common.ps1").read_text(encoding="utf-8")
+    protect = common[common.index("function Protect-K4wPrivateFile"):]
+    protect = protect[:protect.index("\n}\n")]
+    assert "SetAccessRuleProtection($true, $false)" in protect
+    assert "@('S-1-5-18', 'S-1-5-32-544')" in protect
+    every_ps1 = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "guest" / "windows").rglob("*.ps1"))
+    assert every_ps1.count("SetAccessRuleProtection(") == 1   # no second hand-built ACL helper
     assert "$null = $process.Handle" in lib

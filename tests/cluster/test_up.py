@@ -65,6 +65,7 @@ def test_full_run_order(world):
         r"^master: sudo kubeadm token create --print-join-command --ttl 1h",
         r"^worker-win: upload kubelet.args C:\\k\\config\\kubelet.args",
         r"^worker-win: upload cluster-join-lib.ps1 C:\\k4w\\cluster-join-lib.ps1",
+        r"^worker-win: upload common.ps1 C:\\k4w\\common.ps1",
         r"^worker-win: upload kubeadm-join.yaml C:\\k4w\\kubeadm-join.yaml",
         r"^worker-win: & 'C:\\k4w\\cluster-join.ps1' -ConfigFile 'C:\\k4w\\kubeadm-join.yaml' -NodeName 'worker-win'",
         r"^master: kubectl get nodes -o json",
@@ -174,6 +175,33 @@ def test_each_node_gets_the_proxy_from_a_private_file_never_from_a_command_line(
     # the proxy is in place before kubeadm pulls its first image
     assert index(world.log, r"cluster-proxy\.sh") < index(world.log, r"cluster-init\.sh")
     assert any(line.startswith("master: install -d -m 0700 /tmp/k4w") for line in world.log)
+
+
+def test_a_containerd_node_gets_the_mirrors_and_their_credentials_in_the_same_private_file(tmp_path, monkeypatch):
+    """A box carries no build credentials: cluster-up hands each containerd node this cluster.yml's
+    mirrors (hosts.toml tree and credentials drop-in) with the proxy, never on a command line."""
+    import base64
+
+    from k4w import sources
+    from tests.cluster.conftest import render_to
+    from tests.helpers import MODERN_BOXES, modern_config
+
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    password = "m1rr0r%23pw"
+    cluster = render_to(out, modern_config(**{"registry.mirrors": {
+        "registry.k8s.io": {"endpoint": f"https://puller:{password}@harbor.corp.example/k8s-proxy"}}}))
+    world = FakeWorld(machines_of(out))
+    world.cluster, world.out, world.clock = cluster, out, FakeClock()
+    run_up(world)
+    assert not [line for line in world.log if "m1rr0r" in line]
+    linux, mode = world.uploaded["/tmp/k4w/proxy.env"]
+    assert mode == 0o600 and "K4W_REGISTRY_FILES=" in linux
+    auth = next(line for line in linux.splitlines() if line.startswith("K4W_REGISTRY_AUTH="))
+    assert 'password = "m1rr0r#pw"' in base64.b64decode(auth.split("=", 1)[1].strip("'")).decode()
+    windows = json.loads(world.uploaded["C:\\k4w\\proxy.json"][0])
+    assert base64.b64decode(windows["K4W_REGISTRY_AUTH"]).decode() == base64.b64decode(auth.split("=", 1)[1].strip("'")).decode()
+    assert "registry.k8s.io/hosts.toml=" in windows["K4W_REGISTRY_FILES"]
 
 
 @pytest.mark.parametrize("step", [s for s, p in FAILURES.items() if p])

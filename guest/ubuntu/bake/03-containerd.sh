@@ -7,7 +7,9 @@
 # - the CNI plugins into /opt/cni/bin, and the CNI conf dir /etc/cni/net.d (Flannel writes there);
 # - /etc/containerd/config.toml, config version 3 (containerd 2.x; docs/cri/config.md at v2.3.7):
 #   runc with the systemd cgroup driver, the pause image under the CRI images plugin's
-#   pinned_images.sandbox (kubelet 1.34+ has no --pod-infra-container-image), the CNI dirs.
+#   pinned_images.sandbox (kubelet 1.34+ has no --pod-infra-container-image), the CNI dirs, and
+#   the registry hosts folder (config_path, /etc/containerd/certs.d) with the image mirrors of
+#   cluster.yml in it, plus the drop-ins it imports (the mirrors' credentials; k4w_configure_registry);
 # Then containerd runs, its socket answers, and its effective config shows the pinned pause image.
 #
 # Every file comes from the build host (k4w_component_file: build-* fetched and verified it into
@@ -16,7 +18,8 @@
 #
 # Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_FILE, K4W_CONTAINERD_SHA256 or K4W_CONTAINERD_SHA512,
 # K4W_CONTAINERD_CGROUP_DRIVER, K4W_RUNC_VERSION, K4W_RUNC_FILE, K4W_RUNC_SHA256 or K4W_RUNC_SHA512,
-# K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE; PACKER_HTTP_ADDR
+# K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE,
+# K4W_REGISTRY_FILES and K4W_REGISTRY_AUTH (k4w/registry.py; empty = no mirror); PACKER_HTTP_ADDR
 # (Packer).
 K4W_STEP="03-containerd"
 set -Eeuo pipefail
@@ -39,6 +42,7 @@ CONTAINERD_READY_TIMEOUT=120
 
 k4w_require K4W_CONTAINERD_VERSION K4W_CONTAINERD_FILE K4W_CONTAINERD_CGROUP_DRIVER \
     K4W_RUNC_VERSION K4W_RUNC_FILE K4W_CNI_VERSION K4W_CNI_FILE K4W_PAUSE_IMAGE
+k4w_require_defined K4W_REGISTRY_FILES K4W_REGISTRY_AUTH
 containerd_digest="$(k4w_component_digest containerd)"
 runc_digest="$(k4w_component_digest runc)"
 cni_digest="$(k4w_component_digest cni)"
@@ -111,11 +115,18 @@ conf_dir="$(k4w_path "$CNI_CONF_DIR")"
 
 # --- configuration -------------------------------------------------------------------------
 # TOML single-quoted strings are literal: the values above were checked to hold no quote.
+# imports: the drop-ins of both scopes of k4w_configure_registry (a glob that matches nothing
+# imports nothing). config_path: hosts.toml per registry host (docs/hosts.md at v2.3.7); set
+# explicitly, as the default also reads /etc/docker/certs.d, which k4w does not manage.
 k4w_write_file "$CONFIG" 0644 "# k4w: containerd ${K4W_CONTAINERD_VERSION} for kubeadm (written by ${K4W_STEP})
 version = 3
+imports = ['${K4W_REGISTRY_AUTH_NODE%/*}/*.toml', '${K4W_REGISTRY_AUTH_BUILD%/*}/*.toml']
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = '${K4W_PAUSE_IMAGE}'
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = '${K4W_REGISTRY_HOSTS_DIR}'
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
   runtime_type = 'io.containerd.runc.v2'
@@ -127,6 +138,8 @@ version = 3
   bin_dirs = ['${CNI_BIN_DIR}']
   conf_dir = '${CNI_CONF_DIR}'"
 ((K4W_CHANGED)) && restart=1
+k4w_configure_registry "$K4W_REGISTRY_FILES" "$K4W_REGISTRY_AUTH" build
+((K4W_REGISTRY_AUTH_CHANGED)) && restart=1
 
 k4w_write_file "$UNIT" 0644 "# k4w: containerd (the settings of containerd.service at v${K4W_CONTAINERD_VERSION})
 [Unit]
@@ -178,4 +191,7 @@ version="$("${BIN_DIR}/containerd" --version)"
 "${BIN_DIR}/containerd" --config "$CONFIG" config dump |
     grep -qF -e "sandbox = '${K4W_PAUSE_IMAGE}'" -e "sandbox = \"${K4W_PAUSE_IMAGE}\"" ||
     k4w_die "containerd's effective configuration does not pin ${K4W_PAUSE_IMAGE} as the sandbox image (see ${CONFIG})"
+"${BIN_DIR}/containerd" --config "$CONFIG" config dump |
+    grep -qF -e "config_path = '${K4W_REGISTRY_HOSTS_DIR}'" -e "config_path = \"${K4W_REGISTRY_HOSTS_DIR}\"" ||
+    k4w_die "containerd's effective configuration does not read registry hosts from ${K4W_REGISTRY_HOSTS_DIR} (see ${CONFIG})"
 k4w_log "containerd ${K4W_CONTAINERD_VERSION}, runc ${K4W_RUNC_VERSION}, CNI plugins v${K4W_CNI_VERSION} installed; sandbox image ${K4W_PAUSE_IMAGE}"

@@ -11,7 +11,9 @@
 #
 # Env: K4W_DOCKER_VERSION, K4W_DOCKER_PACKAGE, K4W_DOCKER_PACKAGE_VERSION (exact apt version),
 # K4W_DOCKER_CGROUP_DRIVER, K4W_DOCKER_STORAGE_DRIVER; on Ubuntu also K4W_DOCKER_APT_URL,
-# K4W_DOCKER_APT_SUITE, K4W_DOCKER_APT_COMPONENT, K4W_DOCKER_GPG_URL, K4W_DOCKER_GPG_FINGERPRINT.
+# K4W_DOCKER_APT_SUITE, K4W_DOCKER_APT_COMPONENT, K4W_DOCKER_GPG_URL, K4W_DOCKER_GPG_FINGERPRINT;
+# K4W_DOCKER_REGISTRY_MIRRORS (blank-separated docker.io mirror URLs for daemon.json's
+# registry-mirrors, empty = none: Docker mirrors Docker Hub only; k4w/registry.py).
 K4W_STEP="03-docker"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -31,6 +33,15 @@ DOCKER_READY_TIMEOUT=120
 
 k4w_require K4W_DOCKER_VERSION K4W_DOCKER_PACKAGE K4W_DOCKER_PACKAGE_VERSION \
     K4W_DOCKER_CGROUP_DRIVER K4W_DOCKER_STORAGE_DRIVER
+k4w_require_defined K4W_DOCKER_REGISTRY_MIRRORS
+registry_mirrors=""
+# k4w.config admits only these characters in a Docker mirror URL (a host, a port, IPv6 brackets; no
+# credentials, no path): no JSON quoting needed. In a bracket expression ']' comes first (POSIX ERE).
+mirror_url='^https?://[][A-Za-z0-9.:_-]+/?$'
+for mirror in $K4W_DOCKER_REGISTRY_MIRRORS; do
+    [[ $mirror =~ $mirror_url ]] || k4w_die "K4W_DOCKER_REGISTRY_MIRRORS holds '${mirror}', which is not a mirror URL"
+    registry_mirrors+="${registry_mirrors:+, }\"${mirror}\""
+done
 case "$K4W_DOCKER_CGROUP_DRIVER" in
     cgroupfs | systemd) ;;
     *) k4w_die "K4W_DOCKER_CGROUP_DRIVER must be cgroupfs or systemd, not '${K4W_DOCKER_CGROUP_DRIVER}'" ;;
@@ -101,7 +112,8 @@ k4w_write_file "$DAEMON_JSON" 0644 "{
   \"exec-opts\": [\"native.cgroupdriver=${K4W_DOCKER_CGROUP_DRIVER}\"],
   \"log-driver\": \"json-file\",
   \"log-opts\": {\"max-size\": \"${LOG_MAX_SIZE}\", \"max-file\": \"${LOG_MAX_FILE}\"},
-  \"storage-driver\": \"${K4W_DOCKER_STORAGE_DRIVER}\"
+  \"storage-driver\": \"${K4W_DOCKER_STORAGE_DRIVER}\"${registry_mirrors:+,
+  \"registry-mirrors\": [${registry_mirrors}]}
 }"
 daemon_json_changed=$K4W_CHANGED
 

@@ -29,19 +29,27 @@ $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 #   spares it only when the image carries the CRI's "pinned" label, which 04-prepull-images.ps1 sets;
 # - cni: where the kubelet-driven pod network setup finds the plugins (bin_dirs, the list that
 #   replaces the deprecated bin_dir since v2.1) and the flannel config (conf_dir); max_conf_num 1
-#   loads only the first config there, so no leftover file can take over (start-node.ps1 removes any).
+#   loads only the first config there, so no leftover file can take over (start-node.ps1 removes any);
+# - imports: containerd's conf.d drop-ins, where the image mirrors' credentials go (common.ps1
+#   Set-K4wContainerdRegistry; the CRI's registry.configs, k4w/registry.py says why);
+# - registry.config_path: the hosts.toml of each mirrored registry (docs/hosts.md at v2.3.7; no
+#   default on Windows, plugins/cri/images/plugin.go sets one on Linux only).
 $configTemplate = @'
 version = 3
+imports = ['{3}\*.toml']
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = '{0}'
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = '{4}'
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ['{1}']
   conf_dir = '{2}'
   max_conf_num = 1
 '@
-$config = ($configTemplate -f $pauseImage, $cniBinDir, $cniConfDir).Replace("`r`n", "`n")
+$config = ($configTemplate -f $pauseImage, $cniBinDir, $cniConfDir, $script:K4wContainerdDropIns, $script:K4wRegistryHostsDir).Replace("`r`n", "`n")
 
 function Test-ContainerdVersion {
     foreach ($binary in $binaries) {
@@ -76,6 +84,11 @@ New-Item -ItemType Directory -Path $cniBinDir, $cniConfDir -Force | Out-Null
 # 2. Configuration, the service, and its proxy (on the service's key, so after registering it)
 $changed = Set-K4wFileContent -Path $configFile -Content $config
 if ($changed) { Write-K4wStep "containerd config written: $configFile" }
+# The image mirrors (empty: none). The build's credentials stay until 12-cleanup.ps1 removes them,
+# so a box carries none; cluster-up writes the node's (cluster-proxy.ps1).
+$registryFiles = Get-K4wEnv -Name 'K4W_REGISTRY_FILES' -Optional
+$registryAuth = Get-K4wEnv -Name 'K4W_REGISTRY_AUTH' -Optional
+if (Set-K4wContainerdRegistry -Files $registryFiles -Auth $registryAuth) { $changed = $true }
 if (-not (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue)) {
     # --log-file beside the other node services' logs; without it containerd logs to the Windows
     # event log only. --register-service keeps every other argument for the service's command line

@@ -1,8 +1,12 @@
 # 04-prepull-images.ps1 - pull the Windows base images and the pause image into containerd's
 # k8s.io namespace (the one the CRI plugin, and so the kubelet, sees), so a freshly joined node is
 # Ready without first pulling gigabytes. Images are content-addressed: containerd verifies every
-# layer's digest while pulling. The pulls go through the build proxy: containerd's service
-# environment (03-containerd.ps1) and ctr's own, the machine environment (01-proxy.ps1).
+# layer's digest while pulling. The pulls go through the CRI (crictl pull, as the kubelet pulls), so
+# they take what containerd's config gives the CRI: the registry mirrors of cluster.yml (hosts.toml
+# under config_path, with their CAs, and their credentials from the drop-in; k4w/registry.py), the
+# CRI's labels ("managed" on every image; "pinned" on the configured sandbox image, which the
+# kubelet's image GC then spares: containerd v2.3.7 internal/cri/server/images/image_pull.go
+# getLabels), and the build proxy in containerd's service environment (03-containerd.ps1).
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
@@ -10,7 +14,9 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 . $env:K4W_COMMON
 
 $ctr = Join-Path $env:ProgramFiles 'containerd\ctr.exe'
-$address = ConvertTo-K4wPipePath -Endpoint (Get-K4wEnv -Name 'K4W_RUNTIME_ENDPOINT')
+$crictl = Join-Path (Get-K4wEnv -Name 'K4W_NODE_DIR') 'crictl.exe'
+$endpoint = Get-K4wEnv -Name 'K4W_RUNTIME_ENDPOINT'
+$address = ConvertTo-K4wPipePath -Endpoint $endpoint
 # The CRI plugin's namespace (containerd's internal/cri/constants, k8s.io).
 $namespace = 'k8s.io'
 $images = @(
@@ -39,15 +45,12 @@ foreach ($image in $images) {
         continue
     }
     # The platform of this host (windows/amd64 with its build): the Windows variant of each
-    # multi-arch image that runs process-isolated here, unpacked for the CRI's snapshotter.
+    # multi-arch image that runs process-isolated here, unpacked for the CRI's snapshotter. crictl
+    # bounds no pull in time unless asked (--pull-timeout 0: kubernetes-sigs/cri-tools v1.37.0
+    # cmd/crictl/image.go); a multi-GB Server Core pull takes as long as the link needs.
     Write-K4wStep "pulling $reference"
-    # The labels a pull through the CRI sets (containerd v2.3.7 internal/cri/labels/labels.go,
-    # images/image_pull.go getLabels): "managed" for every image, "pinned" for the sandbox image,
-    # which the CRI's image store reports as pinned so the kubelet's image GC never removes it.
-    $labels = @('--label', 'io.cri-containerd.image=managed')
-    if ($image -eq (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE')) { $labels += @('--label', 'io.cri-containerd.pinned=pinned') }
-    Invoke-K4wExe -FilePath $ctr -ArgumentList (@('--address', $address, '--namespace', $namespace, 'images', 'pull') + $labels + @($reference))
-    if ((Get-ImageNames) -notcontains $reference) { throw "$reference is not listed after ctr images pull" }
+    Invoke-K4wExe -FilePath $crictl -ArgumentList @('--runtime-endpoint', $endpoint, 'pull', $reference)
+    if ((Get-ImageNames) -notcontains $reference) { throw "$reference is not listed after crictl pull" }
 }
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`, so a native

@@ -44,6 +44,11 @@ $direct = Get-K4wDirectProxySettings
 Set-K4wProxy -Proxy $direct
 $runtimeService = Get-K4wEnv -Name 'K4W_CONTAINER_RUNTIME'
 if (Set-K4wServiceProxy -Service $runtimeService -Proxy $direct) { Write-K4wStep "$runtimeService service: the build's proxy removed" }
+# The build's registry mirror credentials go too (the hosts.toml files and CAs stay: no secret in them).
+if (Test-Path -LiteralPath $script:K4wRegistryAuthFile) {
+    Remove-Item -LiteralPath $script:K4wRegistryAuthFile -Force
+    Write-K4wStep "the build's registry mirror credentials removed"
+}
 
 # 4. Free space. How a dynamic VHDX gets its space back depends on the disk controller:
 #    - Gen2 boots from virtual SCSI, which passes TRIM/UNMAP through to the VHDX: a re-trim of the

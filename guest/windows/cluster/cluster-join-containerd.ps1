@@ -34,7 +34,7 @@ trap {
 
 . (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')
 if (-not (Test-Path -LiteralPath $ConfigFile)) { throw "kubeadm join configuration $ConfigFile is missing: cluster-up uploads it before each join" }
-Protect-K4wSecretFile $ConfigFile
+Protect-K4wPrivateFile -Path $ConfigFile
 
 $K = 'C:\k'
 $KubeDir = 'C:\etc\kubernetes'

@@ -4,24 +4,14 @@
   join configuration kept from other accounts and removed, and kubeadm's real exit code.
 
 .DESCRIPTION
-  Dot-sourced; cluster-up uploads it beside the join script (k4w/cluster/steps.py).
+  Dot-sourced; cluster-up uploads it and common.ps1 beside the join script (k4w/cluster/steps.py).
 #>
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 
-# Well-known SIDs (MS-DTYP 2.4.2.4), not names: names are localized.
-$K4wSecretReaders = @('S-1-5-18', 'S-1-5-32-544')   # LocalSystem, BUILTIN\Administrators
-
-function Protect-K4wSecretFile([string]$Path) {
-    <# Only SYSTEM and Administrators may read the file: inheritance off, inherited entries dropped. #>
-    $acl = New-Object System.Security.AccessControl.FileSecurity
-    $acl.SetAccessRuleProtection($true, $false)
-    foreach ($sid in $K4wSecretReaders) {
-        $identity = New-Object System.Security.Principal.SecurityIdentifier $sid
-        $acl.AddAccessRule((New-Object System.Security.AccessControl.FileSystemAccessRule $identity, 'FullControl', 'Allow'))
-    }
-    Set-Acl -LiteralPath $Path -AclObject $acl
-}
+# Protect-K4wPrivateFile (SYSTEM and Administrators only, inheritance off) comes from common.ps1, the one
+# ACL helper of the Windows guest scripts; cluster-up uploads it beside this file (k4w/cluster/steps.py).
+. (Join-Path $PSScriptRoot 'common.ps1')
 
 function Remove-K4wSecretFile([string]$Path) {
     if ($Path -and (Test-Path -LiteralPath $Path)) { Remove-Item -LiteralPath $Path -Force }

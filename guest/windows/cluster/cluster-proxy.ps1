@@ -7,7 +7,8 @@
   A box carries no proxy: 12-cleanup.ps1 removes the build's. This sets the machine-wide proxy
   (environment, WinHTTP, WinINet: Set-K4wProxy) and the container runtime service's environment
   (Set-K4wServiceProxy: containerd on a containerd-era box, else docker), and restarts the running
-  runtime whose environment changed.
+  runtime whose environment changed. A containerd node also gets the image mirrors
+  (K4W_REGISTRY_FILES, K4W_REGISTRY_AUTH: Set-K4wContainerdRegistry).
   The values are the K4W_* proxy variables of the build's steps (k4w.derive_steps), read from
   -ValuesFile, a JSON object: they may hold the proxy password, so they never appear on a command
   line, and the file is deleted once read. Machine environment variables are readable by every
@@ -41,6 +42,11 @@ Set-K4wProxy -Proxy $proxy
 # The box has one runtime service: containerd (containerd-era recipe) or docker (seed).
 $runtime = if (Get-Service -Name 'containerd' -ErrorAction SilentlyContinue) { 'containerd' } else { 'docker' }
 $changed = Set-K4wServiceProxy -Service $runtime -Proxy $proxy
+# A containerd node also gets this cluster.yml's image mirrors and their credentials (SYSTEM and
+# Administrators only): the box carries the bake's hosts.toml files, never its credentials.
+if ($runtime -eq 'containerd' -and $values.PSObject.Properties['K4W_REGISTRY_FILES']) {
+    if (Set-K4wContainerdRegistry -Files ([string]$values.K4W_REGISTRY_FILES) -Auth ([string]$values.K4W_REGISTRY_AUTH)) { $changed = $true }
+}
 if ($changed -and (Get-Service -Name $runtime).Status -eq 'Running') {
     Write-K4wStep "$runtime service environment changed: restarting $runtime"
     Restart-Service -Name $runtime -Force

@@ -134,17 +134,21 @@ def test_the_real_containerd_reads_the_pins_of_the_config_step_03_writes(written
     # An imported file moves the CNI plugin folder where 03-containerd.sh put none. (containerd 2.3
     # still honours the old key bin_dir, folding it into bin_dirs: no defect of the effective config.)
     ("cni_import", "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
+    # An imported file that points the registry hosts elsewhere, past the mirrors k4w wrote.
+    ("registry_import", "the registry hosts folder (registry.config_path) is not /etc/containerd/certs.d"),
 ])
 def test_the_effective_config_check_fails_on_a_planted_defect(written_config, tmp_path, plant, problem):
     profile = profiles.load("ubuntu-2404")
     text = written_config.read_text()
     imported = {"imports": "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = false\n",
-                "cni_import": "[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/usr/lib/cni']\n"}
+                "cni_import": "[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/usr/lib/cni']\n",
+                "registry_import": "[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/docker/certs.d'\n"}
     if plant in imported:
         override = tmp_path / "conf.d" / "override.toml"
         override.parent.mkdir()
         override.write_text("version = 3\n" + imported[plant])
-        text = f"imports = ['{override}']\n" + text
+        # Added to the imports 03-containerd.sh writes (its drop-in folders for the mirrors' credentials).
+        text = text.replace("imports = [", f"imports = ['{override}', ", 1)
         assert expect.containerd_config_problems(text, profile) == []  # the file alone looks right
     else:
         # A pin that is not containerd's own default (internal/cri/config/config.go DefaultSandboxImage at

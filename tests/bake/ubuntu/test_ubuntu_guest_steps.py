@@ -54,6 +54,7 @@ DOCKER_ENV = {
     "K4W_DOCKER_APT_COMPONENT": "stable",
     "K4W_DOCKER_GPG_URL": "file:///nonexistent.asc",
     "K4W_DOCKER_GPG_FINGERPRINT": "9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
+    "K4W_DOCKER_REGISTRY_MIRRORS": "",  # none: cluster.yml's registry.mirrors has no docker.io
 }
 REQUIRED = {
     "01-proxy.sh": ({"K4W_PROXY_ENV": "", "K4W_APT_PROXY_CONF": "", "K4W_PROXY_FILE_MODE": "0644",
@@ -294,6 +295,20 @@ def test_debian_uses_its_own_signed_docker_without_a_third_party_repository(tmp_
     assert res.returncode == 0, res.stderr
     assert not (root / "etc" / "apt" / "sources.list.d").exists()
     assert json.loads((root / "etc" / "docker" / "daemon.json").read_text())["exec-opts"] == ["native.cgroupdriver=systemd"]
+
+
+def test_docker_hubs_mirror_reaches_daemon_json_and_a_malformed_one_is_refused(tmp_path):
+    """cluster.yml's registry.mirrors.docker.io as the seed era's Docker takes it (k4w/registry.py)."""
+    root = make_root(tmp_path, "debian-12")
+    env = {k: v for k, v in DOCKER_ENV.items() if "APT" not in k and "GPG" not in k}
+    res = run_step("03-docker.sh", root, **{**env, "K4W_DOCKER_PACKAGE": "docker.io",
+                                             "K4W_DOCKER_REGISTRY_MIRRORS": "https://hub-mirror.corp.example:5000"})
+    assert res.returncode == 0, res.stderr
+    daemon = json.loads((root / "etc" / "docker" / "daemon.json").read_text())
+    assert daemon["registry-mirrors"] == ["https://hub-mirror.corp.example:5000"]
+    res = run_step("03-docker.sh", root, **{**env, "K4W_DOCKER_PACKAGE": "docker.io",
+                                             "K4W_DOCKER_REGISTRY_MIRRORS": 'https://x", "y'})
+    assert res.returncode == 1 and "is not a mirror URL" in res.stderr
 
 
 # ------------------------------------------------------------------ 04 kubernetes: every download verified

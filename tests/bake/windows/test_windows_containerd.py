@@ -32,7 +32,9 @@ def rendered_config() -> str:
     template = re.search(r"\$configTemplate = @'\n(.*?)\n'@", CONTAINERD, re.S).group(1)
     assert "$configTemplate -f $pauseImage, $cniBinDir, $cniConfDir" in CONTAINERD
     runtime = PROFILE["runtime"]
-    return template.format(PROFILE["kubernetes"]["pause_image"], runtime["cni_bin_dir"], runtime["cni_conf_dir"])
+    # {3}, {4}: common.ps1's containerd drop-in and registry hosts folders under %ProgramFiles%.
+    return template.format(PROFILE["kubernetes"]["pause_image"], runtime["cni_bin_dir"], runtime["cni_conf_dir"],
+                           r"C:\Program Files\containerd\conf.d", r"C:\Program Files\containerd\certs.d")
 
 
 def tables(node: dict, path: str = "") -> dict[str, set[str]]:
@@ -168,13 +170,21 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
 
 
-def test_the_pause_image_is_pulled_with_the_cris_pinned_label_so_image_gc_spares_it():
-    # containerd v2.3.7: the CRI image store reports an image as pinned only with this label
-    # (internal/cri/store/image/image.go), and only pulls through the CRI set it (image_pull.go).
+def test_the_prepull_goes_through_the_cri_so_the_mirrors_their_credentials_and_the_pinned_label_apply():
+    # containerd v2.3.7 internal/cri/server/images/image_pull.go: a CRI pull resolves through
+    # config_path (registryHosts), authenticates with the registry.configs credentials (PullImage),
+    # labels the image managed, and pinned when it is the configured sandbox image (getLabels), which
+    # the kubelet's image GC then spares. ctr images pull does none of the middle two.
     step = (ROOT / "guest" / "windows" / "bake" / "04-prepull-images.ps1").read_text()
-    assert "'--label', 'io.cri-containerd.pinned=pinned'" in step
-    assert "if ($image -eq (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'))" in step
-    assert "+ $labels +" in step  # the labels reach ctr images pull
+    assert "Invoke-K4wExe -FilePath $crictl -ArgumentList @('--runtime-endpoint', $endpoint, 'pull', $reference)" in step
+    assert "'pull'" in step and "'images', 'pull'" not in step
+    # The sandbox image the CRI pins is the one pulled (K4W_PAUSE_IMAGE in both steps).
+    assert "(Get-K4wEnv -Name 'K4W_PAUSE_IMAGE')" in step and "$pauseImage = Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'" in CONTAINERD
+    assert tomllib.loads(rendered_config())["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == \
+        PROFILE["kubernetes"]["pause_image"]
+    # crictl is installed before the pre-pull.
+    steps = PROFILE["provision"]
+    assert steps.index("03-crictl.ps1") < steps.index("04-prepull-images.ps1")
 
 
 def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_network():
@@ -185,3 +195,23 @@ def test_a_node_running_as_configured_is_left_alone_so_its_pods_keep_their_netwo
     assert "-not $running -and (Test-NodeRegistered)" in skip and "exit 0" in skip
     assert "@($Node.runtime_service, 'kubelet')" in skip
     assert head.index("if ($ConfigureOnly)") < head.index("$running = ")
+
+
+def test_the_mirrors_credentials_are_private_before_they_are_written_and_leave_with_the_build():
+    """Windows has no 0600: the drop-in gets an ACL for SYSTEM and Administrators only (inheritance
+    removed: a file under Program Files inherits read access for Users) on an empty file, then the
+    content. 12-cleanup.ps1 removes the build's; cluster-up's cluster-proxy.ps1 writes the node's."""
+    common = (ROOT / "guest" / "windows" / "common.ps1").read_text()
+    body = common[common.index("function Set-K4wContainerdRegistry"):]
+    assert body.index("New-Item -ItemType File -Path $script:K4wRegistryAuthFile") < body.index(
+        "Protect-K4wPrivateFile -Path $script:K4wRegistryAuthFile") < body.index(
+        "Set-K4wFileContent -Path $script:K4wRegistryAuthFile")
+    protect = common[common.index("function Protect-K4wPrivateFile"):common.index("function Set-K4wContainerdRegistry")]
+    assert "SetAccessRuleProtection($true, $false)" in protect and "@('S-1-5-18', 'S-1-5-32-544')" in protect
+    cleanup = (ROOT / "guest" / "windows" / "bake" / "12-cleanup.ps1").read_text()
+    assert "Remove-Item -LiteralPath $script:K4wRegistryAuthFile -Force" in cleanup
+    proxy = (ROOT / "guest" / "windows" / "cluster" / "cluster-proxy.ps1").read_text()
+    assert "Set-K4wContainerdRegistry -Files ([string]$values.K4W_REGISTRY_FILES) -Auth ([string]$values.K4W_REGISTRY_AUTH)" in proxy
+    # The same folders the config template names (imports and config_path).
+    assert "$script:K4wContainerdDropIns, $script:K4wRegistryHostsDir" in CONTAINERD
+    assert "imports = ['{3}\\*.toml']" in CONTAINERD and "config_path = '{4}'" in CONTAINERD

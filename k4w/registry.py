@@ -1,0 +1,260 @@
+"""Container image mirrors (cluster.yml `registry.mirrors`): what each runtime is told, decided once.
+
+containerd (the containerd era, both OSes) reads one `hosts.toml` per registry host from its
+`config_path` folder (containerd v2.3.7 docs/hosts.md; the CRI `registry.mirrors` settings are
+deprecated and go in 2.4). A mirror is written as a `[host."<endpoint>"]` of the upstream's
+folder, with capabilities pull and resolve (a private mirror: docs/hosts.md's table), so pulls of
+`registry.k8s.io/...` go to the mirror and fall back to the upstream only when it fails. The CA a
+mirror needs is shipped beside its hosts.toml as `ca.crt`, named by a relative path (hosts.md: "All
+paths ... may be absolute or relative to the hosts.toml file"), so one tree serves Linux
+(/etc/containerd/certs.d) and Windows (C:\\Program Files\\containerd\\certs.d) alike.
+
+hosts.toml has no credentials field at v2.3.7 (core/remotes/docker/config/hosts.go hostFileConfig:
+capabilities, ca, client, skip_verify, header, override_path, dial_timeout). The CRI plugin's
+`registry.configs.<host>.auth` still works beside `config_path` at v2.3.7: the CRI pull's
+credentials callback reads `Registry.Configs[host]` for the host it contacts, the mirror
+(internal/cri/server/images/image_pull.go PullImage). It is deprecated: its Go comment says "Remove in
+containerd 2.3" (internal/cri/config/config.go), yet 2.3.7 still reads it, and docs/cri/registry.md at
+the tag says it "will not be removed until a suitable secret management alternative is available as a
+plugin". So the credentials sit in a drop-in of their own that containerd imports, owner-only, and a
+containerd bump must re-check this (`invoke validate` has the pinned containerd read the drop-in). The kubelet's image credential provider would need a plugin binary nobody pins, and the
+kubelet's config.json covers only the kubelet's own pulls, not kubeadm's nor the sandbox image's.
+
+When a mirror serves the registry of the Kubernetes images (the profile's
+`kubernetes.image_repository`, registry.k8s.io), kubeadm's `imageRepository` and the pause image
+name the mirror itself (`apply`): the seed era's Docker can be pointed nowhere else for them.
+Docker (seed era) mirrors docker.io only (daemon.json `registry-mirrors`, Docker's docs "Registry as
+a pull through cache": "It's currently not possible to mirror another private registry. Only the
+central Hub can be mirrored."): k4w.config refuses other registries for a Docker box.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+from .config import REGISTRY_ENDPOINT, Config, RegistryMirror
+from .profiles import Attr, Profile
+
+# The hosts.toml comment line that marks a folder as k4w's own: the guest steps replace or remove
+# only folders whose hosts.toml starts with it, and leave a user's own folders alone.
+MARKER = "# k4w: written from cluster.yml registry.mirrors"
+HOSTS_FILE = "hosts.toml"
+CA_FILE = "ca.crt"
+# Docker Hub's image names: docker.io is the domain distribution/reference gives a name without one.
+DOCKER_HUB = "docker.io"
+# Name suffixes that are never on the Internet, so a mirror there is reached around the proxy:
+# RFC 6762 (.local), RFC 8375 (.home.arpa), ICANN's reserved private-use .internal (2024).
+_INTERNAL_SUFFIXES = (".local", ".home.arpa", ".internal")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    upstream: str  # the registry image names spell: registry.k8s.io
+    scheme: str  # https, or http with plain_http
+    host: str  # host[:port] of the mirror, as an image name spells it
+    path: str  # the repository prefix, "" or "/k8s-proxy"
+    user: str | None
+    password: str | None
+    ca_pem: str | None
+
+    @classmethod
+    def of(cls, upstream: str, spec: RegistryMirror) -> "Mirror":
+        m = REGISTRY_ENDPOINT.fullmatch(spec.endpoint)
+        host = m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
+        ca_pem = Path(spec.ca).read_text(encoding="ascii") if spec.ca else None
+        # containerd sends the user and password as given, so the percent-encoding cluster.yml
+        # needs (README, cluster.yml) is undone here.
+        user = unquote(m["user"]) if m["userinfo"] is not None else None
+        password = unquote(m["password"]) if m["userinfo"] is not None else None
+        return cls(upstream=upstream, scheme=m["scheme"], host=host, path=m["path"].rstrip("/"),
+                   user=user, password=password, ca_pem=ca_pem)
+
+    @property
+    def image_prefix(self) -> str:
+        """What an image name starts with to come from this mirror directly."""
+        return self.host + self.path
+
+    @property
+    def server(self) -> str:
+        return f"{self.scheme}://{self.host}"
+
+    @property
+    def host_url(self) -> str:
+        """The hosts.toml [host] key. A repository prefix is a path under the registry API's /v2
+        (/v2/k8s-proxy/<name>, as a direct pull of image_prefix/<name> asks), which containerd
+        takes only with override_path (hosts.go parseHostConfig appends /v2 after any other path)."""
+        return f"{self.server}/v2{self.path}" if self.path else self.server
+
+    @property
+    def name(self) -> str:
+        """The host without port or IPv6 brackets, as NO_PROXY takes it (every port)."""
+        if self.host.startswith("["):
+            return self.host[1:self.host.index("]")]
+        return self.host.split(":", 1)[0]
+
+    @property
+    def reached_directly(self) -> bool:
+        """True when the mirror cannot be on the Internet, so it must be in NO_PROXY."""
+        try:
+            address = ipaddress.ip_address(self.name)
+        except ValueError:
+            return "." not in self.name or self.name.endswith(_INTERNAL_SUFFIXES)
+        return not address.is_global
+
+
+def mirrors(cfg: Config) -> list[Mirror]:
+    return [Mirror.of(upstream, spec) for upstream, spec in sorted(cfg.registry.mirrors.items())]
+
+
+def host_dir(host: str) -> str:
+    """containerd's folder for a registry host: "host:port" as "host_port_", the name it looks
+    for first on every OS (core/remotes/docker/config/hosts.go hostDirectory, hostPaths at v2.3.7;
+    Windows allows no ':' in a file name)."""
+    name, sep, port = host.rpartition(":")
+    return f"{name}_{port}_" if sep and port.isdigit() and not host.endswith("]") else host
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string (toml.io v1.0.0 "String"): backslash, quote and control characters escaped."""
+    out = []
+    for ch in value:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _host_table(mirror: Mirror) -> list[str]:
+    lines = [f"[host.{_toml_string(mirror.host_url)}]",
+             # pull and resolve: a private mirror the user trusts with tag resolution, never push
+             # (docs/hosts.md, "capabilities field").
+             '  capabilities = ["pull", "resolve"]']
+    if mirror.ca_pem:
+        lines.append(f"  ca = {_toml_string(CA_FILE)}")
+    if mirror.path:
+        lines.append("  override_path = true")
+    return lines
+
+
+def certs_d(cfg: Config) -> dict[str, str]:
+    """containerd's config_path tree: {"<host dir>/<file>": text}. One folder per upstream with
+    its mirror, and one per mirror host that needs a CA or plain HTTP, for the images whose name is
+    the mirror's own (kubeadm's imageRepository, the pause image)."""
+    files: dict[str, str] = {}
+    own: dict[str, Mirror] = {}
+    for mirror in mirrors(cfg):
+        folder = host_dir(mirror.upstream)
+        files[f"{folder}/{HOSTS_FILE}"] = "\n".join(
+            [MARKER, f"# {mirror.upstream} through its mirror; the upstream stays the fallback."]
+            + _host_table(mirror)) + "\n"
+        if mirror.ca_pem:
+            files[f"{folder}/{CA_FILE}"] = mirror.ca_pem
+        if mirror.ca_pem or mirror.scheme == "http":
+            own.setdefault(mirror.host, mirror)
+    for host, mirror in own.items():
+        folder = host_dir(host)
+        if f"{folder}/{HOSTS_FILE}" in files:
+            continue  # the mirror is itself a configured upstream: its folder already exists
+        lines = [MARKER, f"# the mirror {host} itself, for the images named after it.",
+                 f"server = {_toml_string(mirror.server)}"]
+        if mirror.ca_pem:
+            lines.append(f"ca = {_toml_string(CA_FILE)}")
+            files[f"{folder}/{CA_FILE}"] = mirror.ca_pem
+        files[f"{folder}/{HOSTS_FILE}"] = "\n".join(lines) + "\n"
+    return files
+
+
+# The CRI images plugin's table (containerd v2.3.7 docs/cri/config.md, config version 3).
+CRI_IMAGES = "plugins.'io.containerd.cri.v1.images'"
+
+
+def auth_toml(cfg: Config) -> str:
+    """containerd's drop-in with each mirror's credentials, keyed by the mirror host the CRI pull
+    contacts; "" when no mirror has any. It holds passwords: owner-only wherever it goes."""
+    seen: dict[str, Mirror] = {}
+    for mirror in mirrors(cfg):
+        if mirror.user is not None:
+            seen.setdefault(mirror.host, mirror)
+    if not seen:
+        return ""
+    lines = ["# k4w: registry mirror credentials from cluster.yml (owner-only; README \"Registry mirrors\")",
+             "version = 3"]
+    for host, mirror in seen.items():
+        lines += ["", f"[{CRI_IMAGES}.registry.configs.{_toml_string(host)}.auth]",
+                  f"  username = {_toml_string(mirror.user)}",
+                  f"  password = {_toml_string(mirror.password or '')}"]
+    return "\n".join(lines) + "\n"
+
+
+def encode_files(files: dict[str, str]) -> str:
+    """The certs.d tree as one step variable: blank-separated `<folder>/<file>=<base64>` entries
+    (no folder or file name holds a blank or '='; base64 holds no blank)."""
+    return " ".join(f"{path}={base64.b64encode(text.encode('utf-8')).decode('ascii')}" for path, text in sorted(files.items()))
+
+
+def no_proxy_hosts(cfg: Config) -> list[str]:
+    """Mirror hosts that must be reached around the proxy: private or loopback addresses, names
+    with no dot, and names under a suffix that is never public. A mirror under a company domain
+    is the user's to list in proxy.no_proxy (README "Registry mirrors")."""
+    return list(dict.fromkeys(mirror.name for mirror in mirrors(cfg) if mirror.reached_directly))
+
+
+def docker_registry_mirrors(cfg: Config) -> list[str]:
+    """daemon.json's registry-mirrors for a Docker box: the docker.io mirror, if any."""
+    spec = cfg.registry.mirrors.get(DOCKER_HUB)
+    if spec is None:
+        return []
+    mirror = Mirror.of(DOCKER_HUB, spec)
+    return [mirror.server + mirror.path]
+
+
+def image_domain(image: str) -> tuple[str, str]:
+    """(registry, rest) of an image reference, as distribution/reference splits it: the first
+    component is the registry when it has a '.' or ':' or is localhost, else it is Docker Hub."""
+    first, sep, rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DOCKER_HUB, image if sep else f"library/{image}"
+
+
+def _domain(image: str) -> str:
+    return image if "/" not in image and ("." in image or ":" in image) else image_domain(image)[0]
+
+
+def rewrite_image(image: str, cfg: Config) -> str:
+    """An image name (or a bare repository such as registry.k8s.io) under its registry's mirror."""
+    domain = _domain(image)
+    rest = "" if domain == image else image_domain(image)[1]
+    spec = cfg.registry.mirrors.get(domain)
+    if spec is None:
+        return image
+    prefix = Mirror.of(domain, spec).image_prefix
+    return f"{prefix}/{rest}" if rest else prefix
+
+
+def apply(profile: Profile, cfg: Config) -> Profile:
+    """The profile with kubeadm's image repository and the pause image under their registry's
+    mirror, so kubeadm, the kubelet, containerd's sandbox pin and the bake's pre-pull all name the
+    same image (kubeadm warns when the runtime's sandbox image differs from its own)."""
+    kube = profile.data.get("kubernetes") or {}
+    # Only the Kubernetes images' own registry: any other (windows-1803's Docker Hub pause image)
+    # keeps its name and is mirrored by the runtime (hosts.toml, or Docker's registry-mirrors).
+    kube_registry = str(kube.get("image_repository") or "registry.k8s.io").split("/")[0]
+    changes = {key: rewrite_image(kube[key], cfg) for key in ("image_repository", "pause_image")
+               if isinstance(kube.get(key), str) and kube[key] and _domain(kube[key]) == kube_registry}
+    changes = {key: value for key, value in changes.items() if value != kube[key]}
+    if not changes:
+        return profile
+    data = Attr.wrap(copy.deepcopy(dict(profile.data)))
+    for key, value in changes.items():
+        data["kubernetes"][key] = value
+    return dataclasses.replace(profile, data=data)

@@ -1,0 +1,230 @@
+"""The bake's image pre-pull goes to cluster.yml's registry mirror: the REAL containerd and kubeadm.
+
+What runs for real:
+- 03-containerd.sh (in a sandbox root) writes config.toml, the certs.d tree (hosts.toml and the
+  mirror's CA beside it) and the credentials drop-in from ubuntu-2404's real step variables for a
+  cluster.yml with `registry.mirrors.registry.k8s.io` (a relative `ca:` path, user:password@);
+- the pinned containerd 2.3.7 (tool cache) reads exactly those files; only their absolute paths are
+  moved under the sandbox, and containerd gets a root, state and socket of its own under tmp, with
+  NRI off and its opt folder under tmp, so nothing outside tmp is touched;
+- the pinned kubeadm 1.35.4 pulls through containerd's CRI as 04-kubernetes-node.sh does in the bake
+  (`kubeadm config images pull --kubernetes-version --image-repository --cri-socket`).
+The mirror is tests/fakes/oci_registry.py over TLS (a throwaway CA) demanding basic credentials. The
+upstream is made unreachable (containerd's HTTPS_PROXY is a closed port, as a proxy that is down), so
+an image only arrives if the mirror served it. Runs as root only (containerd needs it; CI runs as
+root): elsewhere it fails naming that, never skips. Everything at nice 19; the daemon always stops.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k4w import config, derive_steps, pinned_tools, registry
+from k4w.cluster_model import Cluster
+from tests.fakes import oci_registry
+
+from .conftest import ROOT, make_root, run_step, snapshot
+from .test_ubuntu_containerd_era_steps import served  # noqa: F401 (the fixture: Packer's HTTP server)
+
+USER, PASSWORD = "k4w-puller", "s3cr3t@mirror"
+KUBE_VERSION = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())["kubernetes"]["version"]
+# A TCP port nothing listens on (RFC 863 discard): the "proxy" that makes the upstream unreachable.
+DEAD_PROXY = "http://127.0.0.1:9"
+READY_TIMEOUT = 60  # seconds containerd may take to answer on its socket
+
+
+def mirrored_cluster(folder: Path, mirror: oci_registry.Registry) -> Cluster:
+    data = yaml.safe_load((ROOT / "examples" / "cluster-modern.yml").read_text())
+    endpoint = mirror.url.replace("https://", f"https://{USER}:{PASSWORD.replace('@', '%40')}@")
+    data["registry"] = {"mirrors": {"registry.k8s.io": {"endpoint": endpoint, "ca": "mirror-ca.pem"}}}
+    config_file = folder / "cluster.yml"
+    config_file.write_text(yaml.safe_dump(data))
+    return Cluster.resolve(config.load(config_file), config_file=config_file)
+
+
+def guest_env(cluster: Cluster) -> dict[str, str]:
+    """ubuntu-2404's step variables as the guest receives them (Packer's references resolved)."""
+    steps = derive_steps.step_env(cluster.profile("ubuntu-2404"), cluster.config)
+    return {name: steps.resolved(value) for name, value in steps.env.items() if name.startswith("K4W_") and name != "K4W_LIB"}
+
+
+def daemon_config(written: str, root: Path, run: Path) -> str:
+    """The config.toml 03-containerd.sh wrote, with its absolute paths moved under the sandbox and a
+    private root, state, socket and opt folder for this containerd."""
+    text = written
+    for path in ("/etc/containerd/certs.d", "/etc/containerd/conf.d", "/run/k4w/containerd"):
+        text = text.replace(f"'{path}", f"'{root}{path}")
+    assert f"config_path = '{root}/etc/containerd/certs.d'" in text, "03-containerd.sh no longer writes config_path as expected"
+    private = (f"root = '{run}/root'\nstate = '{run}/state'\n"
+               "disabled_plugins = ['io.containerd.nri.v1.nri']\n")
+    text = text.replace("version = 3\n", "version = 3\n" + private, 1)
+    return text + (f"\n[grpc]\n  address = '{run}/containerd.sock'\n[ttrpc]\n  address = '{run}/containerd.sock.ttrpc'\n"
+                   f"\n[plugins.'io.containerd.internal.v1.opt']\n  path = '{run}/opt'\n")
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    ca, cert, key = oci_registry.make_ca_and_server_cert(tmp_path)
+    shutil.copy(ca, tmp_path / "mirror-ca.pem")
+    with oci_registry.serve(cert, key, USER, PASSWORD) as served_registry:
+        yield served_registry
+
+
+@pytest.fixture
+def baked(tmp_path, served, mirror):  # noqa: F811 (served is the imported fixture)
+    """The sandbox root after 03-containerd.sh ran with the mirror's step variables."""
+    env, _, _ = served
+    cluster = mirrored_cluster(tmp_path, mirror)
+    mirrored = guest_env(cluster)
+    root = make_root(tmp_path, "ubuntu-24.04")
+    step = {**env, **{k: v for k, v in mirrored.items() if "REGISTRY" in k or k == "K4W_PAUSE_IMAGE"}}
+    res = run_step("03-containerd.sh", root, **step)
+    assert res.returncode == 0, res.stderr
+    return root, mirrored, step
+
+
+@pytest.fixture
+def containerd(tmp_path, baked):
+    """The pinned containerd running on the config and files 03-containerd.sh wrote; always stopped."""
+    if os.geteuid() != 0:
+        pytest.fail("this test runs the real containerd, which needs root (CI runs the suite as root)")
+    root, mirrored, _ = baked
+    run = tmp_path / "containerd"
+    run.mkdir()
+    config_file = run / "config.toml"
+    config_file.write_text(daemon_config((root / "etc" / "containerd" / "config.toml").read_text(), root, run))
+    binary = pinned_tools.require("containerd", "containerd")
+    ctr = pinned_tools.require("containerd", "ctr")
+    socket = run / "containerd.sock"
+    env = {**os.environ, "HTTPS_PROXY": DEAD_PROXY, "HTTP_PROXY": DEAD_PROXY, "NO_PROXY": ""}
+    log = (run / "containerd.log").open("wb")
+    daemon = subprocess.Popen(["nice", "-n", "19", str(binary), "--config", str(config_file)], stdout=log, stderr=log, env=env)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while subprocess.run([str(ctr), "--address", str(socket), "version"], capture_output=True, timeout=30).returncode:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"containerd did not answer on {socket} within {READY_TIMEOUT}s:\n{(run / 'containerd.log').read_text()[-3000:]}")
+            time.sleep(0.2)  # polling the condition above, not a fixed wait for readiness
+        yield {"socket": socket, "ctr": ctr, "root": root, "mirrored": mirrored, "log": run / "containerd.log"}
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=30)
+        log.close()
+
+
+def kubeadm_pull(socket: Path, repository: str) -> subprocess.CompletedProcess:
+    """04-kubernetes-node.sh's pre-pull command, with the pinned kubeadm."""
+    kubeadm = pinned_tools.require("kubernetes-node", "kubeadm")
+    return subprocess.run(["nice", "-n", "19", str(kubeadm), "config", "images", "pull", "--kubernetes-version", f"v{KUBE_VERSION}",
+                           "--image-repository", repository, "--cri-socket", f"unix://{socket}"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def listed(d: dict) -> str:
+    res = subprocess.run([str(d["ctr"]), "--address", str(d["socket"]), "--namespace", "k8s.io", "images", "ls"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_the_bake_writes_the_mirror_for_containerd_and_the_kubernetes_images_name_it(baked, mirror):
+    root, mirrored, _ = baked
+    certs = root / "etc" / "containerd" / "certs.d"
+    upstream = (certs / "registry.k8s.io" / "hosts.toml").read_text()
+    assert f'[host."{mirror.url}"]' in upstream and 'ca = "ca.crt"' in upstream
+    own = certs / registry.host_dir(mirror.host)
+    assert (own / "hosts.toml").read_text().splitlines()[2] == f'server = "{mirror.url}"'
+    assert (own / "ca.crt").read_bytes() == (certs / "registry.k8s.io" / "ca.crt").read_bytes()
+    # The credentials: a build-scope drop-in in /run, owner-only, never beside the hosts.toml files.
+    auth = root / "run" / "k4w" / "containerd" / "k4w-registry-auth.toml"
+    assert auth.stat().st_mode & 0o777 == 0o600 and f'password = "{PASSWORD}"' in auth.read_text()
+    assert PASSWORD not in "".join(p.read_text() for p in certs.rglob("*") if p.is_file())
+    assert not (root / "etc" / "containerd" / "conf.d").exists()
+    # kubeadm's image repository and the pinned sandbox image name the mirror itself.
+    assert mirrored["K4W_KUBE_IMAGE_REPOSITORY"] == mirror.host
+    assert f"sandbox = '{mirror.host}/pause:" in (root / "etc" / "containerd" / "config.toml").read_text()
+
+
+def test_the_pre_pull_goes_to_the_mirror_with_its_ca_and_credentials(containerd, mirror):
+    # 1. As the bake pulls: kubeadm's images under the mirror's own name, through the CRI.
+    res = kubeadm_pull(containerd["socket"], containerd["mirrored"]["K4W_KUBE_IMAGE_REPOSITORY"])
+    assert res.returncode == 0, res.stdout + res.stderr + containerd["log"].read_text()[-3000:]
+    # kubeadm names CoreDNS "coredns" under any repository but registry.k8s.io (its coredns/ subpath).
+    for image in ("kube-apiserver", "kube-proxy", "pause", "coredns", "etcd"):
+        assert mirror.pulled(image), f"no authenticated pull of {image} reached the mirror"
+    images = listed(containerd)
+    pause = containerd["mirrored"]["K4W_PAUSE_IMAGE"]
+    pause_line = next(line for line in images.splitlines() if line.startswith(pause + " "))
+    # The CRI pinned the sandbox image the config names, so the kubelet's image GC spares it.
+    assert "io.cri-containerd.pinned=pinned" in pause_line
+    # An unauthenticated attempt was answered 401 first; every pull that got content carried the user.
+    assert all(r["user"] == USER for r in mirror.requests if "/blobs/" in r["path"])
+
+    # 2. Images named after the upstream go to the mirror through hosts.toml (containerd adds ?ns=).
+    before = len(mirror.requests)
+    res = kubeadm_pull(containerd["socket"], "registry.k8s.io")
+    assert res.returncode == 0, res.stdout + res.stderr + containerd["log"].read_text()[-3000:]
+    redirected = [r for r in mirror.requests[before:] if r["query"].get("ns") == ["registry.k8s.io"]]
+    assert any(r["path"] == f"/v2/kube-apiserver/manifests/v{KUBE_VERSION}" for r in redirected)
+    assert f"registry.k8s.io/kube-apiserver:v{KUBE_VERSION}" in listed(containerd)
+
+
+def test_the_check_fails_without_the_mirrors_files(containerd, mirror):
+    """Planted defects: the mirror host's hosts.toml without its `ca` line (the mirror's certificate is
+    then unknown), then the upstream's hosts.toml gone (the pull goes to the unreachable upstream).
+    containerd reads hosts.toml at every pull, so the running daemon shows it."""
+    certs = containerd["root"] / "etc" / "containerd" / "certs.d"
+    own = certs / registry.host_dir(mirror.host) / "hosts.toml"
+    own.write_text("".join(line for line in own.read_text().splitlines(keepends=True) if not line.startswith("ca = ")))
+    res = kubeadm_pull(containerd["socket"], containerd["mirrored"]["K4W_KUBE_IMAGE_REPOSITORY"])
+    assert res.returncode != 0 and re.search(r"certificate signed by unknown authority|x509", res.stdout + res.stderr)
+    assert not listed(containerd).strip().count(mirror.host)
+
+    shutil.rmtree(certs / "registry.k8s.io")
+    before = len(mirror.requests)
+    res = kubeadm_pull(containerd["socket"], "registry.k8s.io")
+    assert res.returncode != 0
+    assert not [r for r in mirror.requests[before:] if r["query"].get("ns")]
+
+
+def test_the_mirror_files_are_idempotent_scoped_and_leave_a_users_own_folder_alone(baked):
+    root, _, step = baked
+    before = snapshot(root)
+    assert run_step("03-containerd.sh", root, **{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"}).returncode == 0
+    assert snapshot(root) == before  # a second run changes nothing
+    certs = root / "etc" / "containerd" / "certs.d"
+    (certs / "quay.io").mkdir()
+    (certs / "quay.io" / "hosts.toml").write_text('server = "https://quay.io"\n')  # someone else's
+    # cluster-up on the node (scope node): the credentials move to /etc/containerd/conf.d, owner-only.
+    lib = ROOT / "guest" / "ubuntu" / "lib.sh"
+    node = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{lib}"; k4w_configure_registry "$1" "$2" node; '
+                           'echo "changed=$K4W_REGISTRY_AUTH_CHANGED"', "-", step["K4W_REGISTRY_FILES"], step["K4W_REGISTRY_AUTH"]],
+                          env={"PATH": os.environ["PATH"], "K4W_ROOT": str(root)}, capture_output=True, text=True, timeout=60)
+    assert node.returncode == 0 and "changed=1" in node.stdout, node.stderr
+    assert not (root / "run" / "k4w" / "containerd" / "k4w-registry-auth.toml").exists()
+    assert (root / "etc" / "containerd" / "conf.d" / "k4w-registry-auth.toml").stat().st_mode & 0o777 == 0o600
+    # A config without mirrors: k4w's folders and credentials go, the user's folder stays.
+    res = run_step("03-containerd.sh", root, **{**{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"},
+                                                "K4W_REGISTRY_FILES": "", "K4W_REGISTRY_AUTH": ""})
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in certs.iterdir()) == ["quay.io"]
+    assert not list((root / "etc" / "containerd" / "conf.d").iterdir())
+
+
+def test_a_file_outside_a_registry_folder_is_refused(baked):
+    root, _, step = baked
+    res = run_step("03-containerd.sh", root, **{**{k: v for k, v in step.items() if k != "PACKER_HTTP_ADDR"},
+                                                "K4W_REGISTRY_FILES": "../hosts.toml=eA=="})
+    assert res.returncode == 1 and "which is not <registry host>/hosts.toml or ca.crt" in res.stderr
