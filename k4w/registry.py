@@ -241,6 +241,16 @@ def rewrite_image(image: str, cfg: Config) -> str:
     return f"{prefix}/{rest}" if rest else prefix
 
 
+def upstream_image(image: str, cfg: Config) -> str:
+    """The upstream name of an image rewrite_image put under a mirror (the image itself otherwise):
+    a mirror serves the upstream's content, so facts about the upstream image hold for it."""
+    for domain, spec in cfg.registry.mirrors.items():
+        prefix = Mirror.of(domain, spec).image_prefix
+        if image.startswith(prefix + "/"):
+            return f"{domain}/{image[len(prefix) + 1:]}"
+    return image
+
+
 def apply(profile: Profile, cfg: Config) -> Profile:
     """The profile with kubeadm's image repository and the pause image under their registry's
     mirror, so kubeadm, the kubelet, containerd's sandbox pin and the bake's pre-pull all name the

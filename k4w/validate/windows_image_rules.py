@@ -14,11 +14,13 @@ images.nanoserver (04-container-images.ps1), so there the nanoserver tag decides
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from .. import registry
 from ..cluster_model import Cluster
 from ..profiles import Profile
 
@@ -38,8 +40,10 @@ def _tag(reference: str) -> str:
     return last.split(":", 1)[1] if ":" in last else "latest"
 
 
-def check_box(profile: Profile) -> list[str]:
-    """Problems of one Windows box profile (empty: every image is for its build)."""
+def check_box(profile: Profile, upstream: Callable[[str], str] = str) -> list[str]:
+    """Problems of one Windows box profile (empty: every image is for its build). upstream maps an
+    image the cluster's registry mirror renamed back to its upstream name (k4w.registry.upstream_image):
+    the facts record the upstream's manifest lists, which the mirror serves unchanged."""
     where = profile.path.name
     build = int(profile.data.guest.os_build)
     known = facts()
@@ -58,7 +62,7 @@ def check_box(profile: Profile) -> list[str]:
             problems.append(f"{where}: images.{name} is {reference}, but guest.os_build {build} runs process-isolated "
                             f"images tagged {' or '.join(tags)} only: its pods would never start")
     if PULLS_PAUSE in (profile.data.get("provision") or []):
-        pause = profile.data.kubernetes.pause_image
+        pause = upstream(profile.data.kubernetes.pause_image)
         builds = known["pause"].get(pause)
         if builds is None:
             problems.append(f"{where}: kubernetes.pause_image {pause} is not a pause image whose Windows builds "
@@ -81,5 +85,5 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
         if not profile.is_windows:
             continue
         checked.append(profile.path.name)
-        problems += check_box(profile)
+        problems += check_box(profile, lambda image: registry.upstream_image(image, cluster.config))
     return checked, problems

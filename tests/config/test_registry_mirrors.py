@@ -132,7 +132,7 @@ def test_containerd_gets_hosts_toml_per_upstream_the_ca_beside_it_and_the_creden
     assert 'password = "s3cr@t"' in auth  # percent-decoding undone for containerd
     # The internal mirrors go around the proxy; a name under a public-looking domain is the user's call.
     assert registry.no_proxy_hosts(cfg) == ["harbor.internal", "registry-lab", "10.20.0.5"]  # by upstream name
-    env = derive_steps.step_env(Cluster.resolve(cfg).profile("windows-2022"), cfg)
+    env = derive_steps.step_env(Cluster.resolve(cfg).profile("windows-2025"), cfg)
     assert env.env["K4W_REGISTRY_AUTH"] != "" and "registry_auth" in env.secrets
     assert "s3cr" not in " ".join(env.env.values())
 
@@ -164,3 +164,21 @@ def test_the_credentials_check_has_the_real_containerd_read_the_drop_in_and_fail
     monkeypatch.setattr(registry, "auth_toml", lambda _cfg: good.replace(".registry.configs.", ".registry.config."))
     _, problems = registry_rules.check(cluster)
     assert problems == ["containerd 2.3.7 reads no credentials for harbor.internal from the drop-in"]
+
+
+def test_a_mirrored_pause_image_is_judged_by_the_upstream_manifest_list_it_serves(tmp_path, corp_ca):
+    """The Windows-build rule (facts/windows-images.yml) knows upstream pause images; under a mirror the
+    profile names harbor.internal/k8s-proxy/pause:<tag>, which must be judged as registry.k8s.io's."""
+    from k4w.validate import windows_image_rules
+
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, GOOD)))
+    box = cluster.profile("windows-2025")
+    assert box.data.kubernetes.pause_image == "harbor.internal/k8s-proxy/pause:3.10.2"
+    assert registry.upstream_image(box.data.kubernetes.pause_image, cluster.config) == "registry.k8s.io/pause:3.10.2"
+    assert registry.upstream_image("mcr.microsoft.com/windows/servercore:ltsc2025", cluster.config) == \
+        "mcr.microsoft.com/windows/servercore:ltsc2025"   # an image no mirror renamed keeps its name
+    assert windows_image_rules.check(cluster)[1] == []
+    # A pause release without a 26100 entry is still refused when it comes through the mirror.
+    box.data.kubernetes["pause_image"] = "harbor.internal/k8s-proxy/pause:3.10.1"
+    problems = windows_image_rules.check(cluster)[1]
+    assert len(problems) == 1 and "has no Windows 26100 entry in its manifest list" in problems[0], problems

@@ -2,7 +2,7 @@
 
 What runs for real:
 - 03-containerd.sh (in a sandbox root) writes config.toml, the certs.d tree (hosts.toml and the
-  mirror's CA beside it) and the credentials drop-in from ubuntu-2404's real step variables for a
+  mirror's CA beside it) and the credentials drop-in from ubuntu-2604's real step variables for a
   cluster.yml with `registry.mirrors.registry.k8s.io` (a relative `ca:` path, user:password@);
 - the pinned containerd 2.3.7 (tool cache) reads exactly those files; only their absolute paths are
   moved under the sandbox, and containerd gets a root, state and socket of its own under tmp, with
@@ -35,7 +35,7 @@ from .conftest import ROOT, make_root, run_step, snapshot
 from .test_ubuntu_containerd_era_steps import served  # noqa: F401 (the fixture: Packer's HTTP server)
 
 USER, PASSWORD = "k4w-puller", "s3cr3t@mirror"
-KUBE_VERSION = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())["kubernetes"]["version"]
+KUBE_VERSION = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())["kubernetes"]["version"]
 # A TCP port nothing listens on (RFC 863 discard): the "proxy" that makes the upstream unreachable.
 DEAD_PROXY = "http://127.0.0.1:9"
 READY_TIMEOUT = 60  # seconds containerd may take to answer on its socket
@@ -51,8 +51,8 @@ def mirrored_cluster(folder: Path, mirror: oci_registry.Registry) -> Cluster:
 
 
 def guest_env(cluster: Cluster) -> dict[str, str]:
-    """ubuntu-2404's step variables as the guest receives them (Packer's references resolved)."""
-    steps = derive_steps.step_env(cluster.profile("ubuntu-2404"), cluster.config)
+    """ubuntu-2604's (examples/cluster-modern.yml's Linux box) step variables as the guest receives them (Packer's references resolved)."""
+    steps = derive_steps.step_env(cluster.profile("ubuntu-2604"), cluster.config)
     return {name: steps.resolved(value) for name, value in steps.env.items() if name.startswith("K4W_") and name != "K4W_LIB"}
 
 
