@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from . import build_media, iso, packer_hcl, ui
+from . import build_media, derive_steps, identities, iso, packer_hcl, ui
 from .bake import fetch, gate, packer_cli
 from .cluster_model import RUNTIMES, Cluster
 from .profiles import Profile
@@ -105,14 +105,23 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
     workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
+    # What each Windows node's era starts: its runtime and the kubelet as services, then flanneld and
+    # kube-proxy as services (seed era) or as the recipe's HostProcess DaemonSets (containerd era).
+    win_profiles = {n.box: cluster.profile(n.box) for n in cfg.nodes if cluster.profile(n.box).is_windows}
+    chains = sorted({f"{derive_steps.container_runtime(p)} -> kubelet" + (
+        "; flanneld and kube-proxy as HostProcess DaemonSets" if identities.runs_hostprocess(p) else " -> flanneld -> kube-proxy")
+        for p in win_profiles.values()})
+    windows_chain = f" ({'; '.join(chains)})" if chains else ""
+    windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
+                         else "Windows kube-proxy RBAC")
     steps = [
         f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
-        f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, Windows kube-proxy RBAC; wait for {cfg.master.name} Ready",
+        f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, {windows_manifests}; wait for {cfg.master.name} Ready",
         f"join Linux workers: {', '.join(workers_linux) or 'none'}",
-        f"join Windows workers: {', '.join(workers_win) or 'none'} (docker -> kubelet -> flanneld -> kube-proxy)",
+        f"join Windows workers: {', '.join(workers_win) or 'none'}{windows_chain}",
         f"wait for every node Ready (timeout {cfg.cluster.ready_timeout} s), deploy the demo, write {out / 'kubeconfig'}",
     ]
     for i, text in enumerate(steps, 1):

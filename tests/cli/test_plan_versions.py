@@ -55,3 +55,7 @@ def test_plan_shows_the_2025_and_2604_boxes_of_the_modern_example(tmp_path):
     assert table[""] == ["ubuntu-2604", "windows-2025"]
     assert table["Kubernetes"] == ["1.37.2", "1.37.2"]
     assert table["ISO"] == ["ubuntu-26.04-live-server-amd64.iso", "26100.32230.260111-0550.lt_release_svc_refresh_SERVER_EVAL_x64FRE_en-us.iso"]
+    # The cluster plan names what the containerd-era Windows node runs, not the seed era's Docker services.
+    text = " ".join(result.stdout.split())
+    assert "join Windows workers: worker-win (containerd -> kubelet; flanneld and kube-proxy as HostProcess DaemonSets)" in text
+    assert "Windows node HostProcess DaemonSets; wait for master Ready" in text and "docker ->" not in text
