@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import shutil
@@ -277,12 +278,16 @@ def pinned_flags(cluster: Cluster, out: Path) -> Result:
     return res
 
 
-def checksum_sources(cluster: Cluster, out: Path) -> Result:
-    res = Result("box profile checksums", "sources and published-checksum facts")
-    from . import checksum_rules
-
-    res.checked, res.problems = checksum_rules.check(cluster)
+def _rule_module(artifact: str, checked_by: str, module: str, *args) -> Result:
+    """The Result of a rule module of this package whose check(*args) returns (checked, problems),
+    imported when its validator runs (as the others here import their tools)."""
+    res = Result(artifact, checked_by)
+    res.checked, res.problems = importlib.import_module(f"{__name__}.{module}").check(*args)
     return res
+
+
+def checksum_sources(cluster: Cluster, out: Path) -> Result:
+    return _rule_module("box profile checksums", "sources and published-checksum facts", "checksum_rules", cluster)
 
 
 def packer_enums(cluster: Cluster, out: Path) -> Result:
@@ -295,43 +300,26 @@ def packer_enums(cluster: Cluster, out: Path) -> Result:
 
 
 def cni_versions(cluster: Cluster, out: Path) -> Result:
-    res = Result("Windows CNI versions", "the pinned CNI plugins' supported versions at their tags")
-    from . import cni_rules
-
-    res.checked, res.problems = cni_rules.check(cluster, out)
-    return res
+    return _rule_module("Windows CNI versions", "the pinned CNI plugins' supported versions at their tags", "cni_rules", cluster, out)
 
 
 def registry_mirrors(cluster: Cluster, out: Path) -> Result:
-    res = Result("registry mirrors", "containerd's hosts.toml keys at the tag; the pinned containerd (config dump)")
-    from . import registry_rules
-
-    res.checked, res.problems = registry_rules.check(cluster)
-    return res
+    return _rule_module("registry mirrors", "containerd's hosts.toml keys at the tag; the pinned containerd (config dump)",
+                        "registry_rules", cluster)
 
 
 def windows_preflight(cluster: Cluster, out: Path) -> Result:
-    res = Result("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag")
-    from . import preflight_rules
-
-    res.checked, res.problems = preflight_rules.check(cluster)
-    return res
+    return _rule_module("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag", "preflight_rules", cluster)
 
 
 def windows_images(cluster: Cluster, out: Path) -> Result:
-    res = Result("Windows container images", "image tags, WIM NAMEs and pause manifest entries per Windows build")
-    from . import windows_image_rules
-
-    res.checked, res.problems = windows_image_rules.check(cluster)
-    return res
+    return _rule_module("Windows container images", "image tags, WIM NAMEs and pause manifest entries per Windows build",
+                        "windows_image_rules", cluster)
 
 
 def cgroup_v2(cluster: Cluster, out: Path) -> Result:
-    res = Result("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy")
-    from . import cgroup_rules
-
-    res.checked, res.problems = cgroup_rules.check(cluster, out)
-    return res
+    return _rule_module("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy",
+                        "cgroup_rules", cluster, out)
 
 
 def yaml_templates(cluster: Cluster, out: Path) -> Result:
