@@ -9,7 +9,7 @@ trap { Write-Output ("ready-flanneld.ps1: " + $_.Exception.Message); exit 1 }
 . (Join-Path $PSScriptRoot 'hostprocess-lib.ps1')
 
 $NodeDir = Get-K4wSetting 'K4W_NODE_DIR'
-# flanneld --subnet-file default /run/flannel/subnet.env, on drive C: (flannel-io/flannel v0.28.9 main.go).
+# flanneld --subnet-file default /run/flannel/subnet.env, on drive C: (flannel-io/flannel v0.28.10 main.go).
 $SubnetEnv = 'C:\run\flannel\subnet.env'
 . (Join-Path $NodeDir 'hns.ps1')   # Test-HnsNetwork: the box's HNS helper (guest/windows/node/hns.ps1)
 

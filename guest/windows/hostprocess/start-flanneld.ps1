@@ -16,7 +16,7 @@
      and KUBERNETES_SERVICE_HOST/PORT, which the DaemonSet points at the API server's own address
      (the service ClusterIP needs kube-proxy, which needs this network first). flanneld creates the
      HNS overlay network (vxlan), or reuses it when it is already there with the same settings
-     (flannel-io/flannel v0.28.9 pkg/backend/vxlan/vxlan_windows.go), so a restart keeps the pods'
+     (flannel-io/flannel v0.28.10 pkg/backend/vxlan/device_windows.go ensureNetwork), so a restart keeps the pods'
      network. Its output is this container's log (kubectl logs).
 #>
 $ErrorActionPreference = 'Stop'
