@@ -51,11 +51,13 @@ def check(out: Path, managed: tuple[str, ...]) -> None:
         if not folder.is_dir():
             raise NotOurs(f"{folder} is a file k4w did not write; k4w renders a folder there. "
                           f"Move it away or choose another --out")
-        if listed is None or name not in listed:
+        # A render that wrote no file in a folder does not list it, yet a build may stage there
+        # (BUILD_WRITES): such a folder holding only staged files is still ours.
+        if listed is None or (name not in listed and _first_stranger(folder, name, set()) is not None):
             raise NotOurs(f"{folder} was not made by `invoke render` (it is not in {out / MANIFEST}); "
                           f"k4w replaces only folders it rendered. Move it away or choose another --out "
                           f"(a folder rendered by a k4w older than this check: delete it, a render makes it again)")
-        stranger = _first_stranger(folder, name, set(listed[name]))
+        stranger = _first_stranger(folder, name, set(listed.get(name, ())))
         if stranger is not None:
             if stranger.is_symlink():
                 raise LinkRefused(stranger)

@@ -86,6 +86,19 @@ def test_a_render_replaces_its_own_render_and_keeps_what_a_build_staged(tmp_path
     assert (out / owned.MANIFEST).is_file() and (out / "packer" / "ubuntu-1604.pkr.hcl").is_file()
 
 
+def test_a_build_staged_folder_the_last_render_wrote_nothing_into_is_still_ours(tmp_path):
+    # A containerd-era render may write no file under http/, and `build-ubuntu` then stages the
+    # components there: the next render must not take that folder for the user's.
+    out = tmp_path / "out"
+    (out / "http" / "ubuntu-2404" / "components").mkdir(parents=True)
+    (out / "http" / "ubuntu-2404" / "components" / "kubelet").write_text("x")
+    (out / owned.MANIFEST).write_text(owned.manifest_text({"packer/ubuntu-2404.pkr.hcl": ""}, ("packer", "http")))
+    owned.check(out, ("packer", "http"))
+    (out / "http" / "ubuntu-2404" / "user-data").write_text("mine\n")
+    with pytest.raises(owned.NotOurs, match="was not made by `invoke render`"):
+        owned.check(out, ("packer", "http"))
+
+
 def test_an_empty_out_is_refused_not_taken_for_the_default(tmp_path):
     result = invoke("render", "--out", "", cwd=ROOT)
     assert_refused(result, "--out is empty")

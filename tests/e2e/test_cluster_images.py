@@ -16,7 +16,7 @@ import yaml
 
 from k4w import config, pinned_tools, render
 from k4w.cluster_model import Cluster
-from tests.e2e.harness import cluster_file, cluster_images, cluster_run, oci_archive
+from tests.e2e.harness import cluster_file, cluster_images, cluster_run, oci_archive, squid
 from tests.e2e.harness.phases import E2EError
 from tests.helpers import invoke
 
@@ -139,6 +139,60 @@ def test_the_layer_runs_its_program_with_the_bundled_libraries_alone(tmp_path):
     oci_archive.unpack(archive, root)
     done = subprocess.run(["chroot", str(root), "/bin/cp", "--help"], capture_output=True, text=True, timeout=30)
     assert "Usage: cp" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_client_pod_s_request_reaches_the_web_pod_s_server_inside_the_test_image(tmp_path):
+    """The exact commands the --cluster checks run in the two pods, run in a root of the test image:
+    a busybox option that crashes (Debian 12's wget -T) fails here, not 40 minutes into a run."""
+    if os.geteuid() != 0:
+        pytest.fail("chroot needs root, as the e2e run has (run the test suite as in DEVELOPERS.md)")
+    archive = tmp_path / "busybox.tar"
+    oci_archive.write(archive, cluster_run.test_image())
+    root = tmp_path / "root"
+    oci_archive.unpack(archive, root)
+    (root / "www").mkdir()
+    (root / "www" / "index.html").write_text("k4w-marker\n")
+    port = squid.free_port()
+    server = subprocess.Popen(["chroot", str(root), *cluster_run.web_command(port=port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            done = subprocess.run(["chroot", str(root), *cluster_run.client_fetch(f"127.0.0.1:{port}")],
+                                  capture_output=True, text=True, timeout=30)
+            if done.returncode == 0 or time.monotonic() > deadline or server.poll() is not None:
+                break
+            time.sleep(0.2)  # poll interval while httpd binds its port
+        assert done.returncode == 0 and done.stdout == "k4w-marker\n", (done.returncode, done.stdout, done.stderr)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_the_tcg_leases_are_added_once_to_kubeadm_s_static_pods(tmp_path):
+    """On kubeadm 1.35.4's own manifests (tests/fixtures/kubeadm-static-pods, copied from the fourth
+    --cluster run): each leader-electing component gets the TCG lease flags once, and nothing else changes."""
+    fixtures = Path(__file__).parents[1] / "fixtures" / "kubeadm-static-pods"
+    for component in cluster_run.LEADER_ELECTING:
+        shutil.copy(fixtures / f"{component}.yaml", tmp_path / f"{component}.yaml")
+    script = cluster_run.tcg_lease_script().replace("/etc/kubernetes/manifests", str(tmp_path))
+    for _ in range(2):  # a second run changes nothing
+        subprocess.run(["bash", "-c", script], check=True, timeout=30)
+    for component in cluster_run.LEADER_ELECTING:
+        before = yaml.safe_load((fixtures / f"{component}.yaml").read_text())
+        after = yaml.safe_load((tmp_path / f"{component}.yaml").read_text())
+        command = before["spec"]["containers"][0]["command"]
+        at = command.index("--leader-elect=true") + 1
+        assert after["spec"]["containers"][0]["command"] == command[:at] + list(cluster_run.TCG_LEASE_FLAGS) + command[at:]
+        after["spec"]["containers"][0]["command"] = command
+        assert after == before
+
+
+def test_the_tcg_leases_refuse_a_manifest_without_leader_election(tmp_path):
+    (tmp_path / "kube-controller-manager.yaml").write_text("spec: {}\n")
+    (tmp_path / "kube-scheduler.yaml").write_text("spec: {}\n")
+    script = cluster_run.tcg_lease_script().replace("/etc/kubernetes/manifests", str(tmp_path))
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "no --leader-elect=true" in done.stderr
 
 
 def _containerd(tmp_path: Path):

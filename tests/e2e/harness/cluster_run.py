@@ -67,6 +67,29 @@ CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane"
 TEST_IMAGE = "k4w.invalid/e2e-busybox:1"
 WEB, CLIENT = "k4w-e2e-web", "k4w-e2e-client"
 WEB_PORT = 8080   # busybox httpd in the web pod; the Service maps port 80 to it
+FETCH_TIMEOUT_S = 5
+# TCG only: the leases of the two control-plane components that elect a leader, scaled to an
+# emulated CPU. With the defaults (15 s lease, 10 s renewal deadline, each renewal request given
+# half of it: k8s.io/kubernetes@v1.35.4 cmd/kube-scheduler/app/options/options.go, flags from
+# k8s.io/component-base@v0.35.4 config/options/leaderelectionconfig.go) the fourth run's
+# controller-manager and scheduler lost their leases under a guest load of 13-20 and exited
+# ("Leaderelection lost"), so no EndpointSlice was made and the Service refused connections.
+# The rendered kubeadm config stays as users get it: the harness edits the static pod manifests
+# kubeadm wrote, where kubeadm set --leader-elect=true (cmd/kubeadm/app/phases/controlplane/manifests.go).
+TCG_LEASE_FLAGS = ("--leader-elect-lease-duration=180s", "--leader-elect-renew-deadline=120s",
+                   "--leader-elect-retry-period=20s")
+LEADER_ELECTING = ("kube-controller-manager", "kube-scheduler")
+
+
+def web_command(port: int = WEB_PORT, root: str = "/www") -> list[str]:
+    """The web pod's server: busybox httpd in the foreground."""
+    return ["/bin/busybox", "httpd", "-f", "-p", str(port), "-h", root]
+
+
+def client_fetch(target: str) -> list[str]:
+    """The client pod's request. Bounded by busybox `timeout`, not wget's -T: Debian 12's busybox
+    (1.35) wget dies of SIGSEGV when given -T (exit 139, the fourth --cluster run and the host)."""
+    return ["/bin/busybox", "timeout", str(FETCH_TIMEOUT_S), "/bin/busybox", "wget", "-q", "-O", "-", f"http://{target}/"]
 
 
 @dataclass
@@ -118,7 +141,7 @@ def test_workload(marker: str) -> str:
     documents = [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": WEB}, "data": {"index.html": marker + "\n"}},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": WEB, "labels": {"app": WEB}},
-         "spec": {"containers": [{**base, "name": "web", "command": ["/bin/busybox", "httpd", "-f", "-p", str(WEB_PORT), "-h", "/www"],
+         "spec": {"containers": [{**base, "name": "web", "command": web_command(),
                                   "ports": [{"containerPort": WEB_PORT}],
                                   "volumeMounts": [{"name": "www", "mountPath": "/www"}]}],
                   "volumes": [{"name": "www", "configMap": {"name": WEB}}]}},
@@ -227,7 +250,8 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
 
     with step("cluster init") as ph:
         cluster_steps.step_master_init(ctx)
-        ph.note = "cluster-init.sh with the rendered kubeadm config"
+        _tcg_leases(guest, ph)
+        ph.note = "cluster-init.sh with the rendered kubeadm config; TCG leader-election leases " + " ".join(TCG_LEASE_FLAGS)
 
     with step("cluster manifests") as ph:
         cluster_steps.step_manifests(ctx)
@@ -248,6 +272,22 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
     with step("cluster checks") as ph:
         report.checks.update(_checks(ctx, master, net, ph))
         ph.note = "; ".join(f"{k}: {v}" for k, v in report.checks.items() if k not in ("node Ready", "rollouts"))
+
+
+def tcg_lease_script() -> str:
+    """Adds TCG_LEASE_FLAGS after --leader-elect=true in each leader-electing static pod manifest; the
+    kubelet restarts a static pod whose manifest changed. A second run changes nothing."""
+    lines = ["set -euo pipefail"]
+    for component in LEADER_ELECTING:
+        manifest = f"/etc/kubernetes/manifests/{component}.yaml"
+        inserted = "".join(f"\\n    - {flag}" for flag in TCG_LEASE_FLAGS)
+        lines += [f"grep -q -- '- --leader-elect=true$' {manifest} || {{ echo '{manifest}: no --leader-elect=true' >&2; exit 1; }}",
+                  f"grep -q -- '{TCG_LEASE_FLAGS[0]}' {manifest} || sed -i 's|^    - --leader-elect=true$|&{inserted}|' {manifest}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tcg_leases(guest: guest_mod.Guest, ph: Phase) -> None:
+    guest.ssh.run("sudo -n bash -s", ph, "scale the leader-election leases to TCG", input=tcg_lease_script())
 
 
 def _cluster_address(guest: guest_mod.Guest, mac: str, address: str, ph: Phase) -> None:
@@ -293,7 +333,7 @@ def _checks(ctx, master: Machine, net: dict, ph: Phase) -> dict[str, str]:
     def answers(target: str) -> Callable[[], tuple[bool, str]]:
         def check() -> tuple[bool, str]:
             try:
-                body = kubectl(f"exec {CLIENT} -- /bin/busybox wget -q -T 5 -O - http://{target}/")
+                body = kubectl(f"exec {CLIENT} -- {shlex.join(client_fetch(target))}")
             except RemoteError as exc:
                 return False, exc.tail
             return marker in body, body[-200:]
