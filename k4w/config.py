@@ -65,6 +65,19 @@ class Cluster(Strict):
     domain: str = "cluster.local"
     timezone: str = "UTC"
     ready_timeout: StrictInt = Field(900, ge=60, le=7200)
+    # The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray): k4w then makes no
+    # master and only joins the nodes to it (k4w/cluster/existing.py; README "Add Windows nodes to
+    # your own cluster"). Relative to the current folder, ~ expanded; read only by cluster-up/plan.
+    existing: str | None = None
+
+    @field_validator("existing")
+    @classmethod
+    def _existing(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        if any(ord(ch) < 32 for ch in v) or not v.strip():
+            raise ValueError("must be the path of a kubeconfig file on one line, e.g. ~/.kube/admin.conf")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -287,7 +300,12 @@ class Config(Strict):
     def _cluster_rules(self) -> "Config":
         problems: list[str] = []
         masters = [n for n in self.nodes if n.role == "master"]
-        if len(masters) != 1:
+        if self.cluster.existing:
+            # The existing cluster has its control plane; k4w only adds workers to it.
+            problems += [f"nodes[{i}].role: master is not allowed with cluster.existing (the cluster at "
+                         f"{self.cluster.existing} has its own control plane); list only workers"
+                         for i, n in enumerate(self.nodes) if n.role == "master"]
+        elif len(masters) != 1:
             problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
         gateway = next(self.network.node_cidr.hosts())
         # Flannel leases each node a /24 (its SubnetLen default) out of pod_cidr.
@@ -347,8 +365,26 @@ class Config(Strict):
         return self
 
     @property
+    def joins_existing(self) -> bool:
+        """True when the nodes join a cluster k4w did not make (cluster.existing)."""
+        return bool(self.cluster.existing)
+
+    @property
     def master(self) -> Node:
-        return next(n for n in self.nodes if n.role == "master")
+        found = next((n for n in self.nodes if n.role == "master"), None)
+        if found is None:
+            raise K4wError(f"cluster {self.cluster.name} joins the existing cluster of {self.cluster.existing} "
+                           "and has no master node of its own")
+        return found
+
+    @property
+    def era_node(self) -> Node:
+        """The node whose box profile decides the cluster's Kubernetes era (kubeadm API, images):
+        the master, or for cluster.existing the first Linux worker, else the first node."""
+        if not self.joins_existing:
+            return self.master
+        linux = [n for n in self.nodes if not profiles.load(n.box).is_windows]
+        return (linux or self.nodes)[0]
 
     def boxes(self) -> list[str]:
         """Boxes used by the nodes, in first-use order."""

@@ -37,7 +37,7 @@ class Network:
     vxlan_vni: int
     vxlan_port: int
     windows_network_name: str
-    master: Node
+    master: Node | None  # None for cluster.existing: the existing cluster's control plane is not a node here
     nodes: list[Node] = field(default_factory=list)
 
 
@@ -157,7 +157,8 @@ def derive_network(cfg: Config) -> Network:
         gateway=str(next(net.node_cidr.hosts())),
         dns_ip=str(dns_ip),
         kubernetes_service_ip=str(net.service_cidr.network_address + 1),
-        api_ip=str(cfg.master.ip),
+        # An existing cluster's API server is its kubeconfig's, known only when cluster-up reads it.
+        api_ip="" if cfg.joins_existing else str(cfg.master.ip),
         api_port=API_PORT,
         cluster_domain=cfg.cluster.domain,
         backend=net.backend,
@@ -166,7 +167,7 @@ def derive_network(cfg: Config) -> Network:
         vxlan_port=VXLAN_PORT,
         # Names Flannel for Windows expects for the HNS network it creates per backend.
         windows_network_name="cbr0" if net.backend == "host-gw" else "vxlan0",
-        master=cfg.master,
+        master=None if cfg.joins_existing else cfg.master,
         nodes=list(cfg.nodes),
     )
 
