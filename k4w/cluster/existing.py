@@ -67,10 +67,10 @@ def object_path(doc: dict) -> str:
     return COLLECTIONS[key].format(namespace=meta.get("namespace", "default")) + "/" + meta["name"]
 
 
-def windows_objects(artifacts: Path, cluster: Cluster, files: dict[str, str] | None = None) -> list[dict]:
-    """The objects of OUT/manifests/windows-node-rbac.yaml (or of the in-memory render `files`), when
-    a Windows worker needs them."""
-    if not any(cluster.profile(n.box).is_windows for n in cluster.config.nodes):
+def windows_objects(artifacts: Path, windows: bool, files: dict[str, str] | None = None) -> list[dict]:
+    """The objects of OUT/manifests/windows-node-rbac.yaml (or of the in-memory render `files`) when
+    there are Windows workers (`windows`), which need them."""
+    if not windows:
         return []
     path = Path(artifacts) / MANIFEST
     try:
@@ -78,6 +78,10 @@ def windows_objects(artifacts: Path, cluster: Cluster, files: dict[str, str] | N
         return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
     except (OSError, KeyError, yaml.YAMLError) as exc:
         raise K4wError(f"cannot read {path} ({exc}): run `invoke render`") from None
+
+
+def has_windows(cluster: Cluster) -> bool:
+    return any(cluster.profile(n.box).is_windows for n in cluster.config.nodes)
 
 
 def describe(doc: dict) -> str:
@@ -163,7 +167,7 @@ def prerequisites(api: Client, docs: list[dict], windows: bool) -> list[str]:
 def check(api: Client, cluster: Cluster, artifacts: Path) -> facts_mod.Facts:
     """Refuse, before any VM starts, a cluster.yml that does not fit or a cluster a join would fail on."""
     facts = facts_mod.check(api, cluster)
-    docs = windows_objects(artifacts, cluster)
+    docs = windows_objects(artifacts, has_windows(cluster))
     problems = prerequisites(api, docs, bool(docs))
     if problems:
         raise K4wError(f"the existing cluster at {facts.server} lacks what the join needs (nothing was started or changed):\n"
@@ -204,6 +208,15 @@ def join_token(api: Client, record: Record) -> dict[str, str]:
     record.add("Secret", f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets/{token.secret_name}",
                f"Secret {bootstrap_token.NAMESPACE}/{token.secret_name} (bootstrap token, expires {token.expiration})")
     return {"api": endpoint(api), "token": token.value, "hash": ca_hash}
+
+
+def join_parameters(ctx) -> dict[str, str]:
+    """steps.join_parameters for a cluster k4w did not make; a dry run creates nothing."""
+    if ctx.dry_run:
+        ui.say("would create a bootstrap token Secret kube-system/bootstrap-token-<id> (TTL 1 h) through the API "
+               "and read the CA hash from kube-public/cluster-info")
+        return {"api": endpoint(ctx.api), "token": "abcdef.0123456789abcdef", "hash": "sha256:" + "0" * 64}
+    return join_token(ctx.api, ctx.record)
 
 
 def endpoint(api: Client) -> str:
@@ -249,6 +262,56 @@ def node_conditions(api: Client) -> dict[str, dict]:
     return result
 
 
+# ------------------------------------------------------------------ cluster-up and cluster-reset
+
+def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
+    """Before any VM starts: the facts and prerequisites (GETs only, a dry run too), then the API and
+    the record on the context for the steps."""
+    ctx.api = api or client(cluster)
+    ui.say(f"==> existing cluster: reading its facts through the API ({cluster.config.cluster.existing})", style="bold")
+    facts = check(ctx.api, cluster, ctx.rendered)
+    ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
+    ctx.record = DryRunRecord(ctx.out, facts.server) if ctx.dry_run else Record(ctx.out, facts.server)
+
+
+class DryRunRecord(Record):
+    def save(self) -> None:   # a dry run writes nothing
+        pass
+
+
+def step_apply(ctx) -> None:
+    docs = windows_objects(ctx.rendered, bool(ctx.cluster.windows_workers))
+    if ctx.dry_run:
+        for doc in docs:
+            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)})")
+        return
+    for line in apply(ctx.api, docs, ctx.record):
+        ui.say(line)
+
+
+def step_list(info) -> list:
+    """The recorded steps of a join-only cluster-up (steps.step_list without the master's)."""
+    from . import steps as S
+
+    def joined(step):
+        def run(ctx, m):
+            ctx.record.add_node(m.name)   # recorded first: a half-done join still leaves a Node to remove
+            step(ctx, m)
+        return run
+
+    plan = [("up", S.step_up), ("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip),
+            ("node-proxy", S.step_node_proxy), ("existing-apply", step_apply)]
+    plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_linux)(ctx, m)) for m in info.linux_workers]
+    plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_windows)(ctx, m)) for m in info.windows_workers]
+    plan += [("ready", S.step_ready)]
+    return plan
+
+
+def vxlan_device(cluster: Cluster) -> str:
+    """flanneld's vxlan link on a Linux worker, flannel.<VNI>: the VNI the facts check made sure of."""
+    return f"flannel.{cluster.network.vxlan_vni}"
+
+
 # ------------------------------------------------------------------ the plan
 
 def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
@@ -268,7 +331,7 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
               ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]])
-    docs = windows_objects(out, cluster, files)
+    docs = windows_objects(out, has_windows(cluster), files)
     applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
     workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]

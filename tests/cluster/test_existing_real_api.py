@@ -22,7 +22,7 @@ from k4w.config import parse
 from k4w.errors import K4wError
 from k4w.kubeapi import Client
 from tests.cluster import real_control_plane as cp
-from tests.helpers import ROOT
+from tests.helpers import ROOT, invoke
 
 # The REST collections of the kinds in Flannel's manifest (to set the cluster up the way its owner did).
 COLLECTIONS = {
@@ -83,12 +83,12 @@ def test_token_objects_and_reset(plane, tmp_path):
     (tmp_path / "manifests" / "windows-node-rbac.yaml").write_text(files["manifests/windows-node-rbac.yaml"])
     facts = existing.check(api, cluster, tmp_path)          # fits: no refusal, kubeadm's join RBAC found
     record = existing.Record(tmp_path, facts.server)
-    said = existing.apply(api, existing.windows_objects(tmp_path, cluster), record)
+    said = existing.apply(api, existing.windows_objects(tmp_path, True), record)
     assert said == [f"created {n}" for n in ("ServiceAccount kube-system/k4w-windows-flanneld", "Secret kube-system/k4w-windows-flanneld-token",
                                              "ClusterRoleBinding k4w:windows-flanneld", "ServiceAccount kube-system/k4w-windows-kube-proxy",
                                              "Secret kube-system/k4w-windows-kube-proxy-token", "ClusterRoleBinding k4w:windows-kube-proxy")]
     # Idempotent: a second run creates nothing and keeps k4w's own objects.
-    assert all(line.startswith("kept ") for line in existing.apply(api, existing.windows_objects(tmp_path, cluster), record))
+    assert all(line.startswith("kept ") for line in existing.apply(api, existing.windows_objects(tmp_path, True), record))
 
     join = existing.join_token(api, record)
     token_id = join["token"].split(".")[0]
@@ -116,3 +116,49 @@ def test_token_objects_and_reset(plane, tmp_path):
     assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
     assert api.get_optional("/apis/rbac.authorization.k8s.io/v1/clusterroles/flannel") is not None
     assert not (tmp_path / existing.RECORD_FILE).exists()
+
+
+def write_existing_config(path, admin_conf, **network):
+    data = yaml.safe_load((ROOT / "examples" / "cluster-existing.yml").read_text())
+    data["cluster"]["existing"] = str(admin_conf)
+    data["network"].update(network)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cluster_up_refuses_a_mismatch_before_any_vm(plane, tmp_path):
+    """The real `invoke cluster-up` (a dry run, so no Hyper-V is needed): it reads the facts first and
+    stops naming both values; no vagrant command and no host PowerShell is even shown."""
+    config = write_existing_config(tmp_path / "cluster.yml", plane.admin_conf, service_cidr="10.112.0.0/12")
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert "service CIDR: the cluster uses 10.96.0.0/12 (kubeadm-config networking.serviceSubnet), " \
+           "cluster.yml network.service_cidr is 10.112.0.0/12" in said
+    after = said.split("==> existing cluster: reading its facts")[1]
+    assert "$ vagrant" not in after and "powershell" not in after.lower()
+
+
+def test_cluster_up_dry_run_of_a_fitting_cluster_shows_the_join_only_steps(plane, tmp_path):
+    config = write_existing_config(tmp_path / "cluster.yml", plane.admin_conf)
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said
+    assert "fits cluster.yml" in said and "v1.35.4" in said
+    assert "would create ClusterRoleBinding k4w:windows-kube-proxy if absent" in said
+    assert "would create a bootstrap token Secret kube-system/bootstrap-token-<id>" in said
+    assert "kubeadm init" not in said and "master-init" not in said
+    # A dry run changed nothing in the cluster.
+    assert plane.client().get_optional("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/k4w:windows-kube-proxy") is None
+    assert not (tmp_path / "out" / existing.RECORD_FILE).exists()
+
+
+def test_a_kubeconfig_others_can_read_is_refused(plane, tmp_path):
+    loose = tmp_path / "admin.conf"
+    loose.write_bytes(plane.admin_conf.read_bytes())
+    loose.chmod(0o644)
+    config = write_existing_config(tmp_path / "cluster.yml", loose)
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.returncode == 1
+    assert f"{loose} holds cluster-admin credentials but is readable by other accounts (mode 0644); run: chmod 600 {loose}" \
+        in result.stdout + result.stderr
