@@ -213,6 +213,30 @@ class Network(Strict):
 class HyperV(Strict):
     management_switch: str = "Default Switch"
     cluster_switch: str = "k4w-cluster"
+    # Internal: the host holds the gateway address and a NetNat (one host). External: the switch is bound
+    # to the host adapter cluster_adapter and the user's network routes network.node_cidr, its router
+    # being cluster_gateway (default: the first address); no NetNat, so nodes on several Hyper-V hosts,
+    # each running cluster-up with its own nodes, reach each other and a cluster elsewhere.
+    cluster_switch_type: Literal["Internal", "External"] = "Internal"
+    cluster_adapter: str | None = None
+    cluster_gateway: ipaddress.IPv4Address | None = None
+
+    @field_validator("cluster_adapter")
+    @classmethod
+    def _adapter(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(ord(ch) < 32 for ch in v)):
+            raise ValueError("must name a network adapter of this host (Get-NetAdapter lists them), on one line")
+        return v
+
+    @model_validator(mode="after")
+    def _external(self) -> "HyperV":
+        if self.cluster_switch_type == "External" and not self.cluster_adapter:
+            raise ValueError("cluster_switch_type External needs cluster_adapter: the host adapter the switch is bound to "
+                             "(Get-NetAdapter -Physical lists them)")
+        if self.cluster_switch_type == "Internal" and (self.cluster_adapter or self.cluster_gateway):
+            raise ValueError("cluster_adapter and cluster_gateway are for cluster_switch_type External; an Internal switch's "
+                             "gateway is this host (the first address of network.node_cidr)")
+        return self
 
     @field_validator("management_switch", "cluster_switch")
     @classmethod
@@ -307,7 +331,9 @@ class Config(Strict):
                          for i, n in enumerate(self.nodes) if n.role == "master"]
         elif len(masters) != 1:
             problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
-        gateway = next(self.network.node_cidr.hosts())
+        gateway = self.hyperv.cluster_gateway or next(self.network.node_cidr.hosts())
+        if gateway not in self.network.node_cidr:
+            problems.append(f"hyperv.cluster_gateway: {gateway} is outside network.node_cidr {self.network.node_cidr}")
         # Flannel leases each node a /24 (its SubnetLen default) out of pod_cidr.
         subnets = 2 ** (24 - self.network.pod_cidr.prefixlen)
         if subnets < len(self.nodes):

@@ -154,7 +154,8 @@ def derive_network(cfg: Config) -> Network:
         service_cidr=str(net.service_cidr),
         node_cidr=str(net.node_cidr),
         node_prefixlen=net.node_cidr.prefixlen,
-        gateway=str(next(net.node_cidr.hosts())),
+        # Internal: this host's address on the switch (NetNat); External: the user's router.
+        gateway=str(cfg.hyperv.cluster_gateway or next(net.node_cidr.hosts())),
         dns_ip=str(dns_ip),
         kubernetes_service_ip=str(net.service_cidr.network_address + 1),
         # An existing cluster's API server is its kubeconfig's, known only when cluster-up reads it.

@@ -111,7 +111,10 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
     steps = [
-        f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
+        (f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"
+         if cfg.hyperv.cluster_switch_type == "Internal" else
+         f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
+         f"your network routes {net.node_cidr} via {net.gateway}"),
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
