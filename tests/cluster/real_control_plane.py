@@ -82,6 +82,21 @@ def wait_ready(api: Client, proc: subprocess.Popen, log: Path) -> None:
     raise AssertionError(f"kube-apiserver not ready within {READY_TIMEOUT_S} s: {last}; log: {log.read_text()[-3000:]}")
 
 
+def wait_token_controller(api: Client, log: Path) -> None:
+    """Until the token controller fills a probe's service-account-token Secret (then the probe goes)."""
+    namespace = "/api/v1/namespaces/default"
+    api.create(f"{namespace}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "k4w-probe"}})
+    api.create(f"{namespace}/secrets", {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+                                        "metadata": {"name": "k4w-probe", "annotations": {"kubernetes.io/service-account.name": "k4w-probe"}}})
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not (api.get(f"{namespace}/secrets/k4w-probe").get("data") or {}).get("token"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the token controller filled no token within {READY_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+        time.sleep(0.2)   # the poll interval of a condition wait
+    api.delete(f"{namespace}/secrets/k4w-probe")
+    api.delete(f"{namespace}/serviceaccounts/k4w-probe")
+
+
 def start(folder: Path, stack) -> ControlPlane:
     """etcd + kube-apiserver + kubeadm's init phases; processes end with `stack` (an ExitStack)."""
     etcd = pinned_tools.require("etcd")
@@ -147,6 +162,17 @@ def start(folder: Path, stack) -> ControlPlane:
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kubeadm:cluster-admins"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]})
+    # Only the controllers a join relies on: the token controller fills service-account-token Secrets
+    # (the Windows components' kubeconfigs), the bootstrap signer signs cluster-info for each token,
+    # the token cleaner deletes expired ones. No serving port (0: off), no leader election. kubeadm's
+    # controller-manager.conf names the advertise address, which is not this host's, so it runs with
+    # the super-admin kubeconfig (a test cluster; kubeadm gives it an identity of its own).
+    daemon("kube-controller-manager", [
+        str(pinned_tools.require("kubernetes-control-plane", "kube-controller-manager")),
+        "--kubeconfig", str(kubeconfigs / "super-admin.conf"), "--secure-port", "0", "--leader-elect=false",
+        "--controllers", "serviceaccount-token,bootstrapsigner,tokencleaner",
+        "--service-account-private-key-file", str(certs / "sa.key"), "--root-ca-file", str(certs / "ca.crt")])
+    wait_token_controller(plane.client(), folder / "kube-controller-manager.log")
     # What `kubeadm init` writes into the cluster after its control plane is up.
     for phase in (("upload-config", "all"), ("bootstrap-token",), ("addon", "coredns")) + EXTRA_PHASES:
         plane.kubeadm_run("init", "phase", *phase, "--config", str(config))

@@ -10,7 +10,9 @@ Fails (never skips) when etcd or kube-apiserver is not built: .ci/run's setup.sh
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+import time
 
 import pytest
 import yaml
@@ -21,7 +23,10 @@ from k4w.cluster_model import Cluster
 from k4w.config import parse
 from k4w.errors import K4wError
 from k4w.kubeapi import Client
+from k4w.cluster import up as up_mod
 from tests.cluster import real_control_plane as cp
+from tests.cluster.conftest import machines_of, render_to
+from tests.fakes.cluster_world import FakeClock, FakeRemote, FakeWorld
 from tests.helpers import ROOT, invoke
 
 # The REST collections of the kinds in Flannel's manifest (to set the cluster up the way its owner did).
@@ -162,3 +167,64 @@ def test_a_kubeconfig_others_can_read_is_refused(plane, tmp_path):
     assert result.returncode == 1
     assert f"{loose} holds cluster-admin credentials but is readable by other accounts (mode 0644); run: chmod 600 {loose}" \
         in result.stdout + result.stderr
+
+
+class PacedClock(FakeClock):
+    """The fake clock (a wait's 900 s pass at once), with a little real time per poll, so that the real
+    token controller gets to fill a Secret between two polls."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        time.sleep(0.05)
+
+
+class JoiningGuests(FakeRemote):
+    """The guests at the process boundary (tests/fakes/cluster_world.py), joined to the real API server:
+    a node's join script registers its Node, Ready, as its kubelet would; every other command succeeds."""
+
+    def __init__(self, world, api):
+        super().__init__(world)
+        self.api = api
+
+    def run(self, machine, command: str, stdin: str = "") -> str:
+        self.world.log.append(f"{machine.name}: {command}")
+        self.world.stdins.append((machine.name, command, stdin))
+        if "cluster-join" in command:
+            self.api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": machine.name}})
+            node = self.api.get(f"/api/v1/nodes/{machine.name}")
+            node["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+            self.api.request("PUT", f"/api/v1/nodes/{machine.name}/status", node)
+        return ""
+
+
+def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
+    """cluster-up itself (Vagrant, the guests and the host faked at the process boundary, the cluster
+    real): no master step, the Windows objects and a token applied and recorded, the join configuration
+    the Windows node gets carries that token and kubeadm's CA pin, the node Ready; then cluster-reset
+    removes exactly what was recorded."""
+    api = plane.client()
+    out = tmp_path / "out"
+    cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
+    world = FakeWorld(machines_of(out))
+    guests = JoiningGuests(world, api)
+    up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
+
+    state = json.loads((out / "cluster-state.json").read_text())["steps"]
+    assert list(state) == ["up", "cluster-nic", "cluster-ip", "node-proxy", "existing-apply", "join:winx-1", "ready"]
+    assert not any("kubeadm init" in line or "kubectl" in line for line in world.log)
+    record = json.loads((out / existing.RECORD_FILE).read_text())
+    assert record["nodes"] == ["winx-1"] and len(record["objects"]) == 7
+    token_secret = record["objects"][-1]["path"]
+    assert token_secret.startswith("/api/v1/namespaces/kube-system/secrets/bootstrap-token-")
+    join = yaml.safe_load(world.uploaded["C:\\k4w\\kubeadm-join.yaml"][0])["discovery"]["bootstrapToken"]
+    assert join["token"].split(".")[0] == token_secret.rsplit("-", 1)[1]
+    printed = plane.kubeadm_run("token", "create", "--print-join-command", "--ttl", "5m")
+    assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
+    assert existing.node_conditions(api)["winx-1"]["status"] == "True"
+
+    up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
+    assert any(line.startswith("winx-1: & 'C:\\k4w\\cluster-reset.ps1'") for line in world.log)
+    assert api.get_optional("/api/v1/nodes/winx-1") is None and api.get_optional(token_secret) is None
+    assert api.get_optional("/api/v1/namespaces/kube-system/serviceaccounts/k4w-windows-flanneld") is None
+    assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
+    assert not (out / existing.RECORD_FILE).exists()
