@@ -210,11 +210,17 @@ def dry_run_summary(ctx: S.Context) -> list[list[str]]:
     return rows
 
 
-def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None) -> None:
-    """Destroy every VM of the cluster and forget its state."""
+def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None, api=None) -> None:
+    """Destroy every VM of the cluster and forget its state; on a cluster k4w did not make, also
+    delete its Node objects and the objects it recorded there (k4w.cluster.existing)."""
     out = Path(out).resolve()
     load_cluster(out)  # says "run `invoke render` first" when there is nothing to destroy from
     (vagrant or cluster_vagrant(out, proc.Runner(dry_run=dry_run))).destroy()
+    if cluster.config.joins_existing:
+        from . import existing
+
+        for line in existing.remove(api or existing.client(cluster), out, dry_run=dry_run):
+            ui.say(line)
     if dry_run:
         ui.say(f"would remove {out / 'cluster-state.json'} and {out / 'kubeconfig'}")
         return

@@ -228,3 +228,17 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     assert api.get_optional("/api/v1/namespaces/kube-system/serviceaccounts/k4w-windows-flanneld") is None
     assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
     assert not (out / existing.RECORD_FILE).exists()
+
+
+def test_cluster_down_also_removes_what_k4w_added(plane, tmp_path):
+    api = plane.client()
+    out = tmp_path / "out"
+    cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
+    world = FakeWorld(machines_of(out))
+    up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=JoiningGuests(world, api), host=world.host,
+                      clock=PacedClock(), api=api)
+    recorded = [o["path"] for o in json.loads((out / existing.RECORD_FILE).read_text())["objects"]]
+    up_mod.cluster_down(cluster, out, vagrant=world.vagrant, api=api)
+    assert "vagrant destroy" in world.log
+    assert api.get_optional("/api/v1/nodes/winx-1") is None
+    assert [path for path in recorded if api.get_optional(path) is not None] == []
