@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from . import private
 from .errors import K4wError
 from .redact import register_secret
 
@@ -146,9 +147,7 @@ def _ssl_context(creds: Credentials) -> ssl.SSLContext:
         with tempfile.TemporaryDirectory(prefix="k4w-client-") as folder:   # mode 0700
             cert, key = Path(folder) / "client.crt", Path(folder) / "client.key"
             for path, data in ((cert, creds.cert_pem), (key, creds.key_pem)):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
+                private.write_private(path, data.decode("ascii", "replace"))   # PEM is ASCII
             ctx.load_cert_chain(cert, key)
     return ctx
 
