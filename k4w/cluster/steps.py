@@ -24,6 +24,7 @@ from ..render import escape
 from ..config import Config
 from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
+from ..kubeapi import ApiError
 from ..redact import register_secret
 from ..vagrant import PROVIDER
 from . import join_config
@@ -111,7 +112,7 @@ def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tu
     def polled() -> tuple[bool, str]:
         try:
             return check()
-        except (RemoteError, UnreadableAnswer) as exc:
+        except (RemoteError, UnreadableAnswer, ApiError) as exc:   # ApiError: an existing cluster's API, briefly away
             return False, f"the check itself failed: {exc}"
     return polled
 
