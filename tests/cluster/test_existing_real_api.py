@@ -197,16 +197,30 @@ class JoiningGuests(FakeRemote):
         return ""
 
 
+class WritesSeen(Client):
+    """The admin client, noting every request that changes something (method, path)."""
+
+    def __init__(self, creds):
+        super().__init__(creds)
+        self.writes: list[tuple[str, str]] = []
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        if method != "GET":
+            self.writes.append((method, path + ("/" + body["metadata"]["name"] if method == "POST" and body else "")))
+        return super().request(method, path, body, content_type)
+
+
 def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     """cluster-up itself (Vagrant, the guests and the host faked at the process boundary, the cluster
     real): no master step, the Windows objects and a token applied and recorded, the join configuration
     the Windows node gets carries that token and kubeadm's CA pin, the node Ready; then cluster-reset
-    removes exactly what was recorded."""
-    api = plane.client()
+    removes exactly what was recorded. The class check: k4w's only writes are creating what it records
+    and deleting what it recorded (no PUT or PATCH of anything, the owner's objects untouched)."""
+    api = WritesSeen(plane.client().creds)
     out = tmp_path / "out"
     cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
     world = FakeWorld(machines_of(out))
-    guests = JoiningGuests(world, api)
+    guests = JoiningGuests(world, plane.client())   # the kubelet's writes are not k4w's
     up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
 
     state = json.loads((out / "cluster-state.json").read_text())["steps"]
@@ -221,8 +235,12 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     printed = plane.kubeadm_run("token", "create", "--print-join-command", "--ttl", "5m")
     assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
     assert existing.node_conditions(api)["winx-1"]["status"] == "True"
+    created = [path for method, path in api.writes if method == "POST"]
+    assert [m for m, _ in api.writes] == ["POST"] * len(api.writes) and created == [o["path"] for o in record["objects"]]
+    api.writes.clear()
 
     up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
+    assert api.writes == [("DELETE", "/api/v1/nodes/winx-1")] + [("DELETE", o["path"]) for o in reversed(record["objects"])]
     assert any(line.startswith("winx-1: & 'C:\\k4w\\cluster-reset.ps1'") for line in world.log)
     assert api.get_optional("/api/v1/nodes/winx-1") is None and api.get_optional(token_secret) is None
     assert api.get_optional("/api/v1/namespaces/kube-system/serviceaccounts/k4w-windows-flanneld") is None
