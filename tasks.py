@@ -122,6 +122,16 @@ def cluster_reset(c, config=None, out=None, dry_run=False):
     cluster.cluster_reset(cli.load(s), s.out, dry_run=s.dry_run)
 
 
+@task(help=COMMON_HELP)
+@cli.user_errors
+def inventory(c, config=None, out=None, dry_run=False):
+    """Write OUT/inventory/hosts.yaml: the Linux nodes as a kubespray inventory (groups, addresses, SSH user and key)."""
+    from k4w import inventory as inventory_mod
+
+    s = cli.settings(c, config, out, dry_run)
+    inventory_mod.write(cli.load(s), s.out, dry_run=s.dry_run)
+
+
 def _build(c, config, out, dry_run, **options):
     from k4w.bake import commands
 
@@ -229,5 +239,5 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e, inventory)
 ns.configure({"k4w": cli.DEFAULTS})

@@ -7,8 +7,10 @@
 .DESCRIPTION
   Each VM's cluster NIC sits on the Internal switch; the host's vNIC on it holds the gateway
   address (first host of network.node_cidr) and the NetNat gives the nodes outbound access
-  through it. Every object is created only if absent; an existing object that cannot be right
-  (a switch of another type, an overlapping NetNat) stops the script with what to do.
+  through it. With -SwitchType External (hyperv.cluster_switch_type) the switch is bound to the
+  host adapter -NetAdapterName instead and the user's network routes the node addresses: no host
+  address and no NetNat are made. Every object is created only if absent; an existing object that
+  cannot be right (a switch of another type, an overlapping NetNat) stops the script with what to do.
   Exit codes: 0 ready, 1 failed (the message says why), 2 not elevated.
 #>
 [CmdletBinding()]
@@ -20,7 +22,9 @@ param(
     [Parameter(Mandatory = $true)][string]$NatPrefix,
     [Parameter(Mandatory = $true)][string]$PackerRuleName,
     [Parameter(Mandatory = $true)][string]$PackerPorts,
-    [Parameter(Mandatory = $true)][string]$PackerInterfaceAlias
+    [Parameter(Mandatory = $true)][string]$PackerInterfaceAlias,
+    [Parameter(Mandatory = $true)][ValidateSet('Internal', 'External')][string]$SwitchType,
+    [Parameter(Mandatory = $true)][AllowEmptyString()][string]$NetAdapterName
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -50,49 +54,61 @@ function ConvertTo-AddressRange {
     return [pscustomobject]@{ First = $first; Last = $first + $size - 1 }
 }
 
-# 1. The Internal switch (Internal = the host gets a vNIC on it; VMs reach the outside through the NAT).
+# 1. The switch. Internal: the host gets a vNIC on it, VMs reach the outside through the NAT.
+#    External: bound to a host adapter; -AllowManagementOS keeps the host's own use of that adapter.
 $switch = Get-VMSwitch -Name $SwitchName -ErrorAction SilentlyContinue
 if ($null -eq $switch) {
-    New-VMSwitch -Name $SwitchName -SwitchType Internal | Out-Null
-    Write-Host "network-up: created Internal switch '$SwitchName'"
-} elseif ($switch.SwitchType -ne 'Internal') {
-    throw "switch '$SwitchName' exists but is $($switch.SwitchType), not Internal: rename it or set hyperv.cluster_switch to another name"
-} else {
-    Write-Host "network-up: switch '$SwitchName' exists"
-}
-
-# 2. The host's gateway address on the switch's vNIC ("vEthernet (<switch>)").
-$adapter = Get-NetAdapter -Name "vEthernet ($SwitchName)"
-$existing = @(Get-NetIPAddress -InterfaceIndex $adapter.ifIndex -AddressFamily IPv4 -ErrorAction SilentlyContinue |
-    Where-Object { $_.IPAddress -eq $Gateway })
-if ($existing.Count -eq 0) {
-    New-NetIPAddress -InterfaceIndex $adapter.ifIndex -IPAddress $Gateway -PrefixLength $PrefixLength | Out-Null
-    Write-Host "network-up: host address $Gateway/$PrefixLength set on vEthernet ($SwitchName)"
-} elseif ($existing[0].PrefixLength -ne $PrefixLength) {
-    throw "vEthernet ($SwitchName) has $Gateway/$($existing[0].PrefixLength), expected /${PrefixLength}: remove it with Remove-NetIPAddress -IPAddress $Gateway"
-} else {
-    Write-Host "network-up: host address $Gateway/$PrefixLength present"
-}
-
-# 3. The NetNat. Windows NAT refuses (or silently breaks on) internal prefixes that overlap
-#    another NetNat, e.g. one left by Docker Desktop: detect that and name the culprit.
-$wanted = ConvertTo-AddressRange $NatPrefix
-$nats = @(Get-NetNat -ErrorAction SilentlyContinue)
-$mine = @($nats | Where-Object { $_.Name -eq $NatName })
-if ($mine.Count -gt 0) {
-    if ($mine[0].InternalIPInterfaceAddressPrefix -ne $NatPrefix) {
-        throw "NetNat '$NatName' exists for $($mine[0].InternalIPInterfaceAddressPrefix), not ${NatPrefix}: remove it with Remove-NetNat -Name '$NatName'"
+    if ($SwitchType -eq 'External') {
+        if (-not $NetAdapterName) { throw 'an External switch needs hyperv.cluster_adapter (Get-NetAdapter -Physical lists them)' }
+        New-VMSwitch -Name $SwitchName -NetAdapterName $NetAdapterName -AllowManagementOS $true | Out-Null
+        Write-Host "network-up: created External switch '$SwitchName' on adapter '$NetAdapterName'"
+    } else {
+        New-VMSwitch -Name $SwitchName -SwitchType Internal | Out-Null
+        Write-Host "network-up: created Internal switch '$SwitchName'"
     }
-    Write-Host "network-up: NetNat '$NatName' for $NatPrefix exists"
+} elseif ($switch.SwitchType -ne $SwitchType) {
+    throw "switch '$SwitchName' exists but is $($switch.SwitchType), not ${SwitchType}: rename it, set hyperv.cluster_switch to another name or hyperv.cluster_switch_type to $($switch.SwitchType)"
 } else {
-    foreach ($nat in $nats) {
-        $other = ConvertTo-AddressRange $nat.InternalIPInterfaceAddressPrefix
-        if ($wanted.First -le $other.Last -and $other.First -le $wanted.Last) {
-            throw "NetNat '$($nat.Name)' ($($nat.InternalIPInterfaceAddressPrefix)) overlaps ${NatPrefix}: change network.node_cidr or remove it with Remove-NetNat -Name '$($nat.Name)'"
+    Write-Host "network-up: $SwitchType switch '$SwitchName' exists"
+}
+if ($SwitchType -eq 'External') {
+    # The user's network routes network.node_cidr (its router is hyperv.cluster_gateway): no host
+    # address and no NetNat, which would hide those addresses from the rest of that network.
+    Write-Host "network-up: External switch: no host address and no NetNat; your network routes $NatPrefix via $Gateway"
+} else {
+    # 2. The host's gateway address on the switch's vNIC ("vEthernet (<switch>)").
+    $adapter = Get-NetAdapter -Name "vEthernet ($SwitchName)"
+    $existing = @(Get-NetIPAddress -InterfaceIndex $adapter.ifIndex -AddressFamily IPv4 -ErrorAction SilentlyContinue |
+        Where-Object { $_.IPAddress -eq $Gateway })
+    if ($existing.Count -eq 0) {
+        New-NetIPAddress -InterfaceIndex $adapter.ifIndex -IPAddress $Gateway -PrefixLength $PrefixLength | Out-Null
+        Write-Host "network-up: host address $Gateway/$PrefixLength set on vEthernet ($SwitchName)"
+    } elseif ($existing[0].PrefixLength -ne $PrefixLength) {
+        throw "vEthernet ($SwitchName) has $Gateway/$($existing[0].PrefixLength), expected /${PrefixLength}: remove it with Remove-NetIPAddress -IPAddress $Gateway"
+    } else {
+        Write-Host "network-up: host address $Gateway/$PrefixLength present"
+    }
+
+    # 3. The NetNat. Windows NAT refuses (or silently breaks on) internal prefixes that overlap
+    #    another NetNat, e.g. one left by Docker Desktop: detect that and name the culprit.
+    $wanted = ConvertTo-AddressRange $NatPrefix
+    $nats = @(Get-NetNat -ErrorAction SilentlyContinue)
+    $mine = @($nats | Where-Object { $_.Name -eq $NatName })
+    if ($mine.Count -gt 0) {
+        if ($mine[0].InternalIPInterfaceAddressPrefix -ne $NatPrefix) {
+            throw "NetNat '$NatName' exists for $($mine[0].InternalIPInterfaceAddressPrefix), not ${NatPrefix}: remove it with Remove-NetNat -Name '$NatName'"
         }
+        Write-Host "network-up: NetNat '$NatName' for $NatPrefix exists"
+    } else {
+        foreach ($nat in $nats) {
+            $other = ConvertTo-AddressRange $nat.InternalIPInterfaceAddressPrefix
+            if ($wanted.First -le $other.Last -and $other.First -le $wanted.Last) {
+                throw "NetNat '$($nat.Name)' ($($nat.InternalIPInterfaceAddressPrefix)) overlaps ${NatPrefix}: change network.node_cidr or remove it with Remove-NetNat -Name '$($nat.Name)'"
+            }
+        }
+        New-NetNat -Name $NatName -InternalIPInterfaceAddressPrefix $NatPrefix | Out-Null
+        Write-Host "network-up: created NetNat '$NatName' for $NatPrefix"
     }
-    New-NetNat -Name $NatName -InternalIPInterfaceAddressPrefix $NatPrefix | Out-Null
-    Write-Host "network-up: created NetNat '$NatName' for $NatPrefix"
 }
 # 4. The inbound rule for Packer's HTTP server: without it Windows Firewall may drop the Ubuntu
 #    installer's fetch of preseed.cfg on the Default Switch, and the build waits for SSH for hours.

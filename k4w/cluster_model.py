@@ -104,7 +104,7 @@ class Cluster:
             profiles=MappingProxyType(boxes),
             network=derive_network(cfg),
             proxy=derive_proxy(cfg),
-            kube=kube_era(boxes[cfg.master.box]),
+            kube=kube_era(boxes[cfg.era_node.box]),
             sources=sources_mod.REPO,
             config_file=config_file,
         )

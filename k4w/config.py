@@ -65,6 +65,19 @@ class Cluster(Strict):
     domain: str = "cluster.local"
     timezone: str = "UTC"
     ready_timeout: StrictInt = Field(900, ge=60, le=7200)
+    # The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray): k4w then makes no
+    # master and only joins the nodes to it (k4w/cluster/existing.py; README "Add Windows nodes to
+    # your own cluster"). Relative to the current folder, ~ expanded; read only by cluster-up/plan.
+    existing: str | None = None
+
+    @field_validator("existing")
+    @classmethod
+    def _existing(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        if any(ord(ch) < 32 for ch in v) or not v.strip():
+            raise ValueError("must be the path of a kubeconfig file on one line, e.g. ~/.kube/admin.conf")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -200,6 +213,30 @@ class Network(Strict):
 class HyperV(Strict):
     management_switch: str = "Default Switch"
     cluster_switch: str = "k4w-cluster"
+    # Internal: the host holds the gateway address and a NetNat (one host). External: the switch is bound
+    # to the host adapter cluster_adapter and the user's network routes network.node_cidr, its router
+    # being cluster_gateway (default: the first address); no NetNat, so nodes on several Hyper-V hosts,
+    # each running cluster-up with its own nodes, reach each other and a cluster elsewhere.
+    cluster_switch_type: Literal["Internal", "External"] = "Internal"
+    cluster_adapter: str | None = None
+    cluster_gateway: ipaddress.IPv4Address | None = None
+
+    @field_validator("cluster_adapter")
+    @classmethod
+    def _adapter(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(ord(ch) < 32 for ch in v)):
+            raise ValueError("must name a network adapter of this host (Get-NetAdapter lists them), on one line")
+        return v
+
+    @model_validator(mode="after")
+    def _external(self) -> "HyperV":
+        if self.cluster_switch_type == "External" and not self.cluster_adapter:
+            raise ValueError("cluster_switch_type External needs cluster_adapter: the host adapter the switch is bound to "
+                             "(Get-NetAdapter -Physical lists them)")
+        if self.cluster_switch_type == "Internal" and (self.cluster_adapter or self.cluster_gateway):
+            raise ValueError("cluster_adapter and cluster_gateway are for cluster_switch_type External; an Internal switch's "
+                             "gateway is this host (the first address of network.node_cidr)")
+        return self
 
     @field_validator("management_switch", "cluster_switch")
     @classmethod
@@ -385,9 +422,16 @@ class Config(Strict):
     def _cluster_rules(self) -> "Config":
         problems: list[str] = []
         masters = [n for n in self.nodes if n.role == "master"]
-        if len(masters) != 1:
+        if self.cluster.existing:
+            # The existing cluster has its control plane; k4w only adds workers to it.
+            problems += [f"nodes[{i}].role: master is not allowed with cluster.existing (the cluster at "
+                         f"{self.cluster.existing} has its own control plane); list only workers"
+                         for i, n in enumerate(self.nodes) if n.role == "master"]
+        elif len(masters) != 1:
             problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
-        gateway = next(self.network.node_cidr.hosts())
+        gateway = self.hyperv.cluster_gateway or next(self.network.node_cidr.hosts())
+        if gateway not in self.network.node_cidr:
+            problems.append(f"hyperv.cluster_gateway: {gateway} is outside network.node_cidr {self.network.node_cidr}")
         # Flannel leases each node a /24 (its SubnetLen default) out of pod_cidr.
         subnets = 2 ** (24 - self.network.pod_cidr.prefixlen)
         if subnets < len(self.nodes):
@@ -488,8 +532,26 @@ class Config(Strict):
         return problems
 
     @property
+    def joins_existing(self) -> bool:
+        """True when the nodes join a cluster k4w did not make (cluster.existing)."""
+        return bool(self.cluster.existing)
+
+    @property
     def master(self) -> Node:
-        return next(n for n in self.nodes if n.role == "master")
+        found = next((n for n in self.nodes if n.role == "master"), None)
+        if found is None:
+            raise K4wError(f"cluster {self.cluster.name} joins the existing cluster of {self.cluster.existing} "
+                           "and has no master node of its own")
+        return found
+
+    @property
+    def era_node(self) -> Node:
+        """The node whose box profile decides the cluster's Kubernetes era (kubeadm API, images):
+        the master, or for cluster.existing the first Linux worker, else the first node."""
+        if not self.joins_existing:
+            return self.master
+        linux = [n for n in self.nodes if not profiles.load(n.box).is_windows]
+        return (linux or self.nodes)[0]
 
     def boxes(self) -> list[str]:
         """Boxes used by the nodes, in first-use order."""

@@ -38,7 +38,7 @@ class Network:
     vxlan_vni: int
     vxlan_port: int
     windows_network_name: str
-    master: Node
+    master: Node | None  # None for cluster.existing: the existing cluster's control plane is not a node here
     nodes: list[Node] = field(default_factory=list)
 
 
@@ -155,10 +155,12 @@ def derive_network(cfg: Config) -> Network:
         service_cidr=str(net.service_cidr),
         node_cidr=str(net.node_cidr),
         node_prefixlen=net.node_cidr.prefixlen,
-        gateway=str(next(net.node_cidr.hosts())),
+        # Internal: this host's address on the switch (NetNat); External: the user's router.
+        gateway=str(cfg.hyperv.cluster_gateway or next(net.node_cidr.hosts())),
         dns_ip=str(dns_ip),
         kubernetes_service_ip=str(net.service_cidr.network_address + 1),
-        api_ip=str(cfg.master.ip),
+        # An existing cluster's API server is its kubeconfig's, known only when cluster-up reads it.
+        api_ip="" if cfg.joins_existing else str(cfg.master.ip),
         api_port=API_PORT,
         cluster_domain=cfg.cluster.domain,
         backend=net.backend,
@@ -167,7 +169,7 @@ def derive_network(cfg: Config) -> Network:
         vxlan_port=VXLAN_PORT,
         # Names Flannel for Windows expects for the HNS network it creates per backend.
         windows_network_name="cbr0" if net.backend == "host-gw" else "vxlan0",
-        master=cfg.master,
+        master=None if cfg.joins_existing else cfg.master,
         nodes=list(cfg.nodes),
     )
 

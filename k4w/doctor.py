@@ -126,13 +126,16 @@ def switch_checks(cfg: Config) -> list[Check]:
     if not _is_windows():
         return []
     checks = []
-    for label, name, fix in (
-        ("management switch", cfg.hyperv.management_switch, "create it in Hyper-V Manager, or set hyperv.management_switch to an existing switch"),
-        ("cluster switch", cfg.hyperv.cluster_switch, "run: invoke network-up"),
+    for label, name, fix, kind in (
+        ("management switch", cfg.hyperv.management_switch, "create it in Hyper-V Manager, or set hyperv.management_switch to an existing switch", None),
+        ("cluster switch", cfg.hyperv.cluster_switch, "run: invoke network-up", cfg.hyperv.cluster_switch_type),
     ):
         code, out = _powershell(f"Get-VMSwitch -Name '{name.replace(chr(39), chr(39) * 2)}' -ErrorAction Stop | Select-Object -ExpandProperty SwitchType")
-        checks.append(Check(f"{label} '{name}'", code == 0, out or f"exit {code}", fix,
-                            ("build",) if label == "management switch" else ("cluster",)))
+        ok, detail = code == 0, out or f"exit {code}"
+        if ok and kind and out.strip() != kind:   # hyperv.cluster_switch_type: Internal (NetNat) or External (routed)
+            ok, detail = False, f"{out.strip()}, but hyperv.cluster_switch_type is {kind}"
+            fix = f"set hyperv.cluster_switch_type: {out.strip()}, or rename the switch and run: invoke network-up"
+        checks.append(Check(f"{label} '{name}'", ok, detail, fix, ("build",) if label == "management switch" else ("cluster",)))
     return checks
 
 

@@ -60,7 +60,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         "Derived once, used by every artifact",
         ["value", "setting"],
         [
-            ["API server", f"https://{net.api_ip}:{net.api_port}"],
+            ["API server", f"the existing cluster's ({cfg.cluster.existing})" if cfg.joins_existing else f"https://{net.api_ip}:{net.api_port}"],
             ["pod CIDR (kubeadm, Flannel, Windows CNI, kube-proxy)", net.pod_cidr],
             ["service CIDR", net.service_cidr],
             ["cluster DNS IP (kubelet --cluster-dns)", net.dns_ip],
@@ -102,6 +102,11 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     if not decision.refused:
         ui.say("Nothing blocks the builds on this host.")
 
+    if cfg.joins_existing:
+        from .cluster import existing
+
+        existing.show_plan(cluster, out, files)
+        return
     ui.say("\nCluster plan (invoke network-up once, then invoke cluster-up):", style="bold")
     workers_linux = [n.name for n in cfg.nodes if n.role == "worker" and not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
@@ -115,7 +120,10 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
                          else "Windows kube-proxy RBAC")
     steps = [
-        f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}",
+        (f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"
+         if cfg.hyperv.cluster_switch_type == "Internal" else
+         f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
+         f"your network routes {net.node_cidr} via {net.gateway}"),
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",

@@ -30,6 +30,17 @@ V1BETA4 = "kubeadm.k8s.io/v1beta4"
 # Shapes only, for `invoke validate` (the real values exist only during cluster-up).
 SAMPLE_TOKEN = "abcdef.0123456789abcdef"
 SAMPLE_HASH = "sha256:" + "0" * 64
+# The API server of a cluster k4w did not make is known only at cluster-up (from its cluster-info);
+# validation uses an address of TEST-NET-1 (RFC 5737) in its place.
+SAMPLE_API_SERVER = "192.0.2.1:6443"
+
+
+def validation_api_server(cluster) -> str:
+    """host:port the sample join configurations of `invoke validate` name (the master's, else the sample)."""
+    from ..derive import API_PORT
+
+    cfg = cluster.config
+    return SAMPLE_API_SERVER if cfg.joins_existing else f"{cfg.master.ip}:{API_PORT}"
 
 
 def cri_socket(box: str) -> str | None:

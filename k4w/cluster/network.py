@@ -39,6 +39,8 @@ def network_up_parameters(cfg: Config) -> dict[str, str]:
         "PackerRuleName": packer_http.RULE_NAME,
         "PackerPorts": packer_http.port_range(),
         "PackerInterfaceAlias": packer_http.interface_alias(cfg.hyperv.management_switch),
+        "SwitchType": cfg.hyperv.cluster_switch_type,
+        "NetAdapterName": cfg.hyperv.cluster_adapter or "",
     }
 
 

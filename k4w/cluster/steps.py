@@ -24,6 +24,7 @@ from ..render import escape
 from ..config import Config
 from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
+from ..kubeapi import ApiError
 from ..redact import register_secret
 from ..vagrant import PROVIDER
 from . import join_config
@@ -78,6 +79,10 @@ class Context:
     started: float = 0.0
     timings: dict = field(default_factory=dict)
     artifacts: Path | None = None   # where the rendered files are read: a dry run's scratch render, else out
+    # cluster.existing: the API of the cluster k4w did not make (k4w.kubeapi.Client) and the record of
+    # what k4w added there (k4w.cluster.existing.Record); None for a cluster with a k4w master.
+    api: object | None = None
+    record: object | None = None
 
     @property
     def rendered(self) -> Path:
@@ -107,7 +112,7 @@ def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tu
     def polled() -> tuple[bool, str]:
         try:
             return check()
-        except (RemoteError, UnreadableAnswer) as exc:
+        except (RemoteError, UnreadableAnswer, ApiError) as exc:   # ApiError: an existing cluster's API, briefly away
             return False, f"the check itself failed: {exc}"
     return polled
 
@@ -117,7 +122,12 @@ def kubectl(ctx: Context, args: str) -> str:
 
 
 def node_conditions(ctx: Context) -> dict[str, dict]:
-    """{node name: its Ready condition} from `kubectl get nodes -o json` on the master."""
+    """{node name: its Ready condition} from `kubectl get nodes -o json` on the master (from the API
+    of a cluster k4w did not make)."""
+    if ctx.api is not None:
+        from . import existing
+
+        return existing.node_conditions(ctx.api)
     raw = kubectl(ctx, "get nodes -o json")
     try:
         items = json.loads(raw or "{}").get("items", [])
@@ -159,7 +169,12 @@ def wait_ready(ctx: Context, machines: list[Machine]) -> None:
 
 
 def join_parameters(ctx: Context) -> dict[str, str]:
-    """A fresh, short-lived join token from the master, parsed (never executed as a string)."""
+    """A fresh, short-lived join token from the master, parsed (never executed as a string); for a
+    cluster k4w did not make, a bootstrap token made through its API (k4w.cluster.existing)."""
+    if ctx.api is not None:
+        from . import existing
+
+        return existing.join_parameters(ctx)
     out = ctx.remote.run(ctx.cluster.master, f"sudo kubeadm token create --print-join-command --ttl {TOKEN_TTL}")
     match = _JOIN.search(out)
     if not match:
@@ -455,7 +470,14 @@ def service_account_token(ctx: Context, identity: identities.Identity) -> tuple[
     found: dict[str, str] = {}
 
     def filled() -> tuple[bool, str]:
-        raw = kubectl(ctx, f"-n {identity.namespace} get secret {identity.secret} -o json")
+        if ctx.api is not None:   # a cluster k4w did not make: its API (a dry run only says so)
+            path = f"/api/v1/namespaces/{identity.namespace}/secrets/{identity.secret}"
+            if ctx.dry_run:
+                ui.say(f"would read Secret {identity.namespace}/{identity.secret} through the API ({path})")
+                return False, "dry run"
+            raw = json.dumps(ctx.api.get(path))
+        else:
+            raw = kubectl(ctx, f"-n {identity.namespace} get secret {identity.secret} -o json")
         try:
             data = (json.loads(raw or "{}").get("data") or {})
         except json.JSONDecodeError:

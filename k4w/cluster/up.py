@@ -53,6 +53,8 @@ def _dry_answers(cluster) -> dict[str, str]:
     """The one answer a dry run needs to walk every step: a join command to parse (its token is
     a placeholder, redacted like a real one). Readiness is never pretended: waits say what they
     would wait for (steps.wait_for)."""
+    if not any(m.is_master for m in cluster.machines):   # cluster.existing: the token comes from its API
+        return {}
     return {
         r"kubeadm token create": f"kubeadm join {cluster.master.ip}:6443 --token abcdef.0123456789abcdef "
                                  f"--discovery-token-ca-cert-hash sha256:{'0' * 64}\n",
@@ -107,9 +109,15 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
         if problems:
             raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
                            + "\n".join(f"  - {p}" for p in problems))
+    api = deps.pop("api", None)
     ctx = make_context(cluster.config, out, dry_run, artifacts=artifacts, **deps)
+    existing = None
+    if cluster.config.joins_existing:   # a cluster k4w did not make: its facts first, before any VM
+        from . import existing
+
+        existing.prepare(ctx, cluster, api)
     S.step_network(ctx)
-    plan = S.step_list(ctx.cluster)
+    plan = existing.step_list(ctx.cluster) if existing else S.step_list(ctx.cluster)
     finished = all(ctx.state.done(key) for key, _ in plan)
     restarted = []
     if ctx.state.done("up"):
@@ -132,7 +140,8 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
     if finished:
         if restarted:
             S.step_ready(ctx)  # a restarted node is back only once it is Ready again
-            S.step_rollouts(ctx)  # ... and its CoreDNS, kube-proxy and Flannel pods run again
+            if not existing:   # an existing cluster's add-ons are its owner's
+                S.step_rollouts(ctx)  # ... and its CoreDNS, kube-proxy and Flannel pods run again
         else:
             ui.say("cluster is already up: nothing else to do")
         finish(ctx)
@@ -157,6 +166,12 @@ def finish(ctx: S.Context) -> None:
 
 def summary(ctx: S.Context) -> list[list[str]]:
     conditions = S.node_conditions(ctx)
+    if ctx.api is not None:   # an existing cluster: only k4w's nodes, and the user's own kubeconfig
+        rows = [[m.name, m.os, m.ip, "Ready" if (conditions.get(m.name) or {}).get("status") == "True"
+                 else S.describe_condition(conditions.get(m.name))] for m in ctx.cluster.machines]
+        ui.table(f"nodes k4w joined to {ctx.api.creds.server}", ["node", "OS", "IP", "Ready"], rows)
+        ui.say(f"what k4w added there is recorded in {ctx.out / 'existing-cluster.json'} (cluster-reset removes exactly that)")
+        return rows
     rows = []
     for m in ctx.cluster.machines:
         cond = conditions.get(m.name)
@@ -186,19 +201,26 @@ def dry_run_summary(ctx: S.Context) -> list[list[str]]:
     if unbuilt:
         ui.say("boxes not built yet, so a real cluster-up would stop at `vagrant up`; build them first with "
                + "; ".join(f"{box}: {how}" for box, how in sorted(unbuilt.items())), style="yellow")
-    ending = f"a real run waits up to {ctx.ready_timeout} s for every node to be Ready, then writes {ctx.out / 'kubeconfig'} (mode 0600)"
-    if ctx.cluster.windows_workers:
+    ending = f"a real run waits up to {ctx.ready_timeout} s for every node to be Ready" + (
+        "" if ctx.api is not None else f", then writes {ctx.out / 'kubeconfig'} (mode 0600)")
+    if ctx.cluster.windows_workers and ctx.api is None:
         entry = (ctx.cluster.linux_workers or [ctx.cluster.master])[0]
         ending += f" and serves the demo at http://{entry.ip}:{S.DEMO_NODE_PORT}/"
     ui.say(ending)
     return rows
 
 
-def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None) -> None:
-    """Destroy every VM of the cluster and forget its state."""
+def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=None, api=None) -> None:
+    """Destroy every VM of the cluster and forget its state; on a cluster k4w did not make, also
+    delete its Node objects and the objects it recorded there (k4w.cluster.existing)."""
     out = Path(out).resolve()
     load_cluster(out)  # says "run `invoke render` first" when there is nothing to destroy from
     (vagrant or cluster_vagrant(out, proc.Runner(dry_run=dry_run))).destroy()
+    if cluster.config.joins_existing:
+        from . import existing
+
+        for line in existing.remove(api or existing.client(cluster), out, dry_run=dry_run):
+            ui.say(line)
     if dry_run:
         ui.say(f"would remove {out / 'cluster-state.json'} and {out / 'kubeconfig'}")
         return
@@ -209,7 +231,9 @@ def cluster_down(cluster: Cluster, out: Path, dry_run: bool = False, vagrant=Non
 
 def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) -> None:
     """Undo kubeadm on every node (VMs and their cluster IPs stay); cluster-up then re-creates it.
-    It works after a config change too: that is when cluster-up sends you here."""
+    It works after a config change too: that is when cluster-up sends you here. On a cluster k4w did
+    not make, the Node objects and objects it recorded are deleted through the API, nothing else."""
+    api = deps.pop("api", None)
     ctx = make_context(cluster.config, out, dry_run, config_changed_ok=True, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
@@ -217,13 +241,18 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
     # The cluster is rebuilt on the VMs as they are now, so these become the recorded ones, even
     # if one was re-created outside cluster-up (the way out cluster-up names).
     S.record_vm_ids(ctx)
-    master = ctx.cluster.master
     workers = [m for m in ctx.cluster.machines if not m.is_master]
-    vxlan_device = S.flannel_vxlan_device(ctx.out)
-    if ctx.state.done("master-init"):
-        for m in workers:  # so a re-join registers a fresh Node object
-            S.kubectl(ctx, f"delete node {m.name} --ignore-not-found")
-    for m in workers + [master]:
+    if cluster.config.joins_existing:
+        from . import existing
+
+        api = api or existing.client(cluster)
+        masters, vxlan_device = [], existing.vxlan_device(cluster)
+    else:
+        masters, vxlan_device = [ctx.cluster.master], S.flannel_vxlan_device(ctx.out)
+        if ctx.state.done("master-init"):
+            for m in workers:  # so a re-join registers a fresh Node object
+                S.kubectl(ctx, f"delete node {m.name} --ignore-not-found")
+    for m in workers + masters:
         S.prepare_dirs(ctx, m)
         if m.is_windows:
             from ..render import escape
@@ -233,6 +262,10 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
         else:
             script = S.upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-reset.sh")
             ctx.remote.run(m, f"sudo {sh_env(K4W_FLANNEL_VXLAN_DEVICE=vxlan_device)} bash {script}")
+    if cluster.config.joins_existing:
+        # After the nodes' own reset, so no kubelet registers its Node again once it is deleted.
+        for line in existing.remove(api, ctx.out, dry_run=dry_run):
+            ui.say(line)
     ctx.state.clear_after(KEPT_BY_RESET)
     if not dry_run:
         (ctx.out / "kubeconfig").unlink(missing_ok=True)

@@ -243,6 +243,11 @@ def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
     return found
 
 
+# A cluster k4w did not make (cluster.existing) has its own CNI: k4w neither renders nor applies Flannel's
+# manifest there (k4w/cluster/existing.py reads the cluster's Flannel config instead).
+NOT_FOR_EXISTING = ("kube-flannel.yaml",)
+
+
 def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str]:
     """Render every artifact in memory: {path relative to out: text}. Writes nothing.
 
@@ -296,17 +301,21 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         if tpl.name == identities.SERVICE_IDENTITIES_TEMPLATE and not identities.service_identities_needed(
                 [cluster.profile(n.box) for n in cfg.nodes]):
             continue
-        emit(tpl, f"manifests/{tpl.stem}")
-    for tpl in sorted((templates / "manifests" / "patches").glob("*.j2")):
+        if not (cfg.joins_existing and tpl.stem in NOT_FOR_EXISTING):
+            emit(tpl, f"manifests/{tpl.stem}")
+    # The patches change kubeadm's own DaemonSets, which k4w leaves alone in a cluster it did not make.
+    for tpl in [] if cfg.joins_existing else sorted((templates / "manifests" / "patches").glob("*.j2")):
         emit(tpl, f"manifests/patches/{tpl.stem}")
     # A Windows node recipe's own manifests (templates/manifests/windows-<recipe>/, e.g. the containerd
-    # era's HostProcess DaemonSets), only when a node uses that recipe.
+    # era's HostProcess DaemonSets), only when a node uses that recipe; an existing cluster gets them
+    # too (k4w/cluster/existing.py applies them as the objects its Windows workers need).
     for folder, recipe_profs in hostprocess.recipe_profiles(cluster).items():
         recipe_box = profiles.Attr(recipe_profs[0].data)
         for tpl in sorted((templates / "manifests" / folder).glob("*.yaml.j2")):
             emit(tpl, f"manifests/{folder}/{tpl.stem}", box=recipe_box,
                  hostprocess=hostprocess.context(cluster, folder, recipe_profs, cluster.sources.guest))
-    for tpl in sorted((templates / "kubeadm").glob("*.j2")):
+    # An existing cluster was initialised by its own tool: no kubeadm init config (k4w/cluster/existing.py).
+    for tpl in [] if cfg.joins_existing else sorted((templates / "kubeadm").glob("*.j2")):
         emit(tpl, f"kubeadm/{tpl.stem}")
     for node in cfg.nodes:
         prof = cluster.profile(node.box)

@@ -230,7 +230,8 @@ def kubeadm_config(cluster: Cluster, out: Path) -> Result:
 
     path = out / "kubeadm" / "kubeadm-config.yaml"
     res.checked.append(_rel(path))
-    res.problems = kubeadm_rules.check(path, cluster.kube.kubeadm_api)
+    # A cluster k4w did not make has no init config of k4w's (cluster.existing): only the joins.
+    res.problems = [] if cluster.config.joins_existing else kubeadm_rules.check(path, cluster.kube.kubeadm_api)
     res.problems += _join_config_problems(cluster)
     return res
 
@@ -255,15 +256,11 @@ def _join_config_problems(cluster: Cluster) -> list[str]:
         if node.role == "master":
             continue
         try:
-            join_config.for_worker(node.box, f"{_master_ip(cluster)}:{derive.API_PORT}", join_config.SAMPLE_TOKEN,
+            join_config.for_worker(node.box, join_config.validation_api_server(cluster), join_config.SAMPLE_TOKEN,
                                    join_config.SAMPLE_HASH, node.name)
         except K4wError as exc:
             problems.append(f"join configuration of {node.name}: {exc}")
     return problems
-
-
-def _master_ip(cluster: Cluster) -> str:
-    return next(n.ip for n in cluster.config.nodes if n.role == "master")
 
 
 def pinned_flags(cluster: Cluster, out: Path) -> Result:

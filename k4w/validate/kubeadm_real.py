@@ -65,10 +65,10 @@ def configs(cluster: Cluster, out: Path) -> list[Config]:
     config of every worker whose box speaks the pinned kubeadm's API."""
     found = []
     init = out / "kubeadm" / "kubeadm-config.yaml"
-    if cluster.kube.kubeadm_api == API:
+    if cluster.kube.kubeadm_api == API and not cluster.config.joins_existing:
         found.append(Config("kubeadm/kubeadm-config.yaml", init.read_text(encoding="utf-8") if init.is_file() else "",
                             init=True))
-    api_server = f"{next(n.ip for n in cluster.config.nodes if n.role == 'master')}:{derive.API_PORT}"
+    api_server = join_config.validation_api_server(cluster)
     for node in cluster.config.nodes:
         profile = profiles.load(node.box)
         if node.role == "master" or profile.data.kubernetes.kubeadm_api != API:

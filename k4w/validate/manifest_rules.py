@@ -56,19 +56,24 @@ def check_manifests(out_dir, cluster=None) -> list[str]:
     """
     out = Path(out_dir)
     problems: list[str] = []
-    kubeadm_docs = _load_yaml_docs(out / "kubeadm" / "kubeadm-config.yaml", problems)
+    # A cluster k4w did not make (cluster.existing) has its own kubeadm config and CNI: nothing of
+    # k4w's to hold them to here; cluster-up compares cluster.yml with the live cluster instead
+    # (k4w/cluster/facts.py) and checks its Flannel ClusterRole exists (k4w/cluster/existing.py).
+    existing = cluster is not None and cluster.config.joins_existing
+    kubeadm_docs = [] if existing else _load_yaml_docs(out / "kubeadm" / "kubeadm-config.yaml", problems)
     expected = _expected(out, cluster, kubeadm_docs, problems)
     problems += _check_manifest_schemas(out)
     if expected is None:
         return problems
-    problems += check_kubeadm(kubeadm_docs, expected)
-    problems += check_flannel(out / "manifests" / "kube-flannel.yaml", expected)
-    problems += check_node_selectors(out, expected)
+    if not existing:
+        problems += check_kubeadm(kubeadm_docs, expected)
+        problems += check_flannel(out / "manifests" / "kube-flannel.yaml", expected)
+    problems += check_node_selectors(out, expected, own_cni=not existing)
     problems += check_rbac_subjects(out)
     # The seed era's token-Secret identities; a containerd-era cluster renders none (hostprocess_rules
     # fails one that does).
     if (out / "manifests" / identities.SERVICE_IDENTITIES_MANIFEST).is_file() or not hostprocess_rules.all_windows_nodes_hostprocess(out):
-        problems += check_windows_identities(out)
+        problems += check_windows_identities(out, own_cni=not existing)
     problems += hostprocess_rules.check(out, expected, cluster)
     for node_dir in sorted((out / "nodes").glob("*")):
         if (node_dir / "kubelet.args").is_file():
@@ -166,7 +171,7 @@ def check_rbac_subjects(out: Path) -> list[str]:
     return problems
 
 
-def check_windows_identities(out: Path) -> list[str]:
+def check_windows_identities(out: Path, own_cni: bool = True) -> list[str]:
     """Each Windows component of k4w.identities has its ServiceAccount, its token Secret and a
     binding to its Linux twin's ClusterRole in windows-node-rbac.yaml, and that ClusterRole is one
     the cluster has (the Flannel manifest's own, or a built-in system: role)."""
@@ -193,7 +198,7 @@ def check_windows_identities(out: Path) -> list[str]:
         roles = sorted({d.get("roleRef", {}).get("name") for d in bound})
         if roles != [ident.cluster_role]:
             problems.append(f"{where}: {ident.service_account} is bound to {roles or 'nothing'}, its Linux twin has {ident.cluster_role!r}")
-        if not ident.cluster_role.startswith("system:") and ident.cluster_role not in flannel_roles:
+        if own_cni and not ident.cluster_role.startswith("system:") and ident.cluster_role not in flannel_roles:
             problems.append(f"{where}: ClusterRole {ident.cluster_role!r} is not in kube-flannel.yaml (has {sorted(filter(None, flannel_roles))})")
     return problems
 
@@ -275,11 +280,14 @@ def check_flannel(path: Path, exp: Expected) -> list[str]:
     return problems
 
 
-def check_node_selectors(out: Path, exp: Expected) -> list[str]:
-    """Flannel and kube-proxy pods on Linux only; the demo on Windows only."""
+def check_node_selectors(out: Path, exp: Expected, own_cni: bool = True) -> list[str]:
+    """Flannel and kube-proxy pods on Linux only; the demo on Windows only. Without own_cni (a
+    cluster k4w did not make) k4w renders neither Flannel nor the kube-proxy patch."""
     problems: list[str] = []
     label = exp.os_label
     wanted = {"kube-flannel.yaml": ("DaemonSet", "linux"), "demo-win-webserver.yaml": ("Deployment", "windows")}
+    if not own_cni:
+        del wanted["kube-flannel.yaml"]
     for name, (kind, os_name) in wanted.items():
         for doc in _load_yaml_docs(out / "manifests" / name, problems):
             if doc.get("kind") != kind:
@@ -288,6 +296,8 @@ def check_node_selectors(out: Path, exp: Expected) -> list[str]:
             if not _selects(selector, label, os_name):
                 problems.append(f"{name}: {kind} {doc['metadata']['name']} needs nodeSelector {label or '<os label>'}: {os_name}, has {selector}")
     patch_path = out / "manifests" / "patches" / "linux-node-selector.yaml"
+    if not own_cni:
+        return problems
     patch = _load_yaml_docs(patch_path, problems)
     if len(patch) != 1 or set(patch[0]) != {"spec"}:
         problems.append(f"patches/{patch_path.name}: must be one strategic-merge patch document with only 'spec'")

@@ -22,6 +22,7 @@ TASKS = {
     "doctor": {"-c --config", "-d --dry-run", "-o --out", "-s --stage", "-n --online"},
     "e2e": {"-b --box", "-c --cluster", "-d --dry-run", "-k --keep", "-o --out"},
     "fetch": {"-a --cache", "-b --box", "-c --config", "-d --dry-run"},
+    "inventory": {"-c --config", "-d --dry-run", "-o --out"},
     "iso-add": {"-b --box", "-p --path"},
     "network-up": {"-c --config", "-d --dry-run"},
     "pin": {"--box", "--component", "--config", "--dry-run", "--replace"},

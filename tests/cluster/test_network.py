@@ -57,8 +57,9 @@ def test_admin_rights_are_checked_before_anything_changes():
 
 
 @pytest.mark.parametrize("lookup, create", [
-    ("$switch = Get-VMSwitch -Name $SwitchName", "if ($null -eq $switch) {\n    New-VMSwitch -Name $SwitchName -SwitchType Internal"),
-    ("Where-Object { $_.IPAddress -eq $Gateway }", "if ($existing.Count -eq 0) {\n    New-NetIPAddress"),
+    ("$switch = Get-VMSwitch -Name $SwitchName", "        New-VMSwitch -Name $SwitchName -NetAdapterName $NetAdapterName -AllowManagementOS $true"),
+    ("$switch = Get-VMSwitch -Name $SwitchName", "    } else {\n        New-VMSwitch -Name $SwitchName -SwitchType Internal"),
+    ("Where-Object { $_.IPAddress -eq $Gateway }", "if ($existing.Count -eq 0) {\n        New-NetIPAddress"),
     ("$nats = @(Get-NetNat", "New-NetNat -Name $NatName -InternalIPInterfaceAddressPrefix $NatPrefix"),
 ])
 def test_every_object_is_created_only_when_absent(lookup, create):
@@ -72,6 +73,38 @@ def test_overlapping_netnat_is_detected_by_name():
     assert "overlaps ${NatPrefix}" in text
     # the overlap scan runs before New-NetNat and only when our NAT does not exist yet
     assert text.index("foreach ($nat in $nats)") < text.index("New-NetNat -Name")
+
+
+def test_an_external_switch_gets_no_host_address_and_no_netnat():
+    """hyperv.cluster_switch_type External: the switch is bound to the adapter, and everything that
+    makes this host the nodes' gateway (its address, the NetNat) is in the Internal branch only."""
+    text = script()
+    external = text.index("if ($SwitchType -eq 'External') {\n    # The user's network routes")
+    internal = text.index("} else {", external)
+    end = text.index("\n}\n", internal)
+    for change in ("New-NetIPAddress", "New-NetNat", "Get-NetNat"):
+        assert internal < text.index(change) < end, change
+    command = network.network_up_command(cfg_with(**{"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet 2",
+                                                      "hyperv.cluster_gateway": "192.168.250.254"}))
+    assert "-Gateway '192.168.250.254'" in command and "-SwitchType 'External' -NetAdapterName 'Ethernet 2'" in command
+    assert powershell.parse_text_errors(command) == []
+    assert "-SwitchType 'Internal' -NetAdapterName ''" in network.network_up_command(cfg_with())
+
+
+@pytest.mark.parametrize("hyperv, message", [
+    ({"hyperv.cluster_switch_type": "External"}, "cluster_switch_type External needs cluster_adapter"),
+    ({"hyperv.cluster_adapter": "Ethernet"}, "cluster_adapter and cluster_gateway are for cluster_switch_type External"),
+    ({"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet", "hyperv.cluster_gateway": "10.9.9.1"},
+     "hyperv.cluster_gateway: 10.9.9.1 is outside network.node_cidr 192.168.250.0/24"),
+    ({"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet", "hyperv.cluster_gateway": "192.168.250.10"},
+     "nodes[0].ip: 192.168.250.10 is reserved for the host gateway on the cluster switch"),
+])
+def test_external_switch_settings_are_checked(hyperv, message):
+    from k4w.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        cfg_with(**hyperv)
+    assert message in str(refused.value)
 
 
 def test_values_are_escaped_for_powershell():
@@ -115,3 +148,20 @@ def test_refuses_clearly_on_a_non_windows_host():
 def test_switch_check_script_parses():
     script = network.switch_check_script(cfg_with())
     assert powershell.parse_text_errors(script) == [] and re.search(r"exit 3", script)
+
+
+@pytest.mark.parametrize("actual, configured, ok", [
+    ("Internal", {}, True),
+    ("External", {}, False),
+    ("External", {"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet"}, True),
+    ("Internal", {"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet"}, False),
+])
+def test_doctor_holds_the_cluster_switch_to_its_configured_kind(monkeypatch, actual, configured, ok):
+    from k4w import doctor
+
+    monkeypatch.setattr(doctor, "_is_windows", lambda: True)
+    monkeypatch.setattr(doctor, "_powershell", lambda script: (0, actual))   # Get-VMSwitch ... SwitchType
+    check = next(c for c in doctor.switch_checks(cfg_with(**configured)) if c.name.startswith("cluster switch"))
+    assert check.ok == ok
+    if not ok:
+        assert f"{actual}, but hyperv.cluster_switch_type is" in check.detail and f"cluster_switch_type: {actual}" in check.fix

@@ -1,0 +1,349 @@
+"""Join workers to a cluster k4w did not create (cluster.existing): the join-only cluster-up, its plan,
+and the cluster-reset that removes exactly what k4w added.
+
+Order, all through the API with the admin kubeconfig (k4w.kubeapi), before any VM starts:
+1. read the cluster's facts and refuse a cluster.yml that does not fit (k4w.cluster.facts);
+2. check what a join relies on and k4w never changes: kubeadm's bootstrap-token RBAC (a cluster made by
+   kubeadm or kubespray has it), the ClusterRoles the Windows identities bind to, and that the
+   cluster's own kube-proxy and Flannel DaemonSets stay off Windows nodes (k4w does not patch them);
+then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy), and:
+3. apply the objects the Windows workers need (OUT/manifests/windows-node-rbac.yaml: a ServiceAccount,
+   its token Secret and a ClusterRoleBinding for flanneld and for kube-proxy), create-if-absent, each
+   recorded in OUT/existing-cluster.json the moment it exists;
+4. one bootstrap token (k4w.cluster.bootstrap_token, recorded too) and the CA hash from cluster-info for
+   the joins, which run the same join scripts as a k4w cluster;
+5. wait for the nodes to be Ready.
+cluster-reset deletes k4w's Node objects and the recorded objects, newest first, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from .. import ui
+from ..cluster_model import Cluster
+from ..errors import K4wError
+from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
+from . import bootstrap_token, facts as facts_mod
+
+RECORD_FILE = "existing-cluster.json"
+MANIFEST = Path("manifests") / "windows-node-rbac.yaml"
+PART_OF = ("app.kubernetes.io/part-of", "k4w")
+# What `kubeadm join` with a bootstrap token relies on in the cluster (kubernetes/kubernetes@v1.35.4
+# cmd/kubeadm/app/constants/constants.go: NodeKubeletBootstrap, GetNodesClusterRoleName,
+# NodeAutoApproveBootstrapClusterRoleBinding; KubeletBaseConfigMapRole is a Role in kube-system).
+KUBEADM_JOIN_RBAC = (
+    ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kubeadm:kubelet-bootstrap"),
+    ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kubeadm:get-nodes"),
+    ("ClusterRoleBinding", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kubeadm:node-autoapprove-bootstrap"),
+    ("RoleBinding", "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kubeadm:kubelet-config"),
+)
+# The REST collection of each kind k4w applies (only these).
+COLLECTIONS = {
+    ("v1", "ServiceAccount"): "/api/v1/namespaces/{namespace}/serviceaccounts",
+    ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+OS_LABEL = "kubernetes.io/os"
+
+
+def client(cluster: Cluster) -> Client:
+    return Client(load_kubeconfig(cluster.config.cluster.existing))
+
+
+# ------------------------------------------------------------------ what k4w applies, and where
+
+def object_path(doc: dict) -> str:
+    """The REST path of one object of the manifest (its collection, then its name)."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key not in COLLECTIONS:
+        raise K4wError(f"k4w applies no {doc.get('kind')} ({doc.get('apiVersion')}) to an existing cluster")
+    meta = doc.get("metadata") or {}
+    return COLLECTIONS[key].format(namespace=meta.get("namespace", "default")) + "/" + meta["name"]
+
+
+def windows_objects(artifacts: Path, windows: bool, files: dict[str, str] | None = None) -> list[dict]:
+    """The objects of OUT/manifests/windows-node-rbac.yaml (or of the in-memory render `files`) when
+    there are Windows workers (`windows`), which need them."""
+    if not windows:
+        return []
+    path = Path(artifacts) / MANIFEST
+    try:
+        text = files[MANIFEST.as_posix()] if files is not None else path.read_text(encoding="utf-8")
+        return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except (OSError, KeyError, yaml.YAMLError) as exc:
+        raise K4wError(f"cannot read {path} ({exc}): run `invoke render`") from None
+
+
+def has_windows(cluster: Cluster) -> bool:
+    return any(cluster.profile(n.box).is_windows for n in cluster.config.nodes)
+
+
+def describe(doc: dict) -> str:
+    meta = doc.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{doc.get('kind')} {where}{meta.get('name')}"
+
+
+# ------------------------------------------------------------------ the record of what k4w added
+
+class Record:
+    """OUT/existing-cluster.json: the API server and every object k4w created there, in order."""
+
+    def __init__(self, out: Path, server: str):
+        self.path = Path(out) / RECORD_FILE
+        self.data = {"server": server, "objects": [], "nodes": []}
+        if self.path.is_file():
+            try:
+                self.data = json.loads(self.path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise K4wError(f"{self.path} is not valid JSON ({exc})") from None
+            if self.data.get("server") != server:
+                raise K4wError(f"{self.path} records objects k4w made on {self.data.get('server')}, not on {server}; "
+                               "run `invoke cluster-reset` with the config that made them first")
+
+    def add(self, kind: str, path: str, name: str) -> None:
+        if not any(o["path"] == path for o in self.data["objects"]):
+            self.data["objects"].append({"kind": kind, "name": name, "path": path})
+            self.save()
+
+    def add_node(self, name: str) -> None:
+        if name not in self.data["nodes"]:
+            self.data["nodes"].append(name)
+            self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".existing-", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(self.data, fh, indent=2)
+        os.replace(tmp, self.path)
+
+
+# ------------------------------------------------------------------ checks before anything changes
+
+def _stays_off_windows(ds: dict) -> bool:
+    """Whether a DaemonSet's pods can never land on a Windows node (nodeSelector or required node
+    affinity on kubernetes.io/os = linux)."""
+    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if (spec.get("nodeSelector") or {}).get(OS_LABEL) == "linux":
+        return True
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    return bool(terms) and all(any(e.get("key") == OS_LABEL and e.get("operator") == "In" and e.get("values") == ["linux"]
+                                   for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def prerequisites(api: Client, docs: list[dict], windows: bool) -> list[str]:
+    """What the join needs and k4w leaves to the cluster's owner, each missing one named."""
+    problems = []
+    for kind, path in KUBEADM_JOIN_RBAC:
+        if api.get_optional(path) is None:
+            problems.append(f"{kind} {path.rsplit('/', 1)[1]} is missing: `kubeadm join` with a bootstrap token needs kubeadm's "
+                            "node RBAC (made by `kubeadm init phase bootstrap-token`)")
+    for doc in docs:
+        role = (doc.get("roleRef") or {}).get("name")
+        if doc.get("kind") == "ClusterRoleBinding" and role and \
+                api.get_optional(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}") is None:
+            problems.append(f"ClusterRole {role} is missing: {describe(doc)} binds a Windows component to the rights of its "
+                            "Linux twin, and the cluster has no such role")
+    if windows:
+        for ds in api.get("/apis/apps/v1/daemonsets").get("items") or []:
+            meta = ds.get("metadata") or {}
+            name = meta.get("name", "")
+            if (name == "kube-proxy" or "flannel" in name) and not _stays_off_windows(ds):
+                problems.append(f"DaemonSet {meta.get('namespace')}/{name} has no nodeSelector {OS_LABEL}: linux, so its Linux pods "
+                                "would be scheduled onto the Windows nodes; k4w does not change the cluster's DaemonSets: add it "
+                                f"(kubectl -n {meta.get('namespace')} patch daemonset {name} -p "
+                                "'{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{\"kubernetes.io/os\":\"linux\"}}}}}')")
+    return problems
+
+
+def check(api: Client, cluster: Cluster, artifacts: Path) -> facts_mod.Facts:
+    """Refuse, before any VM starts, a cluster.yml that does not fit or a cluster a join would fail on."""
+    facts = facts_mod.check(api, cluster)
+    docs = windows_objects(artifacts, has_windows(cluster))
+    problems = prerequisites(api, docs, bool(docs))
+    if problems:
+        raise K4wError(f"the existing cluster at {facts.server} lacks what the join needs (nothing was started or changed):\n"
+                       + "\n".join(f"  - {p}" for p in problems))
+    return facts
+
+
+# ------------------------------------------------------------------ applying and removing
+
+def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
+    """Create each object that is not there; one that is must be k4w's (label app.kubernetes.io/part-of:
+    k4w), never the cluster owner's. Returns what happened to each, for the summary."""
+    said = []
+    for doc in docs:
+        path = object_path(doc)
+        collection = path.rsplit("/", 1)[0]
+        try:
+            api.create(collection, doc)
+            record.add(doc["kind"], path, describe(doc))
+            said.append(f"created {describe(doc)}")
+        except ApiError as exc:
+            if exc.status != 409:
+                raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
+            labels = ((api.get(path).get("metadata") or {}).get("labels") or {})
+            if labels.get(PART_OF[0]) != PART_OF[1]:
+                raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
+                               "k4w does not change objects it did not make: rename or remove it") from None
+            record.add(doc["kind"], path, describe(doc))
+            said.append(f"kept {describe(doc)} (k4w's, already there)")
+    return said
+
+
+def join_token(api: Client, record: Record) -> dict[str, str]:
+    """{api, token, hash} for join_config: a fresh recorded token, the CA hash and the endpoint nodes
+    discover (cluster-info's server, the cluster's controlPlaneEndpoint)."""
+    ca_hash = bootstrap_token.ca_cert_hash(api)
+    token = bootstrap_token.create(api)
+    record.add("Secret", f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets/{token.secret_name}",
+               f"Secret {bootstrap_token.NAMESPACE}/{token.secret_name} (bootstrap token, expires {token.expiration})")
+    return {"api": endpoint(api), "token": token.value, "hash": ca_hash}
+
+
+def join_parameters(ctx) -> dict[str, str]:
+    """steps.join_parameters for a cluster k4w did not make; a dry run creates nothing."""
+    if ctx.dry_run:
+        ui.say("would create a bootstrap token Secret kube-system/bootstrap-token-<id> (TTL 1 h) through the API "
+               "and read the CA hash from kube-public/cluster-info")
+        return {"api": endpoint(ctx.api), "token": "abcdef.0123456789abcdef", "hash": "sha256:" + "0" * 64}
+    return join_token(ctx.api, ctx.record)
+
+
+def endpoint(api: Client) -> str:
+    """host:port of the API server as cluster-info gives it to joining nodes."""
+    cm = api.get_optional(bootstrap_token.CLUSTER_INFO) or {}
+    try:
+        server = yaml.safe_load((cm.get("data") or {}).get("kubeconfig") or "")["clusters"][0]["cluster"]["server"]
+    except (TypeError, LookupError, yaml.YAMLError):
+        return api.creds.host_port
+    return Credentials(server=server, ca_pem=b"").host_port
+
+
+def remove(api: Client, out: Path, dry_run: bool = False) -> list[str]:
+    """Delete k4w's nodes and every recorded object, newest first; forget the record when done."""
+    path = Path(out) / RECORD_FILE
+    if not path.is_file():
+        return []
+    record = Record(out, api.creds.server)
+    said = []
+    for name in record.data["nodes"]:
+        if dry_run:
+            said.append(f"would delete Node {name}")
+        elif api.delete(f"/api/v1/nodes/{name}"):
+            said.append(f"deleted Node {name}")
+    for obj in reversed(record.data["objects"]):
+        if dry_run:
+            said.append(f"would delete {obj['name']}")
+        elif api.delete(obj["path"]):
+            said.append(f"deleted {obj['name']}")
+        else:
+            said.append(f"{obj['name']} was already gone")
+    if not dry_run:
+        path.unlink()
+    return said
+
+
+def node_conditions(api: Client) -> dict[str, dict]:
+    """{node: its Ready condition}, as steps.node_conditions reads them through kubectl."""
+    result = {}
+    for item in api.get("/api/v1/nodes").get("items") or []:
+        ready = next((c for c in (item.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+        result[item["metadata"]["name"]] = ready
+    return result
+
+
+# ------------------------------------------------------------------ cluster-up and cluster-reset
+
+def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
+    """Before any VM starts: the facts and prerequisites (GETs only, a dry run too), then the API and
+    the record on the context for the steps."""
+    ctx.api = api or client(cluster)
+    ui.say(f"==> existing cluster: reading its facts through the API ({cluster.config.cluster.existing})", style="bold")
+    facts = check(ctx.api, cluster, ctx.rendered)
+    ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
+    ctx.record = DryRunRecord(ctx.out, facts.server) if ctx.dry_run else Record(ctx.out, facts.server)
+
+
+class DryRunRecord(Record):
+    def save(self) -> None:   # a dry run writes nothing
+        pass
+
+
+def step_apply(ctx) -> None:
+    docs = windows_objects(ctx.rendered, bool(ctx.cluster.windows_workers))
+    if ctx.dry_run:
+        for doc in docs:
+            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)})")
+        return
+    for line in apply(ctx.api, docs, ctx.record):
+        ui.say(line)
+
+
+def step_list(info) -> list:
+    """The recorded steps of a join-only cluster-up (steps.step_list without the master's)."""
+    from . import steps as S
+
+    def joined(step):
+        def run(ctx, m):
+            ctx.record.add_node(m.name)   # recorded first: a half-done join still leaves a Node to remove
+            step(ctx, m)
+        return run
+
+    plan = [("up", S.step_up), ("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip),
+            ("node-proxy", S.step_node_proxy), ("existing-apply", step_apply)]
+    plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_linux)(ctx, m)) for m in info.linux_workers]
+    plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_windows)(ctx, m)) for m in info.windows_workers]
+    plan += [("ready", S.step_ready)]
+    return plan
+
+
+def vxlan_device(cluster: Cluster) -> str:
+    """flanneld's vxlan link on a Linux worker, flannel.<VNI>: the VNI the facts check made sure of."""
+    return f"flannel.{cluster.network.vxlan_vni}"
+
+
+# ------------------------------------------------------------------ the plan
+
+def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
+    """`invoke plan` for cluster.existing: no master, the facts cluster-up checks first, what it applies."""
+    cfg, net = cluster.config, cluster.network
+    ui.say(f"\nCluster plan: join-only, to the existing cluster of {cfg.cluster.existing} (no master VM, no kubeadm init):",
+           style="bold")
+    backend = f"{net.backend}" + (f" VNI {net.vxlan_vni} port {net.vxlan_port}" if net.backend == "vxlan" else "")
+    ui.table("Facts cluster-up reads through the API and must match, before any VM starts",
+             ["fact", "read from", "cluster.yml expects"],
+             [["Kubernetes version", "GET /version", "a kubelet of each box at most 3 minors older, never newer: "
+               + ", ".join(f"{b} {(p.data.get('kubernetes') or {}).get('version')}" for b, p in cluster.profiles.items())],
+              ["pod CIDR", "kube-system/kubeadm-config networking.podSubnet, else nodes' spec.podCIDRs", net.pod_cidr],
+              ["service CIDR", "kube-system/kubeadm-config networking.serviceSubnet, else Service default/kubernetes", net.service_cidr],
+              ["cluster DNS IP", "Service kube-system/kube-dns, else kube-system/kubelet-config clusterDNS", net.dns_ip],
+              ["cluster domain", "kube-system/kubeadm-config networking.dnsDomain", cfg.cluster.domain],
+              ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
+              ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
+              ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]])
+    docs = windows_objects(out, has_windows(cluster), files)
+    applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
+    workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
+    workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
+    steps = [
+        f"read the facts above through the API ({cfg.cluster.existing}); refuse a mismatch, naming both values",
+        f"vagrant up {' '.join(n.name for n in cfg.nodes)}; cluster NICs on '{cfg.hyperv.cluster_switch}'; "
+        "static IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
+        "apply, create-if-absent, recorded in " + str(out / RECORD_FILE) + ": " + "; ".join(applied),
+        f"join Linux workers: {', '.join(workers_linux) or 'none'}; Windows workers: {', '.join(workers_win) or 'none'} "
+        "(CA hash from kube-public/cluster-info)",
+        f"wait for those nodes to be Ready (timeout {cfg.cluster.ready_timeout} s); nothing else in the cluster changes",
+        "cluster-reset: delete those Node objects and the recorded objects, nothing else",
+    ]
+    for i, text in enumerate(steps, 1):
+        ui.say(f"{i}. {text}")

@@ -1,0 +1,253 @@
+"""The facts of a cluster k4w did not create, read through its API, and the refusal of a cluster.yml
+that does not fit them (cluster.existing).
+
+Where each fact comes from (the objects kubeadm writes, kubernetes/kubernetes@v1.35.4, commit of the
+tag in the Go module proxy's v1.35.4.info; cmd/kubeadm/app/constants/constants.go):
+- version: GET /version (gitVersion);
+- pod and service CIDR, cluster domain: the kubeadm-config ConfigMap in kube-system, key
+  ClusterConfiguration, `networking.podSubnet/serviceSubnet/dnsDomain` (KubeadmConfigConfigMap,
+  ClusterConfigurationConfigMapKey); without it (a cluster not made by kubeadm) the nodes'
+  spec.podCIDRs and the `kubernetes` Service's ClusterIP (the first address of the service range);
+- cluster DNS IP: the kube-dns Service's ClusterIP in kube-system (kubeadm's CoreDNS Service keeps that
+  name), else clusterDNS of the kubelet-config ConfigMap (KubeletBaseConfigurationConfigMap);
+- CNI: Flannel's kube-flannel-cfg ConfigMap (namespace kube-flannel from v0.20, kube-system before),
+  net-conf.json Network and Backend {Type, VNI, Port}; otherwise the CNI DaemonSets found by name.
+
+The version-skew rule: "kubelet must not be newer than kube-apiserver" and "may be up to three minor
+versions older than kube-apiserver (kubelet < 1.25 may only be up to two minor versions older)"
+(kubernetes/website@0637786b3e0a896fabe197d29682f2bb688074a6:content/en/releases/version-skew-policy.md,
+where the page content/en/docs/setup/release/version-skew-policy.md moved to).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..cluster_model import Cluster
+from ..errors import K4wError
+from ..kubeapi import ApiError, Client
+
+KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
+KUBELET_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubelet-config"
+KUBE_DNS = "/api/v1/namespaces/kube-system/services/kube-dns"
+KUBERNETES_SERVICE = "/api/v1/namespaces/default/services/kubernetes"
+FLANNEL_CONFIGMAPS = ("kube-flannel", "kube-system")    # Flannel's namespace since v0.20.0, and before it
+FLANNEL_CONFIGMAP = "kube-flannel-cfg"
+# DaemonSet names of other CNIs, so a refusal can say what the cluster runs instead of Flannel.
+OTHER_CNIS = {"calico-node": "Calico", "cilium": "Cilium", "weave-net": "Weave Net", "kube-router": "kube-router",
+              "canal": "Canal", "antrea-agent": "Antrea", "kube-ovn-cni": "Kube-OVN"}
+# Skew window (version-skew-policy.md above): 3 minors, 2 for a kubelet older than 1.25.
+SKEW_MINORS = 3
+SKEW_MINORS_BEFORE_1_25 = 2
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@dataclass
+class Facts:
+    server: str
+    version: str                      # gitVersion, e.g. v1.35.4
+    pod_cidr: str | None = None       # None when not recorded anywhere we can read
+    pod_cidr_source: str = ""
+    node_pod_cidrs: dict[str, list[str]] = field(default_factory=dict)
+    service_cidr: str | None = None
+    service_cidr_source: str = ""
+    kubernetes_service_ip: str | None = None
+    dns_ip: str | None = None
+    dns_ip_source: str = ""
+    cluster_domain: str | None = None
+    flannel: dict | None = None       # net-conf.json
+    flannel_source: str = ""
+    other_cni: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[list[str]]:
+        """One plan row per fact, with where it was read."""
+        backend = _key(self.flannel, "Backend") or {}
+        kind = _key(backend, "Type") or "udp"
+        cni = (f"Flannel {kind}" + (f" VNI {_key(backend, 'VNI')} port {_key(backend, 'Port')}" if kind == "vxlan" else "")
+               + f" (Network {_key(self.flannel, 'Network')}; {self.flannel_source})") if self.flannel else (
+            "not Flannel: " + (", ".join(self.other_cni) or "no CNI DaemonSet k4w knows"))
+        return [
+            ["API server", f"{self.server} ({self.version})"],
+            ["pod CIDR", f"{self.pod_cidr or '-'} ({self.pod_cidr_source or 'not recorded'})"],
+            ["service CIDR", f"{self.service_cidr or '-'} ({self.service_cidr_source or 'not recorded'})"],
+            ["cluster DNS IP", f"{self.dns_ip or '-'} ({self.dns_ip_source or 'not found'})"],
+            ["cluster domain", self.cluster_domain or "- (not recorded)"],
+            ["CNI", cni],
+            ["nodes", ", ".join(self.nodes) or "-"],
+        ]
+
+
+def _configmap_yaml(cm: dict | None, key: str, where: str) -> dict:
+    if not cm:
+        return {}
+    text = (cm.get("data") or {}).get(key)
+    if not text:
+        return {}
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise K4wError(f"{where}: {key} is not YAML ({exc})") from None
+    return value if isinstance(value, dict) else {}
+
+
+def read(api: Client) -> Facts:
+    """Every fact, read through the API (GETs only)."""
+    version = api.get("/version").get("gitVersion") or "?"
+    facts = Facts(server=api.creds.server, version=version)
+
+    cluster_cfg = _configmap_yaml(api.get_optional(KUBEADM_CONFIG), "ClusterConfiguration", "kube-system/kubeadm-config")
+    networking = cluster_cfg.get("networking") or {}
+    if networking.get("podSubnet"):
+        facts.pod_cidr, facts.pod_cidr_source = str(networking["podSubnet"]), "kubeadm-config networking.podSubnet"
+    if networking.get("serviceSubnet"):
+        facts.service_cidr, facts.service_cidr_source = str(networking["serviceSubnet"]), "kubeadm-config networking.serviceSubnet"
+    facts.cluster_domain = networking.get("dnsDomain")
+
+    for node in api.get("/api/v1/nodes").get("items") or []:
+        name = (node.get("metadata") or {}).get("name", "?")
+        facts.nodes.append(name)
+        spec = node.get("spec") or {}
+        cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+        if cidrs:
+            facts.node_pod_cidrs[name] = list(cidrs)
+    if facts.pod_cidr is None and facts.node_pod_cidrs:
+        facts.pod_cidr_source = "not recorded; nodes' spec.podCIDRs " + ", ".join(
+            f"{n} {'/'.join(c)}" for n, c in facts.node_pod_cidrs.items())
+
+    kubernetes = api.get_optional(KUBERNETES_SERVICE) or {}
+    facts.kubernetes_service_ip = (kubernetes.get("spec") or {}).get("clusterIP")
+    if facts.service_cidr is None and facts.kubernetes_service_ip:
+        facts.service_cidr_source = f"not recorded; the kubernetes Service has ClusterIP {facts.kubernetes_service_ip}"
+
+    dns = api.get_optional(KUBE_DNS)
+    if dns and (dns.get("spec") or {}).get("clusterIP"):
+        facts.dns_ip, facts.dns_ip_source = dns["spec"]["clusterIP"], "Service kube-system/kube-dns"
+    else:
+        kubelet = _configmap_yaml(api.get_optional(KUBELET_CONFIG), "kubelet", "kube-system/kubelet-config")
+        if kubelet.get("clusterDNS"):
+            facts.dns_ip, facts.dns_ip_source = str(kubelet["clusterDNS"][0]), "kube-system/kubelet-config clusterDNS"
+
+    for namespace in FLANNEL_CONFIGMAPS:
+        cm = api.get_optional(f"/api/v1/namespaces/{namespace}/configmaps/{FLANNEL_CONFIGMAP}")
+        text = ((cm or {}).get("data") or {}).get("net-conf.json")
+        if text:
+            try:
+                facts.flannel = json.loads(text)
+            except ValueError as exc:
+                raise K4wError(f"{namespace}/{FLANNEL_CONFIGMAP}: net-conf.json is not JSON ({exc})") from None
+            facts.flannel_source = f"ConfigMap {namespace}/{FLANNEL_CONFIGMAP}"
+            break
+    if facts.flannel is None:
+        daemonsets = api.get("/apis/apps/v1/daemonsets").get("items") or []
+        facts.other_cni = sorted({f"{OTHER_CNIS[d['metadata']['name']]} (DaemonSet {d['metadata'].get('namespace')}/{d['metadata']['name']})"
+                                  for d in daemonsets if d.get("metadata", {}).get("name") in OTHER_CNIS})
+    return facts
+
+
+def minor(version: str) -> tuple[int, int]:
+    m = _VERSION.match(version or "")
+    if not m:
+        raise K4wError(f"cannot read a Kubernetes version from {version!r}")
+    return int(m[1]), int(m[2])
+
+
+def skew_problem(apiserver: str, kubelet: str, who: str) -> str | None:
+    """Why a kubelet of version `kubelet` may not join an API server of `apiserver`, or None."""
+    (a_major, a_minor), (k_major, k_minor) = minor(apiserver), minor(kubelet)
+    if a_major != k_major or k_minor > a_minor:
+        return (f"Kubernetes version: {who} runs kubelet {kubelet}, newer than the cluster's API server {apiserver}; "
+                "a kubelet must not be newer than kube-apiserver (version-skew policy)")
+    window = SKEW_MINORS if k_minor >= 25 else SKEW_MINORS_BEFORE_1_25
+    if a_minor - k_minor > window:
+        return (f"Kubernetes version: {who} runs kubelet {kubelet}, {a_minor - k_minor} minor versions older than the cluster's "
+                f"API server {apiserver}; the version-skew policy allows at most {window}")
+    return None
+
+
+def mismatches(facts: Facts, cluster: Cluster) -> list[str]:
+    """Each way cluster.yml disagrees with the cluster, naming both values; empty when it fits."""
+    cfg, net = cluster.config, cluster.network
+    problems: list[str] = []
+    if facts.pod_cidr and ipaddress.ip_network(facts.pod_cidr, strict=False) != cfg.network.pod_cidr:
+        problems.append(f"pod CIDR: the cluster uses {facts.pod_cidr} ({facts.pod_cidr_source}), "
+                        f"cluster.yml network.pod_cidr is {cfg.network.pod_cidr}")
+    elif facts.pod_cidr is None:
+        outside = [f"{n} {c}" for n, cidrs in facts.node_pod_cidrs.items() for c in cidrs
+                   if ":" not in c and not ipaddress.ip_network(c, strict=False).subnet_of(cfg.network.pod_cidr)]
+        if outside:
+            problems.append(f"pod CIDR: nodes' podCIDRs {', '.join(outside)} lie outside cluster.yml network.pod_cidr {cfg.network.pod_cidr}")
+    if facts.service_cidr and ipaddress.ip_network(facts.service_cidr, strict=False) != cfg.network.service_cidr:
+        problems.append(f"service CIDR: the cluster uses {facts.service_cidr} ({facts.service_cidr_source}), "
+                        f"cluster.yml network.service_cidr is {cfg.network.service_cidr}")
+    elif facts.service_cidr is None and facts.kubernetes_service_ip and facts.kubernetes_service_ip != net.kubernetes_service_ip:
+        problems.append(f"service CIDR: the kubernetes Service has ClusterIP {facts.kubernetes_service_ip}, the first address of "
+                        f"cluster.yml network.service_cidr {cfg.network.service_cidr} is {net.kubernetes_service_ip}")
+    if facts.dns_ip and facts.dns_ip != net.dns_ip:
+        problems.append(f"cluster DNS IP: the cluster's is {facts.dns_ip} ({facts.dns_ip_source}), cluster.yml's "
+                        f"network.service_cidr gives {net.dns_ip} (its 10th address, kubelet --cluster-dns)")
+    elif not facts.dns_ip:
+        problems.append("cluster DNS IP: the cluster has no kube-system/kube-dns Service and no kubelet-config clusterDNS; "
+                        f"the Windows kubelet would be given {net.dns_ip}, which nothing answers")
+    if facts.cluster_domain and facts.cluster_domain != cfg.cluster.domain:
+        problems.append(f"cluster domain: the cluster uses {facts.cluster_domain} (kubeadm-config networking.dnsDomain), "
+                        f"cluster.yml cluster.domain is {cfg.cluster.domain}")
+    problems += _flannel_mismatches(facts, cluster)
+    for box, profile in cluster.profiles.items():
+        version = (profile.data.get("kubernetes") or {}).get("version")
+        if version:
+            problem = skew_problem(facts.version, str(version), f"box {box}")
+            if problem:
+                problems.append(problem)
+    return problems
+
+
+def _flannel_mismatches(facts: Facts, cluster: Cluster) -> list[str]:
+    cfg, net = cluster.config, cluster.network
+    if facts.flannel is None:
+        found = ", ".join(facts.other_cni) or "no kube-flannel-cfg ConfigMap in kube-flannel or kube-system and no CNI DaemonSet k4w knows"
+        return [f"CNI: k4w's Windows nodes run Flannel ({cfg.network.backend}), the cluster runs {found}"]
+    problems = []
+    where = facts.flannel_source
+    network = _key(facts.flannel, "Network")
+    if network and ipaddress.ip_network(network, strict=False) != cfg.network.pod_cidr:
+        problems.append(f"Flannel Network: {network} in {where}, cluster.yml network.pod_cidr is {cfg.network.pod_cidr}")
+    backend = _key(facts.flannel, "Backend") or {}
+    # flannel-io/flannel@v0.28.9: no Type means udp (pkg/subnet/config.go ParseBackendType); vxlan
+    # without VNI/Port uses defaultVNI 1 and port 0, the Linux kernel's vxlan default 8472
+    # (pkg/backend/vxlan/vxlan.go). Go's encoding/json matches these keys case-insensitively.
+    kind = _key(backend, "Type") or "udp"
+    if kind != cfg.network.backend:
+        problems.append(f"Flannel backend: {kind} in {where}, cluster.yml network.backend is {cfg.network.backend}")
+    elif kind == "vxlan":
+        # Windows needs VNI 4096 and UDP 4789 (k4w.derive says where that comes from).
+        vni, port = _key(backend, "VNI") or 1, _key(backend, "Port") or 8472
+        if vni != net.vxlan_vni:
+            problems.append(f"Flannel VNI: {vni} in {where}, Windows nodes need {net.vxlan_vni} (derive.VXLAN_VNI)")
+        if port != net.vxlan_port:
+            problems.append(f"Flannel vxlan port: {port} in {where}, Windows nodes need {net.vxlan_port} (derive.VXLAN_PORT)")
+    return problems
+
+
+def _key(mapping: dict, name: str):
+    """mapping[name], matched without regard to case, as flanneld's encoding/json reads net-conf.json."""
+    return next((v for k, v in (mapping or {}).items() if k.lower() == name.lower()), None)
+
+
+def check(api: Client, cluster: Cluster) -> Facts:
+    """Read the facts and refuse, naming every mismatch, before anything is started or applied."""
+    try:
+        facts = read(api)
+    except ApiError as exc:
+        raise K4wError(f"cluster.existing: cannot read the cluster's facts: {exc}") from None
+    problems = mismatches(facts, cluster)
+    if problems:
+        raise K4wError(f"cluster.yml does not fit the existing cluster at {facts.server} (nothing was started or changed):\n"
+                       + "\n".join(f"  - {p}" for p in problems))
+    return facts
+

@@ -1,0 +1,262 @@
+"""cluster.existing against a REAL API server: the pinned etcd and kube-apiserver 1.35.4 on this host,
+made a kubeadm cluster by the pinned kubeadm's own init phases, with the Flannel objects of k4w's own
+rendered modern manifest (Flannel v0.28.9's kube-flannel.yml). k4w then reads the facts, refuses a
+mismatch, applies the Windows objects, creates a bootstrap token that really authenticates, and
+cluster-reset's removal deletes exactly what it added.
+
+Fails (never skips) when etcd or kube-apiserver is not built: .ci/run's setup.sh builds both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+
+import pytest
+import yaml
+
+from k4w import render
+from k4w.cluster import bootstrap_token, existing, facts as facts_mod
+from k4w.cluster_model import Cluster
+from k4w.config import parse
+from k4w.errors import K4wError
+from k4w.kubeapi import Client
+from k4w.cluster import up as up_mod
+from tests.cluster import real_control_plane as cp
+from tests.cluster.conftest import machines_of, render_to
+from tests.fakes.cluster_world import FakeClock, FakeRemote, FakeWorld
+from tests.helpers import ROOT, invoke
+
+# The REST collections of the kinds in Flannel's manifest (to set the cluster up the way its owner did).
+COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+}
+
+
+def existing_config(admin_conf, **network) -> Cluster:
+    data = yaml.safe_load((ROOT / "examples" / "cluster-existing.yml").read_text())
+    data["cluster"]["existing"] = str(admin_conf)
+    data["network"].update(network)
+    return Cluster.resolve(parse(yaml.safe_dump(data)))
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("control-plane")
+    with contextlib.ExitStack() as stack:
+        plane = cp.start(folder, stack)
+        api = plane.client()
+        modern = Cluster.resolve(parse((ROOT / "examples" / "cluster-modern.yml").read_text()))
+        flannel = render.render_files(modern, folder / "modern-out")["manifests/kube-flannel.yaml"]
+        for doc in (d for d in yaml.safe_load_all(flannel) if isinstance(d, dict)):
+            api.create(COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", "")), doc)
+        yield plane
+
+
+def test_facts_of_a_real_kubeadm_cluster(plane):
+    facts = facts_mod.read(plane.client())
+    assert facts.version == cp.VERSION
+    assert (facts.pod_cidr, facts.service_cidr, facts.cluster_domain) == (cp.POD_CIDR, cp.SERVICE_CIDR, "cluster.local")
+    # kubeadm's CoreDNS addon keeps the Service name kube-dns, at the 10th address of the range.
+    assert (facts.dns_ip, facts.dns_ip_source) == ("10.96.0.10", "Service kube-system/kube-dns")
+    assert (facts.flannel["Network"], facts.flannel["Backend"]) == (cp.POD_CIDR, {"Type": "vxlan", "VNI": 4096, "Port": 4789})
+    assert facts.flannel_source == "ConfigMap kube-flannel/kube-flannel-cfg"
+
+
+def test_a_mismatch_is_refused_naming_both_values(plane):
+    cluster = existing_config(plane.admin_conf, pod_cidr="10.245.0.0/16", backend="vxlan")
+    with pytest.raises(K4wError) as refused:
+        existing.check(plane.client(), cluster, plane.folder)
+    text = str(refused.value)
+    assert "pod CIDR: the cluster uses 10.244.0.0/16 (kubeadm-config networking.podSubnet), cluster.yml network.pod_cidr is 10.245.0.0/16" in text
+    assert "Flannel Network: 10.244.0.0/16 in ConfigMap kube-flannel/kube-flannel-cfg, cluster.yml network.pod_cidr is 10.245.0.0/16" in text
+    assert "nothing was started or changed" in text
+
+
+def test_token_objects_and_reset(plane, tmp_path):
+    api = plane.client()
+    cluster = existing_config(plane.admin_conf)
+    files = render.render_files(cluster, tmp_path)
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "windows-node-rbac.yaml").write_text(files["manifests/windows-node-rbac.yaml"])
+    facts = existing.check(api, cluster, tmp_path)          # fits: no refusal, kubeadm's join RBAC found
+    record = existing.Record(tmp_path, facts.server)
+    said = existing.apply(api, existing.windows_objects(tmp_path, True), record)
+    assert said == [f"created {n}" for n in ("ServiceAccount kube-system/k4w-windows-flanneld", "Secret kube-system/k4w-windows-flanneld-token",
+                                             "ClusterRoleBinding k4w:windows-flanneld", "ServiceAccount kube-system/k4w-windows-kube-proxy",
+                                             "Secret kube-system/k4w-windows-kube-proxy-token", "ClusterRoleBinding k4w:windows-kube-proxy")]
+    # Idempotent: a second run creates nothing and keeps k4w's own objects.
+    assert all(line.startswith("kept ") for line in existing.apply(api, existing.windows_objects(tmp_path, True), record))
+
+    join = existing.join_token(api, record)
+    token_id = join["token"].split(".")[0]
+    secret = api.get(f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}")
+    assert secret["type"] == "bootstrap.kubernetes.io/token"
+    assert join["api"] == plane.kubeadm_config.read_text().split("controlPlaneEndpoint: ")[1].split()[0]
+    # The real kubeadm lists the token, and pins the very same CA hash k4w computed.
+    assert token_id in plane.kubeadm_run("token", "list")
+    printed = plane.kubeadm_run("token", "create", "--print-join-command", "--ttl", "5m")
+    assert re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1] == join["hash"]
+
+    # The token authenticates: the API server names the bootstrap user and kubeadm's node group.
+    review = Client(api.creds, bearer=join["token"]).request(
+        "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    user = review["status"]["userInfo"]
+    assert user["username"] == f"system:bootstrap:{token_id}"
+    assert bootstrap_token.NODE_GROUP in user["groups"]
+
+    # cluster-reset's removal: k4w's objects go, kubeadm's and the owner's stay.
+    removed = existing.remove(api, tmp_path)
+    assert len(removed) == 7 and all(line.startswith("deleted ") for line in removed)
+    assert api.get_optional(f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}") is None
+    assert api.get_optional("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/k4w:windows-flanneld") is None
+    assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
+    assert api.get_optional("/apis/rbac.authorization.k8s.io/v1/clusterroles/flannel") is not None
+    assert not (tmp_path / existing.RECORD_FILE).exists()
+
+
+def write_existing_config(path, admin_conf, **network):
+    data = yaml.safe_load((ROOT / "examples" / "cluster-existing.yml").read_text())
+    data["cluster"]["existing"] = str(admin_conf)
+    data["network"].update(network)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cluster_up_refuses_a_mismatch_before_any_vm(plane, tmp_path):
+    """The real `invoke cluster-up` (a dry run, so no Hyper-V is needed): it reads the facts first and
+    stops naming both values; no vagrant command and no host PowerShell is even shown."""
+    config = write_existing_config(tmp_path / "cluster.yml", plane.admin_conf, service_cidr="10.112.0.0/12")
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert "service CIDR: the cluster uses 10.96.0.0/12 (kubeadm-config networking.serviceSubnet), " \
+           "cluster.yml network.service_cidr is 10.112.0.0/12" in said
+    after = said.split("==> existing cluster: reading its facts")[1]
+    assert "$ vagrant" not in after and "powershell" not in after.lower()
+
+
+def test_cluster_up_dry_run_of_a_fitting_cluster_shows_the_join_only_steps(plane, tmp_path):
+    config = write_existing_config(tmp_path / "cluster.yml", plane.admin_conf)
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said
+    assert "fits cluster.yml" in said and "v1.35.4" in said
+    assert "would create ClusterRoleBinding k4w:windows-kube-proxy if absent" in said
+    assert "would create a bootstrap token Secret kube-system/bootstrap-token-<id>" in said
+    assert "kubeadm init" not in said and "master-init" not in said
+    # A dry run changed nothing in the cluster.
+    assert plane.client().get_optional("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/k4w:windows-kube-proxy") is None
+    assert not (tmp_path / "out" / existing.RECORD_FILE).exists()
+
+
+def test_a_kubeconfig_others_can_read_is_refused(plane, tmp_path):
+    loose = tmp_path / "admin.conf"
+    loose.write_bytes(plane.admin_conf.read_bytes())
+    loose.chmod(0o644)
+    config = write_existing_config(tmp_path / "cluster.yml", loose)
+    result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.returncode == 1
+    assert f"{loose} holds cluster-admin credentials but is readable by other accounts (mode 0644); run: chmod 600 {loose}" \
+        in result.stdout + result.stderr
+
+
+class PacedClock(FakeClock):
+    """The fake clock (a wait's 900 s pass at once), with a little real time per poll, so that the real
+    token controller gets to fill a Secret between two polls."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        time.sleep(0.05)
+
+
+class JoiningGuests(FakeRemote):
+    """The guests at the process boundary (tests/fakes/cluster_world.py), joined to the real API server:
+    a node's join script registers its Node, Ready, as its kubelet would; every other command succeeds."""
+
+    def __init__(self, world, api):
+        super().__init__(world)
+        self.api = api
+
+    def run(self, machine, command: str, stdin: str = "") -> str:
+        self.world.log.append(f"{machine.name}: {command}")
+        self.world.stdins.append((machine.name, command, stdin))
+        if "cluster-join" in command:
+            self.api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": machine.name}})
+            node = self.api.get(f"/api/v1/nodes/{machine.name}")
+            node["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+            self.api.request("PUT", f"/api/v1/nodes/{machine.name}/status", node)
+        return ""
+
+
+class WritesSeen(Client):
+    """The admin client, noting every request that changes something (method, path)."""
+
+    def __init__(self, creds):
+        super().__init__(creds)
+        self.writes: list[tuple[str, str]] = []
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        if method != "GET":
+            self.writes.append((method, path + ("/" + body["metadata"]["name"] if method == "POST" and body else "")))
+        return super().request(method, path, body, content_type)
+
+
+def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
+    """cluster-up itself (Vagrant, the guests and the host faked at the process boundary, the cluster
+    real): no master step, the Windows objects and a token applied and recorded, the join configuration
+    the Windows node gets carries that token and kubeadm's CA pin, the node Ready; then cluster-reset
+    removes exactly what was recorded. The class check: k4w's only writes are creating what it records
+    and deleting what it recorded (no PUT or PATCH of anything, the owner's objects untouched)."""
+    api = WritesSeen(plane.client().creds)
+    out = tmp_path / "out"
+    cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
+    world = FakeWorld(machines_of(out))
+    guests = JoiningGuests(world, plane.client())   # the kubelet's writes are not k4w's
+    up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
+
+    state = json.loads((out / "cluster-state.json").read_text())["steps"]
+    assert list(state) == ["up", "cluster-nic", "cluster-ip", "node-proxy", "existing-apply", "join:winx-1", "ready"]
+    assert not any("kubeadm init" in line or "kubectl" in line for line in world.log)
+    record = json.loads((out / existing.RECORD_FILE).read_text())
+    assert record["nodes"] == ["winx-1"] and len(record["objects"]) == 7
+    token_secret = record["objects"][-1]["path"]
+    assert token_secret.startswith("/api/v1/namespaces/kube-system/secrets/bootstrap-token-")
+    join = yaml.safe_load(world.uploaded["C:\\k4w\\kubeadm-join.yaml"][0])["discovery"]["bootstrapToken"]
+    assert join["token"].split(".")[0] == token_secret.rsplit("-", 1)[1]
+    printed = plane.kubeadm_run("token", "create", "--print-join-command", "--ttl", "5m")
+    assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
+    assert existing.node_conditions(api)["winx-1"]["status"] == "True"
+    created = [path for method, path in api.writes if method == "POST"]
+    assert [m for m, _ in api.writes] == ["POST"] * len(api.writes) and created == [o["path"] for o in record["objects"]]
+    api.writes.clear()
+
+    up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
+    assert api.writes == [("DELETE", "/api/v1/nodes/winx-1")] + [("DELETE", o["path"]) for o in reversed(record["objects"])]
+    assert any(line.startswith("winx-1: & 'C:\\k4w\\cluster-reset.ps1'") for line in world.log)
+    assert api.get_optional("/api/v1/nodes/winx-1") is None and api.get_optional(token_secret) is None
+    assert api.get_optional("/api/v1/namespaces/kube-system/serviceaccounts/k4w-windows-flanneld") is None
+    assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
+    assert not (out / existing.RECORD_FILE).exists()
+
+
+def test_cluster_down_also_removes_what_k4w_added(plane, tmp_path):
+    api = plane.client()
+    out = tmp_path / "out"
+    cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
+    world = FakeWorld(machines_of(out))
+    up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=JoiningGuests(world, api), host=world.host,
+                      clock=PacedClock(), api=api)
+    recorded = [o["path"] for o in json.loads((out / existing.RECORD_FILE).read_text())["objects"]]
+    up_mod.cluster_down(cluster, out, vagrant=world.vagrant, api=api)
+    assert "vagrant destroy" in world.log
+    assert api.get_optional("/api/v1/nodes/winx-1") is None
+    assert [path for path in recorded if api.get_optional(path) is not None] == []

@@ -1,0 +1,42 @@
+"""`invoke inventory`: the Linux nodes as a kubespray inventory, through the real CLI.
+
+The groups are the ones kubespray's playbooks run on, at kubernetes-sigs/kubespray@v2.31.0
+(1c9add48975060f45396b34d8e022c30d7f80dab): docs/ansible/inventory.md (kube_control_plane, kube_node,
+etcd; k8s_cluster the union of kube_node and kube_control_plane), inventory/sample/inventory.ini
+(ansible_host and ip per host, `[etcd:children] kube_control_plane`)."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.helpers import ROOT, invoke
+from k4w.config import parse
+
+KUBESPRAY_GROUPS = {"kube_control_plane", "kube_node", "etcd", "k8s_cluster"}
+
+
+def test_inventory_lists_the_linux_nodes_in_kubesprays_groups(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("inventory", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = yaml.safe_load((out / "inventory" / "hosts.yaml").read_text())["all"]
+    groups = doc["children"]
+    assert set(groups) == KUBESPRAY_GROUPS
+    assert list(groups["kube_control_plane"]["hosts"]) == ["master"]
+    assert list(groups["kube_node"]["hosts"]) == ["worker-linux"]          # the Windows worker is not kubespray's
+    assert groups["etcd"] == {"children": {"kube_control_plane": None}}
+    assert groups["k8s_cluster"] == {"children": {"kube_control_plane": None, "kube_node": None}}
+    cfg = parse((ROOT / "examples" / "cluster-modern.yml").read_text())
+    for node in (n for n in cfg.nodes if n.box.startswith("ubuntu")):
+        host = doc["hosts"][node.name]
+        assert host["ansible_host"] == host["ip"] == str(node.ip)
+        assert host["ansible_user"] == "vagrant"
+        assert host["ansible_ssh_private_key_file"] == str(out.resolve() / "vagrant-state" / "machines" / node.name / "hyperv" / "private_key")
+    assert "worker-win" not in doc["hosts"]
+
+
+def test_inventory_dry_run_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("inventory", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(out), "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kube_control_plane:" in result.stdout and not (out / "inventory").exists()
