@@ -1,6 +1,6 @@
 """A kubeadm join token made through the API, and the CA hash a join pins: no kubeadm on the host.
 
-Formats, from kubernetes/kubernetes@v1.35.4 (its staging module k8s.io/cluster-bootstrap@v0.35.4):
+Formats, from kubernetes/kubernetes@v1.37.2 (its staging module k8s.io/cluster-bootstrap@v0.37.2, token/api/types.go the same as v0.35.4's):
 - token/api/types.go: Secret `bootstrap-token-<id>` (BootstrapTokenSecretPrefix) of type
   `bootstrap.kubernetes.io/token` (SecretTypeBootstrapToken) in kube-system, keys token-id,
   token-secret, expiration (RFC 3339, UTC), description, auth-extra-groups, usage-bootstrap-

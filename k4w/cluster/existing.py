@@ -7,9 +7,12 @@ Order, all through the API with the admin kubeconfig (k4w.kubeapi), before any V
    kubeadm or kubespray has it), the ClusterRoles the Windows identities bind to, and that the
    cluster's own kube-proxy and Flannel DaemonSets stay off Windows nodes (k4w does not patch them);
 then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy), and:
-3. apply the objects the Windows workers need (OUT/manifests/windows-node-rbac.yaml: a ServiceAccount,
-   its token Secret and a ClusterRoleBinding for flanneld and for kube-proxy), create-if-absent, each
-   recorded in OUT/existing-cluster.json the moment it exists;
+3. apply the objects the Windows workers need, create-if-absent, each recorded in
+   OUT/existing-cluster.json the moment it exists: on the containerd era the rendered HostProcess
+   manifest (OUT/manifests/windows-containerd/: the k4w-windows-node Namespace, a ServiceAccount and a
+   ClusterRoleBinding each for flanneld and kube-proxy, the scripts ConfigMap, the two DaemonSets,
+   their API address filled in from cluster-info); on the seed era OUT/manifests/windows-node-rbac.yaml
+   (a ServiceAccount, its token Secret and a ClusterRoleBinding for flanneld and for kube-proxy);
 4. one bootstrap token (k4w.cluster.bootstrap_token, recorded too) and the CA hash from cluster-info for
    the joins, which run the same join scripts as a k4w cluster;
 5. wait for the nodes to be Ready.
@@ -25,16 +28,25 @@ from pathlib import Path
 
 import yaml
 
-from .. import ui
+from .. import identities, ui
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
+from ..render import hostprocess
 from . import bootstrap_token, facts as facts_mod
 
 RECORD_FILE = "existing-cluster.json"
-MANIFEST = Path("manifests") / "windows-node-rbac.yaml"
+# The seed era's token-Secret identities (services on the node); the containerd era's HostProcess
+# manifests are under manifests/<recipe folder>/ (k4w.render.hostprocess).
+SEED_MANIFEST = Path("manifests") / identities.SERVICE_IDENTITIES_MANIFEST
+# HostProcess containers are stable from Kubernetes 1.26 (KEP 1981, kubernetes/enhancements@0e2bafdd
+# keps/sig-windows/1981-windows-privileged-container-support/kep.yaml, milestone stable "v1.26").
+HOSTPROCESS_MIN = (1, 26)
+# The DaemonSets' env that names the API server (templates/manifests/windows-containerd/: the address,
+# not the kubernetes Service's ClusterIP); on an existing cluster it is cluster-info's, known only then.
+API_HOST_ENV, API_PORT_ENV = "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"
 PART_OF = ("app.kubernetes.io/part-of", "k4w")
-# What `kubeadm join` with a bootstrap token relies on in the cluster (kubernetes/kubernetes@v1.35.4
+# What `kubeadm join` with a bootstrap token relies on in the cluster (kubernetes/kubernetes@v1.37.2, as at v1.35.4
 # cmd/kubeadm/app/constants/constants.go: NodeKubeletBootstrap, GetNodesClusterRoleName,
 # NodeAutoApproveBootstrapClusterRoleBinding; KubeletBaseConfigMapRole is a Role in kube-system).
 KUBEADM_JOIN_RBAC = (
@@ -45,9 +57,13 @@ KUBEADM_JOIN_RBAC = (
 )
 # The REST collection of each kind k4w applies (only these).
 COLLECTIONS = {
+    ("v1", "Namespace"): "/api/v1/namespaces",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{namespace}/serviceaccounts",
     ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    ("apps/v1", "DaemonSet"): "/apis/apps/v1/namespaces/{namespace}/daemonsets",
 }
 OS_LABEL = "kubernetes.io/os"
 
@@ -67,21 +83,54 @@ def object_path(doc: dict) -> str:
     return COLLECTIONS[key].format(namespace=meta.get("namespace", "default")) + "/" + meta["name"]
 
 
-def windows_objects(artifacts: Path, windows: bool, files: dict[str, str] | None = None) -> list[dict]:
-    """The objects of OUT/manifests/windows-node-rbac.yaml (or of the in-memory render `files`) when
-    there are Windows workers (`windows`), which need them."""
-    if not windows:
-        return []
-    path = Path(artifacts) / MANIFEST
-    try:
-        text = files[MANIFEST.as_posix()] if files is not None else path.read_text(encoding="utf-8")
-        return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    except (OSError, KeyError, yaml.YAMLError) as exc:
-        raise K4wError(f"cannot read {path} ({exc}): run `invoke render`") from None
+def windows_manifests(cluster: Cluster, artifacts: Path, files: dict[str, str] | None = None) -> list[Path]:
+    """The rendered manifests (relative to OUT) the cluster's Windows workers need: the seed era's
+    identities for a node whose flanneld and kube-proxy are services, each HostProcess recipe's
+    manifests for the others; none without Windows workers."""
+    windows = [cluster.profile(n.box) for n in cluster.config.nodes if cluster.profile(n.box).is_windows]
+    found = [SEED_MANIFEST] if any(not identities.runs_hostprocess(p) for p in windows) else []
+    for folder, profs in hostprocess.recipe_profiles(cluster).items():
+        if any(identities.runs_hostprocess(p) for p in profs):
+            folder_path = Path("manifests") / folder
+            names = ([Path(k).name for k in files if Path(k).parent == folder_path] if files is not None
+                     else [p.name for p in (Path(artifacts) / folder_path).glob("*.yaml")])
+            if not names:
+                raise K4wError(f"no manifests in {Path(artifacts) / folder_path}: run `invoke render`")
+            found += [folder_path / name for name in sorted(names)]
+    return found
 
 
-def has_windows(cluster: Cluster) -> bool:
-    return any(cluster.profile(n.box).is_windows for n in cluster.config.nodes)
+def windows_objects(artifacts: Path, cluster: Cluster, files: dict[str, str] | None = None) -> list[dict]:
+    """The objects of windows_manifests, read from OUT (or from the in-memory render `files`), in order."""
+    docs: list[dict] = []
+    for manifest in windows_manifests(cluster, artifacts, files):
+        path = Path(artifacts) / manifest
+        try:
+            text = files[manifest.as_posix()] if files is not None else path.read_text(encoding="utf-8")
+            docs += [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+        except (OSError, KeyError, yaml.YAMLError) as exc:
+            raise K4wError(f"cannot read {path} ({exc}): run `invoke render`") from None
+    return docs
+
+
+def with_api_endpoint(docs: list[dict], host_port: str) -> list[dict]:
+    """The docs with k4w's DaemonSets told the API server's address (cluster-info's host:port): the
+    render cannot know it for a cluster k4w did not make (derive leaves network.api_ip empty)."""
+    host, _, port = host_port.rpartition(":")
+    values = {API_HOST_ENV: host.strip("[]"), API_PORT_ENV: port}
+    for doc in docs:
+        if doc.get("kind") != "DaemonSet":
+            continue
+        spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            for env in container.get("env") or []:
+                if env.get("name") in values:
+                    env["value"] = values[env["name"]]
+    return docs
+
+
+def is_k4ws(doc: dict) -> bool:
+    return ((doc.get("metadata") or {}).get("labels") or {}).get(PART_OF[0]) == PART_OF[1]
 
 
 def describe(doc: dict) -> str:
@@ -139,9 +188,22 @@ def _stays_off_windows(ds: dict) -> bool:
                                    for e in t.get("matchExpressions") or []) for t in terms)
 
 
-def prerequisites(api: Client, docs: list[dict], windows: bool) -> list[str]:
-    """What the join needs and k4w leaves to the cluster's owner, each missing one named."""
+def prerequisites(api: Client, docs: list[dict], windows: bool, version: str | None = None) -> list[str]:
+    """What the join needs and k4w leaves to the cluster's owner, each missing one named; an object k4w
+    would apply that exists and is not k4w's; an API server (version) too old for HostProcess pods."""
     problems = []
+    hostprocess_pods = [describe(d) for d in docs if d.get("kind") == "DaemonSet"]
+    if hostprocess_pods and version and facts_mod.minor(version) < HOSTPROCESS_MIN:
+        problems.append(f"Kubernetes version: the API server is {version}; the Windows workers run flanneld and kube-proxy as "
+                        f"HostProcess pods ({', '.join(hostprocess_pods)}), stable from {'.'.join(map(str, HOSTPROCESS_MIN))} (KEP 1981)")
+    for doc in docs:
+        there = api.get_optional(object_path(doc))
+        if there is not None and not is_k4ws(there):
+            problems.append(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
+                            "k4w does not change objects it did not make: rename or remove it")
+        elif there is not None and (there.get("metadata") or {}).get("deletionTimestamp"):
+            # A Namespace being emptied after a cluster-reset refuses new objects in it (HTTP 403).
+            problems.append(f"{describe(doc)} is still being deleted (a cluster-reset moments ago): run cluster-up again once it is gone")
     for kind, path in KUBEADM_JOIN_RBAC:
         if api.get_optional(path) is None:
             problems.append(f"{kind} {path.rsplit('/', 1)[1]} is missing: `kubeadm join` with a bootstrap token needs kubeadm's "
@@ -156,7 +218,7 @@ def prerequisites(api: Client, docs: list[dict], windows: bool) -> list[str]:
         for ds in api.get("/apis/apps/v1/daemonsets").get("items") or []:
             meta = ds.get("metadata") or {}
             name = meta.get("name", "")
-            if (name == "kube-proxy" or "flannel" in name) and not _stays_off_windows(ds):
+            if (name == "kube-proxy" or "flannel" in name) and not is_k4ws(ds) and not _stays_off_windows(ds):
                 problems.append(f"DaemonSet {meta.get('namespace')}/{name} has no nodeSelector {OS_LABEL}: linux, so its Linux pods "
                                 "would be scheduled onto the Windows nodes; k4w does not change the cluster's DaemonSets: add it "
                                 f"(kubectl -n {meta.get('namespace')} patch daemonset {name} -p "
@@ -167,8 +229,8 @@ def prerequisites(api: Client, docs: list[dict], windows: bool) -> list[str]:
 def check(api: Client, cluster: Cluster, artifacts: Path) -> facts_mod.Facts:
     """Refuse, before any VM starts, a cluster.yml that does not fit or a cluster a join would fail on."""
     facts = facts_mod.check(api, cluster)
-    docs = windows_objects(artifacts, has_windows(cluster))
-    problems = prerequisites(api, docs, bool(docs))
+    docs = windows_objects(artifacts, cluster)
+    problems = prerequisites(api, docs, bool(docs), facts.version) + facts_mod.netconf_mismatches(facts, artifacts)
     if problems:
         raise K4wError(f"the existing cluster at {facts.server} lacks what the join needs (nothing was started or changed):\n"
                        + "\n".join(f"  - {p}" for p in problems))
@@ -191,8 +253,7 @@ def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
         except ApiError as exc:
             if exc.status != 409:
                 raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
-            labels = ((api.get(path).get("metadata") or {}).get("labels") or {})
-            if labels.get(PART_OF[0]) != PART_OF[1]:
+            if not is_k4ws(api.get(path)):
                 raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
                                "k4w does not change objects it did not make: rename or remove it") from None
             record.add(doc["kind"], path, describe(doc))
@@ -272,6 +333,7 @@ def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
     facts = check(ctx.api, cluster, ctx.rendered)
     ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
     ctx.record = DryRunRecord(ctx.out, facts.server) if ctx.dry_run else Record(ctx.out, facts.server)
+    ctx.windows_objects = with_api_endpoint(windows_objects(ctx.rendered, cluster), endpoint(ctx.api))
 
 
 class DryRunRecord(Record):
@@ -280,7 +342,7 @@ class DryRunRecord(Record):
 
 
 def step_apply(ctx) -> None:
-    docs = windows_objects(ctx.rendered, bool(ctx.cluster.windows_workers))
+    docs = ctx.windows_objects
     if ctx.dry_run:
         for doc in docs:
             ui.say(f"would create {describe(doc)} if absent ({object_path(doc)})")
@@ -331,7 +393,7 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
               ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]])
-    docs = windows_objects(out, has_windows(cluster), files)
+    docs = windows_objects(out, cluster, files)
     applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
     workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]

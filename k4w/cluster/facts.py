@@ -1,8 +1,8 @@
 """The facts of a cluster k4w did not create, read through its API, and the refusal of a cluster.yml
 that does not fit them (cluster.existing).
 
-Where each fact comes from (the objects kubeadm writes, kubernetes/kubernetes@v1.35.4, commit of the
-tag in the Go module proxy's v1.35.4.info; cmd/kubeadm/app/constants/constants.go):
+Where each fact comes from (the objects kubeadm writes, kubernetes/kubernetes@v1.37.2, the same
+names as at v1.35.4; the Go module proxy's v1.37.2.info; cmd/kubeadm/app/constants/constants.go):
 - version: GET /version (gitVersion);
 - pod and service CIDR, cluster domain: the kubeadm-config ConfigMap in kube-system, key
   ClusterConfiguration, `networking.podSubnet/serviceSubnet/dnsDomain` (KubeadmConfigConfigMap,
@@ -25,6 +25,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 
@@ -50,7 +51,7 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 @dataclass
 class Facts:
     server: str
-    version: str                      # gitVersion, e.g. v1.35.4
+    version: str                      # gitVersion, e.g. v1.37.2
     pod_cidr: str | None = None       # None when not recorded anywhere we can read
     pod_cidr_source: str = ""
     node_pod_cidrs: dict[str, list[str]] = field(default_factory=dict)
@@ -218,7 +219,7 @@ def _flannel_mismatches(facts: Facts, cluster: Cluster) -> list[str]:
     if network and ipaddress.ip_network(network, strict=False) != cfg.network.pod_cidr:
         problems.append(f"Flannel Network: {network} in {where}, cluster.yml network.pod_cidr is {cfg.network.pod_cidr}")
     backend = _key(facts.flannel, "Backend") or {}
-    # flannel-io/flannel@v0.28.9: no Type means udp (pkg/subnet/config.go ParseBackendType); vxlan
+    # flannel-io/flannel@v0.28.10 (unchanged from v0.28.9): no Type means udp (pkg/subnet/config.go ParseBackendType); vxlan
     # without VNI/Port uses defaultVNI 1 and port 0, the Linux kernel's vxlan default 8472
     # (pkg/backend/vxlan/vxlan.go). Go's encoding/json matches these keys case-insensitively.
     kind = _key(backend, "Type") or "udp"
@@ -231,6 +232,38 @@ def _flannel_mismatches(facts: Facts, cluster: Cluster) -> list[str]:
             problems.append(f"Flannel VNI: {vni} in {where}, Windows nodes need {net.vxlan_vni} (derive.VXLAN_VNI)")
         if port != net.vxlan_port:
             problems.append(f"Flannel vxlan port: {port} in {where}, Windows nodes need {net.vxlan_port} (derive.VXLAN_PORT)")
+    return problems
+
+
+def flannel_values(netconf: dict) -> dict:
+    """What a Windows flanneld must share with the cluster's Flannel, read the way flanneld reads it
+    (the defaults of _flannel_mismatches' sources)."""
+    backend = _key(netconf, "Backend") or {}
+    kind = _key(backend, "Type") or "udp"
+    network = _key(netconf, "Network")
+    values = {"Network": str(ipaddress.ip_network(network, strict=False)) if network else None, "Backend Type": kind}
+    if kind == "vxlan":
+        values.update({"Backend VNI": _key(backend, "VNI") or 1, "Backend Port": _key(backend, "Port") or 8472})
+    return values
+
+
+def netconf_mismatches(facts: Facts, artifacts: Path) -> list[str]:
+    """Each rendered Windows node net-conf.json (OUT/nodes/<node>/, what its flanneld reads) held to the
+    cluster's own net-conf facts, value by value: the file is what runs, cluster.yml only made it."""
+    if facts.flannel is None:
+        return []   # no Flannel in the cluster: _flannel_mismatches refuses that already
+    cluster_values = flannel_values(facts.flannel)
+    problems = []
+    for path in sorted(Path(artifacts).glob("nodes/*/net-conf.json")):
+        try:
+            node_values = flannel_values(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: cannot read it ({exc}): run `invoke render`")
+            continue
+        for name, value in node_values.items():
+            if value != cluster_values.get(name):
+                problems.append(f"Flannel {name}: {cluster_values.get(name)} in {facts.flannel_source}, "
+                                f"{value} in {path.relative_to(artifacts)} (what the Windows flanneld reads)")
     return problems
 
 

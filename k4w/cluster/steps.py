@@ -83,6 +83,7 @@ class Context:
     # what k4w added there (k4w.cluster.existing.Record); None for a cluster with a k4w master.
     api: object | None = None
     record: object | None = None
+    windows_objects: list = field(default_factory=list)   # what existing.step_apply creates there
 
     @property
     def rendered(self) -> Path:

@@ -21,7 +21,9 @@ import yaml
 from k4w import pinned_tools
 from k4w.kubeapi import ApiError, Client, load_kubeconfig
 
-VERSION = "v1.35.4"           # tools/lock.yml kubernetes-control-plane and kubernetes-node
+# The control plane the lock pins (tools/lock.yml kubernetes-control-plane; kubeadm of kubernetes-node is
+# the same release), so the test follows the lock instead of a copy of its version.
+VERSION = pinned_tools.lock()["kubernetes-control-plane"]["version"]
 POD_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 READY_TIMEOUT_S = 45
@@ -97,6 +99,15 @@ def wait_token_controller(api: Client, log: Path) -> None:
     api.delete(f"{namespace}/serviceaccounts/k4w-probe")
 
 
+def wait_deleted(api: Client, path: str) -> None:
+    """Until the object at path is gone (a Namespace: once the namespace controller has emptied it)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while api.get_optional(path) is not None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} still there {READY_TIMEOUT_S} s after its deletion: {api.get(path).get('status')}")
+        time.sleep(0.2)   # the poll interval of a condition wait
+
+
 def start(folder: Path, stack) -> ControlPlane:
     """etcd + kube-apiserver + kubeadm's init phases; processes end with `stack` (an ExitStack)."""
     etcd = pinned_tools.require("etcd")
@@ -164,13 +175,14 @@ def start(folder: Path, stack) -> ControlPlane:
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]})
     # Only the controllers a join relies on: the token controller fills service-account-token Secrets
     # (the Windows components' kubeconfigs), the bootstrap signer signs cluster-info for each token,
-    # the token cleaner deletes expired ones. No serving port (0: off), no leader election. kubeadm's
+    # the token cleaner deletes expired ones, the namespace controller empties and removes a deleted
+    # Namespace (k4w's HostProcess namespace on cluster-reset). No serving port (0: off), no leader election. kubeadm's
     # controller-manager.conf names the advertise address, which is not this host's, so it runs with
     # the super-admin kubeconfig (a test cluster; kubeadm gives it an identity of its own).
     daemon("kube-controller-manager", [
         str(pinned_tools.require("kubernetes-control-plane", "kube-controller-manager")),
         "--kubeconfig", str(kubeconfigs / "super-admin.conf"), "--secure-port", "0", "--leader-elect=false",
-        "--controllers", "serviceaccount-token,bootstrapsigner,tokencleaner",
+        "--controllers", "serviceaccount-token,bootstrapsigner,tokencleaner,namespace",
         "--service-account-private-key-file", str(certs / "sa.key"), "--root-ca-file", str(certs / "ca.crt")])
     wait_token_controller(plane.client(), folder / "kube-controller-manager.log")
     # What `kubeadm init` writes into the cluster after its control plane is up.

@@ -1,6 +1,6 @@
 """Record the API answers the cluster.existing unit tests replay (tests/fixtures/existing-cluster/answers.json)
-from a real control plane: the pinned kube-apiserver 1.35.4, set up by the pinned kubeadm's init phases, with
-k4w's rendered Flannel v0.28.9 objects and one Node carrying spec.podCIDRs (tests/cluster/real_control_plane.py).
+from a real control plane: the pinned kube-apiserver (tools/lock.yml, 1.37.2), set up by the pinned kubeadm's init phases, with
+k4w's rendered Flannel v0.28.10 objects and one Node carrying spec.podCIDRs (tests/cluster/real_control_plane.py).
 
     .venv/bin/python -m tests.cluster.record_api_answers
 

@@ -1,5 +1,5 @@
 """cluster.existing: the facts reader and its refusals, against API answers recorded from a real
-kube-apiserver 1.35.4 set up by kubeadm 1.35.4 (tests/fixtures/existing-cluster/answers.json, made by
+the pinned kube-apiserver set up by the pinned kubeadm (1.37.2, tools/lock.yml) (tests/fixtures/existing-cluster/answers.json, made by
 tests/cluster/record_api_answers.py), changed one fact at a time the way another cluster would differ."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def refusal(api_answers: dict, **network) -> str:
 
 def test_the_recorded_kubeadm_cluster_is_read_whole():
     facts = facts_mod.read(RecordedApi(RECORDED))
-    assert facts.version == "v1.35.4"
+    assert facts.version == "v1.37.2"
     assert (facts.pod_cidr, facts.pod_cidr_source) == ("10.244.0.0/16", "kubeadm-config networking.podSubnet")
     assert (facts.service_cidr, facts.dns_ip, facts.cluster_domain) == ("10.96.0.0/12", "10.96.0.10", "cluster.local")
     assert facts.flannel["Backend"] == {"Type": "vxlan", "VNI": 4096, "Port": 4789}
@@ -126,8 +126,8 @@ def test_without_kube_dns_the_kubelet_config_gives_the_dns_ip():
 
 
 @pytest.mark.parametrize("apiserver, expected", [
-    ("v1.34.7", "box windows-2022 runs kubelet 1.35.4, newer than the cluster's API server v1.34.7; a kubelet must not be newer"),
-    ("v1.39.0", "box windows-2022 runs kubelet 1.35.4, 4 minor versions older than the cluster's API server v1.39.0; "
+    ("v1.36.7", "box windows-2022 runs kubelet 1.37.2, newer than the cluster's API server v1.36.7; a kubelet must not be newer"),
+    ("v1.41.0", "box windows-2022 runs kubelet 1.37.2, 4 minor versions older than the cluster's API server v1.41.0; "
                 "the version-skew policy allows at most 3"),
 ])
 def test_version_skew_is_refused(apiserver, expected):
@@ -143,7 +143,8 @@ def test_three_minors_older_is_within_the_policy():
 
 def test_the_kubeadm_join_prerequisites_are_checked_never_changed():
     api = RecordedApi(RECORDED)
-    docs = [{"kind": "ClusterRoleBinding", "metadata": {"name": "k4w:windows-flanneld"}, "roleRef": {"name": "flannel"}}]
+    docs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "k4w:windows-flanneld"},
+             "roleRef": {"name": "flannel"}}]
     assert existing.prerequisites(api, docs, windows=True) == []
     daemonsets = copy.deepcopy(RECORDED["/apis/apps/v1/daemonsets"])
     proxy = next(d for d in daemonsets["items"] if d["metadata"]["name"] == "kube-proxy")

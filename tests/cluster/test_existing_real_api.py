@@ -1,6 +1,6 @@
-"""cluster.existing against a REAL API server: the pinned etcd and kube-apiserver 1.35.4 on this host,
+"""cluster.existing against a REAL API server: the pinned etcd and kube-apiserver of tools/lock.yml (1.37.2) on this host,
 made a kubeadm cluster by the pinned kubeadm's own init phases, with the Flannel objects of k4w's own
-rendered modern manifest (Flannel v0.28.9's kube-flannel.yml). k4w then reads the facts, refuses a
+rendered modern manifest (Flannel v0.28.10's kube-flannel.yml). k4w then reads the facts, refuses a
 mismatch, applies the Windows objects, creates a bootstrap token that really authenticates, and
 cluster-reset's removal deletes exactly what it added.
 
@@ -80,20 +80,42 @@ def test_a_mismatch_is_refused_naming_both_values(plane):
     assert "nothing was started or changed" in text
 
 
+HOSTPROCESS_NAMESPACE = "/api/v1/namespaces/k4w-windows-node"
+
+
+def gone(api, path: str) -> bool:
+    """Deleted; a Namespace once the namespace controller has emptied it (asynchronous, as in any
+    cluster: a Terminating namespace refuses new objects, so the next test waits for it to go)."""
+    if path == HOSTPROCESS_NAMESPACE:
+        cp.wait_deleted(api, path)
+    return api.get_optional(path) is None
+
+
+# The containerd era's HostProcess manifest (templates/manifests/windows-containerd/), in its order.
+HOSTPROCESS_OBJECTS = ("Namespace k4w-windows-node", "ServiceAccount k4w-windows-node/k4w-windows-flanneld",
+                       "ClusterRoleBinding k4w:windows-flanneld", "ServiceAccount k4w-windows-node/k4w-windows-kube-proxy",
+                       "ClusterRoleBinding k4w:windows-kube-proxy", "ConfigMap k4w-windows-node/k4w-windows-node-scripts",
+                       "DaemonSet k4w-windows-node/k4w-flannel-windows", "DaemonSet k4w-windows-node/k4w-kube-proxy-windows")
+
+
 def test_token_objects_and_reset(plane, tmp_path):
     api = plane.client()
     cluster = existing_config(plane.admin_conf)
-    files = render.render_files(cluster, tmp_path)
-    (tmp_path / "manifests").mkdir()
-    (tmp_path / "manifests" / "windows-node-rbac.yaml").write_text(files["manifests/windows-node-rbac.yaml"])
+    render.render(cluster, tmp_path)
     facts = existing.check(api, cluster, tmp_path)          # fits: no refusal, kubeadm's join RBAC found
     record = existing.Record(tmp_path, facts.server)
-    said = existing.apply(api, existing.windows_objects(tmp_path, True), record)
-    assert said == [f"created {n}" for n in ("ServiceAccount kube-system/k4w-windows-flanneld", "Secret kube-system/k4w-windows-flanneld-token",
-                                             "ClusterRoleBinding k4w:windows-flanneld", "ServiceAccount kube-system/k4w-windows-kube-proxy",
-                                             "Secret kube-system/k4w-windows-kube-proxy-token", "ClusterRoleBinding k4w:windows-kube-proxy")]
-    # Idempotent: a second run creates nothing and keeps k4w's own objects.
-    assert all(line.startswith("kept ") for line in existing.apply(api, existing.windows_objects(tmp_path, True), record))
+    docs = existing.with_api_endpoint(existing.windows_objects(tmp_path, cluster), existing.endpoint(api))
+    said = existing.apply(api, docs, record)
+    assert said == [f"created {n}" for n in HOSTPROCESS_OBJECTS]
+    # The real API server admitted the HostProcess DaemonSets into the privileged namespace, pointed at
+    # the API server cluster-info names (the render cannot know it for a cluster k4w did not make).
+    flannel = api.get("/apis/apps/v1/namespaces/k4w-windows-node/daemonsets/k4w-flannel-windows")
+    env = {e["name"]: e.get("value") for e in flannel["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert f"{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}" == existing.endpoint(api)
+    # Idempotent: a second run creates nothing and keeps k4w's own objects, and the checks before it
+    # do not take k4w's own Windows DaemonSets for the owner's.
+    assert all(line.startswith("kept ") for line in existing.apply(api, docs, record))
+    existing.check(api, cluster, tmp_path)
 
     join = existing.join_token(api, record)
     token_id = join["token"].split(".")[0]
@@ -115,9 +137,11 @@ def test_token_objects_and_reset(plane, tmp_path):
 
     # cluster-reset's removal: k4w's objects go, kubeadm's and the owner's stay.
     removed = existing.remove(api, tmp_path)
-    assert len(removed) == 7 and all(line.startswith("deleted ") for line in removed)
+    assert len(removed) == len(HOSTPROCESS_OBJECTS) + 1 and all(line.startswith("deleted ") for line in removed)
     assert api.get_optional(f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}") is None
     assert api.get_optional("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/k4w:windows-flanneld") is None
+    assert api.get_optional("/apis/apps/v1/namespaces/k4w-windows-node/daemonsets/k4w-kube-proxy-windows") is None
+    assert gone(api, HOSTPROCESS_NAMESPACE)
     assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
     assert api.get_optional("/apis/rbac.authorization.k8s.io/v1/clusterroles/flannel") is not None
     assert not (tmp_path / existing.RECORD_FILE).exists()
@@ -149,7 +173,7 @@ def test_cluster_up_dry_run_of_a_fitting_cluster_shows_the_join_only_steps(plane
     result = invoke("cluster-up", "--config", str(config), "--out", str(tmp_path / "out"), "--dry-run")
     said = result.stdout + result.stderr
     assert result.returncode == 0, said
-    assert "fits cluster.yml" in said and "v1.35.4" in said
+    assert "fits cluster.yml" in said and cp.VERSION in said
     assert "would create ClusterRoleBinding k4w:windows-kube-proxy if absent" in said
     assert "would create a bootstrap token Secret kube-system/bootstrap-token-<id>" in said
     assert "kubeadm init" not in said and "master-init" not in said
@@ -227,7 +251,7 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     assert list(state) == ["up", "cluster-nic", "cluster-ip", "node-proxy", "existing-apply", "join:winx-1", "ready"]
     assert not any("kubeadm init" in line or "kubectl" in line for line in world.log)
     record = json.loads((out / existing.RECORD_FILE).read_text())
-    assert record["nodes"] == ["winx-1"] and len(record["objects"]) == 7
+    assert record["nodes"] == ["winx-1"] and len(record["objects"]) == len(HOSTPROCESS_OBJECTS) + 1
     token_secret = record["objects"][-1]["path"]
     assert token_secret.startswith("/api/v1/namespaces/kube-system/secrets/bootstrap-token-")
     join = yaml.safe_load(world.uploaded["C:\\k4w\\kubeadm-join.yaml"][0])["discovery"]["bootstrapToken"]
@@ -243,7 +267,8 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     assert api.writes == [("DELETE", "/api/v1/nodes/winx-1")] + [("DELETE", o["path"]) for o in reversed(record["objects"])]
     assert any(line.startswith("winx-1: & 'C:\\k4w\\cluster-reset.ps1'") for line in world.log)
     assert api.get_optional("/api/v1/nodes/winx-1") is None and api.get_optional(token_secret) is None
-    assert api.get_optional("/api/v1/namespaces/kube-system/serviceaccounts/k4w-windows-flanneld") is None
+    assert api.get_optional("/api/v1/namespaces/k4w-windows-node/serviceaccounts/k4w-windows-flanneld") is None
+    assert gone(api, HOSTPROCESS_NAMESPACE)
     assert api.get_optional("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy") is not None
     assert not (out / existing.RECORD_FILE).exists()
 
@@ -259,4 +284,4 @@ def test_cluster_down_also_removes_what_k4w_added(plane, tmp_path):
     up_mod.cluster_down(cluster, out, vagrant=world.vagrant, api=api)
     assert "vagrant destroy" in world.log
     assert api.get_optional("/api/v1/nodes/winx-1") is None
-    assert [path for path in recorded if api.get_optional(path) is not None] == []
+    assert [path for path in recorded if not gone(api, path)] == []

@@ -46,7 +46,10 @@ def test_the_example_renders_no_kubeadm_init_config_and_no_flannel_manifest(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (out / "kubeadm").exists() and not (out / "manifests" / "kube-flannel.yaml").exists()
     assert not (out / "manifests" / "patches").exists()   # k4w never patches the cluster's own DaemonSets
-    assert (out / "manifests" / "windows-node-rbac.yaml").is_file()
+    # The example's Windows box is the containerd era: its HostProcess DaemonSets are what cluster-up
+    # applies, and no seed-era token-Secret identities are rendered.
+    assert (out / "manifests" / "windows-containerd" / "windows-node-daemonsets.yaml").is_file()
+    assert not (out / "manifests" / "windows-node-rbac.yaml").exists()
     # The Windows CNI config names the DNS IP that cluster-up holds to the cluster's kube-dns Service.
     assert '"Nameservers": ["10.96.0.10"]' in (out / "nodes" / "winx-1" / "cni.conf").read_text()
 
@@ -67,3 +70,4 @@ def test_plan_shows_the_join_only_plan(tmp_path):
     for fact in ("Kubernetes version", "pod CIDR", "service CIDR", "cluster DNS IP", "CNI", "join RBAC"):
         assert fact in said
     assert "ClusterRoleBinding k4w:windows-flanneld" in said and "Secret kube-system/bootstrap-token-<id>" in said
+    assert "Namespace k4w-windows-node" in said and "DaemonSet k4w-windows-node/k4w-kube-proxy-windows" in said
