@@ -156,3 +156,92 @@ def test_the_kubeadm_join_prerequisites_are_checked_never_changed():
     assert any(p.startswith("ClusterRoleBinding kubeadm:kubelet-bootstrap is missing") for p in problems)
     assert any(p.startswith("ClusterRole flannel is missing") for p in problems)
     assert any(p.startswith("DaemonSet kube-system/kube-proxy has no nodeSelector kubernetes.io/os: linux") for p in problems)
+
+
+# ------------------------------------------------------------------ the containerd era's HostProcess objects
+
+def rendered(tmp_path, **network):
+    """The example rendered (its Windows box is the containerd era), as cluster-up reads OUT."""
+    from k4w import render
+
+    model = cluster(**network)
+    render.render(model, tmp_path)
+    return model
+
+
+def hostprocess_refusal(tmp_path, api_answers: dict, model=None) -> str:
+    model = model or rendered(tmp_path)
+    with pytest.raises(K4wError) as refused:
+        existing.check(RecordedApi(api_answers), model, tmp_path)
+    assert "nothing was started or changed" in str(refused.value)
+    return str(refused.value)
+
+
+def test_the_containerd_era_applies_the_hostprocess_manifest_not_token_secrets(tmp_path):
+    model = rendered(tmp_path)
+    docs = existing.windows_objects(tmp_path, model)
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == ["ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace" and d["kind"] != "ClusterRoleBinding"} \
+        == {"k4w-windows-node"}
+    assert not any(d["kind"] == "Secret" for d in docs)
+    # Every object has a REST path k4w knows, so cluster-reset can delete what it recorded.
+    assert all(existing.object_path(d) for d in docs)
+    # The recorded cluster fits: no refusal.
+    assert existing.check(RecordedApi(RECORDED), model, tmp_path).version == "v1.37.2"
+
+
+def test_the_api_address_comes_from_cluster_info(tmp_path):
+    docs = existing.with_api_endpoint(existing.windows_objects(tmp_path, rendered(tmp_path)), "192.0.2.7:8443")
+    for ds in (d for d in docs if d["kind"] == "DaemonSet"):
+        env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("192.0.2.7", "8443")
+
+
+def test_an_api_server_before_hostprocess_is_refused(tmp_path):
+    model = rendered(tmp_path)
+    docs = existing.windows_objects(tmp_path, model)
+    problems = existing.prerequisites(RecordedApi(RECORDED), docs, windows=True, version="v1.25.16")
+    assert any(p.startswith("Kubernetes version: the API server is v1.25.16; the Windows workers run flanneld and kube-proxy as "
+                            "HostProcess pods") and "stable from 1.26" in p for p in problems)
+    assert not any("HostProcess" in p for p in existing.prerequisites(RecordedApi(RECORDED), docs, windows=True, version="v1.26.0"))
+
+
+def test_a_namespace_of_the_owner_with_k4ws_name_is_refused(tmp_path):
+    theirs = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "k4w-windows-node", "labels": {"team": "x"}}}
+    text = hostprocess_refusal(tmp_path, answers(**{"/api/v1/namespaces/k4w-windows-node": theirs}))
+    assert "Namespace k4w-windows-node already exists and is not k4w's (no label app.kubernetes.io/part-of: k4w)" in text
+
+
+def test_k4ws_own_namespace_is_kept_unless_it_is_being_deleted(tmp_path):
+    model = rendered(tmp_path)
+    ours = {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "k4w-windows-node", "labels": {"app.kubernetes.io/part-of": "k4w"}}}
+    existing.check(RecordedApi(answers(**{"/api/v1/namespaces/k4w-windows-node": ours})), model, tmp_path)
+    ours["metadata"]["deletionTimestamp"] = "2026-11-27T12:00:00Z"
+    text = hostprocess_refusal(tmp_path, answers(**{"/api/v1/namespaces/k4w-windows-node": ours}), model)
+    assert "Namespace k4w-windows-node is still being deleted" in text
+
+
+def test_k4ws_own_windows_daemonsets_are_not_taken_for_the_owners(tmp_path):
+    model = rendered(tmp_path)
+    daemonsets = copy.deepcopy(RECORDED["/apis/apps/v1/daemonsets"])
+    daemonsets["items"] += [d for d in existing.windows_objects(tmp_path, model) if d["kind"] == "DaemonSet"]
+    existing.check(RecordedApi(answers(**{"/apis/apps/v1/daemonsets": daemonsets})), model, tmp_path)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda nc: nc.update(Network="10.245.0.0/16"), "Flannel Network: 10.244.0.0/16 in ConfigMap kube-flannel/kube-flannel-cfg, "
+                                                    "10.245.0.0/16 in nodes/winx-1/net-conf.json (what the Windows flanneld reads)"),
+    (lambda nc: nc["Backend"].update(VNI=1), "Flannel Backend VNI: 4096 in ConfigMap kube-flannel/kube-flannel-cfg, 1 in "
+                                             "nodes/winx-1/net-conf.json"),
+])
+def test_a_rendered_windows_netconf_that_differs_from_the_clusters_is_refused(tmp_path, change, expected):
+    """The class check: the file the Windows flanneld reads is held to the cluster's own net-conf, not
+    only cluster.yml (here cluster.yml fits and the rendered file was changed after the render)."""
+    model = rendered(tmp_path)
+    path = tmp_path / "nodes" / "winx-1" / "net-conf.json"
+    netconf = json.loads(path.read_text())
+    change(netconf)
+    path.write_text(json.dumps(netconf))
+    assert expected in hostprocess_refusal(tmp_path, RECORDED, model)
