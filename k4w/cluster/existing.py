@@ -369,6 +369,16 @@ def step_list(info) -> list:
     return plan
 
 
+def hostprocess_rows(docs: list[dict]) -> list[list[str]]:
+    """The plan's rows for what prerequisites checks of the objects it would apply."""
+    rows = [["objects k4w applies", "a GET of each (below)", f"absent, or k4w's (label {PART_OF[0]}: {PART_OF[1]}) and not being deleted"]]
+    if any(d.get("kind") == "DaemonSet" for d in docs):
+        rows.append(["HostProcess pods", "GET /version", f"API server {'.'.join(map(str, HOSTPROCESS_MIN))} or newer (KEP 1981 stable); "
+                     "the DaemonSets' KUBERNETES_SERVICE_HOST/PORT from kube-public/cluster-info"])
+        rows.append(["Windows net-conf.json", "the CNI row's net-conf.json", "Network and Backend equal to each rendered nodes/<node>/net-conf.json"])
+    return rows
+
+
 def vxlan_device(cluster: Cluster) -> str:
     """flanneld's vxlan link on a Linux worker, flannel.<VNI>: the VNI the facts check made sure of."""
     return f"flannel.{cluster.network.vxlan_vni}"
@@ -382,6 +392,7 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
     ui.say(f"\nCluster plan: join-only, to the existing cluster of {cfg.cluster.existing} (no master VM, no kubeadm init):",
            style="bold")
     backend = f"{net.backend}" + (f" VNI {net.vxlan_vni} port {net.vxlan_port}" if net.backend == "vxlan" else "")
+    docs = windows_objects(out, cluster, files)
     ui.table("Facts cluster-up reads through the API and must match, before any VM starts",
              ["fact", "read from", "cluster.yml expects"],
              [["Kubernetes version", "GET /version", "a kubelet of each box at most 3 minors older, never newer: "
@@ -392,8 +403,8 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["cluster domain", "kube-system/kubeadm-config networking.dnsDomain", cfg.cluster.domain],
               ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
-              ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]])
-    docs = windows_objects(out, cluster, files)
+              ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]]
+             + hostprocess_rows(docs))
     applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
     workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
