@@ -22,13 +22,11 @@ cluster-reset deletes k4w's Node objects and the recorded objects, newest first,
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
-from .. import identities, ui
+from .. import identities, outfiles, ui
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
@@ -167,11 +165,8 @@ class Record:
             self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".existing-", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh, indent=2)
-        os.replace(tmp, self.path)
+        # One rename, never through a link, owner-only as the record was before (k4w.outfiles).
+        outfiles.write_file(self.path, json.dumps(self.data, indent=2) + "\n", mode=0o600)
 
 
 # ------------------------------------------------------------------ checks before anything changes
