@@ -220,7 +220,7 @@ def cluster_test(c, config=None, out=None, dry_run=False):
             "out": "e2e folder: rendered files, box, logs (default: build/e2e; build/e2e-ubuntu-2404 for ubuntu-2404-e2e)",
             "keep": "keep the work folder (squid logs, guest overlay, serial console, ssh config) for debugging",
             "cluster": "then a real single-node kubeadm cluster on a fresh guest of the box (ubuntu-2404-e2e only; "
-                       "needs scripts/build-tools --group cluster; over an hour under TCG, not run by CI)",
+                       "needs scripts/build-tools --group cluster; about 30 minutes under TCG, not run by CI)",
             "dry_run": DRY_HELP})
 @cli.user_errors
 def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False):
