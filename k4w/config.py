@@ -56,6 +56,15 @@ DNS_NAME = re.compile(r"(?=.{1,253}\Z)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")  # NetBIOS limit: 15 chars
 
 
+def optional_path(v: str | None, message: str) -> str | None:
+    """An optional path setting: empty means unset; one line of text, no control characters."""
+    if v in (None, ""):
+        return None
+    if any(ord(ch) < 32 for ch in v) or not v.strip():
+        raise ValueError(message)
+    return v
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,11 +82,7 @@ class Cluster(Strict):
     @field_validator("existing")
     @classmethod
     def _existing(cls, v: str | None) -> str | None:
-        if v in (None, ""):
-            return None
-        if any(ord(ch) < 32 for ch in v) or not v.strip():
-            raise ValueError("must be the path of a kubeconfig file on one line, e.g. ~/.kube/admin.conf")
-        return v
+        return optional_path(v, "must be the path of a kubeconfig file on one line, e.g. ~/.kube/admin.conf")
 
     @field_validator("name")
     @classmethod
@@ -256,11 +261,7 @@ class Downloads(Strict):
     @field_validator("cache")
     @classmethod
     def _cache(cls, v: str | None) -> str | None:
-        if v in (None, ""):
-            return None
-        if any(ord(ch) < 32 for ch in v) or not v.strip():
-            raise ValueError("must be a folder path on one line, e.g. D:/k4w-cache or ~/.cache/k4w")
-        return v
+        return optional_path(v, "must be a folder path on one line, e.g. D:/k4w-cache or ~/.cache/k4w")
 
     @field_validator("mirror")
     @classmethod
