@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import identities, outfiles, ui
+from .. import identities, private, ui
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
@@ -165,8 +165,9 @@ class Record:
             self.save()
 
     def save(self) -> None:
-        # One rename, never through a link, owner-only as the record was before (k4w.outfiles).
-        outfiles.write_file(self.path, json.dumps(self.data, indent=2) + "\n", mode=0o600)
+        # One rename, never through a link, owner-only with the ACL NTFS needs (k4w.private): it names
+        # what k4w changed in the user's cluster, which only its owner's cluster-reset should act on.
+        private.write_private(self.path, json.dumps(self.data, indent=2) + "\n")
 
 
 # ------------------------------------------------------------------ checks before anything changes
