@@ -129,14 +129,20 @@ def test_the_archive_holds_one_image_with_its_name_files_and_digests(tmp_path):
     assert again.read_bytes() == archive.read_bytes()
 
 
-def test_the_layer_runs_its_program_with_the_bundled_libraries_alone(tmp_path):
-    """ldd's libraries and the loader travel with a host program: it runs in a root of the layer alone."""
+def _test_image_root(tmp_path: Path) -> Path:
+    """The --cluster test image, written as its OCI archive and unpacked: a root to chroot into."""
     if os.geteuid() != 0:
         pytest.fail("chroot needs root, as the e2e run has (run the test suite as in DEVELOPERS.md)")
     archive = tmp_path / "busybox.tar"
     oci_archive.write(archive, cluster_run.test_image())
     root = tmp_path / "root"
     oci_archive.unpack(archive, root)
+    return root
+
+
+def test_the_layer_runs_its_program_with_the_bundled_libraries_alone(tmp_path):
+    """ldd's libraries and the loader travel with a host program: it runs in a root of the layer alone."""
+    root = _test_image_root(tmp_path)
     done = subprocess.run(["chroot", str(root), "/bin/cp", "--help"], capture_output=True, text=True, timeout=30)
     assert "Usage: cp" in done.stdout + done.stderr, done.stdout + done.stderr
 
@@ -144,12 +150,7 @@ def test_the_layer_runs_its_program_with_the_bundled_libraries_alone(tmp_path):
 def test_the_client_pod_s_request_reaches_the_web_pod_s_server_inside_the_test_image(tmp_path):
     """The exact commands the --cluster checks run in the two pods, run in a root of the test image:
     a busybox option that crashes (Debian 12's wget -T) fails here, not 40 minutes into a run."""
-    if os.geteuid() != 0:
-        pytest.fail("chroot needs root, as the e2e run has (run the test suite as in DEVELOPERS.md)")
-    archive = tmp_path / "busybox.tar"
-    oci_archive.write(archive, cluster_run.test_image())
-    root = tmp_path / "root"
-    oci_archive.unpack(archive, root)
+    root = _test_image_root(tmp_path)
     (root / "www").mkdir()
     (root / "www" / "index.html").write_text("k4w-marker\n")
     port = squid.free_port()
