@@ -71,7 +71,7 @@ FETCH_TIMEOUT_S = 5
 # TCG only: the leases of the two control-plane components that elect a leader, scaled to an
 # emulated CPU. With the defaults (15 s lease, 10 s renewal deadline, each renewal request given
 # half of it: k8s.io/kubernetes@v1.35.4 cmd/kube-scheduler/app/options/options.go, flags from
-# k8s.io/component-base@v0.35.4 config/options/leaderelectionconfig.go) the fourth run's
+# k8s.io/component-base@v0.35.4 and v0.37.2 config/options/leaderelectionconfig.go) the fourth run's
 # controller-manager and scheduler lost their leases under a guest load of 13-20 and exited
 # ("Leaderelection lost"), so no EndpointSlice was made and the Service refused connections.
 # The rendered kubeadm config stays as users get it: the harness edits the static pod manifests
