@@ -256,4 +256,4 @@ def test_dry_run_of_cluster_says_each_step_and_how_images_are_named():
 def test_cluster_is_refused_on_the_docker_era_box():
     res = invoke("e2e", "--cluster", "--dry-run")
     assert res.returncode != 0
-    assert "--cluster runs on the containerd era's box only: --box ubuntu-2404-e2e" in res.stdout + res.stderr
+    assert "--cluster runs on the containerd era's boxes only: --box ubuntu-2404-e2e or ubuntu-2604-e2e (not debian-12-e2e)" in res.stdout + res.stderr

@@ -5,9 +5,11 @@ snapshot diff, the re-run of the rendered provisioners, and the e2e box profile.
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import fnmatch
 import hashlib
 import io
+import json
 import re
 import shlex
 import shutil
@@ -34,31 +36,81 @@ UBUNTU_SPEC = ROOT / "k4w" / "verify" / "specs" / "test_ubuntu_box.py"
 # ------------------------------------------------------------------ base image cache key
 
 
-def test_cache_key_is_stable_for_the_same_recipe():
+def test_cache_key_is_stable_for_the_same_recipe_and_differs_between_recipes():
     assert base_image.cache_key() == base_image.cache_key()
     assert re.fullmatch(r"[0-9a-f]{16}", base_image.cache_key())
+    assert base_image.cache_key(base_image.UBUNTU_2604) != base_image.cache_key(base_image.DEBIAN_12)
 
 
-def test_cache_key_changes_with_the_package_list(monkeypatch):
+def test_cache_key_changes_with_the_package_list():
     before = base_image.cache_key()
-    monkeypatch.setattr(base_image, "PACKAGES", base_image.PACKAGES + ("htop",))
-    assert base_image.cache_key() != before
+    more = dataclasses.replace(base_image.DEBIAN_12, packages=base_image.DEBIAN_12.packages + ("htop",))
+    assert base_image.cache_key(more) != before
 
 
 def test_cache_key_changes_with_the_build_script():
     source = (Path(base_image.__file__)).read_bytes()
-    assert base_image.cache_key(source) == base_image.cache_key()
-    assert base_image.cache_key(source + b"\n# edited\n") != base_image.cache_key()
+    assert base_image.cache_key(source=source) == base_image.cache_key()
+    assert base_image.cache_key(source=source + b"\n# edited\n") != base_image.cache_key()
 
 
 def test_debootstrap_installs_every_listed_package_and_nothing_implicit():
     cmd = base_image.debootstrap_command(Path("/x/rootfs"))
     assert cmd[:2] == ["debootstrap", "--variant=minbase"]
     included = cmd[2].removeprefix("--include=").split(",")
-    assert set(included) == set(base_image.PACKAGES)
+    assert set(included) == set(base_image.DEBIAN_12.packages)
     # What the box steps and the spec rely on being in the "installed system".
     assert {"openssh-server", "sudo", "linux-image-amd64", "procps", "kmod", "dbus"} <= set(included)
     assert cmd[-3:] == ["bookworm", "/x/rootfs", "http://deb.debian.org/debian"]
+
+
+def test_the_ubuntu_image_is_26_04_checked_against_the_archive_key_alone():
+    keyring = Path("/x/ubuntu-archive-2018.gpg")
+    cmd = base_image.debootstrap_command(Path("/x/rootfs"), base_image.UBUNTU_2604, keyring)
+    assert f"--keyring={keyring}" in cmd  # never --no-check-gpg
+    assert cmd[-4:] == ["resolute", "/x/rootfs", "http://archive.ubuntu.com/ubuntu", "/usr/share/debootstrap/scripts/gutsy"]
+    included = set(cmd[2].removeprefix("--include=").split(","))
+    # The ubuntu-2604 autoinstall seed's packages: the guest gets the Hyper-V tools of its own kernel.
+    seed = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())["installer"]["packages"]
+    assert set(seed) <= included
+    assert {"ubuntu-minimal", "systemd-resolved", "dracut"} <= included
+
+
+def test_the_committed_ubuntu_key_is_the_archive_key_by_fingerprint(tmp_path):
+    system_tool("gpg")  # scripts/setup.sh installs gnupg
+    recipe = base_image.UBUNTU_2604
+    log = phases.Log(tmp_path / "log", lambda _: None)
+    keyring = base_image._dearmored_keyring(recipe, tmp_path, phases.Phase("base image", 60), log)
+    assert keyring.is_file() and recipe.key_fingerprint == "F6ECB3762474EDA9D21B7022871920D1991BC93C"
+    # Another key (or a second one) in its place is refused before debootstrap runs.
+    other = dataclasses.replace(recipe, key_fingerprint="0" * 40)
+    with pytest.raises(phases.E2EError, match="must hold the one key"):
+        base_image._dearmored_keyring(other, tmp_path, phases.Phase("base image", 60), log)
+
+
+def test_the_kernel_is_found_where_debian_and_ubuntu_link_it(tmp_path):
+    debian, ubuntu = tmp_path / "debian", tmp_path / "ubuntu"
+    (debian / "boot").mkdir(parents=True)
+    (debian / "boot" / "vmlinuz-6.1.0-1-amd64").write_text("k")
+    (debian / "vmlinuz").symlink_to("boot/vmlinuz-6.1.0-1-amd64")
+    (ubuntu / "boot").mkdir(parents=True)
+    (ubuntu / "boot" / "vmlinuz-7.0.0-14-generic").write_text("k")
+    (ubuntu / "boot" / "vmlinuz").symlink_to("vmlinuz-7.0.0-14-generic")
+    assert base_image._installed(debian, "vmlinuz").name == "vmlinuz-6.1.0-1-amd64"
+    assert base_image._installed(ubuntu, "vmlinuz").name == "vmlinuz-7.0.0-14-generic"
+    with pytest.raises(phases.E2EError, match="initramfs generator"):
+        base_image._installed(ubuntu, "initrd.img")
+
+
+def test_each_recipe_prunes_only_its_own_old_images(tmp_path):
+    log = phases.Log(tmp_path / "log", lambda _: None)
+    cache = tmp_path / "cache"
+    for key, recipe in (("old-debian", None), ("old-ubuntu", "ubuntu-2604"), ("new-ubuntu", "ubuntu-2604")):
+        (cache / key).mkdir(parents=True)
+        (cache / key / base_image.MANIFEST).write_text(json.dumps({"recipe": recipe} if recipe else {}))
+    (cache / "current").symlink_to("old-debian")  # the single recipe's link, before there were two
+    base_image._prune(cache, base_image.UBUNTU_2604, "new-ubuntu", phases.Phase("base image", 60), log)
+    assert sorted(e.name for e in cache.iterdir()) == ["new-ubuntu", "old-debian"]
 
 
 def test_reused_image_is_recognised_only_when_complete(tmp_path):
@@ -73,7 +125,8 @@ def test_reused_image_is_recognised_only_when_complete(tmp_path):
 
 
 def test_the_base_image_gives_the_box_user_what_the_preseed_gives_it():
-    files = {path: (mode, text) for path, mode, text in base_image.FILES}
+    files = {path: (mode, text) for path, mode, text in base_image.DEBIAN_12.files}
+    assert base_image.COMMON_FILES == base_image.UBUNTU_2604.files[:len(base_image.COMMON_FILES)]
     mode, sudoers = files["etc/sudoers.d/vagrant"]
     assert sudoers == "vagrant ALL=(ALL) NOPASSWD: ALL\n" and mode == 0o440
     assert "/dev/vda\t/\text4" in files["etc/fstab"][1]
@@ -96,7 +149,7 @@ def _networkd_matches(match: dict[str, str], name: str, iftype: str, kind: str |
 
 def test_the_base_image_runs_dhcp_on_the_nic_and_leaves_the_pod_network_alone():
     # networkd takes every link it manages off its bridge: a match on a pod's veth cut pods off the node.
-    mode, text = {p: (m, t) for p, m, t in base_image.FILES}[base_image.NIC_NETWORK_FILE]
+    mode, text = {p: (m, t) for p, m, t in base_image.DEBIAN_12.files}[base_image.NIC_NETWORK_FILE]
     parser = configparser.ConfigParser()
     parser.optionxform = str
     parser.read_string(text)
@@ -362,7 +415,7 @@ def test_e2e_profile_runs_the_ubuntu_box_steps_through_the_ubuntu_template():
     assert E2E_PROFILE["os_family"] == UBUNTU_PROFILE["os_family"] == "ubuntu"
     assert E2E_PROFILE["provision"] == UBUNTU_PROFILE["provision"]
     assert E2E_PROFILE["build"]["builder"] == "qemu" and E2E_PROFILE["build"]["qemu"]["accelerator"] == "tcg"
-    assert f"{E2E_PROFILE['build']['disk_gb']}G" == base_image.DISK_SIZE
+    assert f"{E2E_PROFILE['build']['disk_gb']}G" == base_image.DEBIAN_12.disk_size
 
 
 def test_e2e_profile_has_the_cluster_era_of_the_ubuntu_box():
@@ -436,11 +489,15 @@ def test_report_reads_each_step_from_the_build_log():
     assert finished[0]["status"] == "ran"
 
 
-def test_base_image_paths_in_the_profile_are_the_cache_layout():
-    q = E2E_PROFILE["build"]["qemu"]
-    current = f"base-image/{base_image.CURRENT}"
+@pytest.mark.parametrize("box", ["debian-12-e2e", "ubuntu-2404-e2e", "ubuntu-2604-e2e"])
+def test_base_image_paths_in_the_profile_are_the_cache_layout_of_its_recipe(box):
+    profile = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / f"{box}.yml").read_text())
+    recipe = base_image.recipe_named(profile["ci_base_image"])
+    q = profile["build"]["qemu"]
+    link = f"base-image/{recipe.name}"
     assert (q["image"], q["kernel"], q["initrd"]) == (
-        f"{current}/{base_image.DISK}", f"{current}/{base_image.KERNEL}", f"{current}/{base_image.INITRD}")
+        f"{link}/{base_image.DISK}", f"{link}/{base_image.KERNEL}", f"{link}/{base_image.INITRD}")
+    assert f"{profile['build']['disk_gb']}G" == recipe.disk_size
 
 
 def rendered_template(tmp_path) -> dict:
@@ -611,14 +668,14 @@ def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base
     assert result.dry_run and result.box == "ubuntu-2404-e2e" and not tmp_path.joinpath("e2e-ubuntu-2404").exists()
     assert "packer/ubuntu-2404-e2e.pkr.hcl" in text and "test_ssh_target(ubuntu-2404-e2e" in text
     assert "    box: ubuntu-2404-e2e\n" in text  # the rendered cluster.yml's node uses it
-    assert f"base image {shared}/" in text and f"-kernel {shared}/current/vmlinuz" in text
+    assert f"base image debian-12 {shared}/" in text and f"-kernel {shared}/debian-12/vmlinuz" in text
     assert "containerd-2.3.7-linux-amd64.tar.gz" in text and "kubernetes-node-linux-amd64.tar.gz" in text
 
 
 def test_an_unknown_ci_box_is_refused_naming_the_ones_there_are(tmp_path):
     from tests.e2e.harness import run_e2e
 
-    with pytest.raises(phases.E2EError, match="no CI box named 'ubuntu-2404'; the e2e boxes are: debian-12-e2e, ubuntu-2404-e2e"):
+    with pytest.raises(phases.E2EError, match="no CI box named 'ubuntu-2404'; the e2e boxes are: debian-12-e2e, ubuntu-2404-e2e, ubuntu-2604-e2e"):
         run_e2e(tmp_path / "out", box="ubuntu-2404", dry_run=True, say=lambda text: None)
 
 
@@ -626,12 +683,12 @@ def test_each_ci_box_has_its_own_output_folder_and_shares_one_base_image(tmp_pat
     from tests.e2e.harness import BOXES, default_out
     from tests.e2e.harness.run import _base_image_folder
 
-    assert [default_out(tmp_path, b) for b in BOXES] == [tmp_path / "e2e", tmp_path / "e2e-ubuntu-2404"]
+    assert [default_out(tmp_path, b) for b in BOXES] == [tmp_path / "e2e", tmp_path / "e2e-ubuntu-2404", tmp_path / "e2e-ubuntu-2604"]
     shared = tmp_path / "e2e" / "base-image"
     shared.mkdir(parents=True)
     second = tmp_path / "e2e-ubuntu-2404"
     assert _base_image_folder(second, shared) == shared
-    # The profile's qemu paths are relative to OUT (base-image/current/disk.raw): reached through a link.
+    # The profile's qemu paths are relative to OUT (base-image/debian-12/disk.raw): reached through a link.
     assert (second / "base-image").is_symlink() and (second / "base-image").resolve() == shared
     assert _base_image_folder(second, shared) == shared  # again: the link is replaced, not refused
     assert _base_image_folder(tmp_path / "e2e", shared) == shared  # the default box's own folder

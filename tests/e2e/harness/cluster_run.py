@@ -4,9 +4,9 @@ cluster-up's own steps run on the guest, through a RemoteExec over the guest's S
 `vagrant ssh`: step_master_init (cluster-init.sh with the rendered kubeadm config), step_manifests (the
 rendered Flannel manifest, the node-selector patches, the wait for node Ready) and step_rollouts
 (CoreDNS, kube-proxy, Flannel). The node's cluster address goes on a second NIC with the node's cluster
-MAC, as Hyper-V hot-adds it; cluster-ip.sh itself cannot configure it here: it writes netplan (24.04) or
-ifupdown (16.04) files, and the e2e image is Debian with systemd-networkd alone, so the harness writes
-the networkd file netplan would render for it. No registry is reachable: the images come from cluster_images,
+MAC, as Hyper-V hot-adds it. On the Ubuntu 26.04 image cluster-up's own step_cluster_ip configures it
+(cluster-ip.sh writes netplan); the Debian image has systemd-networkd alone, where cluster-ip.sh would
+take its ifupdown branch, so there the harness writes the networkd file netplan would render. No registry is reachable: the images come from cluster_images,
 imported with `ctr -n k8s.io images import`. Then the control-plane taint goes and the checks run:
 CoreDNS Ready, a pod's address in the pod CIDR, a Service's ClusterIP answering, its name resolving
 through cluster DNS.
@@ -37,8 +37,10 @@ from k4w.config import Config
 from . import cluster_images, guest as guest_mod, oci_archive
 from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 
-# The only CI box of the containerd era: the cluster needs its real containerd and kubelet.
+# The CI boxes of the containerd era: the cluster needs their real containerd and kubelet. BOX is the
+# one CI runs (on the Debian 12 image); ubuntu-2604-e2e runs on Ubuntu 26.04 itself.
 BOX = "ubuntu-2404-e2e"
+BOXES = (BOX, "ubuntu-2604-e2e")
 # Per step, in seconds, from the runs quoted in the README (TCG, 2 shared cores), with margin. The first
 # runs (emulated HPET clock, qemu64 CPU): images 18-20 s, boot 100-140 s, import 505-536 s, and kubeadm
 # init never saw a healthy API server. With the TSC and the CPU features (guest.py): images 25 s, boot
@@ -179,9 +181,10 @@ def poll(what: str, phase: Phase, check: Callable[[], tuple[bool, str]], interva
 
 
 def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path, box_file: Path, image, build_cfg,
-        workdir: Path, stack: contextlib.ExitStack, started: list[int], keep: bool) -> None:
+        workdir: Path, stack: contextlib.ExitStack, started: list[int], keep: bool, netplan: bool = False) -> None:
     """The cluster steps on a fresh guest of box_file, filling report as they go (a failed run keeps
-    what was measured); raises E2EError naming the step that failed."""
+    what was measured); raises E2EError naming the step that failed. netplan: the guest has netplan
+    (the Ubuntu image), so cluster-up's own step_cluster_ip (cluster-ip.sh) sets the node address."""
     cluster = load_cluster(out)
     master = cluster.master
     node = next(n for n in cfg.nodes if n.name == master.name)
@@ -245,8 +248,13 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
         ph.note = f"{len(archives)} archives imported"
 
     with step("cluster ip") as ph:
-        _cluster_address(guest, mac_with(cluster.cluster_mac(master), ":"), f"{master.ip}/{cluster.prefix_length}", ph)
-        ph.note = f"{master.ip}/{cluster.prefix_length} on the NIC with MAC {mac_with(cluster.cluster_mac(master), ':')}"
+        if netplan:
+            cluster_steps.step_cluster_ip(ctx)
+            how = "cluster-ip.sh (netplan)"
+        else:
+            _cluster_address(guest, mac_with(cluster.cluster_mac(master), ":"), f"{master.ip}/{cluster.prefix_length}", ph)
+            how = "a networkd file, as netplan renders it"
+        ph.note = f"{master.ip}/{cluster.prefix_length} on the NIC with MAC {mac_with(cluster.cluster_mac(master), ':')}, by {how}"
 
     with step("cluster init") as ph:
         cluster_steps.step_master_init(ctx)
@@ -352,12 +360,13 @@ def _checks(ctx, master: Machine, net: dict, ph: Phase) -> dict[str, str]:
     return found
 
 
-def plan(out: Path) -> list[str]:
+def plan(out: Path, box: str = BOX, recipe=None) -> list[str]:
     """What --cluster would do, for --dry-run: nothing is built, booted or rendered."""
+    netplan = bool(recipe and recipe.netplan)
     tools = sorted({tool for recipe in cluster_images.RECIPES.values() for tool, _ in recipe.programs.values()})
     missing = [t for t in tools if pinned_tools.build_record(t) is None]
     lines = [
-        f"cluster (then, on a fresh guest of {out / 'boxes' / (BOX + '-libvirt.box')} with a second NIC for the "
+        f"cluster (then, on a fresh guest of {out / 'boxes' / (box + '-libvirt.box')} with a second NIC for the "
         f"node's cluster IP; budget {CLUSTER_BUDGET_S} s):",
         f"  images: the names `kubeadm config images list --config {out / 'kubeadm' / 'kubeadm-config.yaml'}` prints "
         f"and the images of {out / 'manifests' / 'kube-flannel.yaml'}, built as OCI archives in {out / 'cluster-images'} "
@@ -367,7 +376,8 @@ def plan(out: Path) -> list[str]:
     ]
     lines += [f"  {name} (budget {seconds} s): {what}" for (name, seconds), what in zip(BUDGETS.items(), (
         "build the image archives", "boot the guest", "import the archives",
-        "the node address on the cluster NIC (networkd, as netplan renders it)", "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config",
+        "the node address on the cluster NIC: " + ("cluster-up's step_cluster_ip (cluster-ip.sh, netplan)" if netplan
+                                                   else "a networkd file, as netplan renders it"), "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config",
         "cluster-up's step_manifests: the rendered Flannel manifest, patches, node Ready",
         f"remove the {CONTROL_PLANE_TAINT} taint", "cluster-up's step_rollouts: CoreDNS, kube-proxy, Flannel",
         "CoreDNS Ready; a pod's address in the pod CIDR; a Service's ClusterIP answers; its name resolves through cluster DNS"))]

@@ -59,9 +59,10 @@ from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempot
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
-# Every CI box: the Docker era's (debian-12-e2e, the default) and the containerd era's, each
-# running its production twin's guest steps on the same Debian 12 stand-in image.
-BOXES = (BOX, "ubuntu-2404-e2e")
+# Every CI box: the Docker era's (debian-12-e2e, the default) and the containerd era's, each running
+# its production twin's guest steps: the first two on the Debian 12 stand-in image, ubuntu-2604-e2e on
+# a debootstrapped Ubuntu 26.04 (the profile's ci_base_image names the base_image recipe).
+BOXES = (BOX, "ubuntu-2404-e2e", "ubuntu-2604-e2e")
 # A bound that stops a hung run, not the expected time: on a quiet 2-core CI machine a bake takes
 # 6-9 min (seed era ~505 s, containerd era ~335 s before real binaries); on a machine shared with Go
 # builds (load 10-16) a whole run measured 1158-1691 s, which the old 28 min bound cut short in its
@@ -210,8 +211,8 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     """
     if box not in BOXES:
         raise E2EError(f"no CI box named {box!r}; the e2e boxes are: {', '.join(BOXES)}")
-    if cluster and box != cluster_run.BOX:
-        raise E2EError(f"--cluster runs on the containerd era's box only: --box {cluster_run.BOX} (not {box})")
+    if cluster and box not in cluster_run.BOXES:
+        raise E2EError(f"--cluster runs on the containerd era's boxes only: --box {' or '.join(cluster_run.BOXES)} (not {box})")
     with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
         return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster)
 
@@ -228,7 +229,7 @@ def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run:
         return _dry_run(out, box, base_images, say, cluster)
     log = Log(out / "logs" / "e2e.log", say)
     phases = Phases(log.event, TOTAL_BUDGET_S + (cluster_run.CLUSTER_BUDGET_S if cluster else 0))
-    result = E2EResult(out=out, log=log.path, box=box, cluster=cluster_run.ClusterReport() if cluster else None)
+    result = E2EResult(out=out, log=log.path, box=box, cluster=cluster_run.ClusterReport(box=box) if cluster else None)
     workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
     # squid drops to its own user, which must be able to reach its folder inside.
     os.chmod(workdir, 0o711)
@@ -285,7 +286,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         _require_tools()
 
     with phases.phase("base image", BUDGETS["base image"]) as ph:
-        image = base_image.ensure(_base_image_folder(out, base_images), ph, log)
+        image = base_image.ensure(_base_image_folder(out, base_images), ph, log, recipe_of(profile))
         result.base_image, result.base_reused = image.folder, image.reused
         ph.note = f"{'reused' if image.reused else 'built'} {image.key}"
 
@@ -396,7 +397,8 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         bake_guest.close()
         # The cluster runs the box's own binaries: whatever of them the bake had as stand-ins, it has too.
         result.cluster.stand_ins = list(result.stand_ins or [])
-        cluster_run.run(result.cluster, phases, log, cfg, out, result.box_file, image, build_cfg, workdir, stack, started, keep)
+        cluster_run.run(result.cluster, phases, log, cfg, out, result.box_file, image, build_cfg, workdir, stack, started, keep,
+                        netplan=recipe_of(profile).netplan)
 
 
 # ------------------------------------------------------------------ phase details
@@ -426,6 +428,14 @@ def _require_tools() -> None:
         if folder not in path.split(":"):
             path += ":" + folder
     os.environ["PATH"] = path
+
+
+def recipe_of(profile) -> base_image.Recipe:
+    """The base image recipe the CI box profile names (ci_base_image)."""
+    name = profile.data.get("ci_base_image")
+    if not name:
+        raise E2EError(f"{profile.path.name}: ci_base_image must name a base image recipe ({', '.join(base_image.RECIPES)})")
+    return base_image.recipe_named(name)
 
 
 def _base_image_folder(out: Path, base_images: Path | None) -> Path:
@@ -643,11 +653,12 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     profile = profiles.load(box)
     q = profile.data.build.qemu
     cache = Path(base_images).resolve() if base_images else out / "base-image"
-    key = base_image.cache_key()
+    recipe = recipe_of(profile)
+    key = base_image.cache_key(recipe)
     cached = (cache / key / base_image.MANIFEST).is_file()
     say(f"e2e dry run of the CI box {box} into {out} (total budget {TOTAL_BUDGET_S} s; phases: {', '.join(BUDGETS)})")
-    say(f"base image {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs'))
-                                         + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {base_image.DISK_SIZE}"))
+    say(f"base image {recipe.name} {cache / key}: " + ("reused (cached)" if cached else "would build: $ " + shlex.join(base_image.debootstrap_command(cache / key / 'rootfs', recipe))
+                                         + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {recipe.disk_size}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("mirror: on http://127.0.0.1:<free port>, " + mirror_mod.describe(profile))
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
@@ -658,14 +669,14 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
         packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {},
                                     first=packer_cli.init_command(out / "packer" / f"{box}.pkr.hcl"))))
     say("boot guest: box.img from " + str(out / "boxes" / f"{box}-libvirt.box") + " on a qcow2 overlay: $ " + shlex.join(
-        guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / base_image.CURRENT / base_image.KERNEL,
-                               cache / base_image.CURRENT / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
+        guest_mod.qemu_command(Path("<tmp>/guest/overlay.qcow2"), cache / recipe.name / base_image.KERNEL,
+                               cache / recipe.name / base_image.INITRD, q.append, memory_mb=int(profile.data.build.memory_mb),
                                cpus=int(profile.data.build.cpus), ssh_port=0, serial_log=Path("<tmp>/guest/serial.log"),
                                pidfile=Path("<tmp>/guest/qemu.pid"))).replace("127.0.0.1:0-", "127.0.0.1:<free port>-"))
     say(f"box spec: k4w.verify.flows.test_ssh_target({box}, vagrant@127.0.0.1:<port>, Vagrant's insecure key, stage box)")
     say("idempotence: snapshot (" + ", ".join(idempotence.ROOTS) + "; units " + ", ".join(idempotence.SERVICES)
         + "; dpkg), re-run every provisioner of the rendered template, snapshot again, diff")
     if cluster:
-        for line in cluster_run.plan(out):
+        for line in cluster_run.plan(out, box, recipe):
             say(line)
     return E2EResult(out=out, log=out / "logs" / "e2e.log", box=box, dry_run=True)
