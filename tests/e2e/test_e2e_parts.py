@@ -762,6 +762,32 @@ def test_a_guest_cpu_without_aes_ni_is_refused_and_the_default_model_has_it():
     assert all(f"+{flag.replace('_', '.')}" in model.split(",") for flag in guest.GO_CRYPTO_FLAGS)
 
 
+def test_a_guest_whose_kernel_prints_nothing_is_reported_at_once_not_after_the_boot_budget(tmp_path, monkeypatch):
+    # Ubuntu 26.04's kernel stopped before its console under -cpu ...,+bmi1,+bmi2: QEMU kept running
+    # silently and the run waited out the whole boot budget for SSH.
+    from tests.e2e.harness import guest as guest_mod
+    from k4w import proc as proc_mod
+
+    class NoSsh:
+        def run(self, *args, **kwargs):
+            return subprocess.CompletedProcess([], 255, "", "Connection refused")
+
+    monkeypatch.setattr(guest_mod, "FIRST_OUTPUT_S", 0.5)
+    sleeper = proc_mod.start(["sleep", "30"], group=True, capture=False)
+    try:
+        silent = guest_mod.Guest(sleeper, NoSsh(), tmp_path / "serial.log", ["qemu-system-x86_64", "-cpu", "x"])
+        began = time.monotonic()
+        with pytest.raises(phases.E2EError, match=r"printed nothing on its serial console in 0.5 s.*-cpu x"):
+            guest_mod._wait_for_ssh(silent, phases.Phase("boot guest", 60))
+        assert time.monotonic() - began < 10
+        # A kernel that printed its banner is waited for, up to the phase's own deadline.
+        (tmp_path / "serial.log").write_text("[    0.000000] Linux version 7.0.0-14-generic\n")
+        with pytest.raises(phases.E2EError, match="did not answer within phase"):
+            guest_mod._wait_for_ssh(silent, phases.Phase("boot guest", 2))
+    finally:
+        sleeper.stop()
+
+
 @pytest.mark.parametrize("profile", sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml")), ids=lambda p: p.stem)
 def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
     # With two TCG vCPUs the kernel finds the TSCs "unsynchronized" and falls back to the HPET unless told.
