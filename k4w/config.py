@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from . import profiles
+from .version_skew import skew_problem
 from .errors import ConfigError, K4wError
 
 # http(s)://[userinfo@]host:port[/], matched whole (re.fullmatch: a trailing newline never slips
@@ -485,10 +486,34 @@ class Config(Strict):
                     f"network.backend: host-gw is not supported by box {node.box} (nodes[{i}]); its node recipe "
                     f"runs Flannel vxlan only (Windows host-gw bugs are closed wontfix upstream), use vxlan"
                 )
+        problems += self._version_skew_rules()
         problems += self._registry_rules()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _version_skew_rules(self) -> list[str]:
+        """Every worker's kubelet within the version-skew policy of the master's API server: a seed-era
+        box (1.11) beside a containerd-era master (1.37) would be planned and built, then never join."""
+        masters = [n for n in self.nodes if n.role == "master"]
+        if len(masters) != 1:
+            return []  # no master here (cluster.existing: k4w.cluster.facts checks the real API server)
+        try:
+            apiserver = str(profiles.load(masters[0].box).data.kubernetes.version)
+        except (K4wError, AttributeError):
+            return []  # an unknown box is reported with its node
+        problems = []
+        for i, node in enumerate(self.nodes):
+            if node.role == "master":
+                continue
+            try:
+                kubelet = str(profiles.load(node.box).data.kubernetes.version)
+            except (K4wError, AttributeError):
+                continue
+            problem = skew_problem(f"{apiserver} (the master's box {masters[0].box})", kubelet, f"{node.name}'s box {node.box}")
+            if problem:
+                problems.append(f"nodes[{i}].box: {problem}; pick boxes of one era")
+        return problems
 
     def _registry_rules(self) -> list[str]:
         problems: list[str] = []

@@ -31,6 +31,7 @@ from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
 from ..render import hostprocess
+from ..version_skew import minor
 from . import bootstrap_token, facts as facts_mod
 
 RECORD_FILE = "existing-cluster.json"
@@ -189,7 +190,7 @@ def prerequisites(api: Client, docs: list[dict], windows: bool, version: str | N
     would apply that exists and is not k4w's; an API server (version) too old for HostProcess pods."""
     problems = []
     hostprocess_pods = [describe(d) for d in docs if d.get("kind") == "DaemonSet"]
-    if hostprocess_pods and version and facts_mod.minor(version) < HOSTPROCESS_MIN:
+    if hostprocess_pods and version and minor(version) < HOSTPROCESS_MIN:
         problems.append(f"Kubernetes version: the API server is {version}; the Windows workers run flanneld and kube-proxy as "
                         f"HostProcess pods ({', '.join(hostprocess_pods)}), stable from {'.'.join(map(str, HOSTPROCESS_MIN))} (KEP 1981)")
     for doc in docs:

@@ -13,17 +13,13 @@ names as at v1.35.4; the Go module proxy's v1.37.2.info; cmd/kubeadm/app/constan
 - CNI: Flannel's kube-flannel-cfg ConfigMap (namespace kube-flannel from v0.20, kube-system before),
   net-conf.json Network and Backend {Type, VNI, Port}; otherwise the CNI DaemonSets found by name.
 
-The version-skew rule: "kubelet must not be newer than kube-apiserver" and "may be up to three minor
-versions older than kube-apiserver (kubelet < 1.25 may only be up to two minor versions older)"
-(kubernetes/website@0637786b3e0a896fabe197d29682f2bb688074a6:content/en/releases/version-skew-policy.md,
-where the page content/en/docs/setup/release/version-skew-policy.md moved to).
+The version-skew rule (k4w.version_skew) between the cluster's API server and each box that joins it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +28,7 @@ import yaml
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client
+from ..version_skew import skew_problem
 
 KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
 KUBELET_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubelet-config"
@@ -42,10 +39,6 @@ FLANNEL_CONFIGMAP = "kube-flannel-cfg"
 # DaemonSet names of other CNIs, so a refusal can say what the cluster runs instead of Flannel.
 OTHER_CNIS = {"calico-node": "Calico", "cilium": "Cilium", "weave-net": "Weave Net", "kube-router": "kube-router",
               "canal": "Canal", "antrea-agent": "Antrea", "kube-ovn-cni": "Kube-OVN"}
-# Skew window (version-skew-policy.md above): 3 minors, 2 for a kubelet older than 1.25.
-SKEW_MINORS = 3
-SKEW_MINORS_BEFORE_1_25 = 2
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @dataclass
@@ -149,26 +142,6 @@ def read(api: Client) -> Facts:
         facts.other_cni = sorted({f"{OTHER_CNIS[d['metadata']['name']]} (DaemonSet {d['metadata'].get('namespace')}/{d['metadata']['name']})"
                                   for d in daemonsets if d.get("metadata", {}).get("name") in OTHER_CNIS})
     return facts
-
-
-def minor(version: str) -> tuple[int, int]:
-    m = _VERSION.match(version or "")
-    if not m:
-        raise K4wError(f"cannot read a Kubernetes version from {version!r}")
-    return int(m[1]), int(m[2])
-
-
-def skew_problem(apiserver: str, kubelet: str, who: str) -> str | None:
-    """Why a kubelet of version `kubelet` may not join an API server of `apiserver`, or None."""
-    (a_major, a_minor), (k_major, k_minor) = minor(apiserver), minor(kubelet)
-    if a_major != k_major or k_minor > a_minor:
-        return (f"Kubernetes version: {who} runs kubelet {kubelet}, newer than the cluster's API server {apiserver}; "
-                "a kubelet must not be newer than kube-apiserver (version-skew policy)")
-    window = SKEW_MINORS if k_minor >= 25 else SKEW_MINORS_BEFORE_1_25
-    if a_minor - k_minor > window:
-        return (f"Kubernetes version: {who} runs kubelet {kubelet}, {a_minor - k_minor} minor versions older than the cluster's "
-                f"API server {apiserver}; the version-skew policy allows at most {window}")
-    return None
 
 
 def mismatches(facts: Facts, cluster: Cluster) -> list[str]:

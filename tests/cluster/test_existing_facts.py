@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from k4w import version_skew
 from k4w.cluster import existing, facts as facts_mod
 from k4w.cluster_model import Cluster
 from k4w.config import parse
@@ -136,9 +137,9 @@ def test_version_skew_is_refused(apiserver, expected):
 
 
 def test_three_minors_older_is_within_the_policy():
-    assert facts_mod.skew_problem("v1.38.2", "1.35.4", "box b") is None
+    assert version_skew.skew_problem("v1.38.2", "1.35.4", "box b") is None
     # kubelets before 1.25 keep the old window of two (version-skew-policy.md).
-    assert "at most 2" in facts_mod.skew_problem("v1.14.0", "1.11.10", "box b")
+    assert "at most 2" in version_skew.skew_problem("v1.14.0", "1.11.10", "box b")
 
 
 def test_the_kubeadm_join_prerequisites_are_checked_never_changed():

@@ -66,3 +66,23 @@ def test_vxlan_with_a_box_that_cannot_do_it_stays_an_error(tmp_path):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "network.backend: vxlan is not supported by box windows-1803 (nodes[2])" in result.stderr, result.stderr
     assert not out.exists()  # refused before --out or its lock is created
+
+
+@pytest.mark.parametrize("master, worker, expected", [
+    # The seed era's Windows box beside the 2026 master: planned, built, and never joined before this rule.
+    ("ubuntu-2604", "windows-1803", "nodes[2].box: Kubernetes version: worker-win's box windows-1803 runs kubelet 1.11.10, "
+                                    "26 minor versions older than the cluster's API server 1.37.2 (the master's box ubuntu-2604); "
+                                    "the version-skew policy allows at most 2; pick boxes of one era"),
+    # A kubelet newer than the API server is refused too.
+    ("ubuntu-1604", "windows-2025", "nodes[2].box: Kubernetes version: worker-win's box windows-2025 runs kubelet 1.37.2, "
+                                    "newer than the cluster's API server 1.11.10 (the master's box ubuntu-1604)"),
+])
+def test_boxes_of_two_eras_in_one_cluster_are_refused_before_anything_runs(tmp_path, master, worker, expected):
+    data = yaml.safe_load(MODERN.read_text())
+    data["network"]["backend"] = "host-gw" if worker == "windows-1803" else "vxlan"
+    data["nodes"] = [{**n, "box": worker if n["box"].startswith("windows-") else master} for n in data["nodes"]]
+    cfg = write_config(tmp_path / "cluster.yml", data)
+    result = invoke("plan", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert expected in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was written

@@ -11,7 +11,7 @@ import yaml
 from k4w.cluster_model import Cluster
 from k4w.render import render_files, write_atomically
 from k4w.validate import flag_rules, manifest_rules
-from tests.helpers import config_dict, write_config
+from tests.helpers import config_dict, modern_config, write_config
 
 NODE = "worker-win"
 DAEMONSETS = "manifests/windows-containerd/windows-node-daemonsets.yaml"
@@ -24,8 +24,8 @@ def _configmap(out):
 
 @pytest.fixture
 def modern_node(tmp_path):
-    """The default cluster with its Windows worker on windows-2022 (vxlan), rendered."""
-    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict(**{"network.backend": "vxlan", "nodes.2.box": "windows-2022"})))
+    """The modern cluster (ubuntu-2404 master and Linux worker, windows-2022 worker, vxlan), rendered."""
+    cluster = Cluster.load(write_config(tmp_path / "cluster.yml", modern_config()))
     out = tmp_path / "out"
     write_atomically(render_files(cluster, out), out)
     return cluster, out

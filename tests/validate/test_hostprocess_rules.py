@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -201,13 +202,19 @@ def test_every_hostprocess_rule_fails_its_planted_defect(planted, defect):
     assert any(expected in p for p in problems), problems
 
 
-def test_a_containerd_box_under_a_seed_master_is_refused_for_its_api_server(tmp_path):
-    # The 1.11 API server has no hostProcess field: it would drop it and run the pods as plain containers.
+def test_a_containerd_box_under_a_seed_master_is_refused_for_its_api_server(tmp_path, modern):
+    # At config load: a 1.37 kubelet may not join a 1.11 API server (the version-skew rule).
     config = write_config(tmp_path / "cluster.yml", config_dict(**{"network.backend": "vxlan", "nodes.2.box": "windows-2022"}))
-    out = tmp_path / "out"
-    result = invoke("validate", "--config", str(config), "--out", str(out))
+    result = invoke("validate", "--config", str(config), "--out", str(tmp_path / "out"))
     assert result.returncode != 0
-    assert "whose API server has no stable HostProcess pods (GA in 1.26" in result.stdout, result.stdout
+    assert ("nodes[2].box: Kubernetes version: worker-win's box windows-2022 runs kubelet 1.37.2, newer than the "
+            "cluster's API server 1.11.10") in result.stderr, result.stderr
+    # And the manifest rule behind it: the 1.11 API server has no hostProcess field, so it would drop it
+    # and run the pods as plain containers.
+    _, out = modern
+    seed_master = SimpleNamespace(kube=SimpleNamespace(version="1.11.10"))
+    problems = hostprocess_rules.check_schema_at_cluster_minor(out / DAEMONSETS, _docs(out / DAEMONSETS), seed_master)
+    assert len(problems) == 1 and "whose API server has no stable HostProcess pods (GA in 1.26" in problems[0]
 
 
 def test_the_node_json_says_its_daemons_are_hostprocess(modern):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from k4w.validate import kubeadm_rules
-from tests.helpers import MODERN_BOXES, ROOT, config_dict, invoke, write_config
+from tests.helpers import MODERN_BOXES, ROOT, config_dict, invoke, modern_config, write_config
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"
 
@@ -19,7 +19,7 @@ V1BETA4 = "kubeadm.k8s.io/v1beta4"
 @pytest.fixture(scope="module")
 def v1beta4_docs(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("v1beta4")
-    cfg = write_config(tmp / "cluster.yml", config_dict(**{"nodes.0.box": "ubuntu-2404", "nodes.1.box": "ubuntu-2404"}))
+    cfg = write_config(tmp / "cluster.yml", modern_config())
     result = invoke("render", "--config", str(cfg), "--out", str(tmp / "out"), env={"K4W_BOX_DIRS": str(MODERN_BOXES)})
     assert result.returncode == 0, result.stdout + result.stderr
     return list(yaml.safe_load_all((tmp / "out" / "kubeadm" / "kubeadm-config.yaml").read_text()))
@@ -115,8 +115,8 @@ def test_real_validate_fails_naming_the_kubeadm_config_for_an_api_without_a_tabl
     # A release whose kubeadm reads v1beta3 (1.22-1.36; k4w.kubeadm_apis refuses the pair otherwise).
     data["kubernetes"].update(kubeadm_api="kubeadm.k8s.io/v1beta3", version="1.25.16")
     (boxes / "ubuntu-v1beta3.yml").write_text(yaml.safe_dump(data))
-    cfg = write_config(tmp_path / "cluster.yml", {**config_dict(**{"nodes.0.box": "ubuntu-v1beta3"}),
-                                                  "nodes": config_dict(**{"nodes.0.box": "ubuntu-v1beta3"})["nodes"][:2]})
+    one_era = config_dict(**{"nodes.0.box": "ubuntu-v1beta3", "nodes.1.box": "ubuntu-v1beta3"})
+    cfg = write_config(tmp_path / "cluster.yml", {**one_era, "nodes": one_era["nodes"][:2]})
     result = invoke("validate", "--config", str(cfg), "--out", str(tmp_path / "out"), env={"K4W_BOX_DIRS": str(boxes)})
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "Traceback" not in output

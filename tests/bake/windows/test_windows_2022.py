@@ -39,7 +39,7 @@ def test_a_config_with_windows_2022_renders_and_passes_validate(modern_config, t
 
 
 def test_host_gw_with_windows_2022_is_refused_naming_the_field_and_nothing_is_written(tmp_path):
-    config = write_config(tmp_path / "cluster.yml", config_dict(**{"nodes.2.box": BOX}))  # host-gw is the default
+    config = write_config(tmp_path / "cluster.yml", config_dict(**{"nodes.0.box": "ubuntu-2404", "nodes.1.box": "ubuntu-2404", "nodes.2.box": BOX}))  # host-gw is the default
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine\n")

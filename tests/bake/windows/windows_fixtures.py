@@ -12,6 +12,7 @@ from k4w import config, derive, packer_hcl, profiles
 from k4w.sources import REPO_ROOT as ROOT
 
 BOX = "windows-1803"
+CONTAINERD_ERA_LINUX_BOX = "ubuntu-2404"  # the Linux nodes beside a containerd-era Windows worker
 SECRET = "Zx9-k4w-test-secret-Qw7"
 BOX_USER_SECRET = "Pq4-k4w-box-user-Vr2"  # the vagrant user's password of this k4w installation
 PROXY_USER = "builder"
@@ -69,14 +70,15 @@ class Rendered:
 
 def cluster_config(http: str | None = None, https: str | None = None, no_proxy: list[str] | None = None,
                    box: str = BOX) -> config.Config:
-    """cluster.yml with this proxy; box: the Windows worker's box (windows-2022 runs vxlan only)."""
+    """cluster.yml with this proxy; box: the Windows worker's box. Another box than the default one is
+    of the containerd era: it runs vxlan only, and its Linux nodes are that era's (ubuntu-2404), as the
+    version-skew rule requires."""
     data = yaml.safe_load((ROOT / "cluster.yml").read_text())
     data["proxy"] = {"http": http, "https": https, "no_proxy": no_proxy or []}
     if box != BOX:
         data["network"]["backend"] = "vxlan"
         for node in data["nodes"]:
-            if node["box"] == BOX:
-                node["box"] = box
+            node["box"] = box if node["box"] == BOX else CONTAINERD_ERA_LINUX_BOX
     return config.parse(yaml.safe_dump(data), "variant-cluster.yml")
 
 
