@@ -14,7 +14,7 @@ import yaml
 from k4w import packer_hcl
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import autoinstall_rules
-from tests.helpers import config_dict, invoke, system_tool, tree_digest, write_config
+from tests.helpers import config_dict, invoke, modern_config, system_tool, tree_digest, write_config
 
 BOX = "ubuntu-2404"
 PROFILE = ROOT / "boxes" / f"{BOX}.yml"
@@ -23,30 +23,38 @@ HTTPS_PROXY = "http://secure-proxy.corp.example:3129"
 
 
 def mixed_config(**overrides) -> dict:
-    """The seed master (ubuntu-1604) with an ubuntu-2404 worker: both installer kinds in one render.
-    (A 2404 master needs the kubeadm v1beta4 template of the modern stack.)"""
-    data = config_dict(**{"proxy.http": PROXY, "proxy.https": HTTPS_PROXY, **overrides})
-    data["nodes"][1]["box"] = BOX
-    return data
+    """The containerd era's cluster (ubuntu-2404 master and Linux worker, windows-2022 worker) behind
+    the proxy. (Its name is older than the version-skew rule: one cluster held both installer kinds,
+    a 1604 master beside a 2404 worker; the preseed box is rendered apart now, seed_rendered.)"""
+    return modern_config(**{"proxy.http": PROXY, "proxy.https": HTTPS_PROXY, **overrides})
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("autoinstall")
-    cfg = write_config(folder / "cluster.yml", mixed_config())
+def _render(folder: Path, data: dict) -> Path:
+    cfg = write_config(folder / "cluster.yml", data)
     out = folder / "out"
     res = invoke("render", "--config", str(cfg), "--out", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     return out
 
 
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    return _render(tmp_path_factory.mktemp("autoinstall"), mixed_config())
+
+
+@pytest.fixture(scope="module")
+def seed_rendered(tmp_path_factory):
+    """The seed era's cluster (ubuntu-1604, the preseed installer) behind the same proxy."""
+    return _render(tmp_path_factory.mktemp("preseed"), config_dict(**{"proxy.http": PROXY, "proxy.https": HTTPS_PROXY}))
+
+
 def user_data(out) -> dict:
     return yaml.safe_load((out / "http" / BOX / "user-data").read_text())
 
 
-def test_each_box_gets_only_the_files_of_its_installer_kind(rendered):
+def test_each_box_gets_only_the_files_of_its_installer_kind(rendered, seed_rendered):
     assert sorted(p.name for p in (rendered / "http" / BOX).iterdir()) == ["meta-data", "user-data"]
-    assert sorted(p.name for p in (rendered / "http" / "ubuntu-1604").iterdir()) == ["preseed.cfg"]
+    assert sorted(p.name for p in (seed_rendered / "http" / "ubuntu-1604").iterdir()) == ["preseed.cfg"]
     for seed in (rendered / "http" / BOX).iterdir():
         assert seed.stat().st_mode & 0o777 == 0o600  # user-data holds the proxy's credentials
 
@@ -105,9 +113,9 @@ def test_the_seed_goes_on_a_cidata_cd_and_the_boot_line_has_no_proxy(rendered):
     assert builder["boot_order"] == ["SCSI:0:0"]  # the installed disk boots, never the ISO again
 
 
-def test_the_preseed_box_keeps_its_boot_line_and_http_server(rendered):
-    builder = packer_hcl.load(rendered / "packer" / "ubuntu-1604.pkr.hcl")["builders"][0]
-    assert builder["http_directory"] == str(rendered / "http" / "ubuntu-1604")
+def test_the_preseed_box_keeps_its_boot_line_and_http_server(seed_rendered):
+    builder = packer_hcl.load(seed_rendered / "packer" / "ubuntu-1604.pkr.hcl")["builders"][0]
+    assert builder["http_directory"] == str(seed_rendered / "http" / "ubuntu-1604")
     assert "cd_files" not in builder
     assert any("preseed/url=http://{{ .HTTPIP }}:{{ .HTTPPort }}/preseed.cfg" in key for key in builder["boot_command"])
 

@@ -29,17 +29,24 @@ BOXES = ("ubuntu-1604", "ubuntu-2404")
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    """Both installer kinds in one real render (the ubuntu-1604 master, an ubuntu-2404 worker),
-    behind a proxy that demands credentials on both URLs."""
+def rendered(tmp_path_factory) -> dict[str, Path]:
+    """Both installer kinds, each from a real render of its own era's cluster (the ubuntu-1604 preseed,
+    the ubuntu-2404 autoinstall; one cluster cannot hold both: version skew), behind a proxy that
+    demands credentials on both URLs. Box name -> its render's output folder."""
     folder = tmp_path_factory.mktemp("installed-boot")
-    data = config_dict(**{"proxy.http": PROXY, "proxy.https": HTTPS_PROXY})
-    data["nodes"][1]["box"] = "ubuntu-2404"
-    cfg = write_config(folder / "cluster.yml", data)
-    out = folder / "out"
-    res = invoke("render", "--config", str(cfg), "--out", str(out))
-    assert res.returncode == 0, res.stdout + res.stderr
-    return out
+    outs = {}
+    for box in BOXES:
+        data = config_dict(**{"proxy.http": PROXY, "proxy.https": HTTPS_PROXY})
+        for node in data["nodes"]:
+            if not node["box"].startswith("windows-"):
+                node["box"] = box
+        if box != "ubuntu-1604":
+            data["nodes"] = [n for n in data["nodes"] if not n["box"].startswith("windows-")]
+        cfg = write_config(folder / f"{box}.yml", data)
+        outs[box] = folder / box
+        res = invoke("render", "--config", str(cfg), "--out", str(outs[box]))
+        assert res.returncode == 0, res.stdout + res.stderr
+    return outs
 
 
 def preseed_late_commands(out: Path) -> list[str]:
@@ -72,7 +79,7 @@ def fake_esp(root: Path) -> Path:
 
 @pytest.mark.parametrize("box", BOXES)
 def test_the_fallback_loader_commands_copy_exactly_the_boot_chain_from_an_esp_with_a_subfolder(rendered, tmp_path, box):
-    commands = [c for c in LATE_COMMANDS[box](rendered) if "/target/boot/efi" in c]
+    commands = [c for c in LATE_COMMANDS[box](rendered[box]) if "/target/boot/efi" in c]
     assert commands, f"{box}: no late command touches the ESP"
     root = tmp_path / "target"
     esp = fake_esp(root)
@@ -89,7 +96,7 @@ def test_the_fallback_loader_commands_copy_exactly_the_boot_chain_from_an_esp_wi
 
 @pytest.mark.parametrize("box", BOXES)
 def test_a_missing_boot_file_fails_the_fallback_loader_commands(rendered, tmp_path, box):
-    commands = [c for c in LATE_COMMANDS[box](rendered) if "/target/boot/efi" in c]
+    commands = [c for c in LATE_COMMANDS[box](rendered[box]) if "/target/boot/efi" in c]
     root = tmp_path / "target"
     esp = fake_esp(root)
     (esp / "ubuntu" / "grubx64.efi").unlink()
@@ -129,11 +136,11 @@ HYPERV_ENTRIES = {
 }
 
 
-def boot_first_scripts(out: Path) -> dict[str, str]:
+def boot_first_scripts(outs: dict[str, Path]) -> dict[str, str]:
     """The script each installer runs inside the target to order the boot entries."""
     found = {}
     for box, late in LATE_COMMANDS.items():
-        (command,) = [c for c in late(out) if "efibootmgr" in c]
+        (command,) = [c for c in late(outs[box]) if "efibootmgr" in c]
         argv = shlex.split(command)
         assert argv[-3:-1] == ["sh", "-c"] and argv[0] in ("in-target", "curtin"), command  # run in the target
         found[box] = argv[-1]
@@ -185,10 +192,10 @@ def test_the_boot_order_script_fails_the_install_when_it_cannot_put_the_system_f
 
 @pytest.mark.parametrize("box", BOXES)
 def test_no_file_packer_serves_holds_the_proxys_credentials(rendered, box):
-    template = packer_hcl.load(rendered / "packer" / f"{box}.pkr.hcl")
+    template = packer_hcl.load(rendered[box] / "packer" / f"{box}.pkr.hcl")
     (builder,) = template["builders"]
     served = Path(builder["http_directory"])
-    assert served == build_media.served_folder(rendered, profiles.load(box))
+    assert served == build_media.served_folder(rendered[box], profiles.load(box))
     files = [p for p in served.rglob("*") if p.is_file()]
     assert files or box == "ubuntu-2404"  # the autoinstall box serves only components/ (staged by build-*)
     for path in files:
@@ -199,7 +206,7 @@ def test_no_file_packer_serves_holds_the_proxys_credentials(rendered, box):
 
 
 def test_the_preseed_box_gets_the_credentials_on_its_boot_line_as_the_masked_packer_variable(rendered):
-    template = packer_hcl.load(rendered / "packer" / "ubuntu-1604.pkr.hcl")
+    template = packer_hcl.load(rendered["ubuntu-1604"] / "packer" / "ubuntu-1604.pkr.hcl")
     (line,) = [c for c in template["builders"][0]["boot_command"] if c.startswith("linux ")]
     assert "'k4w_installer_proxy=${var.http_proxy}'" in line
     assert line.endswith(" ---<enter>")  # nothing of the boot line reaches the installed system's GRUB
@@ -208,7 +215,7 @@ def test_the_preseed_box_gets_the_credentials_on_its_boot_line_as_the_masked_pac
 
 
 def test_the_preseed_early_command_takes_the_credentials_from_the_boot_line(rendered, tmp_path):
-    text = (rendered / "http" / "ubuntu-1604" / "preseed.cfg").read_text()
+    text = (rendered["ubuntu-1604"] / "http" / "ubuntu-1604" / "preseed.cfg").read_text()
     (line,) = [l for l in text.splitlines() if l.startswith("d-i preseed/early_command string ")]
     command = line.removeprefix("d-i preseed/early_command string ")
     assert "d-i mirror/http/proxy string http://proxy.corp.example:3128/\n" in text  # no userinfo
