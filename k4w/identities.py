@@ -1,27 +1,29 @@
 """The identities of the Windows node components flanneld and kube-proxy.
 
-Seed era (Docker, 1.11): they run as NSSM services, with the token-Secret kubeconfigs below
-(WINDOWS_COMPONENTS). Containerd era: they run as HostProcess DaemonSet pods
-(HOSTPROCESS_DAEMONSETS, templates/manifests/windows-containerd/), whose ServiceAccount tokens the
-kubelet projects into the pod and rotates: no token Secret and no kubeconfig on the node.
-
 On Linux, flanneld and kube-proxy run as DaemonSet pods with ServiceAccounts of their own. On a
-Windows node they run as NSSM services, so each gets a ServiceAccount in kube-system bound to the
-same ClusterRole as its Linux twin, a token Secret, and a kubeconfig that `cluster-up` writes to the
-node (k4w.cluster.steps). One table, read by the manifest template
-(templates/manifests/windows-node-rbac.yaml.j2), the node args templates (--kubeconfig) and
-cluster-up, so the three cannot disagree.
+Windows node each also gets a ServiceAccount of its own, bound to the same ClusterRole as its Linux
+twin; how the component gets that ServiceAccount's token depends on the era:
 
-Token: a `kubernetes.io/service-account-token` Secret the cluster's token controller fills, on both
-eras. It works the same on 1.11 (where each ServiceAccount also gets one auto-created) and on 1.35,
-where no token is auto-created any more and the legacy-token cleaner removes only the
-auto-created ones (those listed in the ServiceAccount's `secrets`), never a Secret created on
-purpose (KEP-2799, kubernetes/enhancements keps/sig-auth/2799-reduction-of-secret-based-service-account-token).
-Why not a TokenRequest with a bounded expiry: nothing on a Windows node could renew it (an NSSM
-service reads a static kubeconfig, and the node's own credentials may not request tokens for
-another ServiceAccount), so the node would lose its pod network when the token expired. The Secret's
-token does not expire; it is revoked by deleting the Secret, and rotated by deleting it and running
-`invoke cluster-up` again (the manifests step recreates it, the Windows join step writes the new one).
+- Containerd era (1.37, the windows-2022 and windows-2025 boxes, whose profiles have a `hostprocess:`
+  block): they run as HostProcess DaemonSet pods (HOSTPROCESS_DAEMONSETS, in their own namespace,
+  templates/manifests/windows-containerd/). The kubelet projects the ServiceAccount token into the
+  pod and rotates it: no token Secret and no kubeconfig on the node.
+- Seed era (Docker, 1.11, the windows-1803 box): they run as NSSM services (WINDOWS_COMPONENTS),
+  each with a `kubernetes.io/service-account-token` Secret the cluster's token controller fills
+  (templates/manifests/windows-node-rbac.yaml.j2) and a kubeconfig made from it that `cluster-up`
+  writes to the node (k4w.cluster.steps). On 1.11 every ServiceAccount also gets such a Secret
+  auto-created; k4w names its own so cluster-up can read it. Why not a TokenRequest with a bounded
+  expiry: nothing on the node could renew it (an NSSM service reads a static kubeconfig, and the
+  node's own credentials may not request tokens for another ServiceAccount), so the node would lose
+  its pod network when the token expired. The Secret's token does not expire; it is revoked by
+  deleting the Secret, and rotated by deleting it and running `invoke cluster-up` again (the
+  manifests step recreates it, the Windows join step writes the new one). A 1.11 kubelet may join
+  API servers up to 1.13 only (the version-skew policy, as k4w.cluster.facts applies it), so the
+  legacy-token cleaner of much later releases is no concern of these Secrets.
+
+One table per era, read by the manifest templates, the seed era's node args templates (--kubeconfig)
+and cluster-up, so they cannot disagree. service_identities_needed decides whether the seed era's
+token Secrets are rendered at all; cluster-up applies them only for a seed-era Windows node.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ KUBECONFIG_DIR = "C:\\etc\\kubernetes"   # SYSTEM + Administrators only (guest/w
 
 @dataclass(frozen=True)
 class Identity:
-    component: str       # the NSSM service on the Windows node
+    component: str       # flanneld or kube-proxy (on the seed era, also its NSSM service's name)
     service_account: str
     cluster_role: str    # the ClusterRole its Linux twin is bound to
     linux_source: str    # where that binding is, upstream

@@ -7,8 +7,9 @@
 # Only functions here; the caller's header sets ErrorActionPreference, StrictMode and the trap.
 #
 # Why the route (the containerd era's nodes only; the box profile's cluster_nic_default_route): flanneld
-# binds the overlay to the cluster NIC (--iface, flannel-io/flannel v0.28.9 = 5cd0d526
-# pkg/ipmatch/match.go LookupExtIface -> GetInterfaceByIP), and the CNI's OutBoundNAT policy
+# binds the overlay to the cluster NIC (--iface, flannel-io/flannel@v0.28.10, module zip
+# h1:jt+uW6XVV01MBb3YFahG7Ue9UE3W6zlNlJMf3JtdcXI=, pkg/ipmatch/match.go LookupExtIface ->
+# GetInterfaceByIP), and the CNI's OutBoundNAT policy
 # (templates/nodes/windows-containerd/cni.conf.j2) rewrites a pod's outbound packets to that NIC's
 # address. Windows sends by the strong host model: a packet whose source is the cluster address only
 # leaves through routes of the interface that holds it, which has none to outside addresses unless

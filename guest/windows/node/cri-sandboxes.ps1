@@ -5,15 +5,18 @@
 # Why crictl, and not the alternatives (checked upstream):
 # - `crictl rmp --force --all` stops each READY sandbox (StopPodSandbox: containerd tears down its
 #   network through the CNI) and removes it (RemovePodSandbox), all through the CRI, so containerd's
-#   own store stays consistent (kubernetes-sigs/cri-tools v1.35.0 (46c81013) cmd/crictl/sandbox.go,
-#   removePodCommand). `--timeout` bounds every CRI call (cmd/crictl/main.go getRuntimeService ->
-#   vendor/k8s.io/cri-client/pkg/remote_runtime.go: context.WithTimeout(ctx, r.timeout) per call).
+#   own store stays consistent (kubernetes-sigs/cri-tools@v1.37.0, the pinned crictl, module zip
+#   h1:BmTImEoTX3KPXCLwmIU9mfCC8umUqF4R8WibY9eVU9Y=, cmd/crictl/sandbox.go removePodCommand).
+#   `--timeout` bounds every CRI call (cmd/crictl/crictl_config.go getRuntimeService:
+#   WithConnectionTimeout -> k8s.io/cri-client@v0.37.0 pkg/remote_runtime.go, context.WithTimeout(ctx,
+#   r.timeout) in StopPodSandbox and RemovePodSandbox).
 # - `ctr -n k8s.io` removes containers and tasks behind the CRI's back: no CNI teardown, and the CRI
 #   plugin keeps its sandbox records.
 # - `kubeadm reset phase cleanup-node` does remove the containers through the CRI, but also empties
 #   the kubelet's folder and deletes C:\etc\kubernetes\kubelet.conf, and it only logs a warning when
-#   the removal fails (kubernetes/kubernetes cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go
-#   runCleanupNode/resetConfigDir, read at 0738386a; cluster-reset.ps1 uses it where that is wanted).
+#   the removal fails (kubernetes/kubernetes@v1.37.2, module zip
+#   h1:A2VDEiObzkYqFTKhSsn0ZEb0RlLEXpHWj93gi2HqEwE=, cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go
+#   runCleanupNode/resetConfigDir; cluster-reset.ps1 uses it where that is wanted).
 
 function Invoke-Crictl {
     # One crictl call, judged by its exit code; its stderr (logrus) is output here, not an error.
