@@ -25,7 +25,7 @@ from ..config import Config
 from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..kubeapi import ApiError
-from ..redact import register_secret
+from ..redact import redact, register_secret
 from ..vagrant import PROVIDER
 from . import join_config
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
@@ -118,8 +118,41 @@ def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tu
     return polled
 
 
+# kubectl's words when its request never reached a serving API server: a refused or reset TCP
+# connection, a TLS handshake that timed out (client-go's transport errors, as kubectl prints them,
+# e.g. `failed to download openapi: Get "https://<ip>:6443/openapi/v2": dial tcp <ip>:6443: connect:
+# connection refused`). The command changed nothing, so running it again is safe, even apply or patch.
+API_AWAY = re.compile(r"connect: connection refused|The connection to the server \S+ was refused|"
+                      r"net/http: TLS handshake timeout|connection reset by peer|Unable to connect to the server")
+
+
 def kubectl(ctx: Context, args: str) -> str:
-    return ctx.remote.run(ctx.cluster.master, f"{KUBECTL} {args}")
+    """kubectl on the master. When the API server is away (on a loaded host kube-apiserver is restarted
+    by its liveness probe, also just after kubeadm init), wait for it and run the command again, up
+    to cluster.ready_timeout, instead of failing cluster-up on its first call."""
+    command = f"{KUBECTL} {args}"
+    try:
+        return ctx.remote.run(ctx.cluster.master, command)
+    except RemoteError as exc:
+        if ctx.dry_run or not API_AWAY.search(exc.tail):
+            raise
+        away = next(line.strip() for line in exc.tail.splitlines() if API_AWAY.search(line))
+    ui.say(f"{ctx.cluster.master.name}: the API server did not answer `{redact(command)}` ({away[-160:]}); "
+           f"running it again once it answers (up to {ctx.ready_timeout:.0f} s)")
+    answered: list[str] = []
+
+    def again() -> tuple[bool, str]:
+        try:
+            answered.append(ctx.remote.run(ctx.cluster.master, command))
+        except RemoteError as exc:
+            if not API_AWAY.search(exc.tail):
+                raise  # the API server answered and refused the command: that is the command's result
+            return False, exc.tail.strip().splitlines()[-1]
+        return True, ""
+
+    proc.wait_for(f"the API server to answer `{command}`", again, ctx.ready_timeout, clock=ctx.clock.now,
+                  sleep=ctx.clock.sleep, poll=ctx.poll_seconds)
+    return answered[-1]
 
 
 def node_conditions(ctx: Context) -> dict[str, dict]:

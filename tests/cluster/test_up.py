@@ -547,3 +547,39 @@ def test_modern_era_applies_the_windows_daemonsets_and_waits_for_them_with_no_to
     # Only the kubelet's files reach C:\k\config; flanneld and kube-proxy have none on the node.
     uploads = sorted(line.split()[2] for line in log if line.startswith("worker-win: upload") and "C:\\k\\config" in line)
     assert uploads == ["cni.conf", "kubelet.args", "net-conf.json", "node.json"]
+
+
+# What kubectl printed in the ubuntu-2604-e2e --cluster run when kube-apiserver was being restarted
+# by its liveness probe 45 s after kubeadm init (TCG, guest load 10+).
+APISERVER_RESTARTING = ('error: error validating "/tmp/k4w/manifests/kube-flannel.yaml": error validating data: failed to '
+                        'download openapi: Get "https://192.168.250.10:6443/openapi/v2?timeout=32s": dial tcp '
+                        '192.168.250.10:6443: connect: connection refused; if you choose to ignore these errors, turn '
+                        'validation off with --validate=false')
+
+
+def test_a_kubectl_call_while_the_api_server_restarts_is_run_again_once_it_answers(world):
+    world.scenario["fail"] = [{"pattern": r"^kubectl apply -f /tmp/k4w/manifests/kube-flannel\.yaml$", "times": 2,
+                               "exit": 1, "output": APISERVER_RESTARTING}]
+    run_up(world)
+    assert "ready" in state(world)["steps"]
+    assert world.log.count("master: kubectl apply -f /tmp/k4w/manifests/kube-flannel.yaml") == 3
+    assert world.clock.slept < 60  # polled, not a fixed wait
+
+
+def test_a_kubectl_call_the_api_server_refuses_fails_at_once(world):
+    refused = 'Error from server (Invalid): error when creating "kube-flannel.yaml": DaemonSet.apps "kube-flannel-ds" is invalid'
+    world.scenario["fail"] = [{"pattern": r"^kubectl apply -f /tmp/k4w/manifests/kube-flannel\.yaml$", "times": 10_000,
+                               "exit": 1, "output": refused}]
+    with pytest.raises(RemoteError, match="is invalid"):
+        run_up(world)
+    assert world.log.count("master: kubectl apply -f /tmp/k4w/manifests/kube-flannel.yaml") == 1
+
+
+def test_an_api_server_that_never_comes_back_ends_at_the_ready_timeout_naming_the_command(world):
+    world.scenario["fail"] = [{"pattern": r"^kubectl apply -f /tmp/k4w/manifests/kube-flannel\.yaml$", "times": 10_000,
+                               "exit": 1, "output": APISERVER_RESTARTING}]
+    with pytest.raises(K4wError) as err:
+        run_up(world)
+    assert str(err.value).startswith("timed out after 900 s waiting for the API server to answer "
+                                     "`kubectl apply -f /tmp/k4w/manifests/kube-flannel.yaml`")
+    assert "connect: connection refused" in str(err.value)

@@ -29,11 +29,14 @@ E2E_BOXES = ROOT / "tests" / "e2e" / "boxes"
 CI = yaml.safe_load((E2E_BOXES / "ubuntu-2404-e2e.yml").read_text())
 MODERN = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())
 DEBIAN = yaml.safe_load((E2E_BOXES / "debian-12-e2e.yml").read_text())
+CI_2604 = yaml.safe_load((E2E_BOXES / "ubuntu-2604-e2e.yml").read_text())
+MODERN_2604 = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())
 
 
 def test_it_runs_ubuntu_2404s_steps_on_the_debian_12_stand_in_image():
     assert CI["provision"] == MODERN["provision"] and CI["os_family"] == "ubuntu"
-    assert CI["build"] == DEBIAN["build"] and f"{CI['build']['disk_gb']}G" == base_image.DISK_SIZE
+    assert CI["build"] == DEBIAN["build"] and f"{CI['build']['disk_gb']}G" == base_image.DEBIAN_12.disk_size
+    assert CI["ci_base_image"] == DEBIAN["ci_base_image"] == "debian-12"
     ours, theirs = dict(CI["kubernetes"]), dict(MODERN["kubernetes"])
     assert ours.pop("prepull_images") is False  # CI reaches no image registry
     theirs.pop("prepull_images")
@@ -179,23 +182,25 @@ def test_the_pinned_tool_cache_answers_what_the_steps_and_the_spec_ask(tool, pro
     assert (res.stdout or res.stderr).splitlines()[0].startswith(answer), res.stdout + res.stderr
 
 
-def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch):
-    """The CI box renders through the Ubuntu template's qemu builder beside a seed-era master (a
-    1.37 master needs the kubeadm v1beta4 template of the modern stack)."""
+@pytest.mark.parametrize("box, profile", [("ubuntu-2404-e2e", CI), ("ubuntu-2604-e2e", CI_2604)])
+def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch, box, profile):
+    """Each containerd-era CI box renders through the Ubuntu template's qemu builder, as the run's
+    own one-node cluster.yml (tests/e2e/harness/cluster_file.py) has it."""
+    from tests.e2e.harness import cluster_file
+
     use_sources(monkeypatch, box_folders=(E2E_BOXES,))
-    data = config_dict()
-    data["nodes"][1]["box"] = "ubuntu-2404-e2e"
-    cluster = Cluster.resolve(config.parse(yaml.safe_dump(data)))
+    text = cluster_file.text("http://10.0.2.2:3128", "http://127.0.0.1:1", str(tmp_path / "cache"), box)
+    cluster = Cluster.resolve(config.parse(text))
     out = tmp_path / "out"
     files = render.render_files(cluster, out)
-    assert not [name for name in files if name.startswith("http/ubuntu-2404-e2e/")]  # no installer runs
-    template = packer_hcl.parse(files["packer/ubuntu-2404-e2e.pkr.hcl"])
+    assert not [name for name in files if name.startswith(f"http/{box}/")]  # no installer runs
+    template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"])
     steps = [p["script"].rsplit("/", 1)[1] for p in template["provisioners"] if p["type"] == "shell"]
-    assert steps == CI["provision"]
+    assert steps == profile["provision"]
     env = template["provisioners"][1]["environment_vars"]
     assert "K4W_CONTAINER_RUNTIME=containerd" in env and not [v for v in env if "STAND_IN" in v]
     out.mkdir()
-    (out / "t.pkr.hcl").write_text(files["packer/ubuntu-2404-e2e.pkr.hcl"])
+    (out / "t.pkr.hcl").write_text(files[f"packer/{box}.pkr.hcl"])
     res = subprocess.run([system_tool("packer"), "validate", "-syntax-only", str(out / "t.pkr.hcl")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -264,3 +269,28 @@ def test_the_kubeadm_release_check_passes_the_real_kubeadm_and_fails_on_planted_
     assert expect.kubeadm_version_problems(json.dumps(unstamped), "1.37.2") == [
         "gitVersion is 'v0.0.0-master+$Format:%H$', not 'v1.37.2'", "gitTreeState is '', not 'clean'"]
     assert expect.kubeadm_version_problems("v1.37.2\n", "1.37.2")[0].startswith("not kubeadm's version record")
+
+
+# ------------------------------------------------------------------ ubuntu-2604-e2e: the same on Ubuntu 26.04 itself
+
+def test_the_2604_box_runs_ubuntu_2604s_steps_on_a_26_04_image():
+    assert CI_2604["provision"] == MODERN_2604["provision"] and CI_2604["os_family"] == "ubuntu"
+    assert CI_2604["ci_base_image"] == base_image.UBUNTU_2604.name
+    assert CI_2604["cgroup_v2_only"] is MODERN_2604["cgroup_v2_only"] is True
+    ours, theirs = dict(CI_2604["kubernetes"]), dict(MODERN_2604["kubernetes"])
+    assert ours.pop("prepull_images") is False  # CI reaches no image registry
+    theirs.pop("prepull_images")
+    assert ours == theirs
+    assert {n: (c["version"], c["url"]) for n, c in CI_2604["components"].items()} == \
+        {n: (c["version"], c["url"]) for n, c in MODERN_2604["components"].items()}
+    assert not [n for n, c in CI_2604["components"].items() if {"sha256", "sha512", "sha256_url"} & set(c)]
+    assert CI_2604["ci_downloads"] == mirror.REAL
+
+
+def test_on_ubuntu_s_own_kernel_only_the_running_kvp_daemon_is_deselected():
+    # The image has linux-cloud-tools for its kernel (the seed's packages), so the KVP tools check runs.
+    assert list(CI_2604["skip_checks"]) == ["hyperv_kvp_active"]
+    # eth0 as on Hyper-V: the image's netplan file names it, as the installer's does.
+    assert "net.ifnames=0" in CI_2604["build"]["qemu"]["append"].split()
+    netplan = yaml.safe_load(dict((p, t) for p, _, t in base_image.UBUNTU_2604.files)[base_image.NETPLAN_FILE])
+    assert list(netplan["network"]["ethernets"]) == ["eth0"]
