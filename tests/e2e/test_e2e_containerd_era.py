@@ -33,18 +33,23 @@ CI_2604 = yaml.safe_load((E2E_BOXES / "ubuntu-2604-e2e.yml").read_text())
 MODERN_2604 = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())
 
 
-def test_it_runs_ubuntu_2404s_steps_on_the_debian_12_stand_in_image():
-    assert CI["provision"] == MODERN["provision"] and CI["os_family"] == "ubuntu"
-    assert CI["build"] == DEBIAN["build"] and f"{CI['build']['disk_gb']}G" == base_image.DEBIAN_12.disk_size
-    assert CI["ci_base_image"] == DEBIAN["ci_base_image"] == "debian-12"
-    ours, theirs = dict(CI["kubernetes"]), dict(MODERN["kubernetes"])
+def assert_twin(ci: dict, production: dict) -> None:
+    """A CI box runs its production twin's steps at its Kubernetes and component versions."""
+    assert ci["provision"] == production["provision"] and ci["os_family"] == production["os_family"] == "ubuntu"
+    ours, theirs = dict(ci["kubernetes"]), dict(production["kubernetes"])
     assert ours.pop("prepull_images") is False  # CI reaches no image registry
     theirs.pop("prepull_images")
     assert ours == theirs
     # Same components, versions and URLs as the production box: the files are built from the tool cache.
-    assert {n: (c["version"], c["url"]) for n, c in CI["components"].items()} == \
-        {n: (c["version"], c["url"]) for n, c in MODERN["components"].items()}
-    assert CI["components"]["containerd"]["cgroup_driver"] == MODERN["components"]["containerd"]["cgroup_driver"]
+    assert {n: (c["version"], c["url"]) for n, c in ci["components"].items()} == \
+        {n: (c["version"], c["url"]) for n, c in production["components"].items()}
+    assert ci["components"]["containerd"]["cgroup_driver"] == production["components"]["containerd"]["cgroup_driver"]
+
+
+def test_it_runs_ubuntu_2404s_steps_on_the_debian_12_stand_in_image():
+    assert_twin(CI, MODERN)
+    assert CI["build"] == DEBIAN["build"] and f"{CI['build']['disk_gb']}G" == base_image.DEBIAN_12.disk_size
+    assert CI["ci_base_image"] == DEBIAN["ci_base_image"] == "debian-12"
 
 
 def test_no_stand_in_and_only_the_hyperv_checks_are_deselected():
@@ -274,15 +279,9 @@ def test_the_kubeadm_release_check_passes_the_real_kubeadm_and_fails_on_planted_
 # ------------------------------------------------------------------ ubuntu-2604-e2e: the same on Ubuntu 26.04 itself
 
 def test_the_2604_box_runs_ubuntu_2604s_steps_on_a_26_04_image():
-    assert CI_2604["provision"] == MODERN_2604["provision"] and CI_2604["os_family"] == "ubuntu"
+    assert_twin(CI_2604, MODERN_2604)
     assert CI_2604["ci_base_image"] == base_image.UBUNTU_2604.name
     assert CI_2604["cgroup_v2_only"] is MODERN_2604["cgroup_v2_only"] is True
-    ours, theirs = dict(CI_2604["kubernetes"]), dict(MODERN_2604["kubernetes"])
-    assert ours.pop("prepull_images") is False  # CI reaches no image registry
-    theirs.pop("prepull_images")
-    assert ours == theirs
-    assert {n: (c["version"], c["url"]) for n, c in CI_2604["components"].items()} == \
-        {n: (c["version"], c["url"]) for n, c in MODERN_2604["components"].items()}
     assert not [n for n, c in CI_2604["components"].items() if {"sha256", "sha512", "sha256_url"} & set(c)]
     assert CI_2604["ci_downloads"] == mirror.REAL
 
