@@ -208,9 +208,10 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     # Which runtime the box has (docker or containerd): the service that gets the build's proxy
     # and the node services start after, on both families.
     env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
-    if env["K4W_CONTAINER_RUNTIME"] == "containerd":
-        # The `version` of the config.toml 03-containerd writes (k4w/containerd_config.py says why).
-        env["K4W_CONTAINERD_CONFIG_VERSION"] = str(containerd_config.CONFIG_VERSION)
+    # The `version` of the config.toml 03-containerd writes (k4w/containerd_config.py says why). Set
+    # for every box, as the family's steps read it; empty on a Docker box, which writes no such file.
+    env["K4W_CONTAINERD_CONFIG_VERSION"] = (str(containerd_config.CONFIG_VERSION)
+                                            if env["K4W_CONTAINER_RUNTIME"] == "containerd" else "")
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
     env.update(_registry_variables(cfg, profile, secrets))
