@@ -14,7 +14,7 @@ import base64
 import json
 from dataclasses import dataclass
 
-from . import build_media as media, registry, sources
+from . import build_media as media, containerd_config, registry, sources
 from .config import Config
 from .derive import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from .errors import K4wError
@@ -208,6 +208,10 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     # Which runtime the box has (docker or containerd): the service that gets the build's proxy
     # and the node services start after, on both families.
     env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
+    # The `version` of the config.toml 03-containerd writes (k4w/containerd_config.py says why). Set
+    # for every box, as the family's steps read it; empty on a Docker box, which writes no such file.
+    env["K4W_CONTAINERD_CONFIG_VERSION"] = (str(containerd_config.CONFIG_VERSION)
+                                            if env["K4W_CONTAINER_RUNTIME"] == "containerd" else "")
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
     env.update(_registry_variables(cfg, profile, secrets))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from . import containerd_config
 from .config import REGISTRY_ENDPOINT, Config, RegistryMirror
 from .profiles import Attr, Profile
 
@@ -173,7 +174,8 @@ def certs_d(cfg: Config) -> dict[str, str]:
     return files
 
 
-# The CRI images plugin's table (containerd v2.3.7 docs/cri/config.md, config version 3).
+# The CRI images plugin's table (containerd v2.3.7 docs/cri/config.md; the same name in config
+# versions 3 and 4).
 CRI_IMAGES = "plugins.'io.containerd.cri.v1.images'"
 
 
@@ -187,7 +189,7 @@ def auth_toml(cfg: Config) -> str:
     if not seen:
         return ""
     lines = ["# k4w: registry mirror credentials from cluster.yml (owner-only; README \"Registry mirrors\")",
-             "version = 3"]
+             f"version = {containerd_config.CONFIG_VERSION}"]
     for host, mirror in seen.items():
         lines += ["", f"[{CRI_IMAGES}.registry.configs.{_toml_string(host)}.auth]",
                   f"  username = {_toml_string(mirror.user)}",

@@ -305,6 +305,11 @@ def registry_mirrors(cluster: Cluster, out: Path) -> Result:
                         "registry_rules", cluster)
 
 
+def containerd_config_versions(cluster: Cluster, out: Path) -> Result:
+    return _rule_module("containerd config versions", "each pinned containerd's ConfigVersion (facts/containerd-<version>-config.yml)",
+                        "containerd_config_rules", cluster, out)
+
+
 def windows_preflight(cluster: Cluster, out: Path) -> Result:
     return _rule_module("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag", "preflight_rules", cluster)
 
@@ -480,6 +485,11 @@ def _would_check_registry_mirrors(cluster: Cluster, out: Path, rendered: Collect
             "containerd --config <temporary config importing the credentials drop-in> config dump"]
 
 
+def _would_check_containerd_config_versions(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: K4W_CONTAINERD_CONFIG_VERSION in {out / 'packer'}/<containerd box>.pkr.hcl, the registry "
+            "credentials drop-in and the guest scripts against k4w/validate/facts/containerd-<version>-config.yml"]
+
+
 def _would_check_windows_preflight(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: each seed-recipe Windows box's build and Docker version against "
             "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]
@@ -546,6 +556,7 @@ VALIDATORS: list[Validator] = [
     Validator(windows_images, _would_check_windows_images),
     Validator(cgroup_v2, _would_check_cgroup_v2),
     Validator(registry_mirrors, _would_check_registry_mirrors),
+    Validator(containerd_config_versions, _would_check_containerd_config_versions),
     Validator(yaml_templates, _would_check_yaml_templates),
     Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),

@@ -4,7 +4,9 @@
   (facts/containerd-2.3.7-hosts.yml), each `ca` a file k4w ships in the same folder, and no
   credentials in the tree (it is not a secret file);
 - containerd's credentials drop-in: read by the real containerd of the pinned version
-  (`containerd config dump` of a config that imports it), which must then show every mirror's user;
+  (`containerd config dump` of a config that imports it), which must then show every mirror's user
+  and log no "Configuration migrated" warning (a drop-in of an older schema is migrated at every
+  start, k4w/containerd_config.py);
 - Docker boxes: daemon.json's registry-mirrors serves docker.io only;
 - the proxy: a mirror that cannot be on the Internet is in the NO_PROXY every node gets.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import pinned_tools, private, registry
+from .. import containerd_config, pinned_tools, private, registry
 from ..cluster_model import Cluster
 from ..derive_steps import container_runtime
 
@@ -60,19 +62,22 @@ def hosts_problems(files: dict[str, str], facts: dict) -> list[str]:
     return problems
 
 
-def _effective_auth(auth: str) -> dict:
-    """The drop-in as the pinned containerd reads it: `config dump` of a config that imports it."""
+def _effective_auth(auth: str) -> tuple[dict, list[str]]:
+    """The drop-in as the pinned containerd reads it: `config dump` of a config that imports it
+    (the main config of k4w's own version, so a migration warning can only be the drop-in's):
+    (registry.configs as containerd reads them, or {"error": [its last line]}; its migration warnings)."""
     containerd = pinned_tools.require("containerd", "containerd")
     with tempfile.TemporaryDirectory(prefix="k4w-registry-auth-") as folder:  # created 0700
         drop_in = Path(folder) / "auth.toml"
         private.write_private(drop_in, auth)  # the drop-in holds passwords
         main = Path(folder) / "config.toml"
-        main.write_text(f"version = 3\nimports = ['{drop_in.as_posix()}']\n", encoding="utf-8")
+        main.write_text(f"version = {containerd_config.CONFIG_VERSION}\nimports = ['{drop_in.as_posix()}']\n", encoding="utf-8")
         res = subprocess.run([str(containerd), "--config", str(main), "config", "dump"], capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
-        return {"error": res.stderr.strip().splitlines()[-1:] or ["no output"]}
+        return {"error": res.stderr.strip().splitlines()[-1:] or ["no output"]}, []
     dumped = tomllib.loads(res.stdout)
-    return (((dumped.get("plugins") or {}).get("io.containerd.cri.v1.images") or {}).get("registry") or {}).get("configs") or {}
+    configs = (((dumped.get("plugins") or {}).get("io.containerd.cri.v1.images") or {}).get("registry") or {}).get("configs") or {}
+    return configs, containerd_config.migration_warnings(res.stderr)
 
 
 def check(cluster: Cluster) -> tuple[list[str], list[str]]:
@@ -92,9 +97,11 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
             problems.append("a mirror's password is in the certs.d tree, which is not kept secret")
         auth = registry.auth_toml(cfg)
         if auth:
-            configs = _effective_auth(auth)
+            configs, migrated = _effective_auth(auth)
             if "error" in configs:
                 problems.append(f"containerd {version} refuses the credentials drop-in: {configs['error'][0]}")
+            for warning in migrated:
+                problems.append(f"containerd {version} migrates the credentials drop-in at every start: {warning}")
             by_host = {mirror.host: mirror for mirror in registry.mirrors(cfg) if mirror.user}  # one login per host
             for mirror in by_host.values():
                 if ((configs.get(mirror.host) or {}).get("auth") or {}).get("username") != mirror.user:

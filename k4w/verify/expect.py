@@ -129,15 +129,16 @@ def container_runtime(profile: Profile) -> str:
 
 
 def containerd_config_problems(text: str, profile: Profile, effective: bool = False) -> list[str]:
-    """What a containerd config.toml lacks of the profile: config version 3, the pause image under
-    the CRI images plugin's pinned_images.sandbox, runc's cgroup driver, the CNI dirs
-    (containerd docs/cri/config.md at v2.3.7).
+    """What a containerd config.toml lacks of the profile: the config version containerd reads
+    without migrating it (k4w/containerd_config.py), the pause image under the CRI images plugin's
+    pinned_images.sandbox, runc's cgroup driver, the CNI dirs (containerd docs/cri/config.md at v2.3.7).
 
-    effective: text is `containerd config dump`, containerd's own view after it migrated the file to
-    its latest config version (4 in containerd 2.3: containerd@v2.3.7 version/version.go ConfigVersion,
-    RELEASES.md "Daemon Configuration": migrated at every start, the file left unchanged), so any
-    version from 3 on is right there."""
+    effective: text is `containerd config dump`, containerd's own view after any migration (it
+    always prints its own ConfigVersion, containerd@v2.3.7 cmd/containerd/command/config.go:76), so
+    the version there says nothing about the file: only its settings are checked."""
     import tomllib
+
+    from ..containerd_config import CONFIG_VERSION
 
     try:
         data = tomllib.loads(text)
@@ -150,8 +151,8 @@ def containerd_config_problems(text: str, profile: Profile, effective: bool = Fa
     cni = runtime.get("cni") or {}
     wanted_systemd = component(profile, "containerd", "cgroup_driver") == "systemd"
     checks = [
-        ((isinstance(data.get("version"), int) and data["version"] >= 3) if effective else data.get("version") == 3,
-         f"version is {data.get('version')!r}, not 3 (containerd 2.x)"),
+        (effective or data.get("version") == CONFIG_VERSION,
+         f"version is {data.get('version')!r}, not {CONFIG_VERSION} (containerd 2.3 migrates an older schema at every start)"),
         ((images.get("pinned_images") or {}).get("sandbox") == str(profile.data.kubernetes.pause_image),
          f"pinned_images.sandbox is not {profile.data.kubernetes.pause_image}"),
         ((runc.get("options") or {}).get("SystemdCgroup") is wanted_systemd,

@@ -51,6 +51,7 @@ def test_a_config_with_mirrors_passes_the_real_validate_and_nothing_under_out_ho
     result = invoke("validate", "--config", str(cfg), "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "registry mirrors" in result.stdout
+    assert "✓ containerd config versions" in result.stdout  # the credentials drop-in among them
     assert (out / "kubeadm" / "kubeadm-config.yaml").read_text().count('imageRepository: "harbor.internal/k8s-proxy"') == 1
     for path in out.rglob("*"):
         if path.is_file():
@@ -164,6 +165,19 @@ def test_the_credentials_check_has_the_real_containerd_read_the_drop_in_and_fail
     monkeypatch.setattr(registry, "auth_toml", lambda _cfg: good.replace(".registry.configs.", ".registry.config."))
     _, problems = registry_rules.check(cluster)
     assert problems == ["containerd 2.3.7 reads no credentials for harbor.internal from the drop-in"]
+
+
+def test_the_real_containerd_check_refuses_a_drop_in_it_would_migrate_at_every_start(tmp_path, corp_ca, monkeypatch):
+    """Planted defect: the drop-in at config version 3. containerd 2.3.7 still reads its credentials
+    (the tables are alike in 3 and 4), but migrates the file and logs a warning at every start."""
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, GOOD)))
+    good = registry.auth_toml(cluster.config)
+    assert "\nversion = 4\n" in good
+    monkeypatch.setattr(registry, "auth_toml", lambda _cfg: good.replace("\nversion = 4\n", "\nversion = 3\n"))
+    _, problems = registry_rules.check(cluster)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("containerd 2.3.7 migrates the credentials drop-in at every start: ")
+    assert "Configuration migrated from version 3" in problems[0]
 
 
 def test_a_mirrored_pause_image_is_judged_by_the_upstream_manifest_list_it_serves(tmp_path, corp_ca):

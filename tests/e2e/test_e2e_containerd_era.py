@@ -228,15 +228,15 @@ def test_a_check_about_a_component_applies_only_to_boxes_that_pin_it():
 
 def test_the_spec_reads_the_config_the_step_writes(monkeypatch):
     modern = _profile(monkeypatch, "ubuntu-2404")
-    good = ("version = 3\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = 'registry.k8s.io/pause:3.10.2'\n"
+    good = ("version = 4\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = 'registry.k8s.io/pause:3.10.2'\n"
             "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
             "[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = ['/opt/cni/bin']\n  conf_dir = '/etc/cni/net.d'\n"
             "[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n")
     assert expect.containerd_config_problems(good, modern) == []
-    v2 = good.replace("version = 3", "version = 2").replace("3.10.2", "3.10.1").replace("= true", "= false").replace(
+    v3 = good.replace("version = 4", "version = 3").replace("3.10.2", "3.10.1").replace("= true", "= false").replace(
         "config_path = '/etc/containerd/certs.d'", "config_path = '/etc/containerd/certs.d:/etc/docker/certs.d'")
-    assert expect.containerd_config_problems(v2, modern) == [
-        "version is 2, not 3 (containerd 2.x)", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.2",
+    assert expect.containerd_config_problems(v3, modern) == [
+        "version is 3, not 4 (containerd 2.3 migrates an older schema at every start)", "pinned_images.sandbox is not registry.k8s.io/pause:3.10.2",
         "runc's SystemdCgroup is not true (components.containerd.cgroup_driver)",
         "the registry hosts folder (registry.config_path) is not /etc/containerd/certs.d"]
     assert expect.containerd_config_problems("version = [", modern)[0].startswith("not valid TOML")

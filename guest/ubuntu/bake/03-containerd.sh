@@ -19,6 +19,8 @@
 # Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_FILE, K4W_CONTAINERD_SHA256 or K4W_CONTAINERD_SHA512,
 # K4W_CONTAINERD_CGROUP_DRIVER, K4W_RUNC_VERSION, K4W_RUNC_FILE, K4W_RUNC_SHA256 or K4W_RUNC_SHA512,
 # K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE,
+# K4W_CONTAINERD_CONFIG_VERSION (k4w/containerd_config.py: the config schema this containerd reads
+# without migrating it),
 # K4W_REGISTRY_FILES and K4W_REGISTRY_AUTH (k4w/registry.py; empty = no mirror); PACKER_HTTP_ADDR
 # (Packer).
 K4W_STEP="03-containerd"
@@ -41,7 +43,9 @@ SOCKET=/run/containerd/containerd.sock
 CONTAINERD_READY_TIMEOUT=120
 
 k4w_require K4W_CONTAINERD_VERSION K4W_CONTAINERD_FILE K4W_CONTAINERD_CGROUP_DRIVER \
-    K4W_RUNC_VERSION K4W_RUNC_FILE K4W_CNI_VERSION K4W_CNI_FILE K4W_PAUSE_IMAGE
+    K4W_RUNC_VERSION K4W_RUNC_FILE K4W_CNI_VERSION K4W_CNI_FILE K4W_PAUSE_IMAGE K4W_CONTAINERD_CONFIG_VERSION
+[[ $K4W_CONTAINERD_CONFIG_VERSION =~ ^[1-9][0-9]*$ ]] ||
+    k4w_die "K4W_CONTAINERD_CONFIG_VERSION must be a config schema number, not '${K4W_CONTAINERD_CONFIG_VERSION}'"
 k4w_require_defined K4W_REGISTRY_FILES K4W_REGISTRY_AUTH
 containerd_digest="$(k4w_component_digest containerd)"
 runc_digest="$(k4w_component_digest runc)"
@@ -119,7 +123,7 @@ conf_dir="$(k4w_path "$CNI_CONF_DIR")"
 # imports nothing). config_path: hosts.toml per registry host (docs/hosts.md at v2.3.7); set
 # explicitly, as the default also reads /etc/docker/certs.d, which k4w does not manage.
 k4w_write_file "$CONFIG" 0644 "# k4w: containerd ${K4W_CONTAINERD_VERSION} for kubeadm (written by ${K4W_STEP})
-version = 3
+version = ${K4W_CONTAINERD_CONFIG_VERSION}
 imports = ['${K4W_REGISTRY_AUTH_NODE%/*}/*.toml', '${K4W_REGISTRY_AUTH_BUILD%/*}/*.toml']
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]

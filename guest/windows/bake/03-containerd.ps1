@@ -11,6 +11,9 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 $version = Get-K4wEnv -Name 'K4W_CONTAINERD_VERSION'
 $endpoint = Get-K4wEnv -Name 'K4W_RUNTIME_ENDPOINT'
 $pauseImage = Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'
+# The config schema this containerd reads without migrating it at every start (k4w/containerd_config.py).
+$configVersion = Get-K4wEnv -Name 'K4W_CONTAINERD_CONFIG_VERSION'
+if ($configVersion -notmatch '^[1-9][0-9]*$') { throw "K4W_CONTAINERD_CONFIG_VERSION must be a config schema number, not '$configVersion'" }
 $cniBinDir = Get-K4wEnv -Name 'K4W_CNI_BIN_DIR'
 $cniConfDir = Get-K4wEnv -Name 'K4W_CNI_CONF_DIR'
 $installDir = Join-Path $env:ProgramFiles 'containerd'
@@ -22,7 +25,8 @@ $configFile = Join-Path $installDir 'config.toml'
 # What the release tarball holds under bin\ (Makefile.windows BINARIES + WINDOWS_SHIM at v2.3.7).
 $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 
-# The configuration, schema version 3 (containerd 2.x; docs/cri/config.md at v2.3.7). Each key is
+# The configuration, schema version K4W_CONTAINERD_CONFIG_VERSION (4 for containerd 2.3: the table
+# names are those of docs/cri/config.md at v2.3.7, unchanged from version 3). Each key is
 # checked against that document by tests/bake/windows/test_windows_containerd.py:
 # - pinned_images.sandbox: the pause image the CRI plugin runs every pod sandbox from; since
 #   kubelet 1.35 has no --pod-infra-container-image this is its only home. The kubelet's image GC
@@ -35,7 +39,7 @@ $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 # - registry.config_path: the hosts.toml of each mirrored registry (docs/hosts.md at v2.3.7; no
 #   default on Windows, plugins/cri/images/plugin.go sets one on Linux only).
 $configTemplate = @'
-version = 3
+version = {5}
 imports = ['{3}\*.toml']
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -49,7 +53,7 @@ imports = ['{3}\*.toml']
   conf_dir = '{2}'
   max_conf_num = 1
 '@
-$config = ($configTemplate -f $pauseImage, $cniBinDir, $cniConfDir, $script:K4wContainerdDropIns, $script:K4wRegistryHostsDir).Replace("`r`n", "`n")
+$config = ($configTemplate -f $pauseImage, $cniBinDir, $cniConfDir, $script:K4wContainerdDropIns, $script:K4wRegistryHostsDir, $configVersion).Replace("`r`n", "`n")
 
 function Test-ContainerdVersion {
     foreach ($binary in $binaries) {

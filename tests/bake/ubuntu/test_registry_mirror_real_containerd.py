@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, derive_steps, pinned_tools, registry
+from k4w import config, containerd_config, derive_steps, pinned_tools, registry
 from k4w.cluster_model import Cluster
 from tests.fakes import oci_registry
 
@@ -65,8 +65,14 @@ def daemon_config(written: str, root: Path, run: Path) -> str:
     assert f"config_path = '{root}/etc/containerd/certs.d'" in text, "03-containerd.sh no longer writes config_path as expected"
     private = (f"root = '{run}/root'\nstate = '{run}/state'\n"
                "disabled_plugins = ['io.containerd.nri.v1.nri']\n")
-    text = text.replace("version = 3\n", "version = 3\n" + private, 1)
-    return text + (f"\n[grpc]\n  address = '{run}/containerd.sock'\n[ttrpc]\n  address = '{run}/containerd.sock.ttrpc'\n"
+    version_line = f"version = {containerd_config.CONFIG_VERSION}\n"
+    assert text.count(version_line) == 1, "03-containerd.sh no longer writes the config version as expected"
+    text = text.replace(version_line, version_line + private, 1)
+    # The sockets: in config version 4 they are the server plugins' own tables (containerd@v2.3.7
+    # plugins/server/grpc/plugin.go and ttrpc/plugin.go `address`); the top-level [grpc] and [ttrpc]
+    # of version 3 are read only from files that containerd migrates (config.go serviceMigrate).
+    return text + (f"\n[plugins.'io.containerd.server.v1.grpc']\n  address = '{run}/containerd.sock'\n"
+                   f"[plugins.'io.containerd.server.v1.ttrpc']\n  address = '{run}/containerd.sock.ttrpc'\n"
                    f"\n[plugins.'io.containerd.internal.v1.opt']\n  path = '{run}/opt'\n")
 
 
@@ -179,6 +185,9 @@ def test_the_pre_pull_goes_to_the_mirror_with_its_ca_and_credentials(containerd,
     redirected = [r for r in mirror.requests[before:] if r["query"].get("ns") == ["registry.k8s.io"]]
     assert any(r["path"] == f"/v2/kube-apiserver/manifests/v{KUBE_VERSION}" for r in redirected)
     assert f"registry.k8s.io/kube-apiserver:v{KUBE_VERSION}" in listed(containerd)
+    # 3. containerd started on config.toml and the credentials drop-in as they are: neither of an older
+    # schema it would migrate (and warn about) at every start.
+    assert containerd_config.migration_warnings(containerd["log"].read_text()) == []
 
 
 def test_the_check_fails_without_the_mirrors_files(containerd, mirror):

@@ -17,7 +17,7 @@ import tomllib
 import pytest
 import yaml
 
-from k4w import derive_steps, pinned_tools, profiles
+from k4w import containerd_config, derive_steps, pinned_tools, profiles
 from k4w.verify import expect
 from tests.e2e.harness import archives, seed_stand_ins
 from tests.fakes import local_http
@@ -64,9 +64,18 @@ def test_the_profile_pins_what_each_step_reads():
     assert env["K4W_RUNC_FILE"] == "runc-runc.amd64" and env["K4W_PAUSE_IMAGE"] == PAUSE
     assert env["K4W_KUBE_CRI_SOCKET"] == "unix:///var/run/containerd/containerd.sock"
     assert "K4W_CONTAINERD_URL" not in env  # the guest never downloads: it copies from the build host
+    assert env["K4W_CONTAINERD_CONFIG_VERSION"] == "4"
 
 
-def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_build_host(tmp_path, served):
+@pytest.mark.parametrize("value", ["", "3.0", "4; rm -rf /"])
+def test_step_03_refuses_a_config_version_that_is_not_a_schema_number(tmp_path, served, value):
+    env, _, _ = served
+    res = run_step("03-containerd.sh", make_root(tmp_path, "ubuntu-24.04"), **{**env, "K4W_CONTAINERD_CONFIG_VERSION": value})
+    assert res.returncode != 0 and "K4W_CONTAINERD_CONFIG_VERSION" in res.stderr, res.stderr
+    assert not (tmp_path / "root" / "etc" / "containerd" / "config.toml").exists()
+
+
+def test_containerd_runc_cni_and_config_version_4_then_idempotent_without_the_build_host(tmp_path, served):
     env, site, files = served
     root = make_root(tmp_path, "ubuntu-24.04")
     res = run_step("03-containerd.sh", root, **env)
@@ -78,7 +87,7 @@ def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_bu
     assert (root / "etc" / "cni" / "net.d").is_dir()
     text = (root / "etc" / "containerd" / "config.toml").read_text()
     config = tomllib.loads(text)
-    assert config["version"] == 3
+    assert config["version"] == 4  # containerd 2.3.7's own ConfigVersion (k4w/containerd_config.py)
     assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"] == {"sandbox": PAUSE}
     assert config["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
     # The box spec's reading of the same file agrees.
@@ -96,13 +105,20 @@ def test_containerd_runc_cni_and_config_version_3_then_idempotent_without_the_bu
     assert snapshot(root) == before
 
 
-def _config_dump(config_file) -> str:
+def _run_dump(config_file) -> subprocess.CompletedProcess:
     """The REAL containerd of the pinned version (the tool cache; a missing one fails naming
     scripts/build-tools) reading a config file as the box spec has it read in the guest."""
     containerd = pinned_tools.require("containerd", "containerd")
     res = subprocess.run([str(containerd), "--config", str(config_file), "config", "dump"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
+    return res
+
+
+def _config_dump(config_file) -> str:
+    """containerd's effective config; it must not have migrated any file to get there."""
+    res = _run_dump(config_file)
+    assert containerd_config.migration_warnings(res.stderr) == [], res.stderr
     return res.stdout
 
 
@@ -119,9 +135,25 @@ def test_the_real_containerd_reads_the_pins_of_the_config_step_03_writes(written
     # The box spec's effective-config check, over the real `containerd config dump` of our file.
     dump = _config_dump(written_config)
     assert expect.containerd_config_problems(dump, profiles.load("ubuntu-2404"), effective=True) == []
-    assert "version = 4" in dump  # containerd 2.3 migrates our version 3 file in memory (RELEASES.md)
     # 03-containerd.sh's own check greps the same output for the pinned sandbox image.
     assert f"sandbox = '{PAUSE}'" in dump or f'sandbox = "{PAUSE}"' in dump
+
+
+def test_version_4_means_what_version_3_meant_and_spares_the_migration_warning(written_config):
+    """containerd 2.3.7 reads the file step 03 writes exactly as it read the same file at version 3
+    (its 3 -> 4 migration touches no table k4w writes), without the warning a version 3 file (the
+    planted defect) gets at every start."""
+    ours = _run_dump(written_config)
+    assert containerd_config.migration_warnings(ours.stderr) == []
+    text = written_config.read_text()
+    assert text.count("\nversion = 4\n") == 1
+    written_config.write_text(text.replace("\nversion = 4\n", "\nversion = 3\n"))
+    old = _run_dump(written_config)
+    assert old.stdout == ours.stdout
+    warnings = containerd_config.migration_warnings(old.stderr)
+    assert len(warnings) == 1 and "Configuration migrated from version 3" in warnings[0]
+    assert expect.containerd_config_problems(written_config.read_text(), profiles.load("ubuntu-2404")) == [
+        "version is 3, not 4 (containerd 2.3 migrates an older schema at every start)"]
 
 
 @pytest.mark.parametrize("plant, problem", [
@@ -146,7 +178,7 @@ def test_the_effective_config_check_fails_on_a_planted_defect(written_config, tm
     if plant in imported:
         override = tmp_path / "conf.d" / "override.toml"
         override.parent.mkdir()
-        override.write_text("version = 3\n" + imported[plant])
+        override.write_text("version = 4\n" + imported[plant])
         # Added to the imports 03-containerd.sh writes (its drop-in folders for the mirrors' credentials).
         text = text.replace("imports = [", f"imports = ['{override}', ", 1)
         assert expect.containerd_config_problems(text, profile) == []  # the file alone looks right

@@ -11,6 +11,7 @@ import tomllib
 import pytest
 import yaml
 
+from k4w import config, derive_steps, profiles
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import powershell_rules
 
@@ -18,6 +19,7 @@ GUEST = ROOT / "guest" / "windows"
 PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
 FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / f"containerd-{PROFILE['components']['containerd']['version']}-config.yml").read_text())
 CONTAINERD = (GUEST / "bake" / "03-containerd.ps1").read_text()
+STEP_ENV = derive_steps.step_env(profiles.load("windows-2022"), config.load(ROOT / "cluster.yml")).env
 START_NODE = (GUEST / "node-containerd" / "start-node.ps1").read_text()
 HOSTPROCESS = GUEST / "hostprocess"
 START_FLANNELD = (HOSTPROCESS / "start-flanneld.ps1").read_text()
@@ -30,11 +32,15 @@ def rendered_config() -> str:
     """The config.toml 03-containerd.ps1 writes for this profile: its here-string template with
     PowerShell's -f placeholders filled in from the profile, as the script does from K4W_*."""
     template = re.search(r"\$configTemplate = @'\n(.*?)\n'@", CONTAINERD, re.S).group(1)
-    assert "$configTemplate -f $pauseImage, $cniBinDir, $cniConfDir" in CONTAINERD
+    assert ("$configTemplate -f $pauseImage, $cniBinDir, $cniConfDir, $script:K4wContainerdDropIns, "
+            "$script:K4wRegistryHostsDir, $configVersion)") in CONTAINERD
+    assert "$configVersion = Get-K4wEnv -Name 'K4W_CONTAINERD_CONFIG_VERSION'" in CONTAINERD
     runtime = PROFILE["runtime"]
-    # {3}, {4}: common.ps1's containerd drop-in and registry hosts folders under %ProgramFiles%.
+    # {3}, {4}: common.ps1's containerd drop-in and registry hosts folders under %ProgramFiles%;
+    # {5}: the step variable, as the box's rendered Packer template gives it.
     return template.format(PROFILE["kubernetes"]["pause_image"], runtime["cni_bin_dir"], runtime["cni_conf_dir"],
-                           r"C:\Program Files\containerd\conf.d", r"C:\Program Files\containerd\certs.d")
+                           r"C:\Program Files\containerd\conf.d", r"C:\Program Files\containerd\certs.d",
+                           STEP_ENV["K4W_CONTAINERD_CONFIG_VERSION"])
 
 
 def tables(node: dict, path: str = "") -> dict[str, set[str]]:
@@ -50,9 +56,10 @@ def tables(node: dict, path: str = "") -> dict[str, set[str]]:
     return found
 
 
-def test_the_config_is_version_3_with_the_pause_image_pinned_and_the_cni_folders_set():
+def test_the_config_is_containerds_own_version_4_with_the_pause_image_pinned_and_the_cni_folders_set():
     config = tomllib.loads(rendered_config())
-    assert config["version"] == FACTS["config_version"] == 3
+    # containerd 2.3.7's ConfigVersion: an older version is migrated, with a warning, at every start.
+    assert config["version"] == FACTS["config_version"] == 4
     images = config["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == PROFILE["kubernetes"]["pause_image"]
     cni = config["plugins"]["io.containerd.cri.v1.runtime"]["cni"]
