@@ -22,11 +22,15 @@ from .phases import E2EError, Log, Phase, run
 from .squid import free_port
 
 QEMU = "qemu-system-x86_64"
-# qemu64 plus what Go's crypto uses (GO_CRYPTO_FLAGS below) and the SSE levels below it. Not +bmi1:
-# Ubuntu 26.04's kernel (7.0.0-14-generic) offered BMI1 and BMI2 together under TCG stops before its
-# console starts (no serial output; either alone boots, and Debian 12's 6.1 boots with both). Go uses
-# BMI2 alone (with ADX) for bigmod and nistec.
-GUEST_CPU = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+aes,+pclmulqdq,+bmi2,+adx"
+# qemu64 plus what Go's crypto needs to be fast (GO_CRYPTO_FLAGS below) and the SSE levels below it.
+# No BMI1, BMI2 or ADX, each found on Ubuntu 26.04's kernel (7.0.0-14-generic) under QEMU 7.2's TCG:
+# - BMI1 with BMI2: the kernel stops before its console starts (no serial output; either alone boots);
+# - BMI2: the kernel's BPF JIT then emits SHLX (c4 e2 f9 f7), which TCG answers with #UD, so writing an
+#   interface sysctl ran systemd-networkd's sysctl_monitor BPF program into "Oops: invalid opcode" and
+#   a kernel panic (kube-proxy's sysctl writes, the third ubuntu-2604-e2e --cluster run; reproduced by
+#   `sysctl -w net.ipv4.conf.eth0.forwarding=1`, gone without +bmi2). Go uses BMI2 with ADX only for
+#   MULX in bigmod and P-256, which have plain MULQ assembly beside it.
+GUEST_CPU = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+aes,+pclmulqdq"
 # A kernel prints its banner ("Linux version ...") within seconds under TCG (2 s measured for Ubuntu's
 # 7.0 on this 2-core host): a serial console still empty after this long means the kernel never
 # started, and waiting out the whole boot budget for SSH tells nothing more.
@@ -184,9 +188,9 @@ def require_fast_clock(current: str, append: str) -> None:
                        f"({append!r}) needs tsc=reliable clocksource=tsc (the e2e box profile's build.qemu.append).")
 
 
-# What Go's crypto needs for its assembly (crypto/internal/fips140 aes/gcm: AES-NI, PCLMULQDQ, SSE4.1;
-# bigmod and nistec: BMI2 and ADX), named as /proc/cpuinfo names them.
-GO_CRYPTO_FLAGS = ("aes", "pclmulqdq", "sse4_1", "bmi2", "adx")
+# What Go's crypto needs for its AES-GCM assembly (crypto/internal/fips140 aes/gcm: AES-NI, PCLMULQDQ,
+# SSE4.1), named as /proc/cpuinfo names them: without it TLS falls back to generic Go code.
+GO_CRYPTO_FLAGS = ("aes", "pclmulqdq", "sse4_1")
 
 
 def require_cpu_features(cpuinfo_flags: str) -> None:
