@@ -795,3 +795,10 @@ def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
     # With two TCG vCPUs the kernel finds the TSCs "unsynchronized" and falls back to the HPET unless told.
     append = yaml.safe_load(profile.read_text())["build"]["qemu"]["append"].split()
     assert {"tsc=reliable", "clocksource=tsc"} <= set(append)
+
+
+def test_the_default_suite_bakes_the_two_ci_boxes_and_ubuntu_2604_e2e_runs_on_request():
+    from tests.e2e.harness import BOXES, CI_BOXES
+
+    assert CI_BOXES == ("debian-12-e2e", "ubuntu-2404-e2e")
+    assert set(BOXES) - set(CI_BOXES) == {"ubuntu-2604-e2e"}

@@ -8,6 +8,6 @@ guest booted from the produced box (guest) checked by the Ubuntu box spec, and a
 of the provisioning that must change nothing (idempotence).
 """
 
-from .run import BOXES, E2EResult, default_out, run_e2e
+from .run import BOXES, CI_BOXES, E2EResult, default_out, run_e2e
 
-__all__ = ["BOXES", "E2EResult", "default_out", "run_e2e"]
+__all__ = ["BOXES", "CI_BOXES", "E2EResult", "default_out", "run_e2e"]

@@ -63,6 +63,10 @@ BOX = cluster_file.BOX
 # its production twin's guest steps: the first two on the Debian 12 stand-in image, ubuntu-2604-e2e on
 # a debootstrapped Ubuntu 26.04 (the profile's ci_base_image names the base_image recipe).
 BOXES = (BOX, "ubuntu-2404-e2e", "ubuntu-2604-e2e")
+# The boxes the default test suite bakes (tests/e2e/test_e2e_bake.py): not ubuntu-2604-e2e, whose
+# ~18 min bake does not fit CI's 90 minutes beside these two, and whose base image needs
+# archive.ubuntu.com, which CI may not reach. `invoke e2e --box ubuntu-2604-e2e` runs it.
+CI_BOXES = BOXES[:2]
 # A bound that stops a hung run, not the expected time: on a quiet 2-core CI machine a bake takes
 # 6-9 min (seed era ~505 s, containerd era ~335 s before real binaries); on a machine shared with Go
 # builds (load 10-16) a whole run measured 1158-1691 s, which the old 28 min bound cut short in its
