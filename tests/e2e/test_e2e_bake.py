@@ -95,5 +95,5 @@ def test_e2e_base_image_is_reused_from_the_cache(tmp_path, e2e_report):
     ])
     assert second.reused and second.folder == first.folder, f"the base image was built again: {second.folder}"
     assert seconds < REUSE_SECONDS
-    assert (OUT / "base-image" / base_image.CURRENT).resolve() == second.folder.resolve()
-    assert f"base image reused: {second.folder}" in (tmp_path / "reuse.log").read_text()
+    assert (OUT / "base-image" / base_image.DEBIAN_12.name).resolve() == second.folder.resolve()
+    assert f"base image {base_image.DEBIAN_12.name} reused: {second.folder}" in (tmp_path / "reuse.log").read_text()

@@ -59,7 +59,7 @@ BUDGETS = {
     "cluster checks": 900,
 }
 CLUSTER_BUDGET_S = sum(BUDGETS.values())
-# Sorts before the base image's catch-all DHCP file (base_image.FILES 10-k4w-dhcp.network): the first
+# Sorts before the base image's catch-all DHCP file (base_image.NIC_NETWORK_FILE, 10-k4w-dhcp.network): the first
 # .network file that matches a link configures it (systemd.network(5)).
 CLUSTER_NETWORK_FILE = "/etc/systemd/network/05-k4w-cluster.network"
 # kubeadm's control-plane taint (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/constants LabelNodeRoleControlPlane).
