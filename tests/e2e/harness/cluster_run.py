@@ -360,9 +360,8 @@ def _checks(ctx, master: Machine, net: dict, ph: Phase) -> dict[str, str]:
     return found
 
 
-def plan(out: Path, box: str = BOX, recipe=None) -> list[str]:
-    """What --cluster would do, for --dry-run: nothing is built, booted or rendered."""
-    netplan = bool(recipe and recipe.netplan)
+def plan(out: Path, box: str = BOX, netplan: bool = False) -> list[str]:
+    """What --cluster would do, for --dry-run: nothing is built, booted or rendered. netplan: as run()'s."""
     tools = sorted({tool for recipe in cluster_images.RECIPES.values() for tool, _ in recipe.programs.values()})
     missing = [t for t in tools if pinned_tools.build_record(t) is None]
     lines = [

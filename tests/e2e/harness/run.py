@@ -681,6 +681,6 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say("idempotence: snapshot (" + ", ".join(idempotence.ROOTS) + "; units " + ", ".join(idempotence.SERVICES)
         + "; dpkg), re-run every provisioner of the rendered template, snapshot again, diff")
     if cluster:
-        for line in cluster_run.plan(out, box, recipe):
+        for line in cluster_run.plan(out, box, netplan=recipe.netplan):
             say(line)
     return E2EResult(out=out, log=out / "logs" / "e2e.log", box=box, dry_run=True)
