@@ -169,17 +169,25 @@ def test_the_client_pod_s_request_reaches_the_web_pod_s_server_inside_the_test_i
         server.wait()
 
 
-def test_the_tcg_leases_are_added_once_to_kubeadm_s_static_pods(tmp_path):
-    """On kubeadm 1.35.4's own manifests (tests/fixtures/kubeadm-static-pods, copied from the fourth
-    --cluster run): each leader-electing component gets the TCG lease flags once, and nothing else changes."""
-    fixtures = Path(__file__).parents[1] / "fixtures" / "kubeadm-static-pods"
-    for component in cluster_run.LEADER_ELECTING:
-        shutil.copy(fixtures / f"{component}.yaml", tmp_path / f"{component}.yaml")
-    script = cluster_run.tcg_lease_script().replace("/etc/kubernetes/manifests", str(tmp_path))
-    for _ in range(2):  # a second run changes nothing
+STATIC_PODS = Path(__file__).parents[1] / "fixtures" / "kubeadm-static-pods"
+
+
+def _scaled(tmp_path: Path) -> None:
+    """Runs the TCG static-pod script twice (a second run changes nothing) on copies of kubeadm's own
+    manifests in tests/fixtures/kubeadm-static-pods: kube-controller-manager and kube-scheduler copied from
+    the fourth 1.35.4 --cluster run; kube-apiserver and etcd written by the real kubeadm v1.37.2
+    (`kubeadm init phase control-plane apiserver --dry-run`, `kubeadm init phase etcd local --dry-run`)."""
+    for manifest in STATIC_PODS.glob("*.yaml"):
+        shutil.copy(manifest, tmp_path / manifest.name)
+    script = cluster_run.tcg_static_pod_script().replace("/etc/kubernetes/manifests", str(tmp_path))
+    for _ in range(2):
         subprocess.run(["bash", "-c", script], check=True, timeout=30)
+
+
+def test_the_tcg_leases_are_added_once_to_kubeadm_s_leader_electing_pods(tmp_path):
+    _scaled(tmp_path)
     for component in cluster_run.LEADER_ELECTING:
-        before = yaml.safe_load((fixtures / f"{component}.yaml").read_text())
+        before = yaml.safe_load((STATIC_PODS / f"{component}.yaml").read_text())
         after = yaml.safe_load((tmp_path / f"{component}.yaml").read_text())
         command = before["spec"]["containers"][0]["command"]
         at = command.index("--leader-elect=true") + 1
@@ -188,12 +196,29 @@ def test_the_tcg_leases_are_added_once_to_kubeadm_s_static_pods(tmp_path):
         assert after == before
 
 
-def test_the_tcg_leases_refuse_a_manifest_without_leader_election(tmp_path):
-    (tmp_path / "kube-controller-manager.yaml").write_text("spec: {}\n")
-    (tmp_path / "kube-scheduler.yaml").write_text("spec: {}\n")
-    script = cluster_run.tcg_lease_script().replace("/etc/kubernetes/manifests", str(tmp_path))
+def test_kube_apiserver_and_etcd_tolerate_more_failed_liveness_probes_and_nothing_else_changes(tmp_path):
+    _scaled(tmp_path)
+    for component in cluster_run.LIVENESS_TOLERANT:
+        before = yaml.safe_load((STATIC_PODS / f"{component}.yaml").read_text())
+        after = yaml.safe_load((tmp_path / f"{component}.yaml").read_text())
+        probes = lambda pod: {k: v for k, v in pod["spec"]["containers"][0].items() if k.endswith("Probe")}  # noqa: E731
+        assert probes(before)["livenessProbe"]["failureThreshold"] == cluster_run.KUBEADM_LIVENESS_FAILURE_THRESHOLD
+        assert probes(after)["livenessProbe"]["failureThreshold"] == cluster_run.TCG_LIVENESS_FAILURE_THRESHOLD
+        # the startup probe (kubeadm: 24 failures) and every other field stay as kubeadm wrote them
+        after["spec"]["containers"][0]["livenessProbe"]["failureThreshold"] = cluster_run.KUBEADM_LIVENESS_FAILURE_THRESHOLD
+        assert after == before, component
+
+
+def test_the_tcg_script_refuses_manifests_it_cannot_scale(tmp_path):
+    for component in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT):
+        (tmp_path / f"{component}.yaml").write_text("spec: {}\n")
+    script = cluster_run.tcg_static_pod_script().replace("/etc/kubernetes/manifests", str(tmp_path))
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "no --leader-elect=true" in done.stderr
+    for component in cluster_run.LEADER_ELECTING:
+        shutil.copy(STATIC_PODS / f"{component}.yaml", tmp_path / f"{component}.yaml")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "kube-apiserver.yaml: no livenessProbe failureThreshold to scale" in done.stderr
 
 
 def _containerd(tmp_path: Path):

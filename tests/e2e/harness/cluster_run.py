@@ -34,7 +34,7 @@ from k4w.cluster.remote import RemoteError
 from k4w.cluster.state import STATE_FILE
 from k4w.cluster.up import make_context
 from k4w.config import Config
-from . import cluster_images, guest as guest_mod, oci_archive
+from . import cluster_file, cluster_images, guest as guest_mod, oci_archive
 from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 
 # The CI boxes of the containerd era: the cluster needs their real containerd and kubelet. BOX is the
@@ -54,7 +54,9 @@ BUDGETS = {
     "cluster ip": 120,
     "cluster init": 1800,
     "cluster manifests": 1500,
-    "cluster untaint": 120,
+    # Two kubectl calls, but each one waits out an API server that is away for up to cluster.ready_timeout
+    # (cluster-up's kubectl retry); a shorter budget cut the fourth ubuntu-2604-e2e run off mid-retry.
+    "cluster untaint": cluster_file.READY_TIMEOUT_S,
     "cluster rollouts": 1500,
     "cluster checks": 900,
 }
@@ -81,6 +83,16 @@ FETCH_TIMEOUT_S = 5
 TCG_LEASE_FLAGS = ("--leader-elect-lease-duration=180s", "--leader-elect-renew-deadline=120s",
                    "--leader-elect-retry-period=20s")
 LEADER_ELECTING = ("kube-controller-manager", "kube-scheduler")
+# TCG only: how many failed liveness probes in a row the kubelet tolerates before it restarts kube-apiserver
+# or etcd. kubeadm sets 8 (10 s apart, so 80 s: k8s.io/kubernetes@v1.37.2
+# cmd/kubeadm/app/util/staticpod/utils.go LivenessProbe), and kube-apiserver's /livez includes an etcd check
+# with a 2 s timeout (k8s.io/apiserver@v0.37.2 pkg/server/options/etcd.go, storagebackend
+# DefaultHealthcheckTimeout). On the emulated ubuntu-2604-e2e guest etcd answered slower than that for
+# minutes, the kubelet restarted kube-apiserver, and each restart took minutes more (runs 2 and 4:
+# `connection refused`, `TLS handshake timeout`). 30 probes is 5 minutes.
+TCG_LIVENESS_FAILURE_THRESHOLD = 30
+KUBEADM_LIVENESS_FAILURE_THRESHOLD = 8
+LIVENESS_TOLERANT = ("kube-apiserver", "etcd")
 
 
 def web_command(port: int = WEB_PORT, root: str = "/www") -> list[str]:
@@ -258,8 +270,9 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
 
     with step("cluster init") as ph:
         cluster_steps.step_master_init(ctx)
-        _tcg_leases(guest, ph)
-        ph.note = "cluster-init.sh with the rendered kubeadm config; TCG leader-election leases " + " ".join(TCG_LEASE_FLAGS)
+        _tcg_static_pods(guest, ph)
+        ph.note = ("cluster-init.sh with the rendered kubeadm config; TCG leader-election leases " + " ".join(TCG_LEASE_FLAGS)
+                   + f"; {', '.join(LIVENESS_TOLERANT)} liveness failureThreshold {TCG_LIVENESS_FAILURE_THRESHOLD}")
 
     with step("cluster manifests") as ph:
         cluster_steps.step_manifests(ctx)
@@ -282,20 +295,29 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
         ph.note = "; ".join(f"{k}: {v}" for k, v in report.checks.items() if k not in ("node Ready", "rollouts"))
 
 
-def tcg_lease_script() -> str:
-    """Adds TCG_LEASE_FLAGS after --leader-elect=true in each leader-electing static pod manifest; the
-    kubelet restarts a static pod whose manifest changed. A second run changes nothing."""
+def tcg_static_pod_script() -> str:
+    """Scales kubeadm's static pods to an emulated CPU: TCG_LEASE_FLAGS after --leader-elect=true in each
+    leader-electing manifest, and TCG_LIVENESS_FAILURE_THRESHOLD in the livenessProbe of kube-apiserver and
+    etcd. The kubelet restarts a static pod whose manifest changed. A second run changes nothing; a
+    manifest that is not laid out as kubeadm writes it fails the script rather than go unscaled."""
     lines = ["set -euo pipefail"]
     for component in LEADER_ELECTING:
         manifest = f"/etc/kubernetes/manifests/{component}.yaml"
         inserted = "".join(f"\\n    - {flag}" for flag in TCG_LEASE_FLAGS)
         lines += [f"grep -q -- '- --leader-elect=true$' {manifest} || {{ echo '{manifest}: no --leader-elect=true' >&2; exit 1; }}",
                   f"grep -q -- '{TCG_LEASE_FLAGS[0]}' {manifest} || sed -i 's|^    - --leader-elect=true$|&{inserted}|' {manifest}"]
+    kubeadm_s, scaled = (f"      failureThreshold: {n}" for n in (KUBEADM_LIVENESS_FAILURE_THRESHOLD, TCG_LIVENESS_FAILURE_THRESHOLD))
+    for component in LIVENESS_TOLERANT:
+        manifest = f"/etc/kubernetes/manifests/{component}.yaml"
+        # kubeadm's YAML puts failureThreshold first in the probe (fields sorted), on the line after livenessProbe:.
+        lines += [f"sed -i '/^    livenessProbe:$/{{n;s/^{kubeadm_s}$/{scaled}/}}' {manifest}",
+                  f"grep -A1 '^    livenessProbe:$' {manifest} | grep -qx '{scaled}' || "
+                  f"{{ echo '{manifest}: no livenessProbe failureThreshold to scale' >&2; exit 1; }}"]
     return "\n".join(lines) + "\n"
 
 
-def _tcg_leases(guest: guest_mod.Guest, ph: Phase) -> None:
-    guest.ssh.run("sudo -n bash -s", ph, "scale the leader-election leases to TCG", input=tcg_lease_script())
+def _tcg_static_pods(guest: guest_mod.Guest, ph: Phase) -> None:
+    guest.ssh.run("sudo -n bash -s", ph, "scale the static pods' leases and liveness to TCG", input=tcg_static_pod_script())
 
 
 def _cluster_address(guest: guest_mod.Guest, mac: str, address: str, ph: Phase) -> None:

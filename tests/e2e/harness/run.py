@@ -23,7 +23,7 @@ ubuntu-2404-e2e the containerd era's (ubuntu-2404's list), both on the same base
   idempotence   the same provisioning again on that guest; nothing may change
   cleanup       guest and squid stopped, temp files removed, no process left behind
 
-With --cluster (ubuntu-2404-e2e only), a fresh guest of the box then runs a real single-node kubeadm
+With --cluster (the containerd-era boxes: ubuntu-2404-e2e, ubuntu-2604-e2e), a fresh guest of the box then runs a real single-node kubeadm
 cluster before cleanup: the `cluster ...` phases of cluster_run.py.
 """
 
@@ -222,7 +222,8 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
 
 
 def default_out(root: Path, box: str) -> Path:
-    """ROOT/e2e for the default box (as before several boxes), ROOT/e2e-ubuntu-2404 for ubuntu-2404-e2e."""
+    """ROOT/e2e for the default box (as before several boxes), ROOT/e2e-ubuntu-2404 for ubuntu-2404-e2e and
+    ROOT/e2e-ubuntu-2604 for ubuntu-2604-e2e."""
     return Path(root) / ("e2e" if box == BOX else f"e2e-{box.removesuffix('-e2e')}")
 
 
