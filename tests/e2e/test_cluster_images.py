@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, pinned_tools, render
+from k4w import config, containerd_config, pinned_tools, render
 from k4w.cluster_model import Cluster
 from tests.e2e.harness import cluster_file, cluster_images, cluster_run, oci_archive, squid
 from tests.e2e.harness.phases import E2EError
@@ -228,13 +228,16 @@ def _containerd(tmp_path: Path):
     sock = tmp_path / "c.sock"
     conf = tmp_path / "config.toml"
     # A private daemon: its own root, state and sockets; no CRI (this test needs the image store only).
-    conf.write_text(f"""version = 3
+    # Schema 4, as k4w writes: the sockets are the server plugins' own tables there (containerd@v2.3.7
+    # cmd/containerd/server/config/config.go serviceMigrate: [grpc] -> io.containerd.server.v1.grpc,
+    # [ttrpc] -> io.containerd.server.v1.ttrpc, whose default address is NOT derived from grpc's in 4).
+    conf.write_text(f"""version = {containerd_config.CONFIG_VERSION}
 root = "{tmp_path / 'root'}"
 state = "{tmp_path / 'state'}"
 disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"]
-[grpc]
+[plugins."io.containerd.server.v1.grpc"]
   address = "{sock}"
-[ttrpc]
+[plugins."io.containerd.server.v1.ttrpc"]
   address = "{sock}.ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{tmp_path / 'opt'}"
@@ -261,6 +264,8 @@ def test_the_real_containerd_imports_the_archive_under_its_exact_name(tmp_path):
         assert listed == [cluster_run.TEST_IMAGE]
         check = subprocess.run([*ctr, "images", "check"], capture_output=True, text=True, timeout=60).stdout
         assert "complete" in check, check
+        # the private config is read as written, not migrated from an older schema at start
+        assert "migrated" not in (tmp_path / "containerd.log").read_text()
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
