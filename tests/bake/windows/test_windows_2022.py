@@ -89,11 +89,14 @@ def test_every_component_is_checked_or_left_to_the_users_pin():
     components = PROFILE["components"]
     assert set(components) == {"kubernetes", "containerd", "cni", "flannel_cni", "crictl", "flannel", "nssm", "windows_update"}
     assert components["kubernetes"]["version"] == PROFILE["kubernetes"]["version"] == "1.37.2"
-    # The 1.37.2 node tarball's sha512 is in no source readable here (CHANGELOG-1.37.md at the tag ends at 1.37.1).
-    assert components["kubernetes"]["sha512"] is None and "CHANGELOG-1.37.md" in components["kubernetes"]["checksum_source"]
+    # The 1.37.2 Windows node tarball's sha512, as the v1.37.2 release notes list it (CHANGELOG-1.37.md,
+    # read from k8s.io/kubernetes@v1.38.0-beta.0: the copy at the tag ends at 1.37.1).
+    assert components["kubernetes"]["sha512"] == ("d28802c32d09f1cbac711ad7e9f804901f797a61807814da9c673122a20ed3c2"
+                                                  "a479d2520a3b77fb5cdd653d4fc4a4f6eeeba511d3295124a2bd8c4cd23e5c53")
+    assert "CHANGELOG-1.37.md" in components["kubernetes"]["checksum_source"]
     patterns = checksum_rules.published_patterns()
     for name, spec in components.items():
-        if name in ("flannel", "windows_update", "kubernetes"):
+        if name in ("flannel", "windows_update"):
             assert not any(spec.get(k) for k in ("sha256", "sha512", "sha256_url"))  # the user pins it
             continue
         assert spec["checksum_source"], name
