@@ -121,9 +121,13 @@ def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tu
 # kubectl's words when its request never reached a serving API server: a refused or reset TCP
 # connection, a TLS handshake that timed out (client-go's transport errors, as kubectl prints them,
 # e.g. `failed to download openapi: Get "https://<ip>:6443/openapi/v2": dial tcp <ip>:6443: connect:
-# connection refused`). The command changed nothing, so running it again is safe, even apply or patch.
+# connection refused`), or a kube-apiserver that listens again but is still starting: its OpenAPI
+# document not served yet (`failed to download openapi: unknown`, the fifth ubuntu-2604-e2e run, right
+# after a restart) or a 503 (`the server is currently unable to handle the request`). The command
+# changed nothing, so running it again is safe, even apply or patch.
 API_AWAY = re.compile(r"connect: connection refused|The connection to the server \S+ was refused|"
-                      r"net/http: TLS handshake timeout|connection reset by peer|Unable to connect to the server")
+                      r"net/http: TLS handshake timeout|connection reset by peer|Unable to connect to the server|"
+                      r"failed to download openapi: unknown|the server is currently unable to handle the request")
 
 
 def kubectl(ctx: Context, args: str) -> str:

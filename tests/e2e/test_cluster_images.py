@@ -209,6 +209,30 @@ def test_kube_apiserver_and_etcd_tolerate_more_failed_liveness_probes_and_nothin
         assert after == before, component
 
 
+def _mirror_pods(manifests: Path, ready: bool) -> dict:
+    """`kubectl get pod -o json` of the four static pods' mirror pods on node master, from the manifests in MANIFESTS."""
+    items = []
+    for component in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT):
+        pod = yaml.safe_load((manifests / f"{component}.yaml").read_text())
+        pod["metadata"]["name"] = f"{component}-master"
+        pod["status"] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        items.append(pod)
+    return {"kind": "List", "items": items}
+
+
+def test_the_run_waits_until_each_static_pod_runs_its_scaled_manifest_and_is_ready(tmp_path):
+    names = [f"{c}-master" for c in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT)]
+    # the kubelet has not restarted any of them yet: kubeadm's own manifests
+    waiting = cluster_run.scaled_static_pods_waiting(_mirror_pods(STATIC_PODS, ready=True), names)
+    assert waiting == [f"{n}: the kubelet has not restarted it yet" for n in names]
+    _scaled(tmp_path)
+    assert cluster_run.scaled_static_pods_waiting(_mirror_pods(tmp_path, ready=False), names) == [f"{n}: not Ready" for n in names]
+    restarting = _mirror_pods(tmp_path, ready=True)
+    restarting["items"] = [p for p in restarting["items"] if p["metadata"]["name"] != "kube-apiserver-master"]
+    assert cluster_run.scaled_static_pods_waiting(restarting, names) == ["kube-apiserver-master: not listed"]
+    assert cluster_run.scaled_static_pods_waiting(_mirror_pods(tmp_path, ready=True), names) == []
+
+
 def test_the_tcg_script_refuses_manifests_it_cannot_scale(tmp_path):
     for component in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT):
         (tmp_path / f"{component}.yaml").write_text("spec: {}\n")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import secrets
 import shlex
 import time
@@ -270,7 +271,7 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
 
     with step("cluster init") as ph:
         cluster_steps.step_master_init(ctx)
-        _tcg_static_pods(guest, ph)
+        _tcg_static_pods(guest, master.name, ph)
         ph.note = ("cluster-init.sh with the rendered kubeadm config; TCG leader-election leases " + " ".join(TCG_LEASE_FLAGS)
                    + f"; {', '.join(LIVENESS_TOLERANT)} liveness failureThreshold {TCG_LIVENESS_FAILURE_THRESHOLD}")
 
@@ -316,8 +317,42 @@ def tcg_static_pod_script() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tcg_static_pods(guest: guest_mod.Guest, ph: Phase) -> None:
+def _tcg_static_pods(guest: guest_mod.Guest, node: str, ph: Phase) -> None:
     guest.ssh.run("sudo -n bash -s", ph, "scale the static pods' leases and liveness to TCG", input=tcg_static_pod_script())
+    # The kubelet now restarts the four pods. cluster-up's next step must not meet a kube-apiserver that is
+    # starting: the fifth ubuntu-2604-e2e run's `kubectl apply` got `failed to download openapi: unknown`.
+    pods = [f"{component}-{node}" for component in (*LEADER_ELECTING, *LIVENESS_TOLERANT)]
+
+    def restarted() -> tuple[bool, str]:
+        got = guest.ssh.run(f"kubectl -n kube-system get pod {' '.join(pods)} -o json", ph,
+                            "the static pods' mirror pods", check=False)
+        if got.returncode != 0:
+            return False, got.stderr.strip()[-300:]
+        waiting = scaled_static_pods_waiting(json.loads(got.stdout), pods)
+        return not waiting, "; ".join(waiting)
+
+    poll("the static pods restarted with the TCG settings and Ready", ph, restarted, interval=10.0)
+
+
+def scaled_static_pods_waiting(listed: dict, names: list[str]) -> list[str]:
+    """What still keeps the TCG-scaled static pods (`kubectl get pod -o json` of their mirror pods, named
+    NAMES) from being done: a pod not listed, one whose spec is still kubeadm's, or one not Ready yet.
+    Empty when all are done."""
+    items = listed.get("items", [])
+    found = {pod["metadata"]["name"] for pod in items}
+    waiting = [f"{name}: not listed" for name in names if name not in found]
+    for pod in items:
+        name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+        if name.startswith(LIVENESS_TOLERANT):
+            scaled = (container.get("livenessProbe") or {}).get("failureThreshold") == TCG_LIVENESS_FAILURE_THRESHOLD
+        else:
+            scaled = TCG_LEASE_FLAGS[0] in container.get("command", [])
+        if not scaled:
+            waiting.append(f"{name}: the kubelet has not restarted it yet")
+        elif not ready:
+            waiting.append(f"{name}: not Ready")
+    return waiting
 
 
 def _cluster_address(guest: guest_mod.Guest, mac: str, address: str, ph: Phase) -> None:
