@@ -23,6 +23,15 @@ _BARE_CREDENTIALS = re.compile(rf"(?<![^\s\"'=(<,\[{{])[^{_AUTHORITY_END}:@]*:[^
 # "Proxy-Authorization: Basic Ym9iOnMzY3JldA==" (base64 is an encoding, not a secret-keeper).
 _AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)(basic|bearer|digest|ntlm|negotiate)\s+[^\s\"',]+")
 
+# A kubeadm bootstrap token, as `kubeadm init` prints it in its join command: id.secret
+# (k8s.io/cluster-bootstrap@v0.37.2 token/api/types.go BootstrapTokenPattern
+# `\A([a-z0-9]{6})\.([a-z0-9]{16})\z`). The secret authenticates a joining node; the id only names
+# the token, so it stays readable.
+_BOOTSTRAP_TOKEN = re.compile(r"\b([a-z0-9]{6})\.[a-z0-9]{16}\b")
+# A kubeconfig's credentials, as `cat admin.conf` prints them: the AuthInfo fields client-go marks
+# datapolicy security-key, token and password (k8s.io/client-go@v0.37.2 tools/clientcmd/api/v1/types.go).
+_KUBECONFIG_SECRET = re.compile(r"(?m)^([\s-]*(?:client-key-data|token|password):[ \t]*)\S+")
+
 _secrets: set[str] = set()
 
 
@@ -36,6 +45,8 @@ def redact(text: str) -> str:
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
     text = _BARE_CREDENTIALS.sub("***@", text)
     text = _AUTH_HEADER.sub(r"\1\2 ***", text)
+    text = _BOOTSTRAP_TOKEN.sub(r"\1.***", text)
+    text = _KUBECONFIG_SECRET.sub(r"\1***", text)
     for secret in sorted(_secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

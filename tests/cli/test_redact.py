@@ -19,6 +19,33 @@ def test_redact_hides_url_credentials_and_registered_secrets():
     assert "http://***@proxy.corp.example:3128" in out
 
 
+# What the e2e log held of the ubuntu-2604-e2e --cluster run (sixth run) before these were redacted:
+# kubeadm init's join command and cluster-up's `sudo cat /etc/kubernetes/admin.conf`.
+KUBEADM_JOIN = ("kubeadm join 192.168.250.10:6443 --token 9ydxz0.nd0669377krbhrsi \\\n\t--discovery-token-ca-cert-hash "
+                "sha256:77e111394c1ae729bc14178ebfc78b8efc4233f50f5b8983ee2cd30b26d9312e")
+ADMIN_CONF = """apiVersion: v1
+users:
+- name: kubernetes-admin
+  user:
+    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
+    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==
+- name: robot
+  user:
+    token: eyJhbGciOiJSUzI1NiJ9.secret-part
+    password: hunter2-admin
+"""
+
+
+def test_redact_hides_a_bootstrap_token_secret_and_kubeconfig_credentials():
+    out = redact(KUBEADM_JOIN)
+    assert "nd0669377krbhrsi" not in out and "--token 9ydxz0.***" in out
+    assert "sha256:77e111394c1ae729bc14178ebfc78b8efc4233f50f5b8983ee2cd30b26d9312e" in out  # a CA hash is public
+    out = redact(ADMIN_CONF)
+    for secret in ("LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", "secret-part", "hunter2-admin"):
+        assert secret not in out
+    assert "client-key-data: ***" in out and "client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t" in out
+
+
 @pytest.mark.parametrize("line", [
     "Proxy-Authorization: Basic YWxpY2U6UzNjcjN0UGE1NQ==",
     "    hyperv-iso: > proxy-authorization: basic YWxpY2U6UzNjcjN0UGE1NQ==",
