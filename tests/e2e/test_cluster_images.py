@@ -215,7 +215,7 @@ def _mirror_pods(manifests: Path, ready: bool) -> dict:
     for component in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT):
         pod = yaml.safe_load((manifests / f"{component}.yaml").read_text())
         pod["metadata"]["name"] = f"{component}-master"
-        pod["status"] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
         items.append(pod)
     return {"kind": "List", "items": items}
 

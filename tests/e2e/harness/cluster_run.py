@@ -35,6 +35,7 @@ from k4w.cluster.remote import RemoteError
 from k4w.cluster.state import STATE_FILE
 from k4w.cluster.up import make_context
 from k4w.config import Config
+from k4w.verify.kubectl import pod_ready
 from . import cluster_file, cluster_images, guest as guest_mod, oci_archive
 from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 
@@ -343,14 +344,13 @@ def scaled_static_pods_waiting(listed: dict, names: list[str]) -> list[str]:
     waiting = [f"{name}: not listed" for name in names if name not in found]
     for pod in items:
         name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
         if name.startswith(LIVENESS_TOLERANT):
             scaled = (container.get("livenessProbe") or {}).get("failureThreshold") == TCG_LIVENESS_FAILURE_THRESHOLD
         else:
             scaled = TCG_LEASE_FLAGS[0] in container.get("command", [])
         if not scaled:
             waiting.append(f"{name}: the kubelet has not restarted it yet")
-        elif not ready:
+        elif not pod_ready(pod):
             waiting.append(f"{name}: not Ready")
     return waiting
 
