@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
-from . import profiles
+from . import private, profiles
 from .version_skew import skew_problem
 from .errors import ConfigError, K4wError
 
@@ -333,16 +333,15 @@ class RegistryMirror(Strict):
         base = Path((info.context or {}).get("config_dir") or ".")
         path = (base / Path(v).expanduser()).resolve()
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_CA_BYTES + 1)
-        except FileNotFoundError:
-            raise ValueError(f"CA file {path} does not exist (a relative path is taken from the folder of the config file)") from None
-        except IsADirectoryError:
-            raise ValueError(f"{path} is a folder; ca takes a PEM file of CA certificates") from None
-        except OSError as exc:
-            raise ValueError(f"CA file {path} cannot be read: {exc.strerror}") from None
-        if len(data) > MAX_CA_BYTES:
-            raise ValueError(f"CA file {path} is larger than {MAX_CA_BYTES // 1024} KiB; give the mirror's CA certificate(s) only")
+            data = private.read_bounded(path, MAX_CA_BYTES)   # a FIFO or /dev/zero named here is refused, not waited on
+        except private.UnreadableFile as exc:
+            if exc.reason == "does not exist":
+                raise ValueError(f"CA file {path} does not exist (a relative path is taken from the folder of the config file)") from None
+            if exc.reason.startswith("is a folder"):
+                raise ValueError(f"{path} is a folder; ca takes a PEM file of CA certificates") from None
+            if exc.reason.startswith("is larger than"):
+                raise ValueError(f"CA file {path} is larger than {MAX_CA_BYTES // 1024} KiB; give the mirror's CA certificate(s) only") from None
+            raise ValueError(f"CA file {path} {exc.reason}") from None
         if b"-----BEGIN CERTIFICATE-----" not in data or b"PRIVATE KEY" in data:
             raise ValueError(f"CA file {path} must hold PEM certificates (-----BEGIN CERTIFICATE-----) and no private key")
         return str(path)
@@ -728,20 +727,19 @@ def _explain(exc: ValidationError, marks: dict) -> list[str]:
 def load(path: str | Path) -> Config:
     path = Path(path)
     try:
-        # At most one byte past the limit: /dev/zero, a FIFO that never ends or a 2 GiB file is
-        # refused after 1 MiB, never read whole into memory.
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        hint = ("run invoke from the repository root, where cluster.yml is, or pass --config FILE"
-                if path == Path("cluster.yml") else "check the path given to --config")
-        raise ConfigError(str(path), [f"file not found in {Path.cwd()} ({hint})"]) from None
-    except IsADirectoryError:
-        raise ConfigError(str(path), ["is a directory; --config takes a YAML file such as cluster.yml"]) from None
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot be read: {exc.strerror}"]) from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(str(path), [f"the file is larger than {MAX_BYTES // 1024} KiB; this is not a cluster.yml"])
+        # A regular file of at most 1 MiB: /dev/zero, a FIFO or a 2 GiB file is refused, never
+        # waited on or read whole into memory.
+        raw = private.read_bounded(path, MAX_BYTES)
+    except private.UnreadableFile as exc:
+        if exc.reason == "does not exist":
+            hint = ("run invoke from the repository root, where cluster.yml is, or pass --config FILE"
+                    if path == Path("cluster.yml") else "check the path given to --config")
+            raise ConfigError(str(path), [f"file not found in {Path.cwd()} ({hint})"]) from None
+        if exc.reason.startswith("is a folder"):
+            raise ConfigError(str(path), ["is a directory; --config takes a YAML file such as cluster.yml"]) from None
+        if exc.reason.startswith("is larger than"):
+            raise ConfigError(str(path), [f"the file is larger than {MAX_BYTES // 1024} KiB; this is not a cluster.yml"]) from None
+        raise ConfigError(str(path), [exc.reason]) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from . import containerd_config
-from .config import REGISTRY_ENDPOINT, Config, RegistryMirror
+from . import containerd_config, private
+from .config import MAX_CA_BYTES, REGISTRY_ENDPOINT, Config, RegistryMirror
+from .errors import K4wError
 from .profiles import Attr, Profile
 
 # The hosts.toml comment line that marks a folder as k4w's own: the guest steps replace or remove
@@ -68,13 +69,24 @@ class Mirror:
     def of(cls, upstream: str, spec: RegistryMirror) -> "Mirror":
         m = REGISTRY_ENDPOINT.fullmatch(spec.endpoint)
         host = m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
-        ca_pem = Path(spec.ca).read_text(encoding="ascii") if spec.ca else None
+        ca_pem = cls.read_ca(spec.ca) if spec.ca else None
         # containerd sends the user and password as given, so the percent-encoding cluster.yml
         # needs (README, cluster.yml) is undone here.
         user = unquote(m["user"]) if m["userinfo"] is not None else None
         password = unquote(m["password"]) if m["userinfo"] is not None else None
         return cls(upstream=upstream, scheme=m["scheme"], host=host, path=m["path"].rstrip("/"),
                    user=user, password=password, ca_pem=ca_pem)
+
+    @staticmethod
+    def read_ca(path: str) -> str:
+        """The CA file config validation accepted, read again the bounded way (a FIFO or a device swapped
+        in since is refused, not waited on)."""
+        try:
+            return private.read_bounded(Path(path), MAX_CA_BYTES).decode("ascii")
+        except private.UnreadableFile as exc:
+            raise K4wError(f"registry mirror CA file {exc}") from None
+        except UnicodeDecodeError:
+            raise K4wError(f"registry mirror CA file {path} is not ASCII PEM text") from None
 
     @property
     def image_prefix(self) -> str:
