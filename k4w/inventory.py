@@ -23,12 +23,17 @@ from pathlib import Path
 import yaml
 
 from . import outfiles, ui
+from .errors import K4wError
 from .cluster.machines import DOTFILE_DIR
 from .cluster_model import Cluster
 from .vagrant import PROVIDER
 
 INVENTORY = Path("inventory") / "hosts.yaml"
 SSH_USER = "vagrant"   # the box user (DESIGN.md "Rules that hold everywhere": the Vagrant convention)
+# Names Ansible gives a meaning of its own (Ansible's docs, "How to build your inventory": the default
+# groups all and ungrouped; "Implicit 'localhost'": a host named localhost in an inventory replaces the
+# implicit one, so every `delegate_to: localhost` task of kubespray would then run on that node).
+ANSIBLE_RESERVED = ("all", "ungrouped", "localhost")
 
 
 def private_key(out: Path, name: str) -> Path:
@@ -52,11 +57,31 @@ def hosts(cluster: Cluster, out: Path) -> dict:
     }}
 
 
+def _group_names(tree: dict) -> set[str]:
+    names = set()
+    for name, group in (tree or {}).items():
+        names.add(name)
+        names |= _group_names((group or {}).get("children") or {})
+    return names
+
+
+def check_names(document: dict) -> None:
+    """Refuse a host named like a group of the inventory (kubespray's etcd), one of Ansible's own
+    groups or its implicit localhost: Ansible reads such a name as the group or this machine."""
+    clashes = sorted(set(document["all"]["hosts"]) & (_group_names(document["all"]["children"]) | set(ANSIBLE_RESERVED)))
+    if clashes:
+        raise K4wError(f"invoke inventory: node name(s) {', '.join(clashes)} are group or host names Ansible and kubespray "
+                       "use themselves (all, ungrouped, localhost, " + ", ".join(sorted(_group_names(document["all"]["children"])))
+                       + "); rename the node in cluster.yml")
+
+
 def write(cluster: Cluster, out: Path, dry_run: bool = False) -> Path:
     path = Path(out) / INVENTORY
+    document = hosts(cluster, out)
+    check_names(document)
     text = ("# kubespray inventory of the Linux nodes of " + cluster.config.cluster.name
             + ", written by `invoke inventory` (k4w/inventory.py names the kubespray tag it follows)\n"
-            + yaml.safe_dump(hosts(cluster, out), sort_keys=False, default_flow_style=False))
+            + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
     if dry_run:
         ui.say(f"would write {path}:\n{text}")
         return path

@@ -40,3 +40,21 @@ def test_inventory_dry_run_writes_nothing(tmp_path):
     result = invoke("inventory", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(out), "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "kube_control_plane:" in result.stdout and not (out / "inventory").exists()
+
+
+def test_a_node_named_like_an_ansible_or_kubespray_group_or_localhost_is_refused(tmp_path):
+    """A host named etcd is taken for kubespray's etcd group, one named all or ungrouped for Ansible's
+    default groups, and one named localhost replaces Ansible's implicit localhost (every
+    `delegate_to: localhost` task would run on it): refused, naming the node, and nothing is written."""
+    data = yaml.safe_load((ROOT / "examples" / "cluster-modern.yml").read_text())
+    linux = next(i for i, n in enumerate(data["nodes"]) if n["box"].startswith("ubuntu") and n["role"] == "worker")
+    for name in ("etcd", "all", "ungrouped", "localhost"):
+        data["nodes"][linux]["name"] = name
+        config = tmp_path / f"{name}.yml"
+        config.write_text(yaml.safe_dump(data))
+        out = tmp_path / f"out-{name}"
+        result = invoke("inventory", "--config", str(config), "--out", str(out))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
+        assert f"invoke inventory: node name(s) {name} are group or host names Ansible and kubespray use themselves" \
+            in result.stderr, result.stderr
+        assert not (out / "inventory").exists()
