@@ -177,3 +177,12 @@ def test_the_reader_gives_a_regular_file_whole_and_refuses_a_folder(tmp_path):
         private.read_bounded(good, len(PEM) - 1)
     with pytest.raises(private.UnreadableFile, match="is a folder, not a file"):
         private.read_bounded(tmp_path, 1 << 20)
+
+
+def test_a_deeply_nested_kubeconfig_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "deep.conf"
+    path.write_text("apiVersion: v1\nkind: Config\nusers: " + "[" * 5000 + "]" * 5000 + "\n")
+    path.chmod(0o600)
+    refused = bounded(lambda: load_kubeconfig(path))
+    assert isinstance(refused, K4wError), repr(refused)
+    assert f"{path}: line 3: nested more than 32 levels deep" in str(refused)
