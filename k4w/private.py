@@ -227,5 +227,6 @@ def others_with_access(path: Path) -> list[str]:
 def tighten_hint(path: Path) -> str:
     """The command that gives path the rights write_private gives a file."""
     if _windows():
-        return " ".join(f'"{a}"' if " " in a else a for a in icacls_argv(path, current_user()))
+        # Quoted where PowerShell would read the parentheses (user:(F)) or cmd a space: the same line works in both.
+        return " ".join(f'"{a}"' if set(a) & set(" ()") else a for a in icacls_argv(path, current_user()))
     return f"chmod 600 {path}"

@@ -146,7 +146,7 @@ def test_on_windows_a_kubeconfig_others_can_read_is_refused_naming_the_entry_and
     with pytest.raises(K4wError) as refused:
         load_kubeconfig(path)
     assert (f"{path} holds cluster-admin credentials but is readable by other accounts ({entry}); run: "
-            f"icacls {path} /inheritance:r /grant:r WORKSTATION\\alice:(F) *S-1-5-18:(F)") == str(refused.value)
+            f'icacls {path} /inheritance:r /grant:r "WORKSTATION\\alice:(F)" "*S-1-5-18:(F)"') == str(refused.value)
 
 
 def test_on_windows_an_acl_listing_k4w_cannot_read_refuses_rather_than_passes(tmp_path, icacls):
