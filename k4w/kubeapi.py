@@ -8,8 +8,12 @@ Credentials: the kubeconfig's CA is the only trust anchor (never the system stor
 insecure-skip-tls-verify); the client certificate and key, or the bearer token, come from the
 kubeconfig and never appear on a command line or in a log. Python's ssl module loads a client
 certificate from files only, so inline *-data is written into a private temporary folder (mode
-0700, files 0600), loaded and deleted at once. A kubeconfig that others may read is refused, as ssh
-refuses such a private key.
+0700, files 0600), loaded and deleted at once. A kubeconfig, client key or token file that others may read is
+refused, as ssh refuses such a private key (the ACL on Windows).
+
+Hostile input: every file is read bounded (k4w.private.read_bounded; YAML without aliases), each
+request has one deadline for the whole of it, and only a 2xx JSON object is an answer: a redirect
+or a web page from something in front of the API server is refused, never followed.
 """
 
 from __future__ import annotations
