@@ -257,13 +257,14 @@ def upstream_image(image: str, cfg: Config) -> str:
     return f"{domain}/{image[len(prefix) + 1:]}"
 
 
-def profile_registries(profile: Profile) -> set[str]:
-    """The registries a box's images come from, by the names its profile pins (kubeadm's repository,
-    the pause, Flannel, Windows base and HostProcess images)."""
+def profile_registries(profile: Profile, cfg: Config) -> set[str]:
+    """The upstream registries a box's images come from, by the names its profile pins (kubeadm's
+    repository, the pause, Flannel, Windows base and HostProcess images), a name `apply` put under a
+    mirror counted as its upstream's."""
     kube = profile.data.get("kubernetes") or {}
     names = [kube.get(key) for key in ("image_repository", "pause_image", "flannel_image", "flannel_cni_plugin_image")]
     names += list((profile.data.get("images") or {}).values()) + [(profile.data.get("hostprocess") or {}).get("image")]
-    return {_domain(str(name)) for name in names if name}
+    return {_domain(upstream_image(str(name), cfg)) for name in names if name}
 
 
 def plan_rows(cfg: Config, profiles: dict[str, Profile]) -> list[list[str]]:
@@ -274,7 +275,7 @@ def plan_rows(cfg: Config, profiles: dict[str, Profile]) -> list[list[str]]:
         spec = cfg.registry.mirrors[mirror.upstream]
         trust = "plain HTTP" if mirror.scheme == "http" else (f"CA {Path(spec.ca).name}" if spec.ca else "system CAs")
         login = f"{mirror.scheme}://***@" if mirror.user is not None else f"{mirror.scheme}://"
-        boxes = [box for box, profile in profiles.items() if mirror.upstream in profile_registries(profile)]
+        boxes = [box for box, profile in profiles.items() if mirror.upstream in profile_registries(profile, cfg)]
         rows.append([mirror.upstream, f"{login}{mirror.host}{mirror.path}", trust,
                      ", ".join(boxes) or "none of this cluster's boxes (a misspelled upstream?)"])
     return rows

@@ -379,3 +379,10 @@ def test_every_image_tag_the_mirror_docs_name_is_one_a_profile_pins():
         assert len(found) >= 2, f"{where}: the test no longer finds the examples it checks"
         wrong = [reference for reference, repository, tag in found if tag not in pinned[repository.rsplit("/", 1)[-1]]]
         assert wrong == [], f"{where} names tags no box profile pins: {wrong}"
+
+
+def test_the_plan_counts_a_seed_box_whose_names_k4w_put_under_the_mirror_as_the_upstreams(tmp_path):
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, SEED_SHAPES["k8s and hub mirrors"], base=SEED, proxy=False)))
+    assert registry.plan_rows(cluster.config, dict(cluster.profiles)) == [
+        ["docker.io", "https://hub-mirror.corp.example", "system CAs", "windows-1803"],
+        ["registry.k8s.io", "https://k8s-mirror.corp.example", "system CAs", "ubuntu-1604"]]
