@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from cryptography import x509
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from . import private, profiles
@@ -295,6 +296,26 @@ REGISTRY_ENDPOINT = re.compile(
 MAX_CA_BYTES = 64 * 1024
 
 
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.S)
+
+
+def _pem_certificates_problem(data: bytes) -> str | None:
+    """Why DATA is not a bundle of X.509 certificates that containerd (Go's AppendCertsFromPEM) would
+    trust, or None: every PEM block must be closed by its END line and be a CERTIFICATE that parses.
+    Text between blocks (a bundle's "# Issuer:" comments) is allowed, as Go skips it."""
+    blocks = list(_PEM_BLOCK.finditer(data))
+    if not blocks or data.count(b"-----BEGIN") != len(blocks):
+        return "a PEM block is not closed by its -----END line"
+    for index, block in enumerate(blocks, 1):
+        if block[1] != b"CERTIFICATE":
+            return f"PEM block {index} is a {block[1].decode()}, not a CERTIFICATE"
+        try:
+            x509.load_pem_x509_certificate(block[0])
+        except ValueError:
+            return f"PEM block {index} does not parse as an X.509 certificate"
+    return None
+
+
 class RegistryMirror(Strict):
     """One upstream registry's mirror (README "Registry mirrors"). The credentials, when the mirror
     needs them, are the endpoint's user:password@, like proxy.http's: redacted everywhere, and in
@@ -344,6 +365,8 @@ class RegistryMirror(Strict):
             raise ValueError(f"CA file {path} {exc.reason}") from None
         if b"-----BEGIN CERTIFICATE-----" not in data or b"PRIVATE KEY" in data:
             raise ValueError(f"CA file {path} must hold PEM certificates (-----BEGIN CERTIFICATE-----) and no private key")
+        if problem := _pem_certificates_problem(data):
+            raise ValueError(f"CA file {path}: {problem}; give the mirror's CA certificate(s) in PEM")
         return str(path)
 
     @model_validator(mode="after")
@@ -369,10 +392,13 @@ class Registry(Strict):
     @classmethod
     def _upstreams(cls, v):
         if isinstance(v, dict):
-            bad = [key for key in v if not isinstance(key, str) or not REGISTRY_HOST.fullmatch(key)]
+            # A port as a URL allows it: 1-65535 (RFC 6335's port range).
+            bad = [key for key in v if not isinstance(key, str) or not REGISTRY_HOST.fullmatch(key)
+                   or (":" in key and not 0 < int(key.rsplit(":", 1)[1]) < 65536)]
             if bad:
                 raise ValueError(f"{', '.join(map(repr, bad))}: each key is an upstream registry host as image names "
-                                 "spell it, lower case, e.g. registry.k8s.io, docker.io, mcr.microsoft.com, ghcr.io")
+                                 "spell it, lower case, e.g. registry.k8s.io, docker.io, mcr.microsoft.com, ghcr.io, "
+                                 "with a port only between 1 and 65535")
         return v
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from . import build_media, derive_steps, identities, iso, packer_hcl, ui
+from . import build_media, derive_steps, identities, iso, packer_hcl, registry, ui
 from .bake import fetch, gate, packer_cli
 from .cluster_model import RUNTIMES, Cluster
 from .profiles import Profile
@@ -71,6 +71,10 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
             ["NO_PROXY", proxy.no_proxy_str or "-"],
         ],
     )
+
+    if cfg.registry.mirrors:
+        ui.table("Registry mirrors (cluster.yml registry.mirrors)", ["upstream", "mirror endpoint", "TLS", "images of boxes"],
+                 registry.plan_rows(cfg, dict(cluster.profiles)))
 
     groups: dict[str, int] = {}
     for rel in files:

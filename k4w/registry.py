@@ -20,9 +20,16 @@ plugin". So the credentials sit in a drop-in of their own that containerd import
 containerd bump must re-check this (`invoke validate` has the pinned containerd read the drop-in). The kubelet's image credential provider would need a plugin binary nobody pins, and the
 kubelet's config.json covers only the kubelet's own pulls, not kubeadm's nor the sandbox image's.
 
-When a mirror serves the registry of the Kubernetes images (the profile's
-`kubernetes.image_repository`, registry.k8s.io), kubeadm's `imageRepository` and the pause image
-name the mirror itself (`apply`): the seed era's Docker can be pointed nowhere else for them.
+containerd boxes keep every image's upstream name (kubeadm's `imageRepository`, the pause image):
+their upstream's hosts.toml sends the pull to the mirror, which is asked for the same repository
+(`?ns=<upstream>`), so a pull-through cache fetches a name the upstream publishes. Naming the mirror
+instead would change what kubeadm asks for: it keeps CoreDNS's `coredns/` path only under the
+default repository (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/images/images.go GetDNSImage), so
+`<mirror>/coredns:<tag>` would be fetched as `registry.k8s.io/coredns:<tag>`, which is not published.
+Only Docker boxes (seed era) name the mirror in `imageRepository` and the pause image (`apply`):
+Docker can be pointed nowhere else for them. kubeadm 1.11 names CoreDNS `<repository>/coredns` under
+every repository, so there the names map back to ones registry.k8s.io publishes
+(k4w/validate/facts/upstream-images.yml; `invoke validate` holds every pull against it).
 Docker (seed era) mirrors docker.io only (daemon.json `registry-mirrors`, Docker's docs "Registry as
 a pull through cache": "It's currently not possible to mirror another private registry. Only the
 central Hub can be mirrored."): k4w.config refuses other registries for a Docker box.
@@ -159,11 +166,11 @@ def _host_table(mirror: Mirror) -> list[str]:
 
 
 def certs_d(cfg: Config) -> dict[str, str]:
-    """containerd's config_path tree: {"<host dir>/<file>": text}. One folder per upstream with
-    its mirror, and one per mirror host that needs a CA or plain HTTP, for the images whose name is
-    the mirror's own (kubeadm's imageRepository, the pause image)."""
+    """containerd's config_path tree: {"<host dir>/<file>": text}, one folder per upstream with its
+    mirror. No folder for the mirror host itself: no image k4w pulls on a containerd box names it
+    (`apply`), and an IPv6 mirror's folder name would hold a ':', which Windows refuses in a file name
+    (containerd v2.3.7 core/remotes/docker/config/hosts.go hostDirectory maps only the last ':')."""
     files: dict[str, str] = {}
-    own: dict[str, Mirror] = {}
     for mirror in mirrors(cfg):
         folder = host_dir(mirror.upstream)
         files[f"{folder}/{HOSTS_FILE}"] = "\n".join(
@@ -171,18 +178,6 @@ def certs_d(cfg: Config) -> dict[str, str]:
             + _host_table(mirror)) + "\n"
         if mirror.ca_pem:
             files[f"{folder}/{CA_FILE}"] = mirror.ca_pem
-        if mirror.ca_pem or mirror.scheme == "http":
-            own.setdefault(mirror.host, mirror)
-    for host, mirror in own.items():
-        folder = host_dir(host)
-        if f"{folder}/{HOSTS_FILE}" in files:
-            continue  # the mirror is itself a configured upstream: its folder already exists
-        lines = [MARKER, f"# the mirror {host} itself, for the images named after it.",
-                 f"server = {_toml_string(mirror.server)}"]
-        if mirror.ca_pem:
-            lines.append(f"ca = {_toml_string(CA_FILE)}")
-            files[f"{folder}/{CA_FILE}"] = mirror.ca_pem
-        files[f"{folder}/{HOSTS_FILE}"] = "\n".join(lines) + "\n"
     return files
 
 
@@ -255,21 +250,58 @@ def rewrite_image(image: str, cfg: Config) -> str:
     return f"{prefix}/{rest}" if rest else prefix
 
 
+def mirrors_serving(image: str, cfg: Config) -> list[str]:
+    """The upstreams whose mirror's image prefix the image name starts with (rewrite_image's names)."""
+    return sorted(domain for domain, spec in cfg.registry.mirrors.items()
+                  if image.startswith(Mirror.of(domain, spec).image_prefix + "/"))
+
+
 def upstream_image(image: str, cfg: Config) -> str:
     """The upstream name of an image rewrite_image put under a mirror (the image itself otherwise):
-    a mirror serves the upstream's content, so facts about the upstream image hold for it."""
-    for domain, spec in cfg.registry.mirrors.items():
-        prefix = Mirror.of(domain, spec).image_prefix
-        if image.startswith(prefix + "/"):
-            return f"{domain}/{image[len(prefix) + 1:]}"
-    return image
+    a mirror serves the upstream's content, so facts about the upstream image hold for it. A prefix
+    that several upstreams' mirrors share (one Nexus or Harbor group for all) names no single upstream:
+    the image is returned as it is, and `invoke validate` refuses such a name (registry_rules)."""
+    serving = mirrors_serving(image, cfg)
+    if len(serving) != 1:
+        return image
+    domain = serving[0]
+    prefix = Mirror.of(domain, cfg.registry.mirrors[domain]).image_prefix
+    return f"{domain}/{image[len(prefix) + 1:]}"
+
+
+def profile_registries(profile: Profile, cfg: Config) -> set[str]:
+    """The upstream registries a box's images come from, by the names its profile pins (kubeadm's
+    repository, the pause, Flannel, Windows base and HostProcess images), a name `apply` put under a
+    mirror counted as its upstream's."""
+    kube = profile.data.get("kubernetes") or {}
+    names = [kube.get(key) for key in ("image_repository", "pause_image", "flannel_image", "flannel_cni_plugin_image")]
+    names += list((profile.data.get("images") or {}).values()) + [(profile.data.get("hostprocess") or {}).get("image")]
+    return {_domain(upstream_image(str(name), cfg)) for name in names if name}
+
+
+def plan_rows(cfg: Config, profiles: dict[str, Profile]) -> list[list[str]]:
+    """`invoke plan`'s table: each upstream -> its mirror endpoint (credentials redacted), how it is
+    trusted, and the boxes whose images come from that upstream: none means a misspelled upstream."""
+    rows = []
+    for mirror in mirrors(cfg):
+        spec = cfg.registry.mirrors[mirror.upstream]
+        trust = "plain HTTP" if mirror.scheme == "http" else (f"CA {Path(spec.ca).name}" if spec.ca else "system CAs")
+        login = f"{mirror.scheme}://***@" if mirror.user is not None else f"{mirror.scheme}://"
+        boxes = [box for box, profile in profiles.items() if mirror.upstream in profile_registries(profile, cfg)]
+        rows.append([mirror.upstream, f"{login}{mirror.host}{mirror.path}", trust,
+                     ", ".join(boxes) or "none of this cluster's boxes (a misspelled upstream?)"])
+    return rows
 
 
 def apply(profile: Profile, cfg: Config) -> Profile:
-    """The profile with kubeadm's image repository and the pause image under their registry's
-    mirror, so kubeadm, the kubelet, containerd's sandbox pin and the bake's pre-pull all name the
-    same image (kubeadm warns when the runtime's sandbox image differs from its own)."""
+    """A Docker box's profile with kubeadm's image repository and the pause image under their
+    registry's mirror, so kubeadm, the kubelet and the bake's pre-pull all name the same image.
+    Any other box is returned as it is: containerd reaches the mirror through hosts.toml (module
+    docstring)."""
     kube = profile.data.get("kubernetes") or {}
+    # containerd boxes as derive_steps.container_runtime tells them (that module imports this one).
+    if "containerd" in (profile.data.get("components") or {}):
+        return profile
     # Only the Kubernetes images' own registry: any other (windows-1803's Docker Hub pause image)
     # keeps its name and is mirrored by the runtime (hosts.toml, or Docker's registry-mirrors).
     kube_registry = str(kube.get("image_repository") or "registry.k8s.io").split("/")[0]

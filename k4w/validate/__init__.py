@@ -302,7 +302,7 @@ def cni_versions(cluster: Cluster, out: Path) -> Result:
 
 def registry_mirrors(cluster: Cluster, out: Path) -> Result:
     return _rule_module("registry mirrors", "containerd's hosts.toml keys at the tag; the pinned containerd (config dump)",
-                        "registry_rules", cluster)
+                        "registry_rules", cluster, out)
 
 
 def containerd_config_versions(cluster: Cluster, out: Path) -> Result:
@@ -481,7 +481,8 @@ def _would_check_cni_versions(cluster: Cluster, out: Path, rendered: Collection[
 def _would_check_registry_mirrors(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     if not cluster.config.registry.mirrors:
         return []
-    return ["# in this process: the mirrors' hosts.toml against k4w/validate/facts/containerd-<version>-hosts.yml",
+    return ["# in this process: the mirrors' hosts.toml against k4w/validate/facts/containerd-<version>-hosts.yml, every "
+            "pulled image's upstream name against k4w/validate/facts/upstream-images.yml",
             "containerd --config <temporary config importing the credentials drop-in> config dump"]
 
 

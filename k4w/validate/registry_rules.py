@@ -8,14 +8,21 @@
   and log no "Configuration migrated" warning (a drop-in of an older schema is migrated at every
   start, k4w/containerd_config.py);
 - Docker boxes: daemon.json's registry-mirrors serves docker.io only;
-- the proxy: a mirror that cannot be on the Internet is in the NO_PROXY every node gets.
+- the proxy: a mirror that cannot be on the Internet is in the NO_PROXY every node gets;
+- every image a box, kubeadm or a rendered manifest pulls reaches its upstream, through the mirror,
+  under a name that upstream publishes (facts/upstream-images.yml): a pull-through cache fetches the
+  path it is asked for, so a name the mirror rewrote must still be an upstream's name, and a mirror
+  prefix that several upstreams share names none of them;
+- certs.d folder names Windows can create (one tree serves both OSes).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -23,8 +30,13 @@ import yaml
 from .. import containerd_config, pinned_tools, private, registry
 from ..cluster_model import Cluster
 from ..derive_steps import container_runtime
+from ..profiles import Profile
 
 FACTS = Path(__file__).parent / "facts"
+UPSTREAM_IMAGES = FACTS / "upstream-images.yml"
+# Characters a Windows file name cannot hold (Microsoft Learn, "Naming Files, Paths, and Namespaces":
+# < > : " / \ | ? * and the characters 0-31), nor may it end in a space or a period.
+_WINDOWS_FORBIDDEN = re.compile(r'[<>:"/\\|?*\x00-\x1f]')
 
 
 def _facts(version: str) -> dict:
@@ -37,6 +49,10 @@ def _facts(version: str) -> dict:
 def hosts_problems(files: dict[str, str], facts: dict) -> list[str]:
     """What containerd would not read, or k4w must not ship, in a certs.d tree {folder/file: text}."""
     problems = []
+    for folder in sorted({path.split("/", 1)[0] for path in files}):
+        if _WINDOWS_FORBIDDEN.search(folder) or folder.endswith((" ", ".")):
+            problems.append(f"certs.d folder {folder!r}: Windows cannot create a folder of that name "
+                            "(no < > : \" / \\ | ? * in a file name), and the tree is shipped to Windows nodes too")
     for path, text in sorted(files.items()):
         folder, name = path.split("/", 1)
         if name != registry.HOSTS_FILE:
@@ -80,7 +96,114 @@ def _effective_auth(auth: str) -> tuple[dict, list[str]]:
     return configs, containerd_config.migration_warnings(res.stderr)
 
 
-def check(cluster: Cluster) -> tuple[list[str], list[str]]:
+@lru_cache(maxsize=None)
+def upstream_facts() -> dict:
+    return yaml.safe_load(UPSTREAM_IMAGES.read_text(encoding="utf-8"))
+
+
+def canonical(image: str) -> str:
+    """registry/repository:tag as published: no digest, Docker Hub's domain and library/ spelled out."""
+    name = image.split("@", 1)[0]
+    domain, rest = registry.image_domain(name)
+    return f"{domain}/{rest}"
+
+
+def published() -> frozenset[str]:
+    return frozenset(canonical(name) for name in upstream_facts()["published"])
+
+
+def kubeadm_images(version: str, repository: str) -> list[str]:
+    """What `kubeadm config images list` names for a Kubernetes version and an imageRepository, as the
+    kubeadm of that minor builds the names (facts/upstream-images.yml kubeadm, with its sources)."""
+    minor = ".".join(str(version).split(".")[:2])
+    spec = upstream_facts()["kubeadm"].get(minor)
+    if spec is None:
+        raise KeyError(f"kubeadm {minor} is not in {UPSTREAM_IMAGES.name}: add how it names its images, with the source")
+    subpath = spec["dns_subpath_under_default"]
+    dns = f"{subpath}/" if subpath and repository == spec["default_repository"] else ""
+    return [f"{repository}/{template.format(version=version, dns=dns)}" for template in spec["images"]]
+
+
+def box_images(profile: Profile) -> list[str]:
+    """Every image a box pulls or names for its pods: kubeadm's list (Linux boxes run kubeadm init or
+    join and pre-pull it), the pause image, Flannel's images, the Windows base and HostProcess images."""
+    data = profile.data
+    kube = data.get("kubernetes") or {}
+    names = []
+    if not profile.is_windows and kube.get("version"):
+        names += kubeadm_images(str(kube["version"]), str(kube.get("image_repository") or "registry.k8s.io"))
+    names += [str(kube[key]) for key in ("pause_image", "flannel_image", "flannel_cni_plugin_image") if kube.get(key)]
+    names += [str(image) for image in (data.get("images") or {}).values() if image]
+    hostprocess = (data.get("hostprocess") or {}).get("image")
+    return list(dict.fromkeys(names + ([str(hostprocess)] if hostprocess else [])))
+
+
+def manifest_images(out: Path) -> list[str]:
+    """Every container image of the rendered manifests under OUT/manifests."""
+    names: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("containers", "initContainers") and isinstance(value, list):
+                    names.extend(str(c["image"]) for c in value if isinstance(c, dict) and c.get("image"))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for path in sorted((out / "manifests").rglob("*.yaml")) if (out / "manifests").is_dir() else []:
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            walk(document)
+    return list(dict.fromkeys(names))
+
+
+def fetched_as(image: str, cfg) -> tuple[str | None, str]:
+    """(the upstream name a pull of IMAGE ends at, how it gets there), or (None, why no single
+    upstream). An upstream with a mirror is asked for through it under the same path (hosts.toml,
+    Docker's registry-mirrors); a name under a mirror's own prefix is fetched by the mirror from the
+    upstream it caches, under the rest of the name."""
+    name = image.split("@", 1)[0]
+    domain = registry.image_domain(name)[0]
+    if domain in cfg.registry.mirrors:
+        return canonical(name), f"through the {domain} mirror"
+    serving = registry.mirrors_serving(name, cfg)
+    if len(serving) > 1:
+        return None, (f"names a mirror prefix that serves {' and '.join(serving)}: the mirror cannot tell which upstream "
+                      "it is from; keep the upstream name (containerd's hosts.toml sends it to the mirror)")
+    if serving:
+        return canonical(registry.upstream_image(name, cfg)), f"by the {serving[0]} mirror"
+    return canonical(name), "directly"
+
+
+def image_problems(cluster: Cluster, out: Path | None) -> tuple[int, list[str]]:
+    """(how many image names were held, problems): every pull must end at a published upstream name."""
+    cfg = cluster.config
+    known = published()
+    wanted: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for box, profile in cluster.profiles.items():
+        try:
+            names = box_images(profile)
+        except KeyError as exc:
+            problems.append(f"{box}: {exc.args[0]}")
+            continue
+        for name in names:
+            wanted.setdefault(name, []).append(box)
+    for name in manifest_images(out) if out else []:
+        wanted.setdefault(name, []).append("manifests/")
+    for image, where in wanted.items():
+        upstream, how = fetched_as(image, cfg)
+        if upstream is None:
+            problems.append(f"{image} ({', '.join(where)}) {how}")
+        elif upstream not in known:
+            problems.append(f"{image} ({', '.join(where)}) is fetched {how} as {upstream}, which its registry does not "
+                            f"publish ({UPSTREAM_IMAGES.relative_to(FACTS.parent.parent.parent)}): the pull would fail")
+    return len(wanted), problems
+
+
+def check(cluster: Cluster, out: Path | None = None) -> tuple[list[str], list[str]]:
     cfg = cluster.config
     checked: list[str] = []
     problems: list[str] = []
@@ -114,6 +237,9 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
         kube_registry = registry.image_domain(str(cluster.profile(runtimes["docker"]).data.kubernetes.get("pause_image") or ""))[0]
         checked.append(f"Docker box {runtimes['docker']}: registry-mirrors for docker.io only (others: {', '.join(others) or 'none'}; "
                        f"pause image registry {kube_registry})")
+    count, wrong = image_problems(cluster, out)
+    problems += wrong
+    checked.append(f"{count} image name(s) map to names their upstream publishes (facts/upstream-images.yml)")
     if cluster.proxy.enabled:
         for host in registry.no_proxy_hosts(cfg):
             if host not in cluster.proxy.no_proxy:

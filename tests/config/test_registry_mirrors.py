@@ -5,13 +5,18 @@ the credentials) is decided once in k4w.registry. The pull itself: tests/bake/ub
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import re
 import subprocess
+from types import MappingProxyType
 
 import pytest
 import yaml
 
-from k4w import config, derive_steps, registry
+from k4w import config, derive_steps, profiles, registry
 from k4w.cluster_model import Cluster
+from k4w.profiles import Attr
 from k4w.validate import registry_rules
 from tests.helpers import ROOT, invoke, write_config
 
@@ -24,6 +29,14 @@ def corp_ca(tmp_path):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "ca.key"),
                     "-out", str(tmp_path / "corp-ca.pem"), "-days", "2", "-subj", "/CN=corp CA"], check=True, capture_output=True)
     return tmp_path / "corp-ca.pem"
+
+
+def with_kube(cluster: Cluster, box: str, **values) -> Cluster:
+    """The cluster with one box's kubernetes values changed, on a copy: profiles.load's are shared."""
+    data = Attr.wrap(copy.deepcopy(dict(cluster.profile(box).data)))
+    data["kubernetes"].update(values)
+    changed = dataclasses.replace(cluster.profile(box), data=data)
+    return dataclasses.replace(cluster, profiles=MappingProxyType({**cluster.profiles, box: changed}))
 
 
 def mirrors_config(folder, mirrors: dict, base: dict = MODERN, proxy: bool = True):
@@ -52,7 +65,9 @@ def test_a_config_with_mirrors_passes_the_real_validate_and_nothing_under_out_ho
     assert result.returncode == 0, result.stdout + result.stderr
     assert "registry mirrors" in result.stdout
     assert "✓ containerd config versions" in result.stdout  # the credentials drop-in among them
-    assert (out / "kubeadm" / "kubeadm-config.yaml").read_text().count('imageRepository: "harbor.internal/k8s-proxy"') == 1
+    # containerd boxes keep kubeadm's upstream repository: hosts.toml sends its pulls to the mirror.
+    assert (out / "kubeadm" / "kubeadm-config.yaml").read_text().count('imageRepository: "registry.k8s.io"') == 1
+    assert "image name(s) map to names their upstream publishes" in result.stdout
     for path in out.rglob("*"):
         if path.is_file():
             assert b"s3cr" not in path.read_bytes(), path
@@ -120,13 +135,14 @@ def test_the_seed_era_gets_docker_hubs_mirror_in_daemon_json_and_kubeadms_images
 def test_containerd_gets_hosts_toml_per_upstream_the_ca_beside_it_and_the_credentials_apart(tmp_path, corp_ca):
     cfg = config.load(mirrors_config(tmp_path, GOOD))
     files = registry.certs_d(cfg)
-    assert sorted(files) == ["10.20.0.5_5000_/ca.crt", "10.20.0.5_5000_/hosts.toml", "docker.io/ca.crt", "docker.io/hosts.toml",
-                             "ghcr.io/hosts.toml", "harbor.internal/ca.crt", "harbor.internal/hosts.toml",
-                             "mcr.microsoft.com/ca.crt", "mcr.microsoft.com/hosts.toml", "registry-lab_5000_/hosts.toml",
+    # One folder per upstream, none for a mirror host: no image on a containerd box names the mirror.
+    assert sorted(files) == ["docker.io/ca.crt", "docker.io/hosts.toml", "ghcr.io/hosts.toml",
+                             "mcr.microsoft.com/ca.crt", "mcr.microsoft.com/hosts.toml",
                              "registry.k8s.io/ca.crt", "registry.k8s.io/hosts.toml"]
     assert '[host."https://harbor.internal/v2/k8s-proxy"]' in files["registry.k8s.io/hosts.toml"]
     assert "override_path = true" in files["registry.k8s.io/hosts.toml"]
-    assert 'server = "http://registry-lab:5000"' in files["registry-lab_5000_/hosts.toml"]
+    assert '[host."http://registry-lab:5000"]' in files["ghcr.io/hosts.toml"]
+    assert '[host."https://10.20.0.5:5000"]' in files["mcr.microsoft.com/hosts.toml"]
     assert not any("s3cr" in text for text in files.values())
     auth = registry.auth_toml(cfg)
     assert auth.count("[plugins.'io.containerd.cri.v1.images'.registry.configs.\"harbor.internal\".auth]") == 1
@@ -181,18 +197,192 @@ def test_the_real_containerd_check_refuses_a_drop_in_it_would_migrate_at_every_s
 
 
 def test_a_mirrored_pause_image_is_judged_by_the_upstream_manifest_list_it_serves(tmp_path, corp_ca):
-    """The Windows-build rule (facts/windows-images.yml) knows upstream pause images; under a mirror the
-    profile names harbor.internal/k8s-proxy/pause:<tag>, which must be judged as registry.k8s.io's."""
+    """The Windows-build rule (facts/windows-images.yml) knows upstream pause images. A containerd box
+    keeps the upstream name; a name under the mirror (as a Docker box's) is judged as registry.k8s.io's."""
     from k4w.validate import windows_image_rules
 
     cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, GOOD)))
     box = cluster.profile("windows-2025")
-    assert box.data.kubernetes.pause_image == "harbor.internal/k8s-proxy/pause:3.10.2"
+    assert box.data.kubernetes.pause_image == "registry.k8s.io/pause:3.10.2"
+    assert windows_image_rules.check(cluster)[1] == []
+    cluster = with_kube(cluster, "windows-2025", pause_image="harbor.internal/k8s-proxy/pause:3.10.2")
+    box = cluster.profile("windows-2025")
     assert registry.upstream_image(box.data.kubernetes.pause_image, cluster.config) == "registry.k8s.io/pause:3.10.2"
     assert registry.upstream_image("mcr.microsoft.com/windows/servercore:ltsc2025", cluster.config) == \
         "mcr.microsoft.com/windows/servercore:ltsc2025"   # an image no mirror renamed keeps its name
     assert windows_image_rules.check(cluster)[1] == []
     # A pause release without a 26100 entry is still refused when it comes through the mirror.
-    box.data.kubernetes["pause_image"] = "harbor.internal/k8s-proxy/pause:3.10.1"
+    cluster = with_kube(cluster, "windows-2025", pause_image="harbor.internal/k8s-proxy/pause:3.10.1")
     problems = windows_image_rules.check(cluster)[1]
     assert len(problems) == 1 and "has no Windows 26100 entry in its manifest list" in problems[0], problems
+
+
+# ---------------------------------------------------------------- every pull ends at a published name
+
+MODERN_2022 = yaml.safe_load((ROOT / "examples" / "cluster-modern-2022.yml").read_text())
+# The shapes a company's mirror takes: a Harbor proxy-cache project per upstream, ONE endpoint for
+# several upstreams (a Nexus group or a Harbor group), an IPv6 mirror, and the four of GOOD.
+CONTAINERD_SHAPES = {
+    "harbor project": {"registry.k8s.io": {"endpoint": "https://harbor.internal/k8s-proxy"}},
+    "one group endpoint": {upstream: {"endpoint": "https://nexus.internal:8443"}
+                           for upstream in ("registry.k8s.io", "mcr.microsoft.com", "ghcr.io", "docker.io")},
+    "ipv6 mirror": {"registry.k8s.io": {"endpoint": "https://[fd00:20::5]:5000", "ca": "corp-ca.pem"},
+                    "mcr.microsoft.com": {"endpoint": "https://[fd00:20::5]:5000", "ca": "corp-ca.pem"}},
+    "the four of GOOD": GOOD,
+}
+SEED_SHAPES = {
+    "k8s and hub mirrors": {"registry.k8s.io": {"endpoint": "https://k8s-mirror.corp.example"},
+                            "docker.io": {"endpoint": "https://hub-mirror.corp.example"}},
+    "k8s under a prefix": {"registry.k8s.io": {"endpoint": "https://mirror.corp.example/k8s"}},
+}
+
+
+@pytest.mark.parametrize("base, shape", [(base, shape) for base in ("MODERN", "MODERN_2022") for shape in CONTAINERD_SHAPES]
+                         + [("SEED", shape) for shape in SEED_SHAPES])
+def test_every_image_of_every_mirror_shape_is_fetched_under_a_name_its_upstream_publishes(tmp_path, corp_ca, base, shape):
+    """The class of the CoreDNS defect: kubeadm's, the boxes' and the manifests' images, mapped through
+    the mirror to what a pull-through cache asks its upstream, are all published names; and the
+    Windows-build rule judges the pause image as the upstream's (one endpoint for registry.k8s.io and
+    mcr.microsoft.com once made it read mcr.microsoft.com/pause:3.10.2)."""
+    from k4w.validate import windows_image_rules
+
+    shapes = SEED_SHAPES if base == "SEED" else CONTAINERD_SHAPES
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, shapes[shape], base=globals()[base], proxy=base != "SEED")))
+    count, problems = registry_rules.image_problems(cluster, None)
+    assert problems == [] and count >= 8
+    assert windows_image_rules.check(cluster)[1] == []
+    assert registry_rules.hosts_problems(registry.certs_d(cluster.config), registry_rules._facts("2.3.7")) == []
+    for box, profile in cluster.profiles.items():
+        if "containerd" in profile.data.components:  # containerd boxes keep the upstream names
+            assert profile.data.kubernetes.pause_image.startswith("registry.k8s.io/"), box
+
+
+def test_kubeadms_repository_under_the_mirror_is_refused_naming_coredns(tmp_path):
+    """Planted: the old rewrite (kubeadm's imageRepository naming a registry.k8s.io mirror on a
+    containerd box). kubeadm then asks for <mirror>/coredns:<tag>, which the mirror fetches as
+    registry.k8s.io/coredns:<tag>: not published."""
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, CONTAINERD_SHAPES["harbor project"])))
+    cluster = with_kube(cluster, "ubuntu-2604", image_repository="harbor.internal/k8s-proxy")
+    _, problems = registry_rules.image_problems(cluster, None)
+    assert problems == ["harbor.internal/k8s-proxy/coredns:v1.14.6 (ubuntu-2604) is fetched by the registry.k8s.io mirror "
+                        "as registry.k8s.io/coredns:v1.14.6, which its registry does not publish "
+                        "(k4w/validate/facts/upstream-images.yml): the pull would fail"]
+
+
+def test_a_name_under_a_mirror_prefix_that_several_upstreams_share_is_refused(tmp_path):
+    """Seed era, one mirror host for Docker Hub and registry.k8s.io: kubeadm's images are named
+    mirror.corp.example/<name>, and the mirror cannot tell which upstream that is."""
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, {
+        "registry.k8s.io": {"endpoint": "https://mirror.corp.example"}, "docker.io": {"endpoint": "https://mirror.corp.example"}},
+        base=SEED, proxy=False)))
+    _, problems = registry_rules.image_problems(cluster, None)
+    assert "mirror.corp.example/coredns:1.1.3 (ubuntu-1604) names a mirror prefix that serves docker.io and registry.k8s.io" \
+        in "\n".join(problems), problems
+    assert len(problems) == 7  # kubeadm 1.11's seven images, each refused
+
+
+def test_every_image_a_box_profile_pins_is_in_the_published_table():
+    """The table stays complete: a box that pins a new image (or kubeadm version) must add it with its source."""
+    known = registry_rules.published()
+    for path in sorted((ROOT / "boxes").glob("*.yml")):
+        profile = profiles.load(path.stem)
+        missing = [image for image in registry_rules.box_images(profile) if registry_rules.canonical(image) not in known]
+        assert missing == [], f"{path.name}: {missing}"
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("repository", ["registry.k8s.io", "harbor.internal/k8s-proxy"])
+def test_the_kubeadm_image_model_is_what_the_pinned_kubeadm_lists(repository):
+    """k4w's model of kubeadm's names (facts/upstream-images.yml) against the real kubeadm 1.37.2."""
+    from k4w import pinned_tools
+
+    version = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())["kubernetes"]["version"]
+    kubeadm = pinned_tools.require("kubernetes-node", "kubeadm")
+    res = subprocess.run([str(kubeadm), "config", "images", "list", "--kubernetes-version", f"v{version}",
+                          "--image-repository", repository], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split()) == sorted(registry_rules.kubeadm_images(version, repository))
+
+
+# ---------------------------------------------------------------- config refusals and the plan
+
+def test_a_ca_file_with_a_block_that_is_no_certificate_is_refused(tmp_path, corp_ca):
+    good = corp_ca.read_text()
+    for name, text, message in [
+        ("junk.pem", "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
+         "PEM block 1 does not parse as an X.509 certificate"),
+        ("second-junk.pem", good + "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+         "PEM block 2 does not parse as an X.509 certificate"),
+        ("unclosed.pem", good + "-----BEGIN CERTIFICATE-----\nMIIB\n", "a PEM block is not closed by its -----END line"),
+    ]:
+        (tmp_path / name).write_text(text)
+        cfg = mirrors_config(tmp_path, {"registry.k8s.io": {"endpoint": "https://harbor.internal", "ca": name}})
+        result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+        assert "registry.mirrors.registry.k8s.io" in result.stderr
+    # A bundle with comments between its blocks (as distributions ship them) is a good CA file.
+    (tmp_path / "bundle.pem").write_text("# Issuer: CN=corp CA\n" + good + "\n# again\n" + good)
+    config.load(mirrors_config(tmp_path, {"registry.k8s.io": {"endpoint": "https://harbor.internal", "ca": "bundle.pem"}}))
+
+
+def test_an_upstream_key_with_a_port_out_of_range_is_refused(tmp_path):
+    cfg = mirrors_config(tmp_path, {"registry.k8s.io:99999": {"endpoint": "https://harbor.internal"}})
+    result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert result.returncode != 0 and "'registry.k8s.io:99999': each key is an upstream registry host" in result.stderr
+    assert "with a port only between 1 and 65535" in result.stderr
+    config.load(mirrors_config(tmp_path, {"registry.corp.example:65535": {"endpoint": "https://harbor.internal"}}))
+
+
+def test_a_certs_d_folder_windows_cannot_create_is_refused():
+    """Planted: the folder containerd's hostDirectory gives an IPv6 mirror host ("[fd00::5]:5000" ->
+    "[fd00::5]_5000_"); k4w writes none (no image names the mirror), the rule catches any."""
+    files = {"[fd00::5]_5000_/hosts.toml": 'server = "https://[fd00::5]:5000"\n', "registry.k8s.io./hosts.toml": ""}
+    problems = registry_rules.hosts_problems(files, registry_rules._facts("2.3.7"))
+    assert [p.split(":")[0] for p in problems] == ["certs.d folder '[fd00", "certs.d folder 'registry.k8s.io.'"]
+    assert all("Windows cannot create a folder of that name" in p for p in problems)
+
+
+def test_plan_lists_each_upstream_and_its_mirror_without_credentials(tmp_path, corp_ca):
+    mirrors = {**GOOD, "registry.k8s.i0": {"endpoint": "https://typo-mirror.internal"}}
+    cfg = mirrors_config(tmp_path, mirrors)
+    result = invoke("plan", "--config", str(cfg), "--out", str(tmp_path / "out"), "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.split() and line.split()[0] in mirrors}
+    assert "https://***@harbor.internal/k8s-proxy" in lines["registry.k8s.io"] and "CA corp-ca.pem" in lines["registry.k8s.io"]
+    assert "ubuntu-2604" in lines["registry.k8s.io"] and "windows-2025" in lines["registry.k8s.io"]
+    assert "http://registry-lab:5000" in lines["ghcr.io"] and "plain HTTP" in lines["ghcr.io"]
+    assert "none of this cluster's boxes (a misspelled upstream?)" in lines["registry.k8s.i0"]
+    assert "s3cr" not in result.stdout + result.stderr
+
+
+# An image reference in prose: [registry/][path/]name:tag, the tag starting with a digit or v<digit>.
+_DOC_IMAGE = re.compile(r"(?<![\w./:-])((?:[a-z0-9.-]+(?::\d+)?/)?(?:[a-z0-9._-]+/)*[a-z0-9._-]+):(v?\d[\w.-]*\w)")
+
+
+def mirror_docs() -> dict[str, str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## Registry mirrors")
+    section = readme[start:readme.index("\n## ", start + 1)]
+    return {"README.md (Registry mirrors)": section, "docs/registry-mirrors.md": (ROOT / "docs" / "registry-mirrors.md").read_text()}
+
+
+def test_every_image_tag_the_mirror_docs_name_is_one_a_profile_pins():
+    """The docs' examples follow the profiles: a tag next to an image name the profiles pull (by the
+    name's last path element, so a mirror-prefixed example counts) must be a tag they pin."""
+    pinned: dict[str, set[str]] = {}
+    for path in (ROOT / "boxes").glob("*.yml"):
+        for image in registry_rules.box_images(profiles.load(path.stem)):
+            repository, _, tag = image.split("@", 1)[0].rpartition(":")
+            pinned.setdefault(repository.rsplit("/", 1)[-1], set()).add(tag)
+    for where, text in mirror_docs().items():
+        found = [(m[0], m[1], m[2]) for m in _DOC_IMAGE.finditer(text) if m[1].rsplit("/", 1)[-1] in pinned]
+        assert len(found) >= 2, f"{where}: the test no longer finds the examples it checks"
+        wrong = [reference for reference, repository, tag in found if tag not in pinned[repository.rsplit("/", 1)[-1]]]
+        assert wrong == [], f"{where} names tags no box profile pins: {wrong}"
+
+
+def test_the_plan_counts_a_seed_box_whose_names_k4w_put_under_the_mirror_as_the_upstreams(tmp_path):
+    cluster = Cluster.resolve(config.load(mirrors_config(tmp_path, SEED_SHAPES["k8s and hub mirrors"], base=SEED, proxy=False)))
+    assert registry.plan_rows(cluster.config, dict(cluster.profiles)) == [
+        ["docker.io", "https://hub-mirror.corp.example", "system CAs", "windows-1803"],
+        ["registry.k8s.io", "https://k8s-mirror.corp.example", "system CAs", "ubuntu-1604"]]

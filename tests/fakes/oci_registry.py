@@ -1,7 +1,8 @@
 """A tiny OCI registry on 127.0.0.1 over TLS, the stand-in for a company's image mirror.
 
-It serves one single-layer linux/amd64 image under every repository name and tag (so kubeadm's
-list of control-plane images and the pause image all resolve), by the routes of the OCI
+It serves one single-layer linux/amd64 image under the names it is given (`published`, the
+repository:tag names an upstream publishes, as a pull-through cache resolves only those), or under
+every name when given none, by the routes of the OCI
 Distribution Specification v1.0.0 that a pull uses: `GET /v2/`, `HEAD|GET /v2/<name>/manifests/<ref>`
 and `GET /v2/<name>/blobs/<digest>`. With credentials set it answers 401 with a Basic challenge
 (distribution spec "Authentication", RFC 7617) to any request without them. Every request is
@@ -90,8 +91,12 @@ def make_ca_and_server_cert(folder: Path) -> tuple[Path, Path, Path]:
 
 
 @contextmanager
-def serve(cert: Path, key: Path, user: str | None = None, password: str | None = None):
+def serve(cert: Path, key: Path, user: str | None = None, password: str | None = None,
+          published: set[str] | None = None):
+    """published: the "repository:tag" names to answer; any other name is 404 MANIFEST_UNKNOWN, as
+    a mirror answers when its upstream has no such image. None answers every name."""
     state = Registry()
+    repositories = {name.rsplit(":", 1)[0] for name in published} if published is not None else None
     expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode() if user else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -126,13 +131,15 @@ def serve(cert: Path, key: Path, user: str | None = None, password: str | None =
             name, sep, ref = url.path.removeprefix("/v2/").rpartition("/manifests/")
             if sep and name:
                 manifest = state.blobs["manifest"]
-                if ref.startswith("sha256:") and ref != _digest(manifest):
+                unknown = published is not None and (name not in repositories if ref.startswith("sha256:")
+                                                     else f"{name}:{ref}" not in published)
+                if unknown or (ref.startswith("sha256:") and ref != _digest(manifest)):
                     self._reply(404, b"", {}, head)
                     return
                 self._reply(200, manifest, {"Content-Type": MANIFEST_TYPE, "Docker-Content-Digest": _digest(manifest)}, head)
                 return
             name, sep, digest = url.path.removeprefix("/v2/").rpartition("/blobs/")
-            if sep and name and digest in state.blobs:
+            if sep and name and digest in state.blobs and (repositories is None or name in repositories):
                 blob = state.blobs[digest]
                 self._reply(200, blob, {"Content-Type": "application/octet-stream", "Docker-Content-Digest": digest}, head)
                 return

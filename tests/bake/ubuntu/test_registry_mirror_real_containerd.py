@@ -7,9 +7,11 @@ What runs for real:
 - the pinned containerd 2.3.7 (tool cache) reads exactly those files; only their absolute paths are
   moved under the sandbox, and containerd gets a root, state and socket of its own under tmp, with
   NRI off and its opt folder under tmp, so nothing outside tmp is touched;
-- the pinned kubeadm 1.35.4 pulls through containerd's CRI as 04-kubernetes-node.sh does in the bake
+- the pinned kubeadm pulls through containerd's CRI as 04-kubernetes-node.sh does in the bake
   (`kubeadm config images pull --kubernetes-version --image-repository --cri-socket`).
-The mirror is tests/fakes/oci_registry.py over TLS (a throwaway CA) demanding basic credentials. The
+The mirror is tests/fakes/oci_registry.py over TLS (a throwaway CA) demanding basic credentials, and
+answering only the names registry.k8s.io publishes (k4w/validate/facts/upstream-images.yml), as a
+pull-through cache does: a name kubeadm builds that the upstream lacks fails here as it would there. The
 upstream is made unreachable (containerd's HTTPS_PROXY is a closed port, as a proxy that is down), so
 an image only arrives if the mirror served it. Runs as root only (containerd needs it; CI runs as
 root): elsewhere it fails naming that, never skips. Everything at nice 19; the daemon always stops.
@@ -29,6 +31,7 @@ import yaml
 
 from k4w import config, containerd_config, derive_steps, pinned_tools, registry
 from k4w.cluster_model import Cluster
+from k4w.validate import registry_rules
 from tests.fakes import oci_registry
 
 from .conftest import ROOT, make_root, run_step, snapshot
@@ -80,7 +83,9 @@ def daemon_config(written: str, root: Path, run: Path) -> str:
 def mirror(tmp_path):
     ca, cert, key = oci_registry.make_ca_and_server_cert(tmp_path)
     shutil.copy(ca, tmp_path / "mirror-ca.pem")
-    with oci_registry.serve(cert, key, USER, PASSWORD) as served_registry:
+    upstream = "registry.k8s.io/"
+    names = {name.removeprefix(upstream) for name in registry_rules.published() if name.startswith(upstream)}
+    with oci_registry.serve(cert, key, USER, PASSWORD, published=names) as served_registry:
         yield served_registry
 
 
@@ -150,56 +155,70 @@ def test_the_bake_writes_the_mirror_for_containerd_and_the_kubernetes_images_nam
     certs = root / "etc" / "containerd" / "certs.d"
     upstream = (certs / "registry.k8s.io" / "hosts.toml").read_text()
     assert f'[host."{mirror.url}"]' in upstream and 'ca = "ca.crt"' in upstream
-    own = certs / registry.host_dir(mirror.host)
-    assert (own / "hosts.toml").read_text().splitlines()[2] == f'server = "{mirror.url}"'
-    assert (own / "ca.crt").read_bytes() == (certs / "registry.k8s.io" / "ca.crt").read_bytes()
+    assert (certs / "registry.k8s.io" / "ca.crt").read_text() == (root.parent / "mirror-ca.pem").read_text()
+    assert not (certs / registry.host_dir(mirror.host)).exists()  # no image names the mirror itself
     # The credentials: a build-scope drop-in in /run, owner-only, never beside the hosts.toml files.
     auth = root / "run" / "k4w" / "containerd" / "k4w-registry-auth.toml"
     assert auth.stat().st_mode & 0o777 == 0o600 and f'password = "{PASSWORD}"' in auth.read_text()
     assert PASSWORD not in "".join(p.read_text() for p in certs.rglob("*") if p.is_file())
     assert not (root / "etc" / "containerd" / "conf.d").exists()
-    # kubeadm's image repository and the pinned sandbox image name the mirror itself.
-    assert mirrored["K4W_KUBE_IMAGE_REPOSITORY"] == mirror.host
-    assert f"sandbox = '{mirror.host}/pause:" in (root / "etc" / "containerd" / "config.toml").read_text()
+    # kubeadm's image repository and the pinned sandbox image keep their upstream names.
+    assert mirrored["K4W_KUBE_IMAGE_REPOSITORY"] == "registry.k8s.io"
+    assert f"sandbox = '{mirrored['K4W_PAUSE_IMAGE']}'" in (root / "etc" / "containerd" / "config.toml").read_text()
+    assert mirrored["K4W_PAUSE_IMAGE"].startswith("registry.k8s.io/pause:")
 
 
 def test_the_pre_pull_goes_to_the_mirror_with_its_ca_and_credentials(containerd, mirror):
-    # 1. As the bake pulls: kubeadm's images under the mirror's own name, through the CRI.
-    res = kubeadm_pull(containerd["socket"], containerd["mirrored"]["K4W_KUBE_IMAGE_REPOSITORY"])
+    # 1. As the bake pulls: kubeadm's images under their upstream names, through the CRI, sent to the
+    # mirror by hosts.toml (containerd adds ?ns=registry.k8s.io).
+    repository = containerd["mirrored"]["K4W_KUBE_IMAGE_REPOSITORY"]
+    res = kubeadm_pull(containerd["socket"], repository)
     assert res.returncode == 0, res.stdout + res.stderr + containerd["log"].read_text()[-3000:]
-    # kubeadm names CoreDNS "coredns" under any repository but registry.k8s.io (its coredns/ subpath).
-    for image in ("kube-apiserver", "kube-proxy", "pause", "coredns", "etcd"):
+    # Under the default repository kubeadm names CoreDNS coredns/coredns, as registry.k8s.io publishes it.
+    for image in ("kube-apiserver", "kube-proxy", "pause", "coredns/coredns", "etcd"):
         assert mirror.pulled(image), f"no authenticated pull of {image} reached the mirror"
+    redirected = [r for r in mirror.requests if r["query"].get("ns") == ["registry.k8s.io"]]
+    assert any(r["path"] == f"/v2/kube-apiserver/manifests/v{KUBE_VERSION}" for r in redirected)
     images = listed(containerd)
+    assert f"registry.k8s.io/kube-apiserver:v{KUBE_VERSION}" in images
     pause = containerd["mirrored"]["K4W_PAUSE_IMAGE"]
     pause_line = next(line for line in images.splitlines() if line.startswith(pause + " "))
     # The CRI pinned the sandbox image the config names, so the kubelet's image GC spares it.
     assert "io.cri-containerd.pinned=pinned" in pause_line
     # An unauthenticated attempt was answered 401 first; every pull that got content carried the user.
     assert all(r["user"] == USER for r in mirror.requests if "/blobs/" in r["path"])
-
-    # 2. Images named after the upstream go to the mirror through hosts.toml (containerd adds ?ns=).
-    before = len(mirror.requests)
-    res = kubeadm_pull(containerd["socket"], "registry.k8s.io")
-    assert res.returncode == 0, res.stdout + res.stderr + containerd["log"].read_text()[-3000:]
-    redirected = [r for r in mirror.requests[before:] if r["query"].get("ns") == ["registry.k8s.io"]]
-    assert any(r["path"] == f"/v2/kube-apiserver/manifests/v{KUBE_VERSION}" for r in redirected)
-    assert f"registry.k8s.io/kube-apiserver:v{KUBE_VERSION}" in listed(containerd)
-    # 3. containerd started on config.toml and the credentials drop-in as they are: neither of an older
+    # 2. containerd started on config.toml and the credentials drop-in as they are: neither of an older
     # schema it would migrate (and warn about) at every start.
     assert containerd_config.migration_warnings(containerd["log"].read_text()) == []
 
 
-def test_the_check_fails_without_the_mirrors_files(containerd, mirror):
-    """Planted defects: the mirror host's hosts.toml without its `ca` line (the mirror's certificate is
-    then unknown), then the upstream's hosts.toml gone (the pull goes to the unreachable upstream).
-    containerd reads hosts.toml at every pull, so the running daemon shows it."""
+def test_kubeadms_repository_under_the_mirror_asks_for_a_coredns_name_nobody_publishes(containerd, mirror):
+    """The former design, planted: imageRepository naming the mirror. kubeadm then asks for
+    <mirror>/coredns:<tag> (its coredns/ path is for the default repository only), which a pull-through
+    cache of registry.k8s.io cannot fetch: the pre-pull fails on CoreDNS alone."""
+    # The mirror host's own folder, with its CA, as the former design wrote it.
     certs = containerd["root"] / "etc" / "containerd" / "certs.d"
-    own = certs / registry.host_dir(mirror.host) / "hosts.toml"
-    own.write_text("".join(line for line in own.read_text().splitlines(keepends=True) if not line.startswith("ca = ")))
-    res = kubeadm_pull(containerd["socket"], containerd["mirrored"]["K4W_KUBE_IMAGE_REPOSITORY"])
+    own = certs / registry.host_dir(mirror.host)
+    own.mkdir()
+    shutil.copy(certs / "registry.k8s.io" / "ca.crt", own / "ca.crt")
+    (own / "hosts.toml").write_text(f'server = "{mirror.url}"\nca = "ca.crt"\n')
+    res = kubeadm_pull(containerd["socket"], mirror.host)
+    assert res.returncode != 0
+    assert re.search(rf"{re.escape(mirror.host)}/coredns:v[\d.]+", res.stdout + res.stderr), res.stdout + res.stderr
+    assert mirror.pulled("kube-apiserver") and not mirror.pulled("coredns/coredns")
+
+
+def test_the_check_fails_without_the_mirrors_files(containerd, mirror):
+    """Planted defects: the upstream's hosts.toml without its `ca` line (the mirror's certificate is
+    then unknown), then that folder gone (the pull goes to the unreachable upstream). containerd
+    reads hosts.toml at every pull, so the running daemon shows it."""
+    certs = containerd["root"] / "etc" / "containerd" / "certs.d"
+    hosts = certs / "registry.k8s.io" / "hosts.toml"
+    kept = hosts.read_text()
+    hosts.write_text("".join(line for line in kept.splitlines(keepends=True) if not line.strip().startswith("ca = ")))
+    res = kubeadm_pull(containerd["socket"], "registry.k8s.io")
     assert res.returncode != 0 and re.search(r"certificate signed by unknown authority|x509", res.stdout + res.stderr)
-    assert not listed(containerd).strip().count(mirror.host)
+    assert "registry.k8s.io/kube-apiserver" not in listed(containerd)
 
     shutil.rmtree(certs / "registry.k8s.io")
     before = len(mirror.requests)
