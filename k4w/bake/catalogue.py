@@ -41,7 +41,7 @@ def record_path(out: Path, box: str) -> Path:
 
 
 def guest_release_path(out: Path, box: str) -> Path:
-    """Where a Windows build's fetch-release step (templates/packer/windows.json.j2) downloads the
+    """Where a Windows build's fetch-release step (templates/packer/windows.pkr.hcl.j2) downloads the
     guest's own build record, C:\\k\\box-release.json, beside the box it is building."""
     return Path(out) / "boxes" / ".partial" / f"{box}.box-release.json"
 
