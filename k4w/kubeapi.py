@@ -186,7 +186,11 @@ class Client:
             raise ApiError(f"{where}: the answer is larger than {MAX_ANSWER >> 20} MiB")
         try:
             data = json.loads(raw) if raw else {}
+        except RecursionError:   # Python's decoder recurses per level: one line, not a traceback
+            raise ApiError(f"{where}: HTTP {answer.status}, the answer is JSON nested too deeply to read", status=answer.status) from None
         except ValueError:
+            data = {"message": raw[:300].decode("utf-8", "replace")}
+        if answer.status >= 400 and not isinstance(data, dict):
             data = {"message": raw[:300].decode("utf-8", "replace")}
         if answer.status >= 400:
             raise ApiError(f"{where}: HTTP {answer.status} {data.get('reason', '')}: {data.get('message', '')}".rstrip(": "),
