@@ -221,3 +221,66 @@ def test_an_api_answer_nested_100000_deep_is_one_line(monkeypatch, status):
     with pytest.raises(K4wError) as refused:
         api.get("/version")
     one_line_naming(refused.value, "GET https://192.0.2.10:6443/version", "nested too deeply")
+
+
+# ------------------------------------------------------------------ k4w's other files under --out
+
+
+def _read_cluster_json(out):
+    from k4w.cluster.machines import load_cluster
+
+    return load_cluster(out)
+
+
+def _read_box_catalogue(out):
+    from k4w import profiles
+    from k4w.verify import throwaway
+
+    return throwaway.box_ref(out, profiles.load("ubuntu-1604"))
+
+
+def _read_build_record(out):
+    from k4w.bake import catalogue
+
+    return catalogue.read_record(out, "ubuntu-1604")
+
+
+def _record_a_test(out):
+    from k4w.verify import records
+
+    return records.record_test(out, "ubuntu-1604", {"passed": True})
+
+
+MACHINE = {"name": "m", "role": "master", "os": "linux", "ip": "10.0.0.10", "vmname": "k4w-m", "box": "ubuntu-1604",
+           "box_catalogue": "boxes/ubuntu-1604.json"}
+# (id, file under OUT, reader, its text, the field)
+OUT_FILES = [
+    ("cluster.json a list", "vagrant/cluster.json", _read_cluster_json, "[]", "the document"),
+    ("cluster.json machines an object", "vagrant/cluster.json", _read_cluster_json,
+     json.dumps({"cluster": "k4w", "prefix_length": 24, "machines": {}}), "machines"),
+    ("cluster.json a machine without its ip", "vagrant/cluster.json", _read_cluster_json,
+     json.dumps({"cluster": "k4w", "prefix_length": 24, "machines": [{k: v for k, v in MACHINE.items() if k != "ip"}]}), "machines[0].ip"),
+    ("cluster.json prefix_length a string", "vagrant/cluster.json", _read_cluster_json,
+     json.dumps({"cluster": "k4w", "prefix_length": "24", "machines": [MACHINE]}), "prefix_length"),
+    ("cluster.json nested 100,000 deep", "vagrant/cluster.json", _read_cluster_json, DEEP_JSON, "nested too deeply"),
+    ("box catalogue versions a string", "boxes/ubuntu-1604.json", _read_box_catalogue, json.dumps({"name": "k4w/ubuntu-1604", "versions": "1"}), "versions"),
+    ("box catalogue a version without its number", "boxes/ubuntu-1604.json", _read_box_catalogue,
+     json.dumps({"name": "k4w/ubuntu-1604", "versions": [{}]}), "versions[0].version"),
+    ("box catalogue nested 100,000 deep", "boxes/ubuntu-1604.json", _read_box_catalogue, DEEP_JSON, "nested too deeply"),
+    ("build record a list", "boxes/ubuntu-1604.record.json", _read_build_record, "[]", "the document"),
+    ("build record box_file out of OUT/boxes", "boxes/ubuntu-1604.record.json", _read_build_record,
+     json.dumps({"box_file": "../../home/user/.ssh/id_rsa"}), "box_file"),
+    ("build record stamp a string", "boxes/ubuntu-1604.record.json", _read_build_record, json.dumps({"stamp": "x"}), "stamp"),
+    ("build record, a test recorded into a list", "boxes/ubuntu-1604.record.json", _record_a_test, "[]", "the document"),
+    ("build record, a test recorded, nested deep", "boxes/ubuntu-1604.record.json", _record_a_test, DEEP_JSON, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("rel, reader, text, field", [s[1:] for s in OUT_FILES], ids=[s[0] for s in OUT_FILES])
+def test_each_hostile_file_k4w_reads_back_from_out_is_one_line_naming_it(tmp_path, rel, reader, text, field):
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with pytest.raises(K4wError) as refused:
+        reader(tmp_path)
+    one_line_naming(refused.value, str(path), field)
