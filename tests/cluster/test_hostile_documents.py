@@ -7,11 +7,13 @@ k4w did not make, a proxy in the way, or a hand-edited or truncated file can giv
 
 from __future__ import annotations
 
+import base64
 import copy
 import http.client
 import json
 
 import pytest
+import yaml
 
 from k4w.cluster import bootstrap_token, existing, facts as facts_mod
 from k4w.cluster.state import STATE_FILE, State
@@ -19,6 +21,7 @@ from k4w.errors import K4wError
 from k4w import kubeapi
 from k4w.kubeapi import Client, Credentials
 from tests.cluster.test_existing_facts import FLANNEL_CM, RECORDED, RecordedApi
+from tests.helpers import ROOT, invoke
 
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 DEEP_YAML = "[" * 100_000
@@ -284,3 +287,42 @@ def test_each_hostile_file_k4w_reads_back_from_out_is_one_line_naming_it(tmp_pat
     with pytest.raises(K4wError) as refused:
         reader(tmp_path)
     one_line_naming(refused.value, str(path), field)
+
+
+def _self_signed_ca() -> str:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return base64.b64encode(cert.public_bytes(serialization.Encoding.PEM)).decode()
+
+
+def test_cluster_down_dry_run_on_a_corrupt_record_is_one_line_from_the_real_cli(tmp_path):
+    """The review's case as a user meets it: no traceback, exit 1, the file and the field named."""
+    kubeconfig = tmp_path / "admin.conf"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "admin@k",
+        "contexts": [{"name": "admin@k", "context": {"cluster": "k", "user": "admin"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://192.0.2.10:6443", "certificate-authority-data": _self_signed_ca()}}],
+        "users": [{"name": "admin", "user": {"token": "abcdef.0123456789abcdef"}}]}))
+    kubeconfig.chmod(0o600)
+    data = yaml.safe_load((ROOT / "examples" / "cluster-existing.yml").read_text())
+    data["cluster"]["existing"] = str(kubeconfig)
+    config = tmp_path / "cluster.yml"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    assert invoke("render", "--config", str(config), "--out", str(out)).returncode == 0
+    (out / existing.RECORD_FILE).write_text('{"server": "https://192.0.2.10:6443", "objects": "all", "nodes": []}')
+    result = invoke("cluster-down", "--dry-run", "--config", str(config), "--out", str(out))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert str(out / existing.RECORD_FILE) in last and "objects" in last, result.stderr
