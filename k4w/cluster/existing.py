@@ -284,7 +284,9 @@ def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
         except ApiError as exc:
             if exc.status != 409:
                 raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
-            if not is_k4ws(api.get(path)):
+            there = api.get(path)
+            documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
+            if not is_k4ws(there):
                 raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
                                "k4w does not change objects it did not make: rename or remove it") from None
             record.add(doc["kind"], path, describe(doc))

@@ -326,3 +326,19 @@ def test_cluster_down_dry_run_on_a_corrupt_record_is_one_line_from_the_real_cli(
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert str(out / existing.RECORD_FILE) in last and "objects" in last, result.stderr
+
+
+def test_an_object_that_exists_in_a_hostile_shape_is_one_line_when_apply_meets_it(tmp_path):
+    """apply's create says 409 Conflict; the object there is read to see whether it is k4w's."""
+    from k4w.kubeapi import ApiError
+
+    class ConflictApi(RecordedApi):
+        def create(self, path, body):
+            raise ApiError(f"POST {path}: HTTP 409 AlreadyExists", status=409)
+
+    path = "/api/v1/namespaces/k4w-windows-node"
+    api = ConflictApi(_with(path, {"metadata": "k4w-windows-node"}))
+    doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "k4w-windows-node"}}
+    with pytest.raises(K4wError) as refused:
+        existing.apply(api, [doc], existing.DryRunRecord(tmp_path, api.creds.server))
+    one_line_naming(refused.value, f"GET https://192.0.2.10:6443{path}", "metadata")
