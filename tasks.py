@@ -1,24 +1,39 @@
 """k4w tasks: entry points only. Each resolves its settings, loads the cluster once and calls the package.
 
 Run `invoke --list` for the tasks and `invoke --help TASK` for a task's options.
---config, --out and --dry-run default to Invoke configuration under "k4w" (see k4w.cli.DEFAULTS):
+--config, --out and --dry-run default to Invoke configuration under "k4w" (see k4w.defaults):
 an invoke.yaml beside this file or INVOKE_K4W_OUT=/data/build changes them for every task.
 `invoke --dry TASK` is the same as `invoke TASK --dry-run`.
 """
 
-# First, before the imports that take most of k4w's start-up: Ctrl-C or SIGTERM from here on
-# ends in one line and exit code 130 or 143, never a traceback from an import (k4w.signals).
+# First: Ctrl-C or SIGTERM from here on ends in one line and exit code 130 or 143, never a
+# traceback from an import (k4w.signals; `python -m k4w` installs it before Invoke's own import).
 from k4w import signals
 
 signals.install()
 
+# Only what defining the tasks needs: each task imports its stages in its body, so `invoke --list`
+# and Invoke's parsing do not wait for the whole package (tests/cli/test_startup.py holds this).
+import functools  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from invoke import Collection, task  # noqa: E402
 from invoke.exceptions import Exit  # noqa: E402
 
-from k4w import cli, doctor as doctor_mod, plan as plan_mod, ui  # noqa: E402
-from k4w.errors import K4wError  # noqa: E402
+from k4w.defaults import DEFAULTS  # noqa: E402
+
+
+def user_errors(fn):
+    """k4w.cli.user_errors, with k4w.cli imported when the task runs, not when tasks.py loads."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from k4w import cli
+
+        return cli.user_errors(fn)(*args, **kwargs)
+
+    return wrapper
+
 
 CONFIG_HELP = "cluster definition to use (default: cluster.yml)"
 OUT_HELP = "folder for rendered artifacts, boxes, logs and state (default: build)"
@@ -32,26 +47,32 @@ BUILD_HELP = {
 
 
 @task(help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def render(c, config=None, out=None, dry_run=False):
     """Render every artifact (Packer, answer files, manifests, cluster.json) from the config."""
+    from k4w import cli
+
     s = cli.settings(c, config, out, dry_run)
     cli.rendered(cli.load(s), s)
 
 
 @task(help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def validate(c, config=None, out=None, dry_run=False):
     """Render, then check each artifact with the real tool that consumes it."""
+    from k4w import cli
+
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
     cli.validate(cluster, s, cli.rendered(cluster, s))
 
 
 @task(help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def plan(c, config=None, out=None, dry_run=False):
     """Render and show what build and cluster-up would do: nodes, derived values, commands."""
+    from k4w import cli, plan as plan_mod
+
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
     plan_mod.show(cluster, s.out, cli.rendered(cluster, s), dry_run=s.dry_run)
@@ -59,9 +80,11 @@ def plan(c, config=None, out=None, dry_run=False):
 
 @task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)",
             "online": "also ask every ISO and download URL of the boxes whether it still answers (HEAD through the proxy)"})
-@cli.user_errors
+@user_errors
 def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False):
     """Check this host before a long step: Hyper-V, rights, tools, switches, ISOs, disk, proxy."""
+    from k4w import cli, doctor as doctor_mod, ui
+
     if stage not in doctor_mod.STAGES:
         raise Exit(f"--stage must be one of {', '.join(doctor_mod.STAGES)}", code=2)
     s = cli.settings(c, config, out, dry_run, uses_out=False)  # reads only: works while a build holds --out
@@ -72,9 +95,11 @@ def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False)
 
 
 @task(name="all", help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def all_(c, config=None, out=None, dry_run=False):
     """The main job: render + validate + plan; on a Hyper-V host, then build both boxes."""
+    from k4w import cli, plan as plan_mod
+
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
     files = cli.rendered(cluster, s)
@@ -84,55 +109,58 @@ def all_(c, config=None, out=None, dry_run=False):
 
 
 @task(name="network-up", help={"config": CONFIG_HELP, "dry_run": "print the PowerShell, change nothing"})
-@cli.user_errors
+@user_errors
 def network_up(c, config=None, dry_run=False):
     """Create the Hyper-V cluster switch, host gateway address and NetNat (idempotent; as Administrator)."""
-    from k4w import cluster
+    from k4w import cli, cluster
 
     s = cli.settings(c, config, dry_run=dry_run, uses_out=False)
     cluster.network_up(cli.load(s).config, dry_run=s.dry_run)
 
 
 @task(name="cluster-up", help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def cluster_up(c, config=None, out=None, dry_run=False):
     """Bring up the hybrid cluster: VMs, kubeadm, Flannel, joins, demo; resumes after a failure."""
+    from k4w import cli
+
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
     cli.cluster_up(cluster, s, cli.rendered(cluster, s))
 
 
 @task(name="cluster-down", help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def cluster_down(c, config=None, out=None, dry_run=False):
     """Destroy the cluster's VMs and forget its state."""
-    from k4w import cluster
+    from k4w import cli, cluster
 
     s = cli.settings(c, config, out, dry_run)
     cluster.cluster_down(cli.load(s), s.out, dry_run=s.dry_run)
 
 
 @task(name="cluster-reset", help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def cluster_reset(c, config=None, out=None, dry_run=False):
     """Undo kubeadm on every node and stop the Windows services, keeping the VMs and their IPs."""
-    from k4w import cluster
+    from k4w import cli, cluster
 
     s = cli.settings(c, config, out, dry_run)
     cluster.cluster_reset(cli.load(s), s.out, dry_run=s.dry_run)
 
 
 @task(help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def inventory(c, config=None, out=None, dry_run=False):
     """Write OUT/inventory/hosts.yaml: the Linux nodes as a kubespray inventory (groups, addresses, SSH user and key)."""
-    from k4w import inventory as inventory_mod
+    from k4w import cli, inventory as inventory_mod
 
     s = cli.settings(c, config, out, dry_run)
     inventory_mod.write(cli.load(s), s.out, dry_run=s.dry_run)
 
 
 def _build(c, config, out, dry_run, **options):
+    from k4w import cli, ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, out, dry_run)
@@ -140,21 +168,21 @@ def _build(c, config, out, dry_run, **options):
 
 
 @task(name="build-windows", help=BUILD_HELP)
-@cli.user_errors
+@user_errors
 def build_windows(c, config=None, out=None, iso=None, force=False, dry_run=False):
     """Build the Windows Server box with Packer (skipped when up to date); log in OUT/logs/<box>.log."""
     _build(c, config, out, dry_run, node_os="windows", iso=iso, force=force)
 
 
 @task(name="build-ubuntu", help=BUILD_HELP)
-@cli.user_errors
+@user_errors
 def build_ubuntu(c, config=None, out=None, iso=None, force=False, dry_run=False):
     """Build the Ubuntu box with Packer (skipped when up to date); log in OUT/logs/<box>.log."""
     _build(c, config, out, dry_run, node_os="linux", iso=iso, force=force)
 
 
 @task(help={k: v for k, v in BUILD_HELP.items() if k != "iso"})
-@cli.user_errors
+@user_errors
 def build(c, config=None, out=None, force=False, dry_run=False):
     """Build every box the config uses, in parallel; a summary table names each log."""
     _build(c, config, out, dry_run, force=force)
@@ -162,9 +190,10 @@ def build(c, config=None, out=None, force=False, dry_run=False):
 
 @task(name="iso-add", help={"path": "the ISO file you have",
                             "box": "box profile it is for (default: the profile whose iso.name equals the file name)"})
-@cli.user_errors
+@user_errors
 def iso_add(c, path, box=None):
     """Record an ISO's sha256 in iso/catalogue.yml and hard-link it into iso/ (no silent copy across drives)."""
+    from k4w import ui
     from k4w.bake import commands
 
     commands.add_iso(path, box, console=ui.console)
@@ -173,9 +202,10 @@ def iso_add(c, path, box=None):
 @task(help={"box": "only this box of the config (default: every box a node uses)", "config": CONFIG_HELP,
             "cache": "cache folder (default: $K4W_CACHE, else downloads.cache in the config, else the user cache folder)",
             "dry_run": "say what would be downloaded, from where, into which file; download and write nothing"})
-@cli.user_errors
+@user_errors
 def fetch(c, box=None, config=None, cache=None, dry_run=False):
     """Download and verify every component the boxes need into the host's cache, once; resumes, in parallel."""
+    from k4w import cli, ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, None, dry_run, uses_out=False)  # the cache is not under --out
@@ -187,9 +217,10 @@ def fetch(c, box=None, config=None, cache=None, dry_run=False):
       help={"box": "box profile, e.g. windows-1803", "component": "component of that profile, e.g. flannel",
             "config": CONFIG_HELP, "replace": "record a new sha256 even though a different one is pinned",
             "dry_run": DRY_HELP})
-@cli.user_errors
+@user_errors
 def pin(c, box, component, config=None, replace=False, dry_run=False):
     """Download a component whose publisher prints no checksum, show its sha256, record it in k4w-pins.yml."""
+    from k4w import cli, ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, None, dry_run, uses_out=False)
@@ -197,9 +228,10 @@ def pin(c, box, component, config=None, replace=False, dry_run=False):
 
 
 @task(name="test-box", help={"box": "box profile to test, e.g. ubuntu-1604 or windows-1803", **COMMON_HELP})
-@cli.user_errors
+@user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
     """Boot a throwaway VM from OUT/boxes/<box>.json, run its testinfra spec, destroy it, record the result."""
+    from k4w import cli
     from k4w.verify import flows
 
     s = cli.settings(c, config, out, dry_run)
@@ -207,9 +239,10 @@ def test_box(c, box, config=None, out=None, dry_run=False):
 
 
 @task(name="cluster-test", help=COMMON_HELP)
-@cli.user_errors
+@user_errors
 def cluster_test(c, config=None, out=None, dry_run=False):
     """Node specs on every node, then nodes, system pods and the connectivity matrix; reports in OUT/reports/."""
+    from k4w import cli
     from k4w.verify import flows
 
     s = cli.settings(c, config, out, dry_run)
@@ -225,9 +258,11 @@ def cluster_test(c, config=None, out=None, dry_run=False):
                        "only; needs scripts/build-tools --group cluster; under TCG about 30 minutes with "
                        "ubuntu-2404-e2e, about 45 with ubuntu-2604-e2e; not run by CI)",
             "dry_run": DRY_HELP})
-@cli.user_errors
+@user_errors
 def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
+    from k4w import cli, ui
+    from k4w.errors import K4wError
     from tests.e2e.harness import BOXES, default_out, run_e2e
 
     if box not in BOXES:
@@ -243,4 +278,4 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
                 build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e, inventory)
-ns.configure({"k4w": cli.DEFAULTS})
+ns.configure({"k4w": DEFAULTS})

@@ -19,11 +19,9 @@ from invoke.exceptions import Exit
 
 from . import outfiles, outlock, render as render_mod, signals, sources, ui, validate as validate_mod
 from .cluster_model import Cluster
+from .defaults import DEFAULTS  # noqa: F401 (k4w.cli.DEFAULTS, as before)
 from .errors import K4wError
 
-# Invoke configuration under the "k4w" key (tasks.py installs these as the collection's
-# defaults; invoke.yaml or INVOKE_K4W_OUT=... override them, a task's option overrides all).
-DEFAULTS = {"config": "cluster.yml", "out": "build", "dry_run": False}
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ UBUNTU = "ubuntu"
 WINDOWS = "windows"
 FAMILIES = (UBUNTU, WINDOWS)
 
-# Where templates/packer/ubuntu.json.j2 uploads guest/ubuntu/lib.sh; every step sources $K4W_LIB.
+# Where templates/packer/ubuntu.pkr.hcl.j2 uploads guest/ubuntu/lib.sh; every step sources $K4W_LIB.
 LIB_PATH = "/tmp/k4w-lib.sh"
-# Where templates/packer/windows.json.j2 uploads guest/windows/common.ps1: Packer runs each
+# Where templates/packer/windows.pkr.hcl.j2 uploads guest/windows/common.ps1: Packer runs each
 # script from its own random temp path, so the scripts find the helpers through $env:K4W_COMMON.
 # 12-cleanup.ps1 deletes it at the end.
 COMMON_PATH = "C:\\Windows\\Temp\\k4w-common.ps1"

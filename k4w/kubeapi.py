@@ -355,6 +355,8 @@ class Client:
         if raw and _json_media_type(media):
             try:
                 data = json.loads(raw)
+            except RecursionError:   # Python's decoder recurses per level: one line, not a traceback
+                raise ApiError(f"{where}: HTTP {status}, the answer is JSON nested too deeply to read", status=status) from None
             except ValueError:
                 data = None
         if status >= 400:

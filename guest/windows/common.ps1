@@ -1,5 +1,5 @@
 # common.ps1 - helpers shared by every k4w Windows guest script. Dot-sourced, never run alone:
-#   . $env:K4W_COMMON                     (provisioners; templates/packer/windows.json.j2 uploads this file)
+#   . $env:K4W_COMMON                     (provisioners; templates/packer/windows.pkr.hcl.j2 uploads this file)
 #   . (Join-Path $PSScriptRoot 'common.ps1')   (k4w-bootstrap.ps1, from the Setup media)
 # Only functions and process-wide settings here; the caller's header sets ErrorActionPreference,
 # StrictMode and the trap.
@@ -38,7 +38,7 @@ function ConvertTo-K4wPipePath {
 
 function Get-K4wEnv {
     # A K4W_* value from the Packer provisioner. Missing means the script was not started by
-    # templates/packer/windows.json.j2, which is a bug, not something to default around.
+    # templates/packer/windows.pkr.hcl.j2, which is a bug, not something to default around.
     # -Optional: for values the profile may leave null (checksums). Windows cannot hold an empty
     # environment variable (setting "" deletes it), so "empty" and "unset" both give ''.
     param(
@@ -51,7 +51,7 @@ function Get-K4wEnv {
         return $value
     }
     if (-not $value) {
-        throw "$Name is not set. Windows guest scripts take every value from the environment_vars of templates/packer/windows.json.j2; run them through 'invoke build-windows'."
+        throw "$Name is not set. Windows guest scripts take every value from the environment_vars of templates/packer/windows.pkr.hcl.j2; run them through 'invoke build-windows'."
     }
     return $value
 }
@@ -194,10 +194,10 @@ function Get-K4wProxySettings {
     $noProxy = Get-K4wEnv -Name 'K4W_NO_PROXY' -Optional
     $environment = Get-K4wEnv -Name 'K4W_PROXY_ENV' -Optional
     if ($enabled -and -not $http.HostPort -and -not $https.HostPort) {
-        throw 'K4W_PROXY_ENABLED=1 but neither K4W_HTTP_PROXY_HOSTPORT nor K4W_HTTPS_PROXY_HOSTPORT is set (templates/packer/windows.json.j2)'
+        throw 'K4W_PROXY_ENABLED=1 but neither K4W_HTTP_PROXY_HOSTPORT nor K4W_HTTPS_PROXY_HOSTPORT is set (templates/packer/windows.pkr.hcl.j2)'
     }
     if ($enabled -and -not $environment) {
-        throw 'K4W_PROXY_ENABLED=1 but K4W_PROXY_ENV is not set (templates/packer/windows.json.j2)'
+        throw 'K4W_PROXY_ENABLED=1 but K4W_PROXY_ENV is not set (templates/packer/windows.pkr.hcl.j2)'
     }
     $none = [pscustomobject]@{ HostPort = ''; User = ''; Password = '' }
     [pscustomobject]@{

@@ -15,7 +15,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from .. import outfiles, proc
+from .. import documents, out_state, outfiles, proc
 from ..errors import K4wError
 from ..profiles import Profile
 
@@ -41,7 +41,7 @@ def record_path(out: Path, box: str) -> Path:
 
 
 def guest_release_path(out: Path, box: str) -> Path:
-    """Where a Windows build's fetch-release step (templates/packer/windows.json.j2) downloads the
+    """Where a Windows build's fetch-release step (templates/packer/windows.pkr.hcl.j2) downloads the
     guest's own build record, C:\\k\\box-release.json, beside the box it is building."""
     return Path(out) / "boxes" / ".partial" / f"{box}.box-release.json"
 
@@ -57,8 +57,8 @@ def read_guest_release(out: Path, box: str) -> dict | None:
         return None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise K4wError(f"{path}: the guest's build record is not JSON ({exc})") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise K4wError(f"{path}: the guest's build record is not JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict) or data.get("box") != box:
         raise K4wError(f"{path}: the guest's build record names box {data.get('box') if isinstance(data, dict) else data!r}, not {box}")
     return data
@@ -70,10 +70,15 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_record(out: Path, box: str) -> dict | None:
+    """The last build's record; None when there is none or it is not JSON (the box is then rebuilt).
+    JSON of another shape is one line naming the field (k4w.out_state.BuildRecord)."""
+    path = record_path(out, box)
     try:
-        return json.loads(record_path(out, box).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, RecursionError):
         return None
+    documents.parse(out_state.BuildRecord, data, f"{path} (delete it to rebuild the box)")
+    return data
 
 
 def box_catalogue(box: str, profile: Profile, version: str, provider: str, box_file: Path, sha256: str) -> dict:

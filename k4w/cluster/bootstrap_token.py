@@ -109,8 +109,10 @@ def create(api: Client, ttl: datetime.timedelta = DEFAULT_TTL) -> Token:
 
 def ca_cert_hash(api: Client) -> str:
     """sha256:<hex> of the cluster CA's SubjectPublicKeyInfo, from kube-public/cluster-info."""
-    cm = api.get_optional(CLUSTER_INFO)
-    text = ((cm or {}).get("data") or {}).get("kubeconfig")
+    from . import api_models, facts
+
+    cm = facts.answer(api, api_models.ConfigMap, CLUSTER_INFO, optional=True)
+    text = ((cm and cm.data) or {}).get("kubeconfig")
     if not text:
         raise K4wError("the cluster has no ConfigMap kube-public/cluster-info with a kubeconfig (kubeadm makes it in "
                        "`kubeadm init phase bootstrap-token`); a node cannot discover the cluster by token without it")
@@ -118,7 +120,7 @@ def ca_cert_hash(api: Client) -> str:
         clusters = (yaml.safe_load(text) or {}).get("clusters") or []
         ca_pem = base64.b64decode(clusters[0]["cluster"]["certificate-authority-data"])
         cert = x509.load_pem_x509_certificate(ca_pem)
-    except (yaml.YAMLError, LookupError, TypeError, ValueError) as exc:
+    except (yaml.YAMLError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise K4wError(f"kube-public/cluster-info holds no readable CA certificate ({exc})") from None
     spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return "sha256:" + hashlib.sha256(spki).hexdigest()

@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import re
+from typing import Annotated
 
 import yaml
+from pydantic import AfterValidator, StrictStr
 
-from .. import identities, private, ui
+from .. import documents, identities, private, ui
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
 from ..render import hostprocess
 from ..version_skew import minor
-from . import bootstrap_token, facts as facts_mod
+from . import api_models as M, bootstrap_token, facts as facts_mod
 
 RECORD_FILE = "existing-cluster.json"
 # The seed era's token-Secret identities (services on the node); the containerd era's HostProcess
@@ -140,6 +143,30 @@ def describe(doc: dict) -> str:
 
 # ------------------------------------------------------------------ the record of what k4w added
 
+def _matching(pattern: str, what: str):
+    def check(value: str) -> str:
+        if not re.fullmatch(pattern, value) or ".." in value:
+            raise ValueError(f"not {what}")
+        return value
+    return AfterValidator(check)
+
+
+class RecordedObject(M.Shape):
+    kind: StrictStr
+    name: StrictStr
+    # cluster-reset DELETEs it: a path of the API (COLLECTIONS, bootstrap_token) and nothing else
+    path: Annotated[StrictStr, _matching(r"/apis?/[A-Za-z0-9./:_-]+", "an API object path")]
+
+
+class RecordFile(M.Shape):
+    """What Record.save writes."""
+
+    server: StrictStr
+    objects: list[RecordedObject]
+    # a Node name (a DNS subdomain, core/v1): cluster-reset DELETEs /api/v1/nodes/<name>
+    nodes: list[Annotated[StrictStr, _matching(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", "a Node name")]]
+
+
 class Record:
     """OUT/existing-cluster.json: the API server and every object k4w created there, in order."""
 
@@ -147,10 +174,9 @@ class Record:
         self.path = Path(out) / RECORD_FILE
         self.data = {"server": server, "objects": [], "nodes": []}
         if self.path.is_file():
-            try:
-                self.data = json.loads(self.path.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise K4wError(f"{self.path} is not valid JSON ({exc})") from None
+            source = f"{self.path} (k4w's record of what it added; delete it only once those objects are gone)"
+            self.data = documents.json_value(self.path.read_text(encoding="utf-8"), source)
+            documents.parse(RecordFile, self.data, source)
             if self.data.get("server") != server:
                 raise K4wError(f"{self.path} records objects k4w made on {self.data.get('server')}, not on {server}; "
                                "run `invoke cluster-reset` with the config that made them first")
@@ -189,12 +215,20 @@ def prerequisites(api: Client, docs: list[dict], windows: bool, version: str | N
     """What the join needs and k4w leaves to the cluster's owner, each missing one named; an object k4w
     would apply that exists and is not k4w's; an API server (version) too old for HostProcess pods."""
     problems = []
+    api_get_optional = api.get_optional
+
+    def get_optional(path: str) -> dict | None:   # every object read here held to what is read of it
+        there = api_get_optional(path)
+        if there is not None:
+            documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
+        return there
+
     hostprocess_pods = [describe(d) for d in docs if d.get("kind") == "DaemonSet"]
     if hostprocess_pods and version and minor(version) < HOSTPROCESS_MIN:
         problems.append(f"Kubernetes version: the API server is {version}; the Windows workers run flanneld and kube-proxy as "
                         f"HostProcess pods ({', '.join(hostprocess_pods)}), stable from {'.'.join(map(str, HOSTPROCESS_MIN))} (KEP 1981)")
     for doc in docs:
-        there = api.get_optional(object_path(doc))
+        there = get_optional(object_path(doc))
         if there is not None and not is_k4ws(there):
             problems.append(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
                             "k4w does not change objects it did not make: rename or remove it")
@@ -212,7 +246,7 @@ def prerequisites(api: Client, docs: list[dict], windows: bool, version: str | N
             problems.append(f"ClusterRole {role} is missing: {describe(doc)} binds a Windows component to the rights of its "
                             "Linux twin, and the cluster has no such role")
     if windows:
-        for ds in api.get("/apis/apps/v1/daemonsets").get("items") or []:
+        for ds in daemonsets(api):
             meta = ds.get("metadata") or {}
             name = meta.get("name", "")
             if (name == "kube-proxy" or "flannel" in name) and not is_k4ws(ds) and not _stays_off_windows(ds):
@@ -250,7 +284,9 @@ def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
         except ApiError as exc:
             if exc.status != 409:
                 raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
-            if not is_k4ws(api.get(path)):
+            there = api.get(path)
+            documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
+            if not is_k4ws(there):
                 raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
                                "k4w does not change objects it did not make: rename or remove it") from None
             record.add(doc["kind"], path, describe(doc))
@@ -278,13 +314,28 @@ def join_parameters(ctx) -> dict[str, str]:
 
 
 def endpoint(api: Client) -> str:
-    """host:port of the API server as cluster-info gives it to joining nodes."""
-    cm = api.get_optional(bootstrap_token.CLUSTER_INFO) or {}
-    try:
-        server = yaml.safe_load((cm.get("data") or {}).get("kubeconfig") or "")["clusters"][0]["cluster"]["server"]
-    except (TypeError, LookupError, yaml.YAMLError):
+    """host:port of the API server as cluster-info gives it to joining nodes; the kubeconfig's without one."""
+    kubeconfig = cluster_info(api)
+    if kubeconfig is None or not kubeconfig.clusters:
         return api.creds.host_port
-    return Credentials(server=server, ca_pem=b"").host_port
+    return Credentials(server=kubeconfig.clusters[0].cluster.server, ca_pem=b"").host_port
+
+
+def cluster_info(api: Client) -> M.ClusterInfoKubeconfig | None:
+    """kube-public/cluster-info's kubeconfig held to its shape (a server that is an https URL); None without it."""
+    where = "ConfigMap kube-public/cluster-info"
+    cm = facts_mod.answer(api, M.ConfigMap, bootstrap_token.CLUSTER_INFO, optional=True)
+    text = ((cm and cm.data) or {}).get("kubeconfig")
+    value = documents.yaml_value(text, f"{where} kubeconfig") if text else None
+    return None if value is None else documents.parse(M.ClusterInfoKubeconfig, value, f"{where} kubeconfig")
+
+
+def daemonsets(api: Client) -> list[dict]:
+    """Every DaemonSet of the cluster, held to what _stays_off_windows and the CNI row read of it."""
+    path = "/apis/apps/v1/daemonsets"
+    data = api.get(path)
+    documents.parse(M.DaemonSetList, data, f"GET {api.creds.server}{path}")
+    return data.get("items") or []
 
 
 def remove(api: Client, out: Path, dry_run: bool = False) -> list[str]:
@@ -314,7 +365,10 @@ def remove(api: Client, out: Path, dry_run: bool = False) -> list[str]:
 def node_conditions(api: Client) -> dict[str, dict]:
     """{node: its Ready condition}, as steps.node_conditions reads them through kubectl."""
     result = {}
-    for item in api.get("/api/v1/nodes").get("items") or []:
+    path = "/api/v1/nodes"
+    data = api.get(path)
+    documents.parse(M.NodeList, data, f"GET {api.creds.server}{path}")
+    for item in data.get("items") or []:
         ready = next((c for c in (item.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
         result[item["metadata"]["name"]] = ready
     return result

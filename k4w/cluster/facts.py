@@ -19,16 +19,15 @@ The version-skew rule (k4w.version_skew) between the cluster's API server and ea
 from __future__ import annotations
 
 import ipaddress
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from .. import documents
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client
 from ..version_skew import skew_problem
+from . import api_models as M
 
 KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
 KUBELET_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubelet-config"
@@ -77,71 +76,83 @@ class Facts:
         ]
 
 
-def _configmap_yaml(cm: dict | None, key: str, where: str) -> dict:
+def answer(api: Client, model: type[M.Shape], path: str, optional: bool = False):
+    """GET path held to model (k4w.documents.parse): a wrong shape is one line naming the URL and the
+    field. optional: None when the API server says 404."""
+    data = api.get_optional(path) if optional else api.get(path)
+    return None if data is None else documents.parse(model, data, f"GET {api.creds.server}{path}")
+
+
+def _configmap_yaml(cm: dict | None, key: str, where: str, model: type[M.Shape]):
+    """The YAML document under data[key] of a ConfigMap, held to model; None when absent or empty."""
     if not cm:
-        return {}
-    text = (cm.get("data") or {}).get(key)
+        return None
+    text = (documents.parse(M.ConfigMap, cm, where).data or {}).get(key)
     if not text:
-        return {}
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise K4wError(f"{where}: {key} is not YAML ({exc})") from None
-    return value if isinstance(value, dict) else {}
+        return None
+    value = documents.yaml_value(text, f"{where} {key}")
+    return None if value is None else documents.parse(model, value, f"{where} {key}")
 
 
 def read(api: Client) -> Facts:
-    """Every fact, read through the API (GETs only)."""
-    version = api.get("/version").get("gitVersion") or "?"
+    """Every fact, read through the API (GETs only); every answer held to its shape (k4w.cluster.api_models)."""
+    version = answer(api, M.VersionInfo, "/version").gitVersion
     facts = Facts(server=api.creds.server, version=version)
 
-    cluster_cfg = _configmap_yaml(api.get_optional(KUBEADM_CONFIG), "ClusterConfiguration", "kube-system/kubeadm-config")
-    networking = cluster_cfg.get("networking") or {}
-    if networking.get("podSubnet"):
-        facts.pod_cidr, facts.pod_cidr_source = str(networking["podSubnet"]), "kubeadm-config networking.podSubnet"
-    if networking.get("serviceSubnet"):
-        facts.service_cidr, facts.service_cidr_source = str(networking["serviceSubnet"]), "kubeadm-config networking.serviceSubnet"
-    facts.cluster_domain = networking.get("dnsDomain")
+    cluster_cfg = _configmap_yaml(api.get_optional(KUBEADM_CONFIG), "ClusterConfiguration", "kube-system/kubeadm-config",
+                                  M.ClusterConfiguration)
+    networking = (cluster_cfg and cluster_cfg.networking) or M.Networking()
+    if networking.podSubnet:
+        facts.pod_cidr, facts.pod_cidr_source = networking.podSubnet, "kubeadm-config networking.podSubnet"
+    if networking.serviceSubnet:
+        facts.service_cidr, facts.service_cidr_source = networking.serviceSubnet, "kubeadm-config networking.serviceSubnet"
+    facts.cluster_domain = networking.dnsDomain
 
-    for node in api.get("/api/v1/nodes").get("items") or []:
-        name = (node.get("metadata") or {}).get("name", "?")
+    for node in answer(api, M.NodeList, "/api/v1/nodes").items or []:
+        name = node.metadata.name
         facts.nodes.append(name)
-        spec = node.get("spec") or {}
-        cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+        spec = node.spec or M.NodeSpec()
+        cidrs = spec.podCIDRs or ([spec.podCIDR] if spec.podCIDR else [])
         if cidrs:
             facts.node_pod_cidrs[name] = list(cidrs)
     if facts.pod_cidr is None and facts.node_pod_cidrs:
         facts.pod_cidr_source = "not recorded; nodes' spec.podCIDRs " + ", ".join(
             f"{n} {'/'.join(c)}" for n, c in facts.node_pod_cidrs.items())
 
-    kubernetes = api.get_optional(KUBERNETES_SERVICE) or {}
-    facts.kubernetes_service_ip = (kubernetes.get("spec") or {}).get("clusterIP")
+    kubernetes = answer(api, M.Service, KUBERNETES_SERVICE, optional=True)
+    facts.kubernetes_service_ip = kubernetes and kubernetes.spec and kubernetes.spec.clusterIP
     if facts.service_cidr is None and facts.kubernetes_service_ip:
         facts.service_cidr_source = f"not recorded; the kubernetes Service has ClusterIP {facts.kubernetes_service_ip}"
 
-    dns = api.get_optional(KUBE_DNS)
-    if dns and (dns.get("spec") or {}).get("clusterIP"):
-        facts.dns_ip, facts.dns_ip_source = dns["spec"]["clusterIP"], "Service kube-system/kube-dns"
+    dns = answer(api, M.Service, KUBE_DNS, optional=True)
+    if dns and dns.spec and dns.spec.clusterIP:
+        facts.dns_ip, facts.dns_ip_source = dns.spec.clusterIP, "Service kube-system/kube-dns"
     else:
-        kubelet = _configmap_yaml(api.get_optional(KUBELET_CONFIG), "kubelet", "kube-system/kubelet-config")
-        if kubelet.get("clusterDNS"):
-            facts.dns_ip, facts.dns_ip_source = str(kubelet["clusterDNS"][0]), "kube-system/kubelet-config clusterDNS"
+        kubelet = _configmap_yaml(api.get_optional(KUBELET_CONFIG), "kubelet", "kube-system/kubelet-config", M.KubeletConfiguration)
+        if kubelet and kubelet.clusterDNS:
+            facts.dns_ip, facts.dns_ip_source = kubelet.clusterDNS[0], "kube-system/kubelet-config clusterDNS"
 
     for namespace in FLANNEL_CONFIGMAPS:
-        cm = api.get_optional(f"/api/v1/namespaces/{namespace}/configmaps/{FLANNEL_CONFIGMAP}")
-        text = ((cm or {}).get("data") or {}).get("net-conf.json")
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{FLANNEL_CONFIGMAP}"
+        cm = answer(api, M.ConfigMap, path, optional=True)
+        text = ((cm and cm.data) or {}).get("net-conf.json")
         if text:
-            try:
-                facts.flannel = json.loads(text)
-            except ValueError as exc:
-                raise K4wError(f"{namespace}/{FLANNEL_CONFIGMAP}: net-conf.json is not JSON ({exc})") from None
+            facts.flannel = netconf(text, f"ConfigMap {namespace}/{FLANNEL_CONFIGMAP} net-conf.json")
             facts.flannel_source = f"ConfigMap {namespace}/{FLANNEL_CONFIGMAP}"
             break
     if facts.flannel is None:
-        daemonsets = api.get("/apis/apps/v1/daemonsets").get("items") or []
-        facts.other_cni = sorted({f"{OTHER_CNIS[d['metadata']['name']]} (DaemonSet {d['metadata'].get('namespace')}/{d['metadata']['name']})"
-                                  for d in daemonsets if d.get("metadata", {}).get("name") in OTHER_CNIS})
+        daemonsets = answer(api, M.DaemonSetList, "/apis/apps/v1/daemonsets").items or []
+        facts.other_cni = sorted({f"{OTHER_CNIS[d.metadata.name]} (DaemonSet {d.metadata.namespace}/{d.metadata.name})"
+                                  for d in daemonsets if d.metadata.name in OTHER_CNIS})
     return facts
+
+
+def netconf(text: str, source: str) -> dict:
+    """A net-conf.json, decoded and held to Flannel's shape (Network a CIDR, Backend an object with
+    integer VNI and Port): the dict as written, for _key's case-insensitive reads."""
+    value = documents.json_value(text, source)
+    documents.parse(M.NetConf, value, source)
+    return value
 
 
 def mismatches(facts: Facts, cluster: Cluster) -> list[str]:
@@ -229,8 +240,8 @@ def netconf_mismatches(facts: Facts, artifacts: Path) -> list[str]:
     problems = []
     for path in sorted(Path(artifacts).glob("nodes/*/net-conf.json")):
         try:
-            node_values = flannel_values(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
+            node_values = flannel_values(netconf(path.read_text(encoding="utf-8"), str(path)))
+        except (OSError, ValueError, K4wError) as exc:
             problems.append(f"{path}: cannot read it ({exc}): run `invoke render`")
             continue
         for name, value in node_values.items():

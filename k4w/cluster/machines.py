@@ -7,12 +7,11 @@ names, roles, OS and IPs it uses are exactly the Vagrant machines'.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import proc, sources
+from .. import documents, out_state, proc, sources
 from ..errors import K4wError
 from ..vagrant import PROVIDER, Vagrant
 
@@ -66,7 +65,9 @@ def load_cluster(out: Path) -> ClusterInfo:
     path = Path(out) / "vagrant" / "cluster.json"
     if not path.is_file():
         raise K4wError(f"{path} not found: run `invoke render` first")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    source = f"{path} (run `invoke render` to write it again)"
+    data = documents.json_value(path.read_text(encoding="utf-8"), source)
+    documents.parse(out_state.ClusterJson, data, source)
     machines = tuple(Machine(m["name"], m["role"], m["os"], m["ip"], m["vmname"], m["box"], m["box_catalogue"])
                      for m in data["machines"])
     return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines)

@@ -15,10 +15,29 @@ import tempfile
 import time
 from pathlib import Path
 
+from pydantic import StrictInt, StrictStr
+
+from .. import documents
 from ..errors import K4wError
+from .api_models import Shape
 
 STATE_FILE = "cluster-state.json"
 VERSION = 1
+
+
+class StepDone(Shape):
+    at: StrictStr
+    seconds: float
+
+
+class StateFile(Shape):
+    """What State.save writes; a field of another shape is named, not met later as a traceback."""
+
+    version: StrictInt
+    digest: StrictStr
+    steps: dict[str, StepDone]
+    nodes: dict[str, dict]
+    vms: dict[str, StrictStr | None] | None = None
 
 
 class State:
@@ -34,10 +53,11 @@ class State:
         path = Path(out) / STATE_FILE
         if not path.is_file():
             return cls(path, digest)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise K4wError(f"{path} is not valid JSON ({exc}); delete it to start over (invoke cluster-down)") from None
+        source = f"{path} (delete it to start over: invoke cluster-down)"
+        data = documents.json_value(path.read_text(encoding="utf-8"), source)
+        if isinstance(data, dict) and data.get("version") != VERSION:
+            raise K4wError(f"{path} was written by another k4w version; run invoke cluster-down (or delete it)")
+        documents.parse(StateFile, data, source)
         if data.get("version") != VERSION:
             raise K4wError(f"{path} was written by another k4w version; run invoke cluster-down (or delete it)")
         if data.get("digest") != digest and data.get("steps") and not config_changed_ok:

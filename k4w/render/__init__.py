@@ -167,7 +167,7 @@ def load_secrets(out: Path, box: str) -> dict:
 def _read_secrets(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         why = getattr(exc, "strerror", None) or type(exc).__name__
         ui.say(f"warning: {path} is unreadable ({why}); it is replaced by new secrets", style="yellow")
         return None
@@ -419,7 +419,7 @@ def finish_swap(out: Path) -> None:
             if not (staging.parent == trash.parent == out and staging.name.startswith(".render-")
                     and trash.name.startswith(".old-")):
                 raise ValueError(record)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             # write_file never leaves half a record; one that does not parse was not written by k4w.
             ui.say(f"warning: ignoring {record_path}: it is not a render commit record", style="yellow")
         else:

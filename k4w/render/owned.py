@@ -73,7 +73,7 @@ def _read(out: Path) -> dict[str, list[str]] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise NotOurs(f"{path} is unreadable ({getattr(exc, 'strerror', None) or type(exc).__name__}); "
                       f"it lists the folders a render made. Delete it and the folders it listed, then render again") from None
     folders = data.get("folders") if isinstance(data, dict) and data.get("version") == VERSION else None

@@ -28,7 +28,7 @@ from pathlib import Path
 from .. import proc
 
 SHIM = Path(__file__).with_name("vagrant_hyperv_shim.rb")
-SUCCESS = "Vagrantfile validated successfully."   # templates/locales/en.yml, vagrant.commands.validate.success
+SUCCESS = "Vagrantfile validated successfully."   # hashicorp/vagrant@v2.3.4 templates/locales/en.yml, vagrant.commands.validate.success
 PROVIDER = "hyperv"
 TIMEOUT_SECONDS = 180
 

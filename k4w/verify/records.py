@@ -8,11 +8,10 @@ nothing else: no field is invented.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
+from .. import documents, out_state
 from ..bake import catalogue
-from ..errors import K4wError
 from . import specrun
 
 
@@ -40,10 +39,9 @@ def record_test(out: Path, box: str, entry: dict) -> Path:
     path = catalogue.record_path(out, box)
     data: dict = {}
     if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise K4wError(f"{path} is not valid JSON ({exc}); not overwriting the build record") from None
+        source = f"{path} (not overwriting the build record)"
+        data = documents.json_value(path.read_text(encoding="utf-8"), source)
+        documents.parse(out_state.BuildRecord, data, source)
     data["test"] = entry
     catalogue.write_json(path, data)
     return path

@@ -6,10 +6,10 @@ it goes through a Ruby single-quoted literal, so nothing is interpolated.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import documents, out_state
 from ..bake import catalogue
 from ..errors import K4wError
 from ..profiles import Profile
@@ -35,8 +35,10 @@ def box_ref(out: Path, profile: Profile) -> BoxRef:
     if not path.is_file():
         task = "build-windows" if profile.is_windows else "build-ubuntu"
         raise K4wError(f"no box catalogue {path}: build the box first (invoke {task})")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    versions = [v["version"] for v in data.get("versions", [])]
+    source = f"{path} (build the box again to write it)"
+    data = documents.json_value(path.read_text(encoding="utf-8"), source)
+    documents.parse(out_state.BoxCatalogue, data, source)
+    versions = [v["version"] for v in data["versions"]]
     if not versions:
         raise K4wError(f"{path} lists no box version")
     # Versions are YYYYMMDD.HHMMSS (k4w.bake.catalogue.box_version): string order is time order.

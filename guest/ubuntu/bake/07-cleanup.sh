@@ -27,7 +27,7 @@ K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
 # shellcheck source=../lib.sh
 source "$K4W_LIB"
 
-# Where templates/packer/ubuntu.json.j2 uploads the library; removed with the rest of the build's traces.
+# Where templates/packer/ubuntu.pkr.hcl.j2 uploads the library; removed with the rest of the build's traces.
 UPLOADED_LIB=/tmp/k4w-lib.sh
 ZERO_FILE=/var/tmp/k4w-zero
 # MiB left free while zero-filling, so services writing meanwhile do not hit a full disk.

@@ -3,7 +3,7 @@
 # enabled WITHOUT the hypervisor. Packer reboots the guest right after this step (restart marker).
 #
 # Why Hyper-V without its hypervisor: the build VM runs with nested virtualization off
-# (templates/packer/windows.json.j2, process isolation needs none). Install-WindowsFeature Hyper-V
+# (templates/packer/windows.pkr.hcl.j2, process isolation needs none). Install-WindowsFeature Hyper-V
 # first checks the CPU for virtualization support and refuses in such a VM. DISM's
 # /Enable-Feature Microsoft-Hyper-V /All skips that check, and disabling Microsoft-Hyper-V-Online
 # then keeps the hypervisor itself from starting, so the guest boots as before. What remains is the
@@ -15,7 +15,7 @@
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
 trap { Write-Host "k4w ERROR: $_"; Write-Host $_.InvocationInfo.PositionMessage; Write-Host $_.ScriptStackTrace; exit 1 }
-if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs inside the Packer build (templates/packer/windows.json.j2)' }
+if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs inside the Packer build (templates/packer/windows.pkr.hcl.j2)' }
 . $env:K4W_COMMON
 
 # DISM's exit code 3010: success, a restart is needed (the restart marker follows this step).

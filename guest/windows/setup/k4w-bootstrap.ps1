@@ -43,7 +43,7 @@ Get-NetConnectionProfile | Where-Object { $_.NetworkCategory -ne 'Private' -and 
 # 4. UAC remote restrictions: local administrators other than the built-in Administrator get a
 #    filtered (non-admin) token over the network unless LocalAccountTokenFilterPolicy=1 (Microsoft
 #    KB 951016, "User Account Control and remote restrictions"). Kept, because it is needed: the
-#    built-in Administrator is disabled when the build ends (templates/packer/windows.json.j2,
+#    built-in Administrator is disabled when the build ends (templates/packer/windows.pkr.hcl.j2,
 #    shutdown_command), so "vagrant" is the only account cluster-up administers the node with, and
 #    it needs its full token (kubeadm, services, HNS). What limits the exposure is that WinRM
 #    answers the Hyper-V host only (step 6) and vagrant's password is random per k4w installation.
@@ -64,7 +64,7 @@ Set-Item -Path 'WSMan:\localhost\Shell\MaxMemoryPerShellMB' -Value 2048
 Set-Item -Path 'WSMan:\localhost\MaxTimeoutms' -Value 1800000
 
 # 7. HTTPS listener (5986) for Packer and Vagrant, with a self-signed certificate
-#    (templates/packer/windows.json.j2 sets winrm_insecure, the Vagrantfiles ssl_peer_verification
+#    (templates/packer/windows.pkr.hcl.j2 sets winrm_insecure, the Vagrantfiles ssl_peer_verification
 #    false). winrm-scope.ps1 then opens 5986 on the management NIC from the host only and removes
 #    the HTTP listener Enable-PSRemoting made; the boot task k4w-winrm-scope re-applies it at every
 #    start (the NIC's name may differ in a VM made from the box). Done last: from here on Packer
