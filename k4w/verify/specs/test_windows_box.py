@@ -11,6 +11,7 @@ import json
 import pytest
 
 from k4w import derive_steps, profiles
+from k4w import patch_level as levels
 from k4w.verify import expect, reachability, winps, windows_queries as q
 from k4w.redact import redact
 
@@ -455,10 +456,10 @@ def test_release_file_records_the_running_patch_level(release, patch_level):
 def test_patch_level_reaches_the_profiles_cumulative_update(patch_level, profile):
     assert patch_level["build"] == int(profile.data.guest.os_build)
     minimum = expect.minimum_ubr(profile)
-    if minimum is not None:  # windows-1803 pins no update (README "Patching") and refuses no patch level
+    if minimum is not None:  # windows-1803 records no patch level (README "Patching") and refuses none
         assert patch_level["ubr"] >= minimum, (
             f"Windows is at {patch_level['build']}.{patch_level['ubr']}, below {patch_level['build']}.{minimum} "
-            f"that components.windows_update ({expect.component(profile, 'windows_update')}) brings")
+            f"that the profile's patch level ({levels.level(profile).origin}) brings")
 
 
 @pytest.mark.k4w_check("patch_level")
