@@ -331,6 +331,22 @@ def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
     assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
 
 
+@pytest.mark.k4w_check("winrm")
+def test_winrm_https_uses_a_key_made_on_this_machine(winrm):
+    # The build's shutdown_command deletes the bake's key, so a listener that works here runs on a key this
+    # VM made at its first boot (boot task k4w-winrm-cert, guest/windows/setup/winrm-cert.ps1), not one every
+    # VM from the box would share while Vagrant and Packer skip peer verification.
+    assert winrm["cert_task"], "boot task k4w-winrm-cert is missing: a VM from the box never makes its own WinRM key"
+    cert = winrm["cert"]
+    assert cert, "no HTTPS listener, so no WinRM certificate"
+    assert cert["in_store"] and cert["private_key"], (
+        f"the HTTPS listener is bound to {cert['thumbprint']}, which is not in LocalMachine\\My with its private key: "
+        "the box's key was deleted at the end of the build and no new one was made")
+    names = [str(n).upper() for n in winps.as_list(cert["names"])]
+    assert str(winrm["computer"]).upper() in names, (
+        f"the WinRM certificate names {names}, not this computer ({winrm['computer']}): it was not made here")
+
+
 @pytest.mark.k4w_check("accounts")
 def test_builtin_administrator_is_disabled(winrm):
     assert not winrm["administrator_enabled"], "the built-in Administrator (RID 500) is enabled: the build's shutdown_command disables it"
