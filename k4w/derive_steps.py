@@ -259,8 +259,9 @@ def _text(value) -> str:
     return str(value)
 
 
-# Component keys that document a value for people and the validators, never for a guest step.
-DOCUMENTATION_KEYS = ("checksum_source",)
+# Component keys that document a value for people and the validators, never for a guest step
+# (windows_update.released: the plan's age of the patch level, k4w/patch_level.py).
+DOCUMENTATION_KEYS = ("checksum_source", "released")
 # Component keys only the host reads: k4w.bake.fetch downloads `url` (or its mirror) and reads a
 # `sha256_url` into the host cache; the guest gets the file from the build media instead
 # (MEDIA_VARIABLES) and checks it against the digest the profile pins.

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from pathlib import Path
 
-from . import build_media, derive_steps, identities, iso, packer_hcl, registry, ui
+from . import build_media, derive_steps, identities, iso, packer_hcl, patch_level, registry, ui
 from .bake import fetch, gate, packer_cli
 from .cluster_model import RUNTIMES, Cluster
 from .profiles import Profile
@@ -19,7 +20,7 @@ def _image_tag(image: str | None) -> str | None:
     return tag if name and "/" not in tag else None
 
 
-def box_versions(profile: Profile) -> dict[str, str]:
+def box_versions(profile: Profile, today: dt.date | None = None) -> dict[str, str]:
     """What a box runs, as one plan row each: every value read from its profile, '-' when the
     profile pins nothing for it (a Linux box's CNI may come with its Kubernetes packages)."""
     data = profile.data
@@ -36,6 +37,9 @@ def box_versions(profile: Profile) -> dict[str, str]:
         "Flannel": str(flannel or "-"),
         "CNI plugins": str((components.get("cni") or {}).get("version") or "-"),
         "ISO": str(iso_info.get("name") or "-"),
+        # The level the box is baked at, build.UBR, and how old the update that is that UBR is: the pinned
+        # cumulative update's or, with none, the ISO's (k4w/patch_level.py; `invoke validate` holds it).
+        "patch level": level.describe(today or dt.date.today()) if (level := patch_level.level(profile)) else "-",
     }
 
 

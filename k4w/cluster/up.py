@@ -131,12 +131,7 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
             ui.say("==> up (dry run: machine states are not queried; a real run starts those not running)" if ctx.dry_run
                    else f"==> up (starting stopped machines: {', '.join(restarted)})", style="bold")
             S.step_up(ctx)
-    for key, due_after, step in REAPPLIED:
-        if ctx.state.done(due_after):
-            ui.say(f"==> {key} (re-applied on every run; unchanged where already in place)", style="bold")
-            step(ctx)
-            if not ctx.state.done(key):
-                ctx.state.mark(key, 0.0)
+    reapply(ctx, REAPPLIED)
     if finished:
         if restarted:
             S.step_ready(ctx)  # a restarted node is back only once it is Ready again
@@ -155,6 +150,16 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
         ctx.state.mark(key, ctx.clock.now() - started)
     finish(ctx)
     return ctx
+
+
+def reapply(ctx: S.Context, steps) -> None:
+    """Run each (step, due after, function) whose due-after step is recorded, idempotently, and record it."""
+    for key, due_after, step in steps:
+        if ctx.state.done(due_after):
+            ui.say(f"==> {key} (re-applied on every run; unchanged where already in place)", style="bold")
+            step(ctx)
+            if not ctx.state.done(key):
+                ctx.state.mark(key, 0.0)
 
 
 def finish(ctx: S.Context) -> None:
@@ -241,6 +246,12 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
     # The cluster is rebuilt on the VMs as they are now, so these become the recorded ones, even
     # if one was re-created outside cluster-up (the way out cluster-up names).
     S.record_vm_ids(ctx)
+    # The VMs run, but nothing says who started them: a `vagrant up` or `vagrant reload` typed by hand
+    # (or Hyper-V's own start after a host reboot through Vagrant) moved every NIC to the management
+    # switch (VagrantVM.psm1 Set-VagrantVMSwitch, hashicorp/vagrant v2.3.4). Put each cluster NIC back
+    # before any guest step, as cluster-up does; not the static IPs (cluster-ip): after a config change
+    # they are the new config's, and the reset still talks to the cluster that has the old ones.
+    reapply(ctx, [entry for entry in REAPPLIED if entry[0] == "cluster-nic"])
     workers = [m for m in ctx.cluster.machines if not m.is_master]
     if cluster.config.joins_existing:
         from . import existing

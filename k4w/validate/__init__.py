@@ -319,6 +319,11 @@ def windows_images(cluster: Cluster, out: Path) -> Result:
                         "windows_image_rules", cluster)
 
 
+def windows_patch_level(cluster: Cluster, out: Path) -> Result:
+    return _rule_module("Windows patch level", "a pinned cumulative update, or a dated reason, per serviced Windows build",
+                        "patch_rules", cluster)
+
+
 def cgroup_v2(cluster: Cluster, out: Path) -> Result:
     return _rule_module("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy",
                         "cgroup_rules", cluster, out)
@@ -501,6 +506,11 @@ def _would_check_windows_images(cluster: Cluster, out: Path, rendered: Collectio
             "guest.os_build (k4w/validate/facts/windows-images.yml)"]
 
 
+def _would_check_windows_patch_level(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each Windows box of a serviced build (k4w/validate/facts/windows-servicing.yml) pins "
+            "its cumulative update or a no_windows_update reason dated within the last 62 days"]
+
+
 def _would_check_cgroup_v2(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: each cgroup_v2_only box's cgroup drivers, its rendered files, the Ubuntu guest "
             f"scripts and {out / 'kubeadm' / 'kubeadm-config.yaml'} against the v2-only hierarchy"]
@@ -555,6 +565,7 @@ VALIDATORS: list[Validator] = [
     Validator(windows_preflight, _would_check_windows_preflight),
     Validator(cni_versions, _would_check_cni_versions),
     Validator(windows_images, _would_check_windows_images),
+    Validator(windows_patch_level, _would_check_windows_patch_level),
     Validator(cgroup_v2, _would_check_cgroup_v2),
     Validator(registry_mirrors, _would_check_registry_mirrors),
     Validator(containerd_config_versions, _would_check_containerd_config_versions),

@@ -17,7 +17,8 @@ while Packer waits for WinRM forever. These rules catch the classic mistakes bef
 - PlainText passwords, or encoded ones with the wrong suffix;
 - AutoLogon that logs on more than once, a FirstLogonCommand that is too long or expects a
   fixed drive letter for the Setup media;
-- proxy values that differ from the configuration (https copied from http, credentials).
+- proxy values that differ from the configuration (https copied from http, credentials);
+- Setup's Dynamic Update not switched off (Microsoft-Windows-Setup DynamicUpdate, windowsPE).
 
 Valid passes are from Microsoft's "Unattended Windows Setup Reference" (component pages).
 """
@@ -134,6 +135,7 @@ def check_unattend(xml_text: str, generation: int, image_index: int, proxy=None,
     problems += _check_disks(components, generation)
     problems += _check_image(components, image_index, image_name)
     problems += _check_product_key(components)
+    problems += _check_dynamic_update(components)
     problems += _check_passwords(root)
     problems += _check_auto_logon(components)
     problems += _check_commands(components)
@@ -325,6 +327,31 @@ def _check_product_key(components) -> list[str]:
             problems.append(f"{_where(pk)}: ProductKey/Key {key!r} is not a 25-character key; Setup stops on the key page (omit the element instead)")
         if _text(pk, "u:WillShowUI") not in ("OnError", "Never"):
             problems.append(f"{_where(pk)}: ProductKey/WillShowUI should be OnError, so Setup only asks when the key does not fit")
+    return problems
+
+
+def _check_dynamic_update(components) -> list[str]:
+    """Setup's Dynamic Update fetches Setup files, drivers and updates from Windows Update during the
+    windowsPE pass: unpinned content (the box's patch level is the pinned LCU's or the ISO's, DESIGN
+    "Boxes are patched at bake time where a pinned update exists"), through no proxy (WinPE has none
+    of ours) and with a timeout only Setup knows. "Unattended Windows Setup Reference",
+    Microsoft-Windows-Setup | DynamicUpdate: Enable true/false and WillShowUI Always/OnError/Never,
+    valid in windowsPE only. The reference calls false the default, but a default is what Setup decides
+    (setupconfig.ini and the media can change it); so the file says Enable=false and WillShowUI=Never."""
+    setup = _one(components, "windowsPE", "Microsoft-Windows-Setup")
+    if setup is None:
+        return ["windowsPE: no Microsoft-Windows-Setup component to switch Dynamic Update off in"]
+    updates = setup.findall("u:DynamicUpdate", {"u": NS})
+    if len(updates) != 1:
+        return [f"{_where(setup)}: {len(updates)} DynamicUpdate elements; one, with Enable false and WillShowUI Never, "
+                f"keeps Setup from fetching unpinned updates from Windows Update"]
+    problems = []
+    if _text(updates[0], "u:Enable") != "false":
+        problems.append(f"{_where(updates[0])}: DynamicUpdate/Enable is {_text(updates[0], 'u:Enable')!r}, not 'false': Setup "
+                        f"would fetch unpinned updates from Windows Update, past the proxy")
+    if _text(updates[0], "u:WillShowUI") != "Never":
+        problems.append(f"{_where(updates[0])}: DynamicUpdate/WillShowUI is {_text(updates[0], 'u:WillShowUI')!r}, not 'Never': "
+                        f"an unattended Setup must not stop on a Dynamic Update page")
     return problems
 
 

@@ -64,9 +64,12 @@ def release_document(profile: Profile) -> dict:
 
 def minimum_ubr(profile: Profile) -> int | None:
     """The patch level a Windows box must have reached: the UBR its pinned cumulative update brings
-    (components.windows_update.ubr); None for a box that pins none (windows-1803: README "Patching")."""
-    ubr = ((profile.data.get("components") or {}).get("windows_update") or {}).get("ubr")
-    return None if ubr is None else int(ubr)
+    (components.windows_update.ubr) or, with none pinned, its ISO's (iso.ubr: k4w/patch_level.py);
+    None for a box that records neither (windows-1803: README "Patching")."""
+    from ..patch_level import level
+
+    found = level(profile)
+    return None if found is None or found.ubr is None else int(found.ubr)
 
 
 def reported_version(output: str) -> str | None:

@@ -181,8 +181,9 @@ def folder_acls(paths: list[str]) -> str:
 
 def winrm_exposure() -> str:
     """What WinRM offers: its listeners, every enabled inbound allow rule for 5985/5986 with the
-    interfaces and remote addresses it admits, and whether the built-in Administrator (RID 500,
-    by SID: its name is localised) is enabled."""
+    interfaces and remote addresses it admits, whether the built-in Administrator (RID 500,
+    by SID: its name is localised) is enabled, and the HTTPS listener's certificate (is it in the
+    machine store with its private key, which names does it carry; guest/windows/setup/winrm-cert.ps1)."""
     return """$listeners = @(Get-ChildItem -Path 'WSMan:\\localhost\\Listener' | ForEach-Object {
   [string](@($_.Keys | Where-Object { $_ -like 'Transport=*' }) -join '')
 })
@@ -198,9 +199,23 @@ $rules = foreach ($f in (Get-NetFirewallPortFilter -PolicyStore ActiveStore)) {
   }
 }
 $admin = Get-LocalUser | Where-Object { $_.SID.Value -like 'S-1-5-21-*-500' }
+$https = @(Get-ChildItem -Path 'WSMan:\\localhost\\Listener' | Where-Object { $_.Keys -contains 'Transport=HTTPS' })
+$cert = $null
+if ($https) {
+  $thumb = [string](Get-Item -Path (Join-Path $https[0].PSPath 'CertificateThumbprint')).Value
+  $found = Get-ChildItem -Path 'Cert:\\LocalMachine\\My' | Where-Object { $_.Thumbprint -eq $thumb.Trim() } | Select-Object -First 1
+  $cert = [pscustomobject]@{
+    thumbprint = $thumb.Trim(); in_store = [bool]$found; private_key = [bool]($found -and $found.HasPrivateKey)
+    names = @(if ($found) { $found.DnsNameList | ForEach-Object { [string]$_.Unicode } })
+    friendly_name = [string]$(if ($found) { $found.FriendlyName })
+  }
+}
 [pscustomobject]@{
   listeners = $listeners
   rules = @($rules)
   administrator_enabled = [bool]$admin.Enabled
   scope_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-scope' -ErrorAction SilentlyContinue)
+  cert_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-cert' -ErrorAction SilentlyContinue)
+  computer = $env:COMPUTERNAME
+  cert = $cert
 }"""

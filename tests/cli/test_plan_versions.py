@@ -59,3 +59,22 @@ def test_plan_shows_the_2025_and_2604_boxes_of_the_modern_example(tmp_path):
     text = " ".join(result.stdout.split())
     assert "join Windows workers: worker-win (containerd -> kubelet; flanneld and kube-proxy as HostProcess DaemonSets)" in text
     assert "Windows node HostProcess DaemonSets; wait for master Ready" in text and "docker ->" not in text
+
+
+def test_plan_shows_each_windows_box_patch_level_with_its_age(tmp_path):
+    """build.UBR and the age of the update that is that UBR: the pinned LCU's (windows-2022) or, with none
+    pinned, the ISO's (windows-2025, 26100.32230 = KB5073379 of 2026-01-13)."""
+    import datetime as dt
+
+    from tests.helpers import ROOT
+
+    today = dt.date.today()
+    result = invoke("plan", "--config", str(ROOT / "examples" / "cluster-modern.yml"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    age = (today - dt.date(2026, 1, 13)).days
+    assert _versions(result.stdout)["patch level"] == ["-", f"26100.32230 (ISO, 2026-01-13, {age} days old)"]
+    cfg = write_config(tmp_path / "cluster.yml", modern_config())
+    result = invoke("plan", "--config", str(cfg), "--out", str(tmp_path / "out2"), env=MODERN_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    age = (today - dt.date(2026, 9, 8)).days
+    assert _versions(result.stdout)["patch level"] == ["-", f"20348.5622 (KB5122882, 2026-09-08, {age} days old)"]

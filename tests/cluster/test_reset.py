@@ -5,6 +5,7 @@ Flannel really created, flannel.<VNI> of the rendered net-conf."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -22,6 +23,7 @@ def running(tmp_path, monkeypatch):
     rendered = invoke("render", "--config", str(config), "--out", str(out))
     assert rendered.returncode == 0, rendered.stderr
     fake = VagrantOnPath(tmp_path, monkeypatch)
+    fake.host_powershell()   # the reset puts each cluster NIC back from the host first
     (fake.dir / "machines.json").write_text(json.dumps({n: "running" for n in ("master", "worker-linux", "worker-win")}))
     return config, out, fake
 
@@ -36,10 +38,18 @@ def test_reset_after_a_config_change_resets_instead_of_refusing(running):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "cluster reset: run `invoke cluster-up`" in result.stdout
     state = json.loads((out / "cluster-state.json").read_text())
-    assert list(state["steps"]) == ["up", "cluster-ip"]
+    # a state file from before the cluster-nic step: the reset attaches the NICs and records it, as cluster-up does
+    assert list(state["steps"]) == ["up", "cluster-ip", "cluster-nic"]
     assert state["digest"] == up_mod.artifacts_digest(out)   # cluster-up now resumes on the new config
     ran = [c["argv"][-1] for c in fake.calls() if c["argv"][0] in ("ssh", "winrm")]
     assert any("cluster-reset.sh" in command for command in ran) and any("cluster-reset.ps1" in command for command in ran)
+    # Someone may have started the VMs (a `vagrant up` or `reload` moves every NIC to the management switch):
+    # every cluster NIC is put back from the host before the first guest command.
+    calls = fake.calls()
+    first_guest = next(i for i, c in enumerate(calls) if c["argv"][0] in ("ssh", "winrm"))
+    attached = {re.search(r"-VMName '([^']+)'", c["stdin"]).group(1) for c in calls[:first_guest]
+                if c["argv"][0] == "powershell" and "cluster-nic.ps1" in c["stdin"]}
+    assert attached == {"k4w-master", "k4w-worker-linux", "k4w-worker-win"}
 
 
 def test_reset_removes_the_vxlan_link_of_the_rendered_vni(running):

@@ -281,6 +281,17 @@ class VagrantOnPath:
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         monkeypatch.setenv("FAKE_VAGRANT_DIR", str(self.dir))
         monkeypatch.setenv("FAKE_VAGRANT_LOG", str(self.log))
+        self._monkeypatch = monkeypatch
+
+    def host_powershell(self) -> None:
+        """Also answer for the Hyper-V host's PowerShell (k4w.cluster.network.HOST_POWERSHELL_ENV): each call is
+        recorded like Vagrant's, {"argv": ["powershell", ...], "stdin": the script}, and succeeds."""
+        exe = self.exe.parent / "powershell-fake"
+        exe.write_text(f"#!{sys.executable} -S\nimport json, os, sys\n"
+                       "entry = {'argv': ['powershell', *sys.argv[1:]], 'stdin': sys.stdin.read()}\n"
+                       "open(os.environ['FAKE_VAGRANT_LOG'], 'a', encoding='utf-8').write(json.dumps(entry) + '\\n')\n")
+        exe.chmod(0o755)
+        self._monkeypatch.setenv("K4W_HOST_POWERSHELL", str(exe))
 
     def _entries(self) -> list[dict]:
         return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.is_file() else []

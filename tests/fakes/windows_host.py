@@ -83,8 +83,12 @@ def _box_state(defect: str | None) -> dict:
         "release": "\ufeff" + json.dumps(release, indent=4),
         "patch_level": dict(PATCH_LEVEL),
         # What guest/windows/node/winrm-scope.ps1 and the build's shutdown_command leave.
+        # ... and guest/windows/setup/winrm-cert.ps1 at the VM's first boot: a key of its own, for its name.
         "winrm": {"listeners": ["Transport=HTTPS"], "administrator_enabled": False, "scope_task": True,
-                  "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Ethernet"], "remote": ["DefaultGateway"]}]},
+                  "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Ethernet"], "remote": ["DefaultGateway"]}],
+                  "cert_task": True, "computer": "WORKER-WIN",
+                  "cert": {"thumbprint": "0F" * 20, "in_store": True, "private_key": True, "names": ["WORKER-WIN"],
+                           "friendly_name": "k4w WinRM HTTPS"}},
         "proxy": {"winhttp": WINHTTP_DIRECT, "machine": {}, "docker_service": []},
         # 08-node-services.ps1's k4w-node-start action (Execute + ' ' + Arguments).
         "task_actions": [f"C:\\Windows\\System32\\WindowsPowerShell\\v1.0\\powershell.exe -NoProfile -NonInteractive "
@@ -124,9 +128,13 @@ def _box_state(defect: str | None) -> dict:
             state["patch_level"] = {**PATCH_LEVEL, "build": 17763}
             state["release"] = json.dumps({**release, "os": state["patch_level"]})
         elif name == "winrm_as_before":  # the bootstrap of before: HTTP listener, 5986 for any address, Administrator on
-            state["winrm"] = {"listeners": ["Transport=HTTP", "Transport=HTTPS"], "administrator_enabled": True, "scope_task": False,
+            state["winrm"] = {**state["winrm"], "listeners": ["Transport=HTTP", "Transport=HTTPS"], "administrator_enabled": True, "scope_task": False,
                               "rules": [{"name": "k4w-winrm-https", "ports": ["5986"], "interfaces": ["Any"], "remote": ["Any"]},
                                         {"name": "WINRM-HTTP-In-TCP", "ports": ["5985"], "interfaces": ["Any"], "remote": ["Any"]}]}
+        elif name == "winrm_key_from_the_box":  # the box's bake-time key: deleted by the shutdown, never replaced
+            state["winrm"] = {**state["winrm"], "cert_task": False,
+                              "cert": {**state["winrm"]["cert"], "in_store": False, "private_key": False, "names": [],
+                                       "friendly_name": ""}}
         elif name == "k_inherits":  # C:\k left with C:\'s ACL: Authenticated Users may modify kubelet.exe
             state["acl_inherits"] = [K, f"{K}\\kubelet.exe"]
         elif name == "stale_release":

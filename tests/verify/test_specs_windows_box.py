@@ -132,6 +132,14 @@ def test_a_box_with_winrm_open_to_everyone_fails_the_winrm_and_account_checks(ru
     assert "applies to every interface" in run.output and "admits remote addresses ['Any']" in run.output
 
 
+def test_a_vm_still_on_the_boxs_winrm_key_fails_the_key_check(run_windows_spec):
+    # The listener bound to the bake's certificate, which the build's shutdown deleted, and no boot task to make one.
+    run = run_windows_spec("winrm_key_from_the_box")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_winrm_https_uses_a_key_made_on_this_machine"]
+    assert "boot task k4w-winrm-cert is missing" in run.output
+
+
 def test_the_spec_expects_the_services_each_era_registers():
     # The containerd era's box registers the kubelet alone, after containerd; the seed era all three
     # in a chain after docker (k4w.derive_steps.node_services, the K4W_NODE_SERVICES of its bake).

@@ -43,7 +43,7 @@ Get-NetConnectionProfile | Where-Object { $_.NetworkCategory -ne 'Private' -and 
 # 4. UAC remote restrictions: local administrators other than the built-in Administrator get a
 #    filtered (non-admin) token over the network unless LocalAccountTokenFilterPolicy=1 (Microsoft
 #    KB 951016, "User Account Control and remote restrictions"). Kept, because it is needed: the
-#    built-in Administrator is disabled when the build ends (templates/packer/windows.pkr.hcl.j2,
+#    built-in Administrator is disabled when the build ends (templates/packer/windows.json.j2,
 #    shutdown_command), so "vagrant" is the only account cluster-up administers the node with, and
 #    it needs its full token (kubeadm, services, HNS). What limits the exposure is that WinRM
 #    answers the Hyper-V host only (step 6) and vagrant's password is random per k4w installation.
@@ -65,33 +65,34 @@ Set-Item -Path 'WSMan:\localhost\MaxTimeoutms' -Value 1800000
 
 # 7. HTTPS listener (5986) for Packer and Vagrant, with a self-signed certificate
 #    (templates/packer/windows.pkr.hcl.j2 sets winrm_insecure, the Vagrantfiles ssl_peer_verification
-#    false). winrm-scope.ps1 then opens 5986 on the management NIC from the host only and removes
-#    the HTTP listener Enable-PSRemoting made; the boot task k4w-winrm-scope re-applies it at every
-#    start (the NIC's name may differ in a VM made from the box). Done last: from here on Packer
-#    can connect.
-$friendlyName = 'k4w WinRM HTTPS'
-$cert = Get-ChildItem -Path 'Cert:\LocalMachine\My' | Where-Object { $_.FriendlyName -eq $friendlyName } | Select-Object -First 1
-if (-not $cert) {
-    $cert = New-SelfSignedCertificate -DnsName $env:COMPUTERNAME -CertStoreLocation 'Cert:\LocalMachine\My' `
-        -FriendlyName $friendlyName -NotAfter (Get-Date).AddYears(5)
-}
-$https = @(Get-ChildItem -Path 'WSMan:\localhost\Listener' | Where-Object { $_.Keys -contains 'Transport=HTTPS' })
-if (-not $https) {
-    New-Item -Path 'WSMan:\localhost\Listener' -Transport HTTPS -Address * -CertificateThumbPrint $cert.Thumbprint -Force | Out-Null
-}
+#    false). winrm-cert.ps1 makes the key and the listener; the build's shutdown_command deletes that
+#    key, and the boot task k4w-winrm-cert runs winrm-cert.ps1 at every start, so each VM made from the
+#    box makes a key of its own at its first boot (winrm-cert.ps1 says why). winrm-scope.ps1 then opens
+#    5986 on the management NIC from the host only and removes the HTTP listener Enable-PSRemoting
+#    made; the boot task k4w-winrm-scope re-applies it at every start (the NIC's name may differ in a
+#    VM made from the box). Done last: from here on Packer can connect.
 $nodeDir = 'C:\k'
-$scope = Join-Path $nodeDir 'winrm-scope.ps1'
 New-Item -ItemType Directory -Path $nodeDir -Force | Out-Null
+$certScript = Join-Path $nodeDir 'winrm-cert.ps1'
+Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-cert.ps1') -Destination $certScript -Force
+& $certScript
+if ($LASTEXITCODE -ne 0) { throw "winrm-cert.ps1 failed ($LASTEXITCODE)" }
+$scope = Join-Path $nodeDir 'winrm-scope.ps1'
 Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-scope.ps1') -Destination $scope -Force
 & $scope -RemoteScope $WinRmRemote
 if ($LASTEXITCODE -ne 0) { throw "winrm-scope.ps1 failed ($LASTEXITCODE)" }
-$taskName = 'k4w-winrm-scope'
-if (-not (Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue)) {
+$bootTasks = [ordered]@{
+    'k4w-winrm-cert'  = @($certScript, 'k4w: a WinRM HTTPS key of this machine (a VM from the box makes its own at first boot)')
+    'k4w-winrm-scope' = @($scope, 'k4w: WinRM HTTPS from the Hyper-V host only, on the management NIC')
+}
+foreach ($taskName in $bootTasks.Keys) {
+    if (Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue) { continue }
+    $taskScript, $description = $bootTasks[$taskName]
     $action = New-ScheduledTaskAction -Execute "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe" `
-        -Argument "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$scope`""
+        -Argument "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$taskScript`""
     $principal = New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest
     Register-ScheduledTask -TaskName $taskName -Action $action -Trigger (New-ScheduledTaskTrigger -AtStartup) `
-        -Principal $principal -Description 'k4w: WinRM HTTPS from the Hyper-V host only, on the management NIC' | Out-Null
+        -Principal $principal -Description $description | Out-Null
 }
 Write-K4wStep "bootstrap done: WinRM HTTPS listening on 5986 for the management NIC's $WinRmRemote"
 Stop-Transcript | Out-Null

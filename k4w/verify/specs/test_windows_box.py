@@ -11,6 +11,7 @@ import json
 import pytest
 
 from k4w import derive_steps, profiles
+from k4w import patch_level as levels
 from k4w.verify import expect, reachability, winps, windows_queries as q
 from k4w.redact import redact
 
@@ -330,6 +331,22 @@ def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
     assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
 
 
+@pytest.mark.k4w_check("winrm")
+def test_winrm_https_uses_a_key_made_on_this_machine(winrm):
+    # The build's shutdown_command deletes the bake's key, so a listener that works here runs on a key this
+    # VM made at its first boot (boot task k4w-winrm-cert, guest/windows/setup/winrm-cert.ps1), not one every
+    # VM from the box would share while Vagrant and Packer skip peer verification.
+    assert winrm["cert_task"], "boot task k4w-winrm-cert is missing: a VM from the box never makes its own WinRM key"
+    cert = winrm["cert"]
+    assert cert, "no HTTPS listener, so no WinRM certificate"
+    assert cert["in_store"] and cert["private_key"], (
+        f"the HTTPS listener is bound to {cert['thumbprint']}, which is not in LocalMachine\\My with its private key: "
+        "the box's key was deleted at the end of the build and no new one was made")
+    names = [str(n).upper() for n in winps.as_list(cert["names"])]
+    assert str(winrm["computer"]).upper() in names, (
+        f"the WinRM certificate names {names}, not this computer ({winrm['computer']}): it was not made here")
+
+
 @pytest.mark.k4w_check("accounts")
 def test_builtin_administrator_is_disabled(winrm):
     assert not winrm["administrator_enabled"], "the built-in Administrator (RID 500) is enabled: the build's shutdown_command disables it"
@@ -455,10 +472,10 @@ def test_release_file_records_the_running_patch_level(release, patch_level):
 def test_patch_level_reaches_the_profiles_cumulative_update(patch_level, profile):
     assert patch_level["build"] == int(profile.data.guest.os_build)
     minimum = expect.minimum_ubr(profile)
-    if minimum is not None:  # windows-1803 pins no update (README "Patching") and refuses no patch level
+    if minimum is not None:  # windows-1803 records no patch level (README "Patching") and refuses none
         assert patch_level["ubr"] >= minimum, (
             f"Windows is at {patch_level['build']}.{patch_level['ubr']}, below {patch_level['build']}.{minimum} "
-            f"that components.windows_update ({expect.component(profile, 'windows_update')}) brings")
+            f"that the profile's patch level ({levels.level(profile).origin}) brings")
 
 
 @pytest.mark.k4w_check("patch_level")

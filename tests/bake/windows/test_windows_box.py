@@ -137,16 +137,17 @@ def test_the_bootstrap_is_on_the_setup_media_it_is_looked_for_by_name(render_win
     builder = rendered.packer["builders"][0]
     media = builder["cd_files"] if generation == 2 else builder["floppy_files"]
     setup = [p for p in media if not p.endswith("/components/*")]
-    # winrm-scope.ps1: the bootstrap scopes WinRM to the host with it before Packer connects
-    assert {Path(p).name for p in setup} == {"Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1"}
+    # winrm-scope.ps1: the bootstrap scopes WinRM to the host with it before Packer connects;
+    # winrm-cert.ps1: it makes the HTTPS listener and its key
+    assert {Path(p).name for p in setup} == {"Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1", "winrm-cert.ps1"}
     assert "Join-Path $_.Root 'k4w-bootstrap.ps1'" in rendered.unattend
     bootstrap = (GUEST / "setup" / "k4w-bootstrap.ps1").read_text()
     assert ". (Join-Path $PSScriptRoot 'common.ps1')" in bootstrap
     # The parameters the answer file passes exist in the script.
     for name in ("HttpProxy", "HttpsProxy", "NoProxy"):
         assert f"[string]${name} = ''" in bootstrap
-    # Packer may connect as soon as the HTTPS listener exists: it must be the last step.
-    assert bootstrap.index("Transport HTTPS") > max(bootstrap.index(s) for s in (
+    # Packer may connect as soon as the HTTPS listener exists (winrm-cert.ps1 makes it): it must be the last step.
+    assert bootstrap.index("& $certScript") > max(bootstrap.index(s) for s in (
         "Set-K4wSystemProxy", "Set-NetConnectionProfile", "LocalAccountTokenFilterPolicy", "PasswordNeverExpires"))
 
 

@@ -123,7 +123,7 @@ def test_gen2_boots_uefi_with_secure_boot_and_setup_files_on_cd(render_windows):
     assert "floppy_files" not in builder  # Gen2 has no floppy controller
     names = [Path(p).name for p in builder["cd_files"]]
     # The setup files, then the box's verified downloads that build-* stages (k4w/build_media.py).
-    assert names == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1", "*"]
+    assert names == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1", "winrm-cert.ps1", "*"]
     assert builder["cd_files"][-1] == f"{rendered.out}/http/{BOX}/components/*"
 
 
@@ -132,7 +132,8 @@ def test_gen1_has_no_secure_boot_and_uses_a_floppy(render_windows):
     builder = rendered.packer["builders"][0]
     assert builder["generation"] == 1
     assert not {"enable_secure_boot", "secure_boot_template"} & set(builder)
-    assert [Path(p).name for p in builder["floppy_files"]] == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1"]
+    assert [Path(p).name for p in builder["floppy_files"]] == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1",
+                                                             "winrm-cert.ps1"]
     # The downloads are too big for a floppy: Gen1 gets a CD for them alone.
     assert builder["cd_files"] == [f"{rendered.out}/http/{BOX}/components/*"]
 

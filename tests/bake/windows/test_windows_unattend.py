@@ -205,6 +205,18 @@ BROKEN = {
         lambda x: _break(x, "<AcceptEula>true</AcceptEula>", "<AcceptEula>true</AcceptEula><ProductKey><Key></Key><WillShowUI>Always</WillShowUI></ProductKey>"),
         "is not a 25-character key",
     ),
+    "Dynamic Update left on": (
+        lambda x: _break(x, "<Enable>false</Enable>", "<Enable>true</Enable>"),
+        "DynamicUpdate/Enable is 'true', not 'false'",
+    ),
+    "Dynamic Update may show its page": (
+        lambda x: _break(x, "<WillShowUI>Never</WillShowUI>\n      </DynamicUpdate>", "<WillShowUI>OnError</WillShowUI>\n      </DynamicUpdate>"),
+        "DynamicUpdate/WillShowUI is 'OnError', not 'Never'",
+    ),
+    "Dynamic Update left to Setup's default": (
+        lambda x: re.sub(r"<DynamicUpdate>.*?</DynamicUpdate>", "", x, flags=re.S),
+        "0 DynamicUpdate elements",
+    ),
     "credentials in the answer file": (
         lambda x: _break(x, "<FullName>k4w</FullName>", "<FullName>http://u:p@proxy:3128</FullName>"),
         "user:password@ credentials",

@@ -1,0 +1,60 @@
+"""No two VMs share a WinRM TLS key (Packer and Vagrant skip peer verification, so the key is what
+tells one listener from another): the bake's key leaves with the build's last command, and every VM
+makes its own at first boot. Held over the rendered template and every Windows guest script."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from k4w.sources import REPO_ROOT as ROOT
+
+GUEST = ROOT / "guest" / "windows"
+
+CERT_SCRIPT = GUEST / "setup" / "winrm-cert.ps1"
+BOOTSTRAP = GUEST / "setup" / "k4w-bootstrap.ps1"
+
+
+def _friendly_name() -> str:
+    return re.search(r"\$FriendlyName = '([^']+)'", CERT_SCRIPT.read_text()).group(1)
+
+
+def test_only_winrm_cert_makes_a_certificate_or_an_https_listener():
+    """The class: a script that made its own certificate or listener would bring back a key the
+    shutdown does not know to delete, or one no boot replaces."""
+    makers = []
+    for script in sorted(GUEST.rglob("*.ps1")):
+        text = script.read_text(encoding="utf-8-sig")
+        if re.search(r"New-SelfSignedCertificate|-Transport\s+HTTPS|CertificateThumbPrint\s", text, re.I):
+            makers.append(script.relative_to(GUEST).as_posix())
+    assert makers == ["setup/winrm-cert.ps1"]
+
+
+@pytest.mark.parametrize("generation", [1, 2])
+def test_the_build_deletes_the_bake_key_before_it_shuts_down(render_windows, generation):
+    command = render_windows(generation).packer["builders"][0]["shutdown_command"]
+    name = _friendly_name()
+    assert f"$_.FriendlyName -eq '{name}'" in command
+    assert "Remove-Item -Path $c.PSPath -DeleteKey" in command  # the private key goes with the certificate
+    assert "throw 'no k4w WinRM HTTPS certificate to delete'" in command  # none found: no shutdown, the build fails
+    assert command.index("-DeleteKey") < command.index("shutdown.exe")
+    assert command.index("$ErrorActionPreference = 'Stop'") < command.index("-DeleteKey")
+
+
+def test_every_boot_makes_a_key_when_the_listener_has_none_of_this_machine():
+    text = CERT_SCRIPT.read_text()
+    # The listener's certificate must be in the machine store with its private key and name this computer;
+    # otherwise a new key is made here, the listener rebound, and the other k4w certificates deleted.
+    assert "$_.Thumbprint -eq $bound.Trim() -and $_.HasPrivateKey" in text
+    assert "$names -contains $env:COMPUTERNAME" in text
+    keep = text.index("exit 0\n")
+    assert keep < text.index("New-SelfSignedCertificate") < text.index("-CertificateThumbPrint $new.Thumbprint")
+    assert text.index("-CertificateThumbPrint $new.Thumbprint") < text.index("-DeleteKey")
+
+
+def test_the_bootstrap_registers_the_key_as_a_startup_task_of_system():
+    text = BOOTSTRAP.read_text()
+    assert "'k4w-winrm-cert'  = @($certScript," in text
+    assert "New-ScheduledTaskTrigger -AtStartup" in text and "-UserId 'SYSTEM'" in text
+    assert "Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-cert.ps1') -Destination $certScript" in text
