@@ -346,6 +346,11 @@ PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 # Below them, what must inherit that ACL and nothing else: what kubeadm join and the kubelet write,
 # and a binary the kubelet service runs as LocalSystem.
 ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
+# Opened to pods, and only to them (protect-node-folders.ps1 says why): the kubelet's pod folder
+# inherits C:\var's ACL and adds Authenticated Users modify, inheritable, so a process-isolated
+# container (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
+CONTAINER_FOLDERS = ("C:\\var\\lib\\kubelet\\pods",)
+AUTHENTICATED_USERS_SID = "S-1-5-11"
 # containerd creates its root and state itself with SYSTEM + Administrators only
 # (containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
 # cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
@@ -380,6 +385,32 @@ def test_node_folders_are_system_and_administrators_only(host, profile):
     rows = {r["path"]: r for r in winps.as_list(_query(host, q.folder_acls(paths), "folder ACLs"))}
     problems = [p for path in paths for p in _acl_problems(rows[path], protected=path in PROTECTED_FOLDERS + CONTAINERD_FOLDERS)]
     assert not problems, "node folders another local account can read or write: " + "; ".join(problems)
+
+
+def _container_acl_problems(row: dict) -> list[str]:
+    """What keeps a pod folder from inheriting the locked ACL plus exactly the containers' grant."""
+    if not row["exists"]:
+        return [f"{row['path']} does not exist"]
+    problems = [] if not row["protected"] else ["does not inherit C:\\var's ACL"]
+    if row["owner"] not in ADMIN_ONLY:
+        problems.append(f"is owned by {row['owner']}")
+    rules = winps.as_list(row["rules"])
+    inherited = sorted({r["sid"] for r in rules if r["inherited"] and r["type"] == "Allow"} - ADMIN_ONLY)
+    if inherited:
+        problems.append(f"inherits access for {', '.join(inherited)}")
+    explicit = [(r["sid"], r["type"], r["rights"], r["inheritance"], r["propagation"]) for r in rules if not r["inherited"]]
+    wanted = [(AUTHENTICATED_USERS_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "None")]
+    if explicit != wanted:
+        problems.append(f"has the explicit ACEs {explicit}, not only Authenticated Users' inheritable modify "
+                        "(a Nano Server pod, ContainerUser, could not read its token or write its emptyDir)")
+    return [f"{row['path']} {p}" for p in problems]
+
+
+@pytest.mark.k4w_check("folder_acls")
+def test_pod_volumes_are_open_to_containers_and_nothing_else_is(host):
+    rows = winps.as_list(_query(host, q.folder_acls(list(CONTAINER_FOLDERS)), "pod folder ACLs"))
+    problems = [p for row in rows for p in _container_acl_problems(row)]
+    assert not problems, "pod volume folders containers cannot use: " + "; ".join(problems)
 
 
 # ------------------------------------------------------------------ proxy
