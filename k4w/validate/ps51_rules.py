@@ -26,6 +26,7 @@ Sources of the differences (one line each, the rule names them):
   is appended to (-Append, read by people) may be UTF-8 with its one BOM.
 - ps6-parameter / ps6-variable: parameters and automatic variables that 5.1 does not have.
 - function-output: not a 5.1 difference, the same kind of silent trap (see its section below).
+- defender-process-path: not a 5.1 difference either: what a script tells Defender (its section).
 """
 
 from __future__ import annotations
@@ -549,6 +550,86 @@ def function_output_findings(roots: dict) -> dict:
     return found
 
 
+# ------------------------------------------------------------------ Defender process exclusions
+# Add-MpPreference/Set-MpPreference -ExclusionProcess with a file name alone excludes every process
+# of that name, in any folder, a pod's too; with a full path only that program (Microsoft, "Configure
+# exclusions for files opened by processes"). So every program that reaches -ExclusionProcess must
+# be joined onto one of k4w's node folders: K4W_NODE_DIR (C:\k) or the runtime's folder under
+# $env:ProgramFiles, each of which only SYSTEM and Administrators may write.
+_DEFENDER_CMDLETS = {"add-mppreference", "set-mppreference"}
+_NODE_FOLDER_SOURCES = ("k4w_node_dir", "$env:programfiles")
+
+
+def _assignments(root) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for node in _walk(root):
+        if node.type == "assignment_expression":
+            value = [c for c in node.children if c.type != "comment"][-1]   # a trailing comment is a child too
+            found.setdefault(_text(node.children[0]).strip().lower(), []).append(value)
+    return found
+
+
+def _under_node_folder(node, assignments: dict, depth: int = 0) -> bool:
+    """True when an expression is, or is assigned from, one of the node folders' sources."""
+    text = _text(node).lower()
+    if any(source in text for source in _NODE_FOLDER_SOURCES):
+        return True
+    if depth > 3:
+        return False
+    names = {_text(v).lower() for v in _walk(node) if v.type == "variable"}
+    return any(_under_node_folder(value, assignments, depth + 1) for name in names for value in assignments.get(name, []))
+
+
+def _programs_reaching(node, assignments: dict, depth: int = 0, seen=None):
+    """Every string literal naming a program (.exe) in the expression or what its variables hold."""
+    seen = set() if seen is None else seen
+    for literal in (n for n in _walk(node) if n.type in ("string_literal", "expandable_string_literal", "generic_token")):
+        if _text(literal).strip("'\"").lower().endswith(".exe"):
+            yield literal
+    if depth > 3:
+        return
+    for variable in {_text(v).lower() for v in _walk(node) if v.type == "variable"} - seen:
+        seen.add(variable)
+        for value in assignments.get(variable, []):
+            yield from _programs_reaching(value, assignments, depth + 1, seen)
+
+
+def _join_path_parent(literal):
+    """The parent path of the Join-Path whose child this literal is, or None."""
+    command = literal.parent
+    while command is not None and command.type != "command":
+        command = command.parent
+    if command is None or _command_name(command) != "join-path":
+        return None
+    elements = [e for e in _elements(command) if e.type not in ("command_parameter", "redirection")]
+    if len(elements) != 2 or not (elements[1].start_byte <= literal.start_byte < elements[1].end_byte):
+        return None
+    return elements[0]
+
+
+def _defender_process_path(root, functions: set[str]) -> list[Finding]:
+    findings = []
+    assignments = None
+    for command in (n for n in _walk(root) if n.type == "command"):
+        if _command_name(command) not in _DEFENDER_CMDLETS:
+            continue
+        elements = _elements(command)
+        for i, element in enumerate(elements):
+            if element.type != "command_parameter" or _text(element).lower().rstrip(":") != "-exclusionprocess":
+                continue
+            if i + 1 >= len(elements):
+                continue
+            assignments = assignments if assignments is not None else _assignments(root)
+            for literal in _programs_reaching(elements[i + 1], assignments):
+                parent = _join_path_parent(literal)
+                if parent is None or not _under_node_folder(parent, assignments):
+                    findings.append(_at(literal, "defender-process-path",
+                                        f"{_text(literal)} reaches -ExclusionProcess without a node folder: Defender would "
+                                        "exclude every process of that name, in any folder (a pod's too); "
+                                        "write Join-Path $nodeDir (K4W_NODE_DIR) or a folder under $env:ProgramFiles"))
+    return findings
+
+
 RULES = {
     "exitcode-without-handle": _exitcode_without_handle,
     "web-request-basic-parsing": _web_request_basic_parsing,
@@ -559,6 +640,7 @@ RULES = {
     "file-encoding": _file_encoding,
     "ps6-parameter": _ps6_parameter,
     "ps6-variable": _ps6_variable,
+    "defender-process-path": _defender_process_path,
 }
 
 

@@ -79,7 +79,8 @@ def _box_state(defect: str | None) -> dict:
                       "protocol": p, "ports": [port]} for n, p, port in FIREWALL],
         "profiles": [{"name": n, "enabled": "True"} for n in ("Domain", "Private", "Public")],
         "defender": {"installed": True, "paths": ["C:\\ProgramData\\docker", K],
-                     "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
+                     "processes": ["C:\\Program Files\\docker\\dockerd.exe", f"{K}\\kubelet.exe", f"{K}\\kube-proxy.exe",
+                                   f"{K}\\flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
         "patch_level": dict(PATCH_LEVEL),
         # What guest/windows/node/winrm-scope.ps1 and the build's shutdown_command leave.
@@ -129,6 +130,8 @@ def _box_state(defect: str | None) -> dict:
                                         {"name": "WINRM-HTTP-In-TCP", "ports": ["5985"], "interfaces": ["Any"], "remote": ["Any"]}]}
         elif name == "k_inherits":  # C:\k left with C:\'s ACL: Authenticated Users may modify kubelet.exe
             state["acl_inherits"] = [K, f"{K}\\kubelet.exe"]
+        elif name == "defender_bare_names":  # 10-defender-exclusions.ps1 as it was: processes by name alone
+            state["defender"]["processes"] = state["defender"]["processes"] + ["kubelet.exe"]
         elif name == "pods_locked":  # the pod folder as locked as the rest of C:\var: ContainerUser is denied
             state["pods_locked"] = True
         elif name == "stale_release":

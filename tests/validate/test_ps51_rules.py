@@ -42,6 +42,12 @@ CASES = {
     "ps6-variable": (
         "if ($IsWindows) { Write-Output 'windows' }\n",
         "if ($env:OS -eq 'Windows_NT') { Write-Output 'windows' }\n"),
+    # Not a 5.1 difference: a process excluded by name alone is excluded in any folder, a pod's too.
+    "defender-process-path": (
+        "$processes = @('kubelet.exe', 'kube-proxy.exe')\nAdd-MpPreference -ExclusionProcess $processes\n",
+        "$nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'\n"
+        "$processes = @((Join-Path $nodeDir 'kubelet.exe'), (Join-Path $nodeDir 'kube-proxy.exe'))\n"
+        "Add-MpPreference -ExclusionProcess $processes\n"),
 }
 
 
@@ -223,3 +229,19 @@ def test_a_library_function_assigned_in_another_script_is_checked_in_the_library
     found = ps51_rules.check_files([library, script])
     assert found[script] == []
     assert [f.split(" [")[1].split("]")[0] for f in found[library]] == ["function-output"]
+
+
+@pytest.mark.parametrize("text", [
+    "Add-MpPreference -ExclusionProcess 'kubelet.exe'\n",                        # a literal
+    "Set-MpPreference -ExclusionProcess @('C:\\k\\kubelet.exe', 'flanneld.exe')\n",  # one of two
+    "$d = 'C:\\Temp'\nAdd-MpPreference -ExclusionProcess (Join-Path $d 'kubelet.exe')\n",   # not a node folder
+    "$all = @{ x = @('containerd.exe') }\n$p = $all['x']\nAdd-MpPreference -ExclusionProcess $p\n",  # through a hashtable
+])
+def test_every_process_exclusion_outside_the_node_folders_is_caught(text):
+    assert "defender-process-path" in _rules(text)
+
+
+def test_the_defender_step_names_every_process_by_its_full_path():
+    script = ROOT / "guest" / "windows" / "bake" / "10-defender-exclusions.ps1"
+    assert ps51_rules.check_text(script.read_text()) == []
+    assert "-ExclusionProcess" in script.read_text()

@@ -43,10 +43,15 @@ NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
 FIREWALL_PORTS = (("TCP", "10250"), ("UDP", "4789"), ("TCP", "30000-32767"), ("UDP", "30000-32767"))
 FIREWALL_PROFILES = ("Domain", "Private", "Public")
 # Defender exclusions (ptylenda/kubernetes-for-windows@71843a4 README.md, "Additional notes about
-# windows performance"): Docker's data root, C:\k and the node processes, so real-time scanning
-# does not stall image extraction.
-DEFENDER_PATHS = ("C:\\ProgramData\\docker", K_DIR)
-DEFENDER_PROCESSES = ("dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe")
+# windows performance"): the runtime's data root, C:\k and the node processes, so real-time scanning
+# does not stall image extraction. Processes by full path (10-defender-exclusions.ps1 says why): a
+# name alone would exclude a program of that name in any folder, a pod's too.
+DEFENDER_PATHS = {"docker": ("C:\\ProgramData\\docker", K_DIR),
+                  "containerd": ("C:\\ProgramData\\containerd", "C:\\Program Files\\containerd", K_DIR)}
+_NODE_PROCESSES = tuple(f"{K_DIR}\\{name}" for name in ("kubelet.exe", "kube-proxy.exe", "flanneld.exe"))
+DEFENDER_PROCESSES = {"docker": ("C:\\Program Files\\docker\\dockerd.exe", *_NODE_PROCESSES),
+                      "containerd": ("C:\\Program Files\\containerd\\containerd.exe",
+                                     "C:\\Program Files\\containerd\\containerd-shim-runhcs-v1.exe", *_NODE_PROCESSES)}
 # Kubernetes node binaries in C:\k (kubernetes-node-windows-amd64.tar.gz) and how each reports
 # its version; all must be kubernetes.version.
 KUBE_BINARIES = {
@@ -280,7 +285,8 @@ def test_firewall_profiles_enabled(host):
 
 
 @pytest.mark.k4w_check("defender")
-def test_defender_exclusions(host):
+def test_defender_exclusions(host, profile):
+    runtime = "containerd" if "containerd" in expect.components(profile) else "docker"
     found = _query(host, q.defender_exclusions(), "Defender preferences")
     if not found["installed"]:
         # 10-defender-exclusions.ps1: no Defender means no real-time scan to exclude from; that
@@ -288,8 +294,10 @@ def test_defender_exclusions(host):
         return
     paths = {p.lower().rstrip("\\") for p in winps.as_list(found["paths"])}
     processes = {p.lower() for p in winps.as_list(found["processes"])}
-    missing = [p for p in DEFENDER_PATHS if p.lower() not in paths] + [p for p in DEFENDER_PROCESSES if p.lower() not in processes]
+    missing = [p for p in DEFENDER_PATHS[runtime] if p.lower() not in paths] + [p for p in DEFENDER_PROCESSES[runtime] if p.lower() not in processes]
     assert not missing, f"Defender exclusions missing: {missing}"
+    bare = sorted(p for p in processes if "\\" not in p)
+    assert not bare, f"Defender excludes processes by name alone, in any folder (a pod's too): {bare}"
 
 
 # ------------------------------------------------------------------ WinRM and accounts
