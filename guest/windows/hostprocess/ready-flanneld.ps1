@@ -6,10 +6,12 @@
 .DESCRIPTION
   flanneld writes its subnet file only after it holds the node's lease and its backend has
   registered the network, which on Windows creates (or adopts) the HNS overlay network
-  (flannel-io/flannel v0.28.10 main.go: be.RegisterNetwork, then sm.HandleSubnetFile; the file is
-  rewritten on every start). So a subnet file written after the running flanneld.exe started says
-  both, for this run: a file left from an earlier run or boot (C:\run is a folder on disk, not a
-  tmpfs) is older than the process.
+  (flannel-io/flannel v0.28.10, module zip h1:jt+uW6XVV01MBb3YFahG7Ue9UE3W6zlNlJMf3JtdcXI=: main.go
+  calls be.RegisterNetwork, whose pkg/backend/vxlan/vxlan_windows.go acquires the lease and creates
+  the VXLAN HNS network, before sm.HandleSubnetFile; pkg/subnet/writefile_windows.go writes it with
+  os.WriteFile, so every start rewrites it). So a subnet file written after the running flanneld.exe
+  started says both, for this run: a file left from an earlier run or boot (C:\run is a folder on
+  disk, not a tmpfs) is older than the process.
   The kubelet runs this every periodSeconds in a new powershell.exe, so it stays cheap: two file
   and process lookups. It asks HNS nothing (that needs vmcompute.dll through Add-Type, which
   compiles C# on every load: hostprocess_rules' probe-add-type check keeps probes free of it).
