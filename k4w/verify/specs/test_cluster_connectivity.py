@@ -94,6 +94,9 @@ def endpoints(kubectl, cluster_cfg, k4w, os_label, proxy):
 
     _wait_namespace_gone(kubectl)
     if demo:
+        # The demo's finished volume-check Pod: apply cannot change a Pod's spec (a box with another
+        # Nano Server image), so it goes first; the spec runs its own copy in its namespace.
+        kubectl.run("delete", "pod", "-n", demo.namespace, wl.VOLUME_CHECK, "--ignore-not-found", check=False)
         kubectl.apply_file(demo.manifest)  # idempotent: cluster-up deployed it already
     kubectl.apply(wl.objects(os_label, windows_image, demo, volume_check))
     try:
