@@ -116,15 +116,24 @@ class Cluster:
         "Windows container version compatibility"), so a 2022 node cannot run the 1803 image. None
         without a Windows node; a cluster whose Windows boxes pull different images is refused,
         since the one demo Deployment could then run on only some of its nodes."""
+        return self._windows_image("servercore", "Server Core")
+
+    @property
+    def windows_nanoserver_image(self) -> str | None:
+        """The Nano Server image of the demo's volume check (images.nanoserver, pre-pulled by the
+        box like Server Core): its default user is ContainerUser, not an administrator."""
+        return self._windows_image("nanoserver", "Nano Server")
+
+    def _windows_image(self, key: str, what: str) -> str | None:
         images = {}
         for node in self.config.nodes:
             prof = self.profile(node.box)
-            image = (prof.data.get("images") or {}).get("servercore") if prof.is_windows else None
-            if image:  # a Windows profile without one fails its build (K4W_IMAGE_SERVERCORE) instead
+            image = (prof.data.get("images") or {}).get(key) if prof.is_windows else None
+            if image:  # a Windows profile without one fails its build (K4W_IMAGE_SERVERCORE/NANOSERVER) instead
                 images.setdefault(image, []).append(node.name)
         if len(images) > 1:
             listed = "; ".join(f"{image} on {', '.join(nodes)}" for image, nodes in images.items())
-            raise K4wError(f"cluster {self.config.cluster.name}: the Windows nodes use boxes with different Server Core "
+            raise K4wError(f"cluster {self.config.cluster.name}: the Windows nodes use boxes with different {what} "
                            f"images ({listed}); the demo workload needs one: give every Windows node the same box")
         return next(iter(images), None)
 

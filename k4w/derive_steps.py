@@ -75,6 +75,8 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_OS_BUILD": FromProfile("guest.os_build", (WINDOWS,)),
     "K4W_IMAGE_SERVERCORE": FromProfile("images.servercore", (WINDOWS,)),
     "K4W_IMAGE_NANOSERVER": FromProfile("images.nanoserver", (WINDOWS,)),
+    # The HostProcess DaemonSets' base image (containerd era), pre-pulled like the others.
+    "K4W_IMAGE_HOSTPROCESS": FromProfile("hostprocess.image", (WINDOWS,)),
     "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image"),
     "K4W_KUBE_CRI_SOCKET": FromProfile("kubernetes.cri_socket", (UBUNTU,)),
     # For the containerd era: the runtime's endpoint and the CNI folders (which runtime a box has is

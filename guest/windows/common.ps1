@@ -264,13 +264,13 @@ function ConvertTo-K4wWinHttpBypass {
         if ($entry -match '^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})/(\d{1,2})$') {
             $octets = @([int]$Matches[1], [int]$Matches[2], [int]$Matches[3], [int]$Matches[4])
             $prefix = [int]$Matches[5]
-            if ($prefix -ge 32) { $out.Add(($octets -join '.')); continue }
+            if ($prefix -ge 32) { [void]$out.Add(($octets -join '.')); continue }
             # Widen to the enclosing octet boundary and list every value of the partial octet.
             $whole = [math]::Floor($prefix / 8)
             $bits = $prefix - 8 * $whole
-            if ($whole -eq 0 -and $bits -eq 0) { $out.Add('*'); continue }
+            if ($whole -eq 0 -and $bits -eq 0) { [void]$out.Add('*'); continue }
             if ($bits -eq 0) {
-                $out.Add((($octets[0..($whole - 1)] + '*') -join '.'))
+                [void]$out.Add((($octets[0..($whole - 1)] + '*') -join '.'))
                 continue
             }
             $span = [int][math]::Pow(2, 8 - $bits)
@@ -278,15 +278,15 @@ function ConvertTo-K4wWinHttpBypass {
             # @(...) around the if: an if that yields an empty array would otherwise give $null.
             $head = @(if ($whole -gt 0) { $octets[0..($whole - 1)] })
             for ($i = 0; $i -lt $span; $i++) {
-                $out.Add((($head + ($first + $i) + '*') -join '.'))
+                [void]$out.Add((($head + ($first + $i) + '*') -join '.'))
             }
         } elseif ($entry.StartsWith('.')) {
-            $out.Add("*$entry")
+            [void]$out.Add("*$entry")
         } else {
-            $out.Add($entry)
+            [void]$out.Add($entry)
         }
     }
-    $out.Add('<local>')
+    [void]$out.Add('<local>')
     return (@($out | Select-Object -Unique) -join ';')
 }
 
@@ -443,10 +443,10 @@ function Protect-K4wPrivateFile {
     # a file under Program Files inherits read access for BUILTIN\Users.
     param([Parameter(Mandatory = $true)][string]$Path)
     $acl = New-Object System.Security.AccessControl.FileSecurity
-    $acl.SetAccessRuleProtection($true, $false)
+    [void]$acl.SetAccessRuleProtection($true, $false)
     foreach ($sid in @('S-1-5-18', 'S-1-5-32-544')) {
         $identity = New-Object System.Security.Principal.SecurityIdentifier $sid
-        $acl.AddAccessRule((New-Object System.Security.AccessControl.FileSystemAccessRule $identity, 'FullControl', 'Allow'))
+        [void]$acl.AddAccessRule((New-Object System.Security.AccessControl.FileSystemAccessRule $identity, 'FullControl', 'Allow'))
     }
     Set-Acl -LiteralPath $Path -AclObject $acl
 }

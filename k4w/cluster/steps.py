@@ -41,6 +41,8 @@ KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run
 JOIN_CONFIG_FILE = "kubeadm-join.yaml"  # the join config (token inside) on a Windows node, under WINDOWS_DIR; cluster-join*.ps1 deletes it
 DEMO_DEPLOYMENT = "win-webserver"
+# The demo's Nano Server pod that checks its volumes once (templates/manifests/demo-win-webserver.yaml.j2).
+DEMO_VOLUME_CHECK = "win-nanoserver-volumes"
 DEMO_NODE_PORT = 30080              # templates/manifests/demo-win-webserver.yaml.j2
 SWITCH_MISSING = 3                  # exit code of network.switch_check_script when the switch is absent
 
@@ -653,6 +655,9 @@ def step_demo(ctx: Context) -> None:
         return
     prepare_dirs(ctx, master)
     demo = upload_linux(ctx, master, ctx.out / "manifests" / "demo-win-webserver.yaml", "manifests/demo-win-webserver.yaml")
+    # A Pod's spec cannot be changed by apply, and a finished one never runs again: a new one each
+    # time checks the node as it is now.
+    kubectl(ctx, f"delete pod {DEMO_VOLUME_CHECK} --ignore-not-found")
     kubectl(ctx, f"apply -f {demo}")
 
     def available() -> tuple[bool, str]:

@@ -259,6 +259,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
+            "windows_nanoserver_image": cluster.windows_nanoserver_image,
             "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX},

@@ -11,6 +11,8 @@ credential stored there. So beyond the schema:
   values come from the node (${NODE_NAME}, ${NODE_IP});
 - the manifests validate with kubernetes-validate at the cluster's own Kubernetes minor, not only
   the oldest bundled schema;
+- no probe runs Add-Type, in its command, its script or a script that one dot-sources: the kubelet
+  starts a new powershell.exe every period, and each Add-Type compiles C# again;
 - no Windows node of the era has a flanneld or kube-proxy service: its box registers only
   node_services (the rendered Packer template's K4W_NODE_SERVICES), and node files of theirs are
   caught by manifest_rules.check_windows_node.
@@ -181,6 +183,68 @@ def _check_daemonset(where: str, ds: dict | None, entry, data: dict, docs: list[
         if key not in data:
             problems.append(f"{where}: ConfigMap {identities.HOSTPROCESS_CONFIGMAP} has no {key} for {entry.daemonset}")
     problems += _check_args(where, ident.component, str(data.get(entry.args_key, "")), exp)
+    problems += check_probes(name, containers, data, cluster)
+    return problems
+
+
+# ------------------------------------------------------------------ probes
+
+PROBES = ("readinessProbe", "livenessProbe", "startupProbe")
+_SCRIPT = re.compile(r"[\w.-]+\.ps1", re.I)
+# `. (Join-Path $PSScriptRoot 'x.ps1')`, `. (Join-Path $NodeDir 'x.ps1')`, `. .\x.ps1`: the file a line dot-sources.
+_DOT_SOURCE = re.compile(r"^\s*\.\s+.*?([\w.-]+\.ps1)", re.I | re.M)
+
+
+def _script_text(name: str, data: dict, cluster) -> str | None:
+    """A script a probe runs: from the ConfigMap, else the box's copy under guest/windows/."""
+    if name in data:
+        return str(data[name])
+    guest = cluster.sources.guest if cluster is not None else None
+    if guest is None:
+        from .. import sources
+        guest = sources.REPO.guest
+    found = sorted(Path(guest).rglob(name))
+    return found[0].read_text(encoding="utf-8") if found else None
+
+
+def _adds_types(text: str) -> bool:
+    from . import powershell_rules
+
+    stack = [powershell_rules.parse(text.encode("utf-8")).root_node]
+    while stack:
+        node = stack.pop()
+        if node.type == "command_name" and node.text.decode("utf-8", "replace").lower() == "add-type":
+            return True
+        stack.extend(node.children)
+    return False
+
+
+def check_probes(name: str, containers: list[dict], data: dict, cluster) -> list[str]:
+    """No probe compiles C#: not in its command, its script, or what that script dot-sources."""
+    problems = []
+    for container in containers:
+        for kind in PROBES:
+            command = [str(c) for c in (((container.get(kind) or {}).get("exec") or {}).get("command") or [])]
+            if not command:
+                continue
+            what = f"{name}: container {container.get('name')} {kind}"
+            if _adds_types(" ".join(command)) or any("add-type" in c.lower() for c in command):
+                problems.append(f"{what} calls Add-Type in its command")
+            queue = [m.group(0) for c in command for m in _SCRIPT.finditer(c)]
+            seen: set[str] = set()
+            while queue:
+                script = queue.pop(0)
+                if script in seen:
+                    continue
+                seen.add(script)
+                text = _script_text(script, data, cluster)
+                if text is None:
+                    problems.append(f"{what} runs {script}, which is neither in the ConfigMap nor under guest/windows/")
+                    continue
+                if _adds_types(text):
+                    problems.append(f"{what} runs {script}, which calls Add-Type: the kubelet starts a new powershell.exe "
+                                    "every period and each compiles C# again; make the probe a file or process check")
+                queue += _DOT_SOURCE.findall(text)
     return problems
 
 

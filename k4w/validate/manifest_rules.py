@@ -285,14 +285,17 @@ def check_node_selectors(out: Path, exp: Expected, own_cni: bool = True) -> list
     cluster k4w did not make) k4w renders neither Flannel nor the kube-proxy patch."""
     problems: list[str] = []
     label = exp.os_label
-    wanted = {"kube-flannel.yaml": ("DaemonSet", "linux"), "demo-win-webserver.yaml": ("Deployment", "windows")}
+    # The demo's Pod too: its Nano Server volume check.
+    wanted = {"kube-flannel.yaml": (("DaemonSet",), "linux"), "demo-win-webserver.yaml": (("Deployment", "Pod"), "windows")}
     if not own_cni:
         del wanted["kube-flannel.yaml"]
-    for name, (kind, os_name) in wanted.items():
+    for name, (kinds, os_name) in wanted.items():
         for doc in _load_yaml_docs(out / "manifests" / name, problems):
-            if doc.get("kind") != kind:
+            kind = doc.get("kind")
+            if kind not in kinds:
                 continue
-            selector = (((doc.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+            pod_spec = (doc.get("spec") or {}) if kind == "Pod" else (((doc.get("spec") or {}).get("template") or {}).get("spec") or {})
+            selector = pod_spec.get("nodeSelector") or {}
             if not _selects(selector, label, os_name):
                 problems.append(f"{name}: {kind} {doc['metadata']['name']} needs nodeSelector {label or '<os label>'}: {os_name}, has {selector}")
     patch_path = out / "manifests" / "patches" / "linux-node-selector.yaml"

@@ -25,6 +25,8 @@ Sources of the differences (one line each, the rule names them):
   their JSON/YAML), so every write names an encoding 5.1 writes without a BOM; only a log that
   is appended to (-Append, read by people) may be UTF-8 with its one BOM.
 - ps6-parameter / ps6-variable: parameters and automatic variables that 5.1 does not have.
+- function-output: not a 5.1 difference, the same kind of silent trap (see its section below).
+- defender-process-path: not a 5.1 difference either: what a script tells Defender (its section).
 """
 
 from __future__ import annotations
@@ -312,6 +314,322 @@ def _ps6_variable(root, functions: set[str]) -> list[Finding]:
             for n in _walk(root) if n.type == "variable" and _text(n).lower() in _PS6_VARIABLES]
 
 
+# ------------------------------------------------------------------ function output
+# Not a 5.1 difference but the same kind of trap: a PowerShell function returns everything its
+# body writes to the success stream, not only what `return` names (about_Return: "the results of
+# each statement are returned as output, even without a statement that contains the return
+# keyword"). A message written with Write-Output, a `$list.Add()` or a native program's stdout in
+# a function whose value is assigned becomes part of that value (start-kube-proxy.ps1's
+# Get-SourceVip handed kube-proxy "message 10.244.1.2" as --source-vip).
+#
+# Allowed in such a function, besides its result (`return $x`, or the expression or command in
+# tail position: the last statement, or the last of each branch of a last if/switch/try/loop):
+#   `$null = expr`, `[void](expr)` / `[void]$o.Method()`, `expr | Out-Null`, `cmd > $null` /
+#   `*> $null`, any assignment or ++/--, and commands that write nothing to the success stream
+#   (_SILENT_COMMANDS without -PassThru, and the project's own functions that write nothing).
+# Write-Output of a string literal is a message, never a result: Write-Host or Write-Verbose it.
+
+# Cmdlets that write nothing to the success stream unless -PassThru (each one's help page, OUTPUTS:
+# "None"); Write-Host/-Verbose/-Warning/... write to other streams (about_Output_Streams).
+_SILENT_COMMANDS = {
+    "write-host", "write-verbose", "write-warning", "write-error", "write-debug", "write-information",
+    "write-progress", "out-null", "out-host", "out-file", "set-content", "add-content", "clear-content",
+    "remove-item", "set-item", "set-itemproperty", "remove-itemproperty", "copy-item", "move-item",
+    "rename-item", "start-sleep", "start-service", "stop-service", "restart-service", "set-service",
+    "start-process", "stop-process", "wait-process", "set-acl", "set-location", "push-location",
+    "pop-location", "set-strictmode", "set-variable", "remove-variable", "clear-variable", "import-module",
+    "remove-module", "expand-archive", "unregister-scheduledtask", "remove-netfirewallrule", "set-netfirewallrule",
+    "remove-netroute", "remove-netipaddress", "set-netipinterface", "set-dnsclientserveraddress",
+    "set-mppreference", "add-mppreference", "remove-mppreference", "set-executionpolicy", "set-alias",
+    "add-type", "export-clixml", "set-netadapteradvancedproperty", "disable-netadapterbinding",
+    "enable-netadapterbinding", "set-vmnetworkadapter", "set-vmnetworkadaptervlan", "set-vmprocessor",
+    "set-vmmemory", "set-vm", "start-vm", "stop-vm", "remove-vm", "set-netconnectionprofile",
+    "remove-netnat", "remove-vmswitch", "set-netadapter", "rename-netadapter", "wait-event",
+}
+# .NET methods that return void on every type the scripts call them on (IDisposable.Dispose,
+# Stream.Close/Flush, System.IO.File.WriteAll*/AppendAllText). Any other method call may return a
+# value (ArrayList.Add returns the index, List[T].Add nothing; the rule cannot tell): [void] it.
+_VOID_METHODS = {"dispose", "close", "flush", "writealltext", "writeallbytes", "writealllines", "appendalltext"}
+_LOOPS = {"foreach_statement", "for_statement", "while_statement", "do_statement"}
+_COMPOUND = {"if_statement", "try_statement", "switch_statement", *_LOOPS}
+
+
+def _function_name(function) -> str:
+    return next(_text(c).lower() for c in function.children if c.type == "function_name")
+
+
+def _function_body(function):
+    """The statement_list of a function's script block (None for an empty body)."""
+    for child in function.children:
+        if child.type == "script_block":
+            for part in child.children:
+                if part.type == "script_block_body":
+                    return next((c for c in part.children if c.type == "statement_list"), None)
+    return None
+
+
+def _statements(block):
+    return [c for c in block.named_children if c.type != "comment"] if block is not None else []
+
+
+def _inner_lists(statement):
+    """(statement_list, tail-capable) of each block of a compound statement; conditions and script
+    blocks passed to commands are not statements of the function."""
+    lists = []
+    for node in _walk(statement):
+        if node != statement and node.type in ("script_block_expression", "function_statement"):
+            continue
+        if node.type == "statement_block":
+            # A `finally` block's output is never the result people mean.
+            tail = not (node.parent is not None and node.parent.type == "finally_clause")
+            lists += [(c, tail) for c in node.named_children if c.type == "statement_list"]
+    # Only the outermost blocks: statements nested deeper are reached by the recursion.
+    return [(block, tail) for block, tail in lists if _enclosing_statement(block) == statement]
+
+
+def _enclosing_statement(block):
+    node = block.parent
+    while node is not None and node.type not in _COMPOUND:
+        node = node.parent
+    return node
+
+
+def _pipeline_parts(pipeline):
+    chain = next((c for c in pipeline.named_children if c.type == "pipeline_chain"), None)
+    return [c for c in chain.named_children] if chain is not None else []
+
+
+def _silenced(pipeline) -> bool:
+    """`| Out-Null`, `> $null`, `[void]...`, ++/--: nothing reaches the success stream."""
+    parts = _pipeline_parts(pipeline)
+    if not parts:
+        return True
+    last = parts[-1]
+    if last.type == "command":
+        if _command_name(last) == "out-null":
+            return True
+        for element in _elements(last):
+            if element.type == "redirection":
+                operator = _text(element.children[0]).strip()
+                target = _text(element.children[-1]).strip().lower()
+                if operator in (">", "1>", "*>") and target == "$null":
+                    return True
+        return False
+    text = _text(last).strip().lower()
+    if text.startswith("[void]"):
+        return True
+    calls = [n for n in _walk(last) if n.type == "invokation_expression" and n.end_byte == last.end_byte]
+    if calls:
+        member = next((c for c in calls[0].children if c.type == "member_name"), None)
+        if member is not None and _text(member).lower() in _VOID_METHODS:
+            return True
+    return any(n.type in ("post_increment_expression", "post_decrement_expression",
+                          "pre_increment_expression", "pre_decrement_expression")
+               for n in _walk(last) if n.start_byte == last.start_byte or n.end_byte == last.end_byte)
+
+
+def _writes_output(pipeline, silent_functions: set[str]) -> bool:
+    if any(c.type == "assignment_expression" for c in pipeline.children) or _silenced(pipeline):
+        return False
+    last = _pipeline_parts(pipeline)[-1]
+    if last.type != "command":
+        return True
+    name = _command_name(last)
+    if name is None:
+        return True   # `& $exe`: a program's stdout
+    if "-passthru" in _parameters(last):
+        return True
+    return name not in _SILENT_COMMANDS and name not in silent_functions
+
+
+def _message(pipeline) -> bool:
+    """Write-Output of a string literal: a message, never a function's result."""
+    parts = _pipeline_parts(pipeline)
+    if len(parts) != 1 or parts[0].type != "command" or _command_name(parts[0]) not in ("write-output", "echo"):
+        return False
+    arguments = [e for e in _elements(parts[0]) if e.type not in ("command_parameter", "redirection")]
+    return bool(arguments) and all(any(n.type in ("string_literal", "expandable_string_literal") for n in _walk(a))
+                                   and not any(n.type == "command" for n in _walk(a)) for a in arguments)
+
+
+def _outputs(block, tail: bool, silent_functions: set[str]):
+    """(pipeline, in tail position) of every statement in block that writes to the success stream."""
+    statements = _statements(block)
+    for i, statement in enumerate(statements):
+        at_tail = tail and i == len(statements) - 1
+        if statement.type == "pipeline":
+            if _writes_output(statement, silent_functions):
+                yield statement, at_tail
+        elif statement.type in _COMPOUND:
+            for inner, inner_tail in _inner_lists(statement):
+                yield from _outputs(inner, at_tail and inner_tail, silent_functions)
+        # flow_control_statement: `return X` is the result; throw/exit/break write nothing.
+        # function_statement, trap_statement: not run as part of this body.
+
+
+def _returned_commands(function, silent_functions: set[str]) -> set[str]:
+    """Project functions whose value becomes this function's value (tail position or `return`)."""
+    names = set()
+    body = _function_body(function)
+    for pipeline, tail in _outputs(body, True, silent_functions):
+        if tail:
+            names |= {_command_name(c) for c in _walk(pipeline) if c.type == "command"}
+    for node in _walk(body) if body is not None else []:
+        if node.type == "flow_control_statement" and _text(node.children[0]).lower() == "return":
+            names |= {_command_name(c) for c in _walk(node) if c.type == "command"}
+    return {n for n in names if n}
+
+
+_VALUE_USES = {"assignment_expression", "parenthesized_expression", "sub_expression", "array_expression"}
+
+
+def _valued_calls(root) -> set[str]:
+    """Names of commands whose output is used as a value: assigned (`$x = Fn`, `$x = @(Fn)`), in
+    parentheses or a subexpression (`(Fn).Count`, `"$(Fn)"`), or tested (`if (Fn)`, `while (Fn)`).
+    A call that is a statement of its own hands its output on to its caller: see _returned_commands."""
+    names = set()
+    for command in (n for n in _walk(root) if n.type == "command"):
+        node = command.parent
+        while node is not None:
+            if node.type in _VALUE_USES or node.type in _COMPOUND or node.type in (
+                    "elseif_clause", "switch_condition", "flow_control_statement"):
+                # A compound statement reached without passing one of its blocks: a condition.
+                # flow_control_statement: `throw Fn` / `exit Fn` use it (`return Fn` is the result).
+                if node.type != "flow_control_statement" or _text(node.children[0]).lower() != "return":
+                    names.add(_command_name(command))
+                break
+            if node.type in ("statement_list", "statement_block", "script_block_expression"):
+                if node.type == "statement_list" and node.parent is not None and node.parent.type in _VALUE_USES:
+                    names.add(_command_name(command))   # @(Fn), $(Fn)
+                break
+            node = node.parent
+    return {n for n in names if n}
+
+
+def function_output_findings(roots: dict) -> dict:
+    """Findings of rule function-output per key of roots (tree roots of the scripts that see each
+    other's functions: a script and the libraries it dot-sources; callers pass the whole tree, a
+    superset)."""
+    functions = [(key, node) for key, root in roots.items() for node in _walk(root) if node.type == "function_statement"]
+    # Functions that write nothing at all, to a fixpoint: calling one writes nothing either.
+    silent: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for _, function in functions:
+            name = _function_name(function)
+            if name not in silent and not any(True for _ in _outputs(_function_body(function), True, silent)):
+                silent.add(name)
+                changed = True
+    # Functions whose value is used: assigned or tested, or returned by a function whose value is used.
+    valued = set().union(*(_valued_calls(root) for root in roots.values())) if roots else set()
+    changed = True
+    while changed:
+        changed = False
+        for _, function in functions:
+            if _function_name(function) in valued:
+                more = _returned_commands(function, silent) - valued
+                if more:
+                    valued |= more
+                    changed = True
+    found: dict = {key: [] for key in roots}
+    for key, function in functions:
+        name = _function_name(function)
+        if name not in valued:
+            continue
+        for pipeline, tail in _outputs(_function_body(function), True, silent):
+            if _message(pipeline):
+                found[key].append(_at(pipeline, "function-output",
+                                      f"Write-Output of a message in {name}, whose value is used: the message becomes "
+                                      "part of that value; use Write-Host or Write-Verbose"))
+            elif not tail:
+                found[key].append(_at(pipeline, "function-output",
+                                      f"'{_text(pipeline).strip()[:60]}' writes to the output of {name}, whose value is used: "
+                                      "it becomes part of that value; capture it ($null = ..., | Out-Null) "
+                                      "or return it"))
+    return found
+
+
+# ------------------------------------------------------------------ Defender process exclusions
+# Add-MpPreference/Set-MpPreference -ExclusionProcess with a file name alone excludes every process
+# of that name, in any folder, a pod's too; with a full path only that program (Microsoft, "Configure
+# exclusions for files opened by processes"). So every program that reaches -ExclusionProcess must
+# be joined onto one of k4w's node folders: K4W_NODE_DIR (C:\k) or the runtime's folder under
+# $env:ProgramFiles, each of which only SYSTEM and Administrators may write.
+_DEFENDER_CMDLETS = {"add-mppreference", "set-mppreference"}
+_NODE_FOLDER_SOURCES = ("k4w_node_dir", "$env:programfiles")
+
+
+def _assignments(root) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for node in _walk(root):
+        if node.type == "assignment_expression":
+            value = [c for c in node.children if c.type != "comment"][-1]   # a trailing comment is a child too
+            found.setdefault(_text(node.children[0]).strip().lower(), []).append(value)
+    return found
+
+
+def _under_node_folder(node, assignments: dict, depth: int = 0) -> bool:
+    """True when an expression is, or is assigned from, one of the node folders' sources."""
+    text = _text(node).lower()
+    if any(source in text for source in _NODE_FOLDER_SOURCES):
+        return True
+    if depth > 3:
+        return False
+    names = {_text(v).lower() for v in _walk(node) if v.type == "variable"}
+    return any(_under_node_folder(value, assignments, depth + 1) for name in names for value in assignments.get(name, []))
+
+
+def _programs_reaching(node, assignments: dict, depth: int = 0, seen=None):
+    """Every string literal naming a program (.exe) in the expression or what its variables hold."""
+    seen = set() if seen is None else seen
+    for literal in (n for n in _walk(node) if n.type in ("string_literal", "expandable_string_literal", "generic_token")):
+        if _text(literal).strip("'\"").lower().endswith(".exe"):
+            yield literal
+    if depth > 3:
+        return
+    for variable in {_text(v).lower() for v in _walk(node) if v.type == "variable"} - seen:
+        seen.add(variable)
+        for value in assignments.get(variable, []):
+            yield from _programs_reaching(value, assignments, depth + 1, seen)
+
+
+def _join_path_parent(literal):
+    """The parent path of the Join-Path whose child this literal is, or None."""
+    command = literal.parent
+    while command is not None and command.type != "command":
+        command = command.parent
+    if command is None or _command_name(command) != "join-path":
+        return None
+    elements = [e for e in _elements(command) if e.type not in ("command_parameter", "redirection")]
+    if len(elements) != 2 or not (elements[1].start_byte <= literal.start_byte < elements[1].end_byte):
+        return None
+    return elements[0]
+
+
+def _defender_process_path(root, functions: set[str]) -> list[Finding]:
+    findings = []
+    assignments = None
+    for command in (n for n in _walk(root) if n.type == "command"):
+        if _command_name(command) not in _DEFENDER_CMDLETS:
+            continue
+        elements = _elements(command)
+        for i, element in enumerate(elements):
+            if element.type != "command_parameter" or _text(element).lower().rstrip(":") != "-exclusionprocess":
+                continue
+            if i + 1 >= len(elements):
+                continue
+            assignments = assignments if assignments is not None else _assignments(root)
+            for literal in _programs_reaching(elements[i + 1], assignments):
+                parent = _join_path_parent(literal)
+                if parent is None or not _under_node_folder(parent, assignments):
+                    findings.append(_at(literal, "defender-process-path",
+                                        f"{_text(literal)} reaches -ExclusionProcess without a node folder: Defender would "
+                                        "exclude every process of that name, in any folder (a pod's too); "
+                                        "write Join-Path $nodeDir (K4W_NODE_DIR) or a folder under $env:ProgramFiles"))
+    return findings
+
+
 RULES = {
     "exitcode-without-handle": _exitcode_without_handle,
     "web-request-basic-parsing": _web_request_basic_parsing,
@@ -322,6 +640,7 @@ RULES = {
     "file-encoding": _file_encoding,
     "ps6-parameter": _ps6_parameter,
     "ps6-variable": _ps6_variable,
+    "defender-process-path": _defender_process_path,
 }
 
 
@@ -338,9 +657,11 @@ def defined_functions(sources: list[bytes]) -> set[str]:
     return names
 
 
-def check_source(source: bytes, functions: set[str] = frozenset()) -> list[Finding]:
+def check_source(source: bytes, functions: set[str] = frozenset(), *, function_output: bool = True) -> list[Finding]:
     root = parse(source).root_node
     found = [finding for rule in RULES.values() for finding in rule(root, set(functions))]
+    if function_output:
+        found += function_output_findings({0: root})[0]
     return sorted(set(found), key=lambda f: (f.line, f.col, f.rule))
 
 
@@ -349,7 +670,11 @@ def check_text(text: str, functions: set[str] = frozenset()) -> list[str]:
 
 
 def check_files(paths: list[Path]) -> dict[Path, list[str]]:
-    """Findings per file; functions any of them define count as possible program runners."""
+    """Findings per file; functions any of them define count as possible program runners, and a
+    function's value counts as used when any of them assigns it (function-output)."""
     sources = {path: path.read_bytes() for path in paths}
     functions = defined_functions(list(sources.values()))
-    return {path: [str(f) for f in check_source(source, functions)] for path, source in sources.items()}
+    outputs = function_output_findings({path: parse(source).root_node for path, source in sources.items()})
+    return {path: [str(f) for f in sorted(set(check_source(source, functions, function_output=False) + outputs[path]),
+                                          key=lambda f: (f.line, f.col, f.rule))]
+            for path, source in sources.items()}

@@ -2,7 +2,8 @@
 
 The Windows server is the demo from build/manifests (the user's own smoke test); the spec
 adds client pods and Linux servers in its own namespace, plus one headless Service beside
-the demo, and deletes all of them afterwards.
+the demo, and deletes all of them afterwards. The demo's Nano Server volume check (a Pod and its
+ConfigMap) runs again in that namespace, so every run tests the node as it is now.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ LINUX_WEB_SERVICE = "linux-web"  # ClusterIP: pod -> service
 LINUX_WEB_PODS = "linux-web-pods"  # headless: its DNS name resolves straight to the pod
 WIN_CLIENT = "win-client"
 WIN_PODS = "k4w-test-win-pods"  # headless Service beside the demo, same selector
+# The demo's Nano Server pod (ContainerUser) that reads its token and ConfigMap and writes its emptyDir.
+VOLUME_CHECK = "win-nanoserver-volumes"
 SPEC_LABEL = {"app.kubernetes.io/managed-by": "k4w-cluster-test"}
 
 # kubeadm 1.11 taints the master NoSchedule; tolerating it lets the Linux pods run on a
@@ -62,6 +65,21 @@ def read_demo(manifests: Path) -> Demo:
     raise K4wError(f"{path}: no NodePort Service; the cluster spec reaches the demo through it")
 
 
+def read_volume_check(manifests: Path) -> list[dict]:
+    """The demo's volume check, its ConfigMap and Pod, moved into the spec's namespace."""
+    path = manifests / DEMO_MANIFEST
+    if not path.is_file():
+        raise K4wError(f"no demo manifest at {path}: run `invoke render`")
+    found = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+             if doc and doc.get("metadata", {}).get("name") == VOLUME_CHECK and doc.get("kind") in ("ConfigMap", "Pod")]
+    if sorted(doc["kind"] for doc in found) != ["ConfigMap", "Pod"]:
+        raise K4wError(f"{path}: no ConfigMap and Pod {VOLUME_CHECK}; the cluster spec runs that volume check")
+    for doc in found:
+        doc["metadata"] = {**doc["metadata"], "namespace": NAMESPACE,
+                           "labels": {**(doc["metadata"].get("labels") or {}), **SPEC_LABEL}}
+    return sorted(found, key=lambda doc: doc["kind"])   # the ConfigMap before the Pod that mounts it
+
+
 def _pod(name: str, os_label: str, os_name: str, container: dict, labels: dict | None = None, **spec) -> dict:
     return {
         "apiVersion": "v1",
@@ -88,7 +106,7 @@ def _service(name: str, namespace: str, selector: dict, port: int, headless: boo
     }
 
 
-def objects(os_label: str, windows_image: str | None, demo: Demo | None) -> list[dict]:
+def objects(os_label: str, windows_image: str | None, demo: Demo | None, volume_check: list[dict] = ()) -> list[dict]:
     """Everything the spec creates. Windows objects only when the cluster has a Windows node."""
     web_labels = {"k4w-test": LINUX_WEB}
     objs = [
@@ -128,6 +146,8 @@ def objects(os_label: str, windows_image: str | None, demo: Demo | None) -> list
         )
     if demo:
         objs.append(_service(WIN_PODS, demo.namespace, demo.selector, demo.port, headless=True))
+    if windows_image:
+        objs += list(volume_check)
     return objs
 
 

@@ -180,6 +180,8 @@ BROKEN = {
     "vxlan keys on host-gw": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, lambda d: _set_netconf(d, VNI=4096)), "VNI/Port are vxlan settings"),
     "flannel on windows nodes": ("manifests/kube-flannel.yaml", lambda p: _edit_yaml(p, _flannel_ds(lambda d: d["spec"]["template"]["spec"].pop("nodeSelector"))), "needs nodeSelector"),
     "demo on linux": ("manifests/demo-win-webserver.yaml", lambda p: _replace(p, ": windows", ": linux"), "needs nodeSelector"),
+    "nano server check on linux": ("manifests/demo-win-webserver.yaml", lambda p: _edit_yaml(p, lambda d: d["kind"] == "Pod" and d["spec"].update(nodeSelector={})),
+                                   "Pod win-nanoserver-volumes needs nodeSelector"),
     "kube-proxy patch": ("manifests/patches/linux-node-selector.yaml", lambda p: _replace(p, ": linux", ": windows"), "nodeSelector must be"),
     "kubeadm podSubnet": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "podSubnet: \"10.244.0.0/16\"", "podSubnet: \"10.32.0.0/16\""), "networking.podSubnet"),
     "kubeadm serviceSubnet": ("kubeadm/kubeadm-config.yaml", lambda p: _replace(p, "serviceSubnet: \"10.96.0.0/12\"", "serviceSubnet: \"10.112.0.0/12\""), "networking.serviceSubnet"),

@@ -72,6 +72,8 @@ def test_full_run_order(world):
         r"^master: timeout 900 kubectl -n kube-system rollout status deployment/coredns$",
         r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-proxy$",
         r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-flannel-ds-amd64$",
+        # The demo's Nano Server volume check runs anew on every cluster-up (a Pod's spec is immutable).
+        r"^master: kubectl delete pod win-nanoserver-volumes --ignore-not-found",
         r"^master: kubectl apply -f /tmp/k4w/manifests/demo-win-webserver.yaml",
         r"^master: kubectl get deployment win-webserver -o json",
     ]

@@ -79,7 +79,8 @@ def _box_state(defect: str | None) -> dict:
                       "protocol": p, "ports": [port]} for n, p, port in FIREWALL],
         "profiles": [{"name": n, "enabled": "True"} for n in ("Domain", "Private", "Public")],
         "defender": {"installed": True, "paths": ["C:\\ProgramData\\docker", K],
-                     "processes": ["dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe"]},
+                     "processes": ["C:\\Program Files\\docker\\dockerd.exe", f"{K}\\kubelet.exe", f"{K}\\kube-proxy.exe",
+                                   f"{K}\\flanneld.exe"]},
         "release": "\ufeff" + json.dumps(release, indent=4),
         "patch_level": dict(PATCH_LEVEL),
         # What guest/windows/node/winrm-scope.ps1 and the build's shutdown_command leave.
@@ -137,6 +138,10 @@ def _box_state(defect: str | None) -> dict:
                                        "friendly_name": ""}}
         elif name == "k_inherits":  # C:\k left with C:\'s ACL: Authenticated Users may modify kubelet.exe
             state["acl_inherits"] = [K, f"{K}\\kubelet.exe"]
+        elif name == "defender_bare_names":  # 10-defender-exclusions.ps1 as it was: processes by name alone
+            state["defender"]["processes"] = state["defender"]["processes"] + ["kubelet.exe"]
+        elif name == "pods_locked":  # the pod folder as locked as the rest of C:\var: ContainerUser is denied
+            state["pods_locked"] = True
         elif name == "stale_release":
             state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
         else:
@@ -152,9 +157,15 @@ _ADMIN_ONLY_ACES = [{"sid": sid, "type": "Allow", "rights": "FullControl", "inhe
 _TOP_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 
 
-def _acl_row(path: str, inherits_c: bool) -> dict:
+_PODS = "C:\\var\\lib\\kubelet\\pods"
+
+
+def _acl_row(path: str, inherits_c: bool, pods_locked: bool = False) -> dict:
     top = path in _TOP_FOLDERS or path.startswith("C:\\ProgramData\\containerd")
     rules = [dict(r, inherited=not top) for r in _ADMIN_ONLY_ACES]
+    if path == _PODS and not pods_locked:   # protect-node-folders.ps1's grant to containers
+        rules.append({"sid": "S-1-5-11", "type": "Allow", "rights": "Modify, Synchronize",
+                      "inheritance": "ContainerInherit, ObjectInherit", "propagation": "None", "inherited": False})
     if inherits_c:
         rules += [{"sid": "S-1-5-11", "type": "Allow", "rights": "Modify, Synchronize", "inheritance": "None",
                    "propagation": "None", "inherited": True},
@@ -187,7 +198,7 @@ class FakeWindowsBackend(base.BaseBackend):
         if "WSMan:\\localhost\\Listener" in body:
             return s["winrm"]
         if "Get-Acl -LiteralPath $path" in body:
-            return [_acl_row(p, p in s.get("acl_inherits", ())) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
+            return [_acl_row(p, p in s.get("acl_inherits", ()), s.get("pods_locked", False)) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
         if "Get-WindowsFeature" in body:
             return "Installed"
         if "Get-NetFirewallPortFilter" in body:

@@ -177,6 +177,12 @@ PLANTS = {
     "the ClusterIP for the API": (lambda out: _edit(out, _daemonset(PROXY, lambda s: [e.update(value="10.96.0.1") for e in s["containers"][0]["env"]
                                                                                      if e["name"] == "KUBERNETES_SERVICE_HOST"])),
                                   "KUBERNETES_SERVICE_HOST must be the API server's address"),
+    # The probe as it was: it dot-sourced the box's hns.ps1, whose Add-Type compiles C# in every probe.
+    "a probe that compiles C#": (lambda out: _edit(out, _configmap(lambda data: data.update(
+        {"ready-flanneld.ps1": data["ready-flanneld.ps1"].replace("exit 0\n", ". (Join-Path $NodeDir 'hns.ps1')\nexit 0\n")}))),
+        "readinessProbe runs hns.ps1, which calls Add-Type"),
+    "Add-Type in a probe command": (lambda out: _edit(out, _daemonset(FLANNEL, lambda s: s["containers"][0]["readinessProbe"]["exec"].update(
+        command=["powershell.exe", "-Command", "Add-Type -TypeDefinition $t; exit 0"]))), "calls Add-Type in its command"),
     "a field 1.37 lacks": (lambda out: _edit(out, _daemonset(FLANNEL, lambda s: s["securityContext"]["windowsOptions"].update(hostProces=True))),
                            "kubernetes-validate 1.37.0 (strict)"),
 }

@@ -42,6 +42,12 @@ CASES = {
     "ps6-variable": (
         "if ($IsWindows) { Write-Output 'windows' }\n",
         "if ($env:OS -eq 'Windows_NT') { Write-Output 'windows' }\n"),
+    # Not a 5.1 difference: a process excluded by name alone is excluded in any folder, a pod's too.
+    "defender-process-path": (
+        "$processes = @('kubelet.exe', 'kube-proxy.exe')\nAdd-MpPreference -ExclusionProcess $processes\n",
+        "$nodeDir = Get-K4wEnv -Name 'K4W_NODE_DIR'\n"
+        "$processes = @((Join-Path $nodeDir 'kubelet.exe'), (Join-Path $nodeDir 'kube-proxy.exe'))\n"
+        "Add-MpPreference -ExclusionProcess $processes\n"),
 }
 
 
@@ -136,3 +142,106 @@ def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp
     broken = validate.powershell_scripts(cluster, out)
     assert any("CommandLine" in p and "[ps6-variable]" in p for p in broken.problems), broken.problems
     assert any("inline" in p and "[pipeline-chain]" in p for p in broken.problems), broken.problems
+
+
+# ------------------------------------------------------------------ function-output
+# A function returns all it writes to the success stream: in a function whose value is used, only
+# its result may reach it (start-kube-proxy.ps1's Get-SourceVip gave kube-proxy a message as its
+# --source-vip).
+GET_SOURCE_VIP = (
+    "function Get-SourceVip {\n"
+    "    if (Test-Path -LiteralPath $f) {\n"
+    "        $kept = Get-Content -LiteralPath $f -Raw\n"
+    "        if ($kept -like '10.*') { return $kept }\n"
+    "        Write-Output \"source VIP $kept is not in this node's pod subnet any more\"\n"
+    "    }\n"
+    "    return (Invoke-HostLocal 'ADD')\n"
+    "}\n"
+    "$sourceVip = Get-SourceVip\n")
+
+
+def _output_findings(text: str) -> list[str]:
+    return [str(f) for f in ps51_rules.check_source(text.encode("utf-8")) if f.rule == "function-output"]
+
+
+def test_a_message_in_a_function_whose_value_is_assigned_is_caught():
+    [finding] = _output_findings(GET_SOURCE_VIP)
+    assert finding.startswith("5:9: [function-output] Write-Output of a message in get-sourcevip")
+    assert _output_findings(GET_SOURCE_VIP.replace("Write-Output \"source", "Write-Host \"source")) == []
+
+
+@pytest.mark.parametrize("statement", [
+    "$list.Add($x)",                     # ArrayList.Add returns the new index
+    "New-Item -ItemType Directory -Path $d",
+    "icacls.exe $d /grant 'x:(R)'",      # a program's stdout
+    "& $exe --version",
+    "Write-Output $x",
+    "$x",
+    "Set-Content -LiteralPath $f -Value $x -Encoding ASCII -PassThru",
+    "Get-Noisy",                         # a project function that writes
+])
+def test_every_kind_of_stray_output_is_caught(statement):
+    text = (f"function Get-Noisy {{ Write-Output 'x' }}\n"
+            f"function Get-Value {{\n    {statement}\n    return 1\n}}\n$v = Get-Value\n")
+    assert any(f.startswith("3:5: [function-output]") for f in _output_findings(text)), _output_findings(text)
+
+
+@pytest.mark.parametrize("statement", [
+    "$null = $list.Add($x)",
+    "[void]$list.Add($x)",
+    "[void](New-Item -ItemType Directory -Path $d)",
+    "New-Item -ItemType Directory -Path $d | Out-Null",
+    "icacls.exe $d /grant 'x:(R)' > $null",
+    "& $exe --version *> $null",
+    "$count++",
+    "$stream.Dispose()",
+    "Write-Host \"a message\"",
+    "Set-Content -LiteralPath $f -Value $x -Encoding ASCII",
+    "Set-Quiet",                         # a project function that writes nothing
+])
+def test_the_allowed_forms_are_not_reported(statement):
+    text = (f"function Set-Quiet {{ Write-Host 'x'; $null = New-Item -Path $p }}\n"
+            f"function Get-Value {{\n    {statement}\n    return 1\n}}\n$v = Get-Value\n")
+    assert _output_findings(text) == []
+
+
+@pytest.mark.parametrize("use", ["$v = Get-Value", "$v = @(Get-Value)", "if (Get-Value) { 'y' }",
+                                 "Write-Host \"$(Get-Value)\"", "$n = (Get-Value).Count",
+                                 "function Get-Outer { Get-Value }\n$o = Get-Outer"])
+def test_every_use_of_a_value_counts(use):
+    text = "function Get-Value {\n    Write-Output 'checking'\n    return $true\n}\n" + use + "\n"
+    assert _output_findings(text) != []
+
+
+def test_the_result_in_tail_position_is_the_value_and_a_function_called_for_effect_may_write():
+    tail = ("function Get-Value {\n    $a = 1\n    if ($a) { $a } else { foreach ($i in 1..2) { $i } }\n}\n"
+            "$v = Get-Value\n")
+    assert _output_findings(tail) == []
+    effect = "function Show-State {\n    Write-Output 'state'\n    kubectl.exe get nodes\n}\nShow-State\n"
+    assert _output_findings(effect) == []
+
+
+def test_a_library_function_assigned_in_another_script_is_checked_in_the_library(tmp_path):
+    library = tmp_path / "lib.ps1"
+    library.write_text("function Get-Subnet {\n    Write-Output 'reading the subnet'\n    return '10.244.1.0/24'\n}\n")
+    script = tmp_path / "start.ps1"
+    script.write_text(". (Join-Path $PSScriptRoot 'lib.ps1')\n$subnet = Get-Subnet\n")
+    found = ps51_rules.check_files([library, script])
+    assert found[script] == []
+    assert [f.split(" [")[1].split("]")[0] for f in found[library]] == ["function-output"]
+
+
+@pytest.mark.parametrize("text", [
+    "Add-MpPreference -ExclusionProcess 'kubelet.exe'\n",                        # a literal
+    "Set-MpPreference -ExclusionProcess @('C:\\k\\kubelet.exe', 'flanneld.exe')\n",  # one of two
+    "$d = 'C:\\Temp'\nAdd-MpPreference -ExclusionProcess (Join-Path $d 'kubelet.exe')\n",   # not a node folder
+    "$all = @{ x = @('containerd.exe') }\n$p = $all['x']\nAdd-MpPreference -ExclusionProcess $p\n",  # through a hashtable
+])
+def test_every_process_exclusion_outside_the_node_folders_is_caught(text):
+    assert "defender-process-path" in _rules(text)
+
+
+def test_the_defender_step_names_every_process_by_its_full_path():
+    script = ROOT / "guest" / "windows" / "bake" / "10-defender-exclusions.ps1"
+    assert ps51_rules.check_text(script.read_text()) == []
+    assert "-ExclusionProcess" in script.read_text()

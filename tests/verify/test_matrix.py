@@ -97,6 +97,8 @@ def test_spec_collects_one_readable_test_per_row(run_spec, fake_out, cluster_yml
     assert run.proc.returncode == 0, run.output
     collected = re.findall(r"test_path\[(.+?)\]", run.proc.stdout)
     assert collected == [row.id for row in matrix.MATRIX]
+    # Beside the matrix, the Nano Server volume check, once per Windows box of cluster.yml.
+    assert re.findall(r"test_a_nano_server_pod_uses_its_token_configmap_and_emptydir\[(.+?)\]", run.proc.stdout) == ["windows-1803"]
 
 
 def test_spec_on_a_linux_only_cluster_lists_the_windows_rows_as_deselected(run_spec, fake_out, tmp_path, cluster_yml):
@@ -107,5 +109,8 @@ def test_spec_on_a_linux_only_cluster_lists_the_windows_rows_as_deselected(run_s
     run = run_spec(["test_cluster_connectivity.py"], "--collect-only", "-q", f"--k4w-out={fake_out}", f"--k4w-config={linux_only}")
     assert run.proc.returncode == 0, run.output
     windows_rows = [r.id for r in matrix.MATRIX if "win" in r.id]
-    assert f"{len(matrix.MATRIX) - len(windows_rows)}/{len(matrix.MATRIX)} tests collected ({len(windows_rows)} deselected)" in run.output
+    # + 1: the Nano Server volume check, which needs a Windows node as the Windows rows do.
+    total, deselected = len(matrix.MATRIX) + 1, len(windows_rows) + 1
+    assert f"{total - deselected}/{total} tests collected ({deselected} deselected)" in run.output
     assert f"connectivity ({len(windows_rows)} tests): cluster.yml has no Windows node" in run.output
+    assert "pod_volumes (1 test): cluster.yml has no Windows node" in run.output

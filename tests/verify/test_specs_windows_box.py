@@ -123,6 +123,22 @@ def test_a_node_folder_any_local_account_can_write_fails_the_acl_check(run_windo
     assert "C:\\k inherits its parent's ACL" in run.output and "S-1-5-11" in run.output
 
 
+def test_a_pod_folder_containers_cannot_use_fails_its_check_only(run_windows_spec):
+    # C:\var\lib\kubelet\pods as locked as the rest of C:\var: a Nano Server pod (ContainerUser)
+    # is denied its service-account token, ConfigMaps, Secrets and emptyDirs.
+    run = run_windows_spec("pods_locked")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_pod_volumes_are_open_to_containers_and_nothing_else_is"]
+    assert "C:\\var\\lib\\kubelet\\pods has the explicit ACEs []" in run.output
+
+
+def test_a_defender_exclusion_by_process_name_alone_fails_its_check_only(run_windows_spec):
+    run = run_windows_spec("defender_bare_names")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_defender_exclusions"]
+    assert "Defender excludes processes by name alone, in any folder (a pod's too): ['kubelet.exe']" in run.output
+
+
 def test_a_box_with_winrm_open_to_everyone_fails_the_winrm_and_account_checks(run_windows_spec):
     # k4w-bootstrap.ps1 as it was: an HTTP listener, 5986 for any address on any NIC, Administrator enabled.
     run = run_windows_spec("winrm_as_before")

@@ -76,3 +76,22 @@ def test_outside_url_prefers_explicit_then_proxy_without_credentials():
     assert wl.outside_url(None, "http://bob:pw@proxy.corp:3128", None, "d") == "http://proxy.corp:3128/"
     assert wl.outside_url(None, None, "https://proxy.corp:8443", "d") == "http://proxy.corp:8443/"
     assert wl.outside_url(None, None, None, matrix.DEFAULT_EXTERNAL_URL) == matrix.DEFAULT_EXTERNAL_URL
+
+
+def test_the_demos_nano_server_volume_check_runs_again_in_the_spec_namespace(tmp_path):
+    render.render(Cluster.load(ROOT / "cluster.yml"), tmp_path)
+    check = wl.read_volume_check(tmp_path / "manifests")
+    assert [(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"]) for o in check] == [
+        ("ConfigMap", wl.VOLUME_CHECK, wl.NAMESPACE), ("Pod", wl.VOLUME_CHECK, wl.NAMESPACE)]
+    pod = check[1]
+    container = pod["spec"]["containers"][0]
+    # Nano Server, the box's pre-pulled image: its default user is ContainerUser (no runAsUserName).
+    assert container["image"] == WINDOWS.data.images.nanoserver
+    assert "securityContext" not in pod["spec"] and "securityContext" not in container
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert {v["name"]: sorted(set(v) - {"name"}) for v in pod["spec"]["volumes"]} == {"config": ["configMap"], "scratch": ["emptyDir"]}
+    script = container["command"][-1]
+    assert "serviceaccount\\token >NUL" in script   # read, never printed
+    objs = wl.objects("kubernetes.io/os", "img", None, check)
+    assert [o for o in objs if o["metadata"]["name"] == wl.VOLUME_CHECK] == check
+    assert not [o for o in wl.objects("kubernetes.io/os", None, None, check) if o["metadata"]["name"] == wl.VOLUME_CHECK]

@@ -1,6 +1,9 @@
-# 04-prepull-images.ps1 - pull the Windows base images and the pause image into containerd's
-# k8s.io namespace (the one the CRI plugin, and so the kubelet, sees), so a freshly joined node is
-# Ready without first pulling gigabytes. Images are content-addressed: containerd verifies every
+# 04-prepull-images.ps1 - pull the Windows base images, the pause image and the HostProcess base
+# image of the node DaemonSets into containerd's k8s.io namespace (the one the CRI plugin, and so
+# the kubelet, sees), so a freshly joined node is Ready without first pulling gigabytes, and without
+# the registry at all: its Flannel pod, which gives the node its pod network, runs from the
+# HostProcess image (tests/bake/windows/test_windows_prepull.py holds every image a rendered
+# manifest runs on a Windows node against this list). Images are content-addressed: containerd verifies every
 # layer's digest while pulling. The pulls go through the CRI (crictl pull, as the kubelet pulls), so
 # they take what containerd's config gives the CRI: the registry mirrors of cluster.yml (hosts.toml
 # under config_path, with their CAs, and their credentials from the drop-in; k4w/registry.py), the
@@ -22,7 +25,8 @@ $namespace = 'k8s.io'
 $images = @(
     (Get-K4wEnv -Name 'K4W_IMAGE_SERVERCORE'),
     (Get-K4wEnv -Name 'K4W_IMAGE_NANOSERVER'),
-    (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE')
+    (Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'),
+    (Get-K4wEnv -Name 'K4W_IMAGE_HOSTPROCESS')
 )
 
 function Get-ImageNames {
@@ -33,8 +37,12 @@ function Get-ImageNames {
 }
 
 function ConvertTo-FullReference([string]$Image) {
-    # ctr lists fully qualified names: a reference without a tag is :latest.
-    if ($Image -match ':[^/]+$' -or $Image -match '@sha256:') { return $Image }
+    # The name ctr lists for what the CRI pulled. A reference with a tag and a digest is stored by
+    # its digest alone (name@sha256:...: the CRI normalises it with ParseDockerRef,
+    # github.com/distribution/reference normalize.go, "both tagged and digested, only return
+    # digested"); one without a tag is :latest.
+    if ($Image -match '^(.+?)(:[^/@]+)?(@sha256:[0-9a-f]{64})$') { return $Matches[1] + $Matches[3] }
+    if ($Image -match ':[^/]+$') { return $Image }
     return "${Image}:latest"
 }
 

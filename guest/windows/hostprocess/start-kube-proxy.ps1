@@ -67,7 +67,7 @@ function Get-SourceVip {
     if (Test-Path -LiteralPath $SourceVipFile) {
         $kept = ((Get-Content -LiteralPath $SourceVipFile -Raw | ConvertFrom-Json).ips[0].address -split '/')[0]
         if (Test-K4wAddressInSubnet -Address $kept -Cidr $subnet) { return $kept }
-        Write-Output "start-kube-proxy: source VIP $kept is not in this node's pod subnet $subnet any more; reserving a new one"
+        Write-Host "start-kube-proxy: source VIP $kept is not in this node's pod subnet $subnet any more; reserving a new one"
     }
     # DEL first: host-local refuses a second ADD for the same owner, and a reservation may outlive
     # its file (a deleted SourceVip.json, an interrupted start).

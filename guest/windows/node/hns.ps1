@@ -29,7 +29,7 @@ function Get-Field($Object, [string]$Name) {
 # DELETE removes one. A failed call throws with HNS's message.
 function Invoke-Hns([ValidateSet('GET', 'POST', 'DELETE')][string]$Method, [string]$Path, [string]$Request = '') {
     $response = ''
-    [K4w.Hns]::HNSCall($Method, $Path, $Request, [ref]$response)
+    [void][K4w.Hns]::HNSCall($Method, $Path, $Request, [ref]$response)
     $result = $response | ConvertFrom-Json
     if (-not (Get-Field $result 'Success')) {
         $message = if ($result.PSObject.Properties['Error']) { $result.Error } else { $response }

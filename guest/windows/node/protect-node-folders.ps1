@@ -19,6 +19,20 @@
   Run by the bake (09-node-acls.ps1) and by start-node.ps1 on every start; idempotent: a folder
   that already has exactly that ACL is not touched.
 
+  One folder below them is opened, and only for what pods need: the kubelet's pod folder
+  (C:\var\lib\kubelet\pods, its --root-dir and DefaultKubeletPodsDirName "pods",
+  kubernetes/kubernetes pkg/kubelet/config/defaults.go). The kubelet writes every pod's volumes
+  there: the projected service-account token, ConfigMaps, Secrets, emptyDirs. A process-isolated
+  container opens its mounts with its own process identity, ContainerUser on Nano Server images,
+  and that identity exists only inside the container, so the host folder must grant a well-known
+  group (Microsoft, "Persistent storage in containers", Bind mounts: Permissions). It gets one
+  explicit, inheritable ACE besides what it inherits from C:\var: Authenticated Users (S-1-5-11)
+  modify, the right a folder below C:\ gives them on a stock node, so an emptyDir is writable.
+  Secret, ConfigMap and projected volumes stay read-only in the container: the kubelet mounts them
+  read-only. The rest of C:\var\lib\kubelet (pki: the kubelet's key; config.yaml;
+  kubeadm-flags.env) keeps SYSTEM and Administrators only. The parents need no grant: traversing
+  them is the "Bypass traverse checking" right, which Windows gives Everyone.
+
   containerd's own root and state (C:\ProgramData\containerd\root, \state) are not listed:
   containerd creates them with the same two ACEs, protected ("D:P(A;OICI;GA;;;BA)(A;OICI;GA;;;SY)",
   containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
@@ -28,7 +42,9 @@
 param(
     # C:\opt is not listed: nothing on these nodes uses it (the CNI plugins live in C:\k\cni,
     # boxes/windows-*.yml runtime.cni_bin_dir).
-    [string[]]$Folders = @('C:\k', 'C:\k4w', 'C:\etc', 'C:\var', 'C:\run')
+    [string[]]$Folders = @('C:\k', 'C:\k4w', 'C:\etc', 'C:\var', 'C:\run'),
+    # Opened to containers (see .DESCRIPTION); each lies below one of $Folders.
+    [string[]]$ContainerFolders = @('C:\var\lib\kubelet\pods')
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version Latest
@@ -42,6 +58,8 @@ trap {
 # By SID, not by name: names are localised ("Administratoren" on a German image).
 $SystemSid = 'S-1-5-18'
 $AdministratorsSid = 'S-1-5-32-544'
+# NT AUTHORITY\Authenticated Users: the group a container's process identity is granted by on the host.
+$ContainerSid = 'S-1-5-11'
 $Icacls = "$env:SystemRoot\System32\icacls.exe"
 
 function Test-AdminOnlyAcl {
@@ -63,6 +81,22 @@ function Test-AdminOnlyAcl {
     })
     $sids = @($good | ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
     return ($rules.Count -eq 2 -and $good.Count -eq 2 -and $sids.Count -eq 2)
+}
+
+function Test-ContainerAcl {
+    # True when the folder inherits its parent's ACL and has exactly one explicit ACE: Authenticated
+    # Users allowed modify, inherited by subfolders and files.
+    param([string]$Path)
+    $acl = Get-Acl -LiteralPath $Path
+    if ($acl.AreAccessRulesProtected) { return $false }
+    $explicit = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]))
+    if ($explicit.Count -ne 1) { return $false }
+    $rule = $explicit[0]
+    $modify = [System.Security.AccessControl.FileSystemRights]'Modify, Synchronize'
+    return ($rule.IdentityReference.Value -eq $ContainerSid -and $rule.AccessControlType -eq 'Allow' -and
+        $rule.FileSystemRights -eq $modify -and
+        $rule.InheritanceFlags -eq [System.Security.AccessControl.InheritanceFlags]'ContainerInherit, ObjectInherit' -and
+        $rule.PropagationFlags -eq [System.Security.AccessControl.PropagationFlags]::None)
 }
 
 function Invoke-Icacls {
@@ -103,5 +137,28 @@ foreach ($folder in $Folders) {
     }
     if (-not (Test-AdminOnlyAcl -Path $folder)) { throw "$folder still does not have the SYSTEM + Administrators only ACL" }
     Write-Output "protect-node-folders: $folder is now SYSTEM and Administrators only"
+}
+
+# After the loop above: resetting a locked folder's children (/reset /T) drops this grant, and
+# this puts it back.
+foreach ($folder in $ContainerFolders) {
+    if (-not @($Folders | Where-Object { $folder.StartsWith($_ + '\', [StringComparison]::OrdinalIgnoreCase) })) {
+        throw "$folder is not below one of the locked folders ($($Folders -join ', '))"
+    }
+    if (-not (Test-Path -LiteralPath $folder)) {
+        New-Item -ItemType Directory -Path $folder | Out-Null
+    }
+    if (Test-ContainerAcl -Path $folder) { continue }
+    # /inheritance:e: inherit SYSTEM and Administrators from the locked folder above; any other
+    # explicit ACE goes; (OI)(CI)M = modify, inherited by the pod folders the kubelet creates later,
+    # and by those that exist already (icacls propagates an inheritable grant to them).
+    Invoke-Icacls @($folder, '/inheritance:e', '/Q')
+    $acl = Get-Acl -LiteralPath $folder
+    $others = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]) |
+        ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
+    foreach ($sid in $others) { Invoke-Icacls @($folder, '/remove:g', "*$sid", '/Q') }
+    Invoke-Icacls @($folder, '/grant:r', "*${ContainerSid}:(OI)(CI)M", '/Q')
+    if (-not (Test-ContainerAcl -Path $folder)) { throw "$folder still does not have its container ACL" }
+    Write-Output "protect-node-folders: containers may now use their volumes in $folder"
 }
 exit 0

@@ -37,6 +37,14 @@ def pytest_generate_tests(metafunc):
         backend = cfg.network.backend if cfg else "host-gw"
         windows_boxes = {n.box for n in _windows_nodes(cfg)} if cfg else set()
         metafunc.parametrize("path", matrix.pytest_params(backend, windows_boxes))
+    if "windows_box" in metafunc.fixturenames:
+        # The Windows boxes of cluster.yml; a cluster without one reports the check as not
+        # applicable, never as passed.
+        cfg_file = metafunc.config.getoption("--k4w-config")
+        boxes = sorted({n.box for n in _windows_nodes(config_mod.load(cfg_file))}) if cfg_file else []
+        params = [pytest.param(box, id=box) for box in boxes] or [pytest.param(None, id="none", marks=pytest.mark.k4w_deselect(
+            "cluster.yml has no Windows node"))]
+        metafunc.parametrize("windows_box", params)
 
 
 # ------------------------------------------------------------------ workloads
@@ -82,10 +90,15 @@ def endpoints(kubectl, cluster_cfg, k4w, os_label, proxy):
     linux_nodes = [n for n in cluster_cfg.nodes if not profiles.load(n.box).is_windows]
     linux_node = next((n for n in linux_nodes if n.role == "worker"), cluster_cfg.master)
 
+    volume_check = wl.read_volume_check(k4w.out / "manifests") if windows_nodes else []
+
     _wait_namespace_gone(kubectl)
     if demo:
+        # The demo's finished volume-check Pod: apply cannot change a Pod's spec (a box with another
+        # Nano Server image), so it goes first; the spec runs its own copy in its namespace.
+        kubectl.run("delete", "pod", "-n", demo.namespace, wl.VOLUME_CHECK, "--ignore-not-found", check=False)
         kubectl.apply_file(demo.manifest)  # idempotent: cluster-up deployed it already
-    kubectl.apply(wl.objects(os_label, windows_image, demo))
+    kubectl.apply(wl.objects(os_label, windows_image, demo, volume_check))
     try:
         ep = wl.Endpoints(domain=cluster_cfg.cluster.domain, demo=demo)
         ep.linux_node = (linux_node.name, str(linux_node.ip))
@@ -111,6 +124,31 @@ def endpoints(kubectl, cluster_cfg, k4w, os_label, proxy):
         if demo:
             kubectl.run("delete", "service", "-n", demo.namespace, wl.WIN_PODS, "--ignore-not-found", check=False)
         kubectl.run("delete", "namespace", wl.NAMESPACE, "--ignore-not-found", timeout=CLEANUP_TIMEOUT, check=False)
+
+
+# ------------------------------------------------------------------ pod volumes
+
+
+def _finished(kubectl, namespace: str, name: str, timeout: int) -> dict:
+    def check():
+        pod = kubectl.get("pod", "-n", namespace, name)
+        done = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        return done, (pod if done else pod_state(pod))
+
+    return wait_for(f"pod {namespace}/{name} to finish", check, timeout)
+
+
+@pytest.mark.k4w_check("pod_volumes")
+def test_a_nano_server_pod_uses_its_token_configmap_and_emptydir(windows_box, endpoints, kubectl):
+    """Nano Server runs as ContainerUser, which opens its mounts with its own identity: a node
+    folder ACL that admits only SYSTEM and Administrators denies it every volume. (One pod for the
+    cluster: cluster_model refuses Windows nodes with different Nano Server images.)"""
+    pod = _finished(kubectl, wl.NAMESPACE, wl.VOLUME_CHECK, WINDOWS_POD_TIMEOUT)
+    log = kubectl.run("logs", "-n", wl.NAMESPACE, wl.VOLUME_CHECK, check=False).stdout.strip()
+    assert pod["status"]["phase"] == "Succeeded", (
+        f"{wl.VOLUME_CHECK} on {pod['spec'].get('nodeName')} failed ({pod_state(pod)}); its log, the step denied last:\n{log}\n"
+        "The node's C:\\var\\lib\\kubelet\\pods must grant Authenticated Users (protect-node-folders.ps1)")
+    assert "ContainerUser used every volume" in log, log
 
 
 # ------------------------------------------------------------------ the matrix

@@ -44,10 +44,15 @@ NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
 FIREWALL_PORTS = (("TCP", "10250"), ("UDP", "4789"), ("TCP", "30000-32767"), ("UDP", "30000-32767"))
 FIREWALL_PROFILES = ("Domain", "Private", "Public")
 # Defender exclusions (ptylenda/kubernetes-for-windows@71843a4 README.md, "Additional notes about
-# windows performance"): Docker's data root, C:\k and the node processes, so real-time scanning
-# does not stall image extraction.
-DEFENDER_PATHS = ("C:\\ProgramData\\docker", K_DIR)
-DEFENDER_PROCESSES = ("dockerd.exe", "kubelet.exe", "kube-proxy.exe", "flanneld.exe")
+# windows performance"): the runtime's data root, C:\k and the node processes, so real-time scanning
+# does not stall image extraction. Processes by full path (10-defender-exclusions.ps1 says why): a
+# name alone would exclude a program of that name in any folder, a pod's too.
+DEFENDER_PATHS = {"docker": ("C:\\ProgramData\\docker", K_DIR),
+                  "containerd": ("C:\\ProgramData\\containerd", "C:\\Program Files\\containerd", K_DIR)}
+_NODE_PROCESSES = tuple(f"{K_DIR}\\{name}" for name in ("kubelet.exe", "kube-proxy.exe", "flanneld.exe"))
+DEFENDER_PROCESSES = {"docker": ("C:\\Program Files\\docker\\dockerd.exe", *_NODE_PROCESSES),
+                      "containerd": ("C:\\Program Files\\containerd\\containerd.exe",
+                                     "C:\\Program Files\\containerd\\containerd-shim-runhcs-v1.exe", *_NODE_PROCESSES)}
 # Kubernetes node binaries in C:\k (kubernetes-node-windows-amd64.tar.gz) and how each reports
 # its version; all must be kubernetes.version.
 KUBE_BINARIES = {
@@ -281,7 +286,8 @@ def test_firewall_profiles_enabled(host):
 
 
 @pytest.mark.k4w_check("defender")
-def test_defender_exclusions(host):
+def test_defender_exclusions(host, profile):
+    runtime = "containerd" if "containerd" in expect.components(profile) else "docker"
     found = _query(host, q.defender_exclusions(), "Defender preferences")
     if not found["installed"]:
         # 10-defender-exclusions.ps1: no Defender means no real-time scan to exclude from; that
@@ -289,8 +295,10 @@ def test_defender_exclusions(host):
         return
     paths = {p.lower().rstrip("\\") for p in winps.as_list(found["paths"])}
     processes = {p.lower() for p in winps.as_list(found["processes"])}
-    missing = [p for p in DEFENDER_PATHS if p.lower() not in paths] + [p for p in DEFENDER_PROCESSES if p.lower() not in processes]
+    missing = [p for p in DEFENDER_PATHS[runtime] if p.lower() not in paths] + [p for p in DEFENDER_PROCESSES[runtime] if p.lower() not in processes]
     assert not missing, f"Defender exclusions missing: {missing}"
+    bare = sorted(p for p in processes if "\\" not in p)
+    assert not bare, f"Defender excludes processes by name alone, in any folder (a pod's too): {bare}"
 
 
 # ------------------------------------------------------------------ WinRM and accounts
@@ -363,6 +371,11 @@ PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 # Below them, what must inherit that ACL and nothing else: what kubeadm join and the kubelet write,
 # and a binary the kubelet service runs as LocalSystem.
 ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
+# Opened to pods, and only to them (protect-node-folders.ps1 says why): the kubelet's pod folder
+# inherits C:\var's ACL and adds Authenticated Users modify, inheritable, so a process-isolated
+# container (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
+CONTAINER_FOLDERS = ("C:\\var\\lib\\kubelet\\pods",)
+AUTHENTICATED_USERS_SID = "S-1-5-11"
 # containerd creates its root and state itself with SYSTEM + Administrators only
 # (containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
 # cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
@@ -397,6 +410,32 @@ def test_node_folders_are_system_and_administrators_only(host, profile):
     rows = {r["path"]: r for r in winps.as_list(_query(host, q.folder_acls(paths), "folder ACLs"))}
     problems = [p for path in paths for p in _acl_problems(rows[path], protected=path in PROTECTED_FOLDERS + CONTAINERD_FOLDERS)]
     assert not problems, "node folders another local account can read or write: " + "; ".join(problems)
+
+
+def _container_acl_problems(row: dict) -> list[str]:
+    """What keeps a pod folder from inheriting the locked ACL plus exactly the containers' grant."""
+    if not row["exists"]:
+        return [f"{row['path']} does not exist"]
+    problems = [] if not row["protected"] else ["does not inherit C:\\var's ACL"]
+    if row["owner"] not in ADMIN_ONLY:
+        problems.append(f"is owned by {row['owner']}")
+    rules = winps.as_list(row["rules"])
+    inherited = sorted({r["sid"] for r in rules if r["inherited"] and r["type"] == "Allow"} - ADMIN_ONLY)
+    if inherited:
+        problems.append(f"inherits access for {', '.join(inherited)}")
+    explicit = [(r["sid"], r["type"], r["rights"], r["inheritance"], r["propagation"]) for r in rules if not r["inherited"]]
+    wanted = [(AUTHENTICATED_USERS_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "None")]
+    if explicit != wanted:
+        problems.append(f"has the explicit ACEs {explicit}, not only Authenticated Users' inheritable modify "
+                        "(a Nano Server pod, ContainerUser, could not read its token or write its emptyDir)")
+    return [f"{row['path']} {p}" for p in problems]
+
+
+@pytest.mark.k4w_check("folder_acls")
+def test_pod_volumes_are_open_to_containers_and_nothing_else_is(host):
+    rows = winps.as_list(_query(host, q.folder_acls(list(CONTAINER_FOLDERS)), "pod folder ACLs"))
+    problems = [p for row in rows for p in _container_acl_problems(row)]
+    assert not problems, "pod volume folders containers cannot use: " + "; ".join(problems)
 
 
 # ------------------------------------------------------------------ proxy
