@@ -229,6 +229,13 @@ def test_a_file_mode_that_is_not_one_is_refused(tmp_path):
 # ------------------------------------------------------------------ 02 kernel
 
 
+# What setupKernelTunables requires (k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/container_manager_linux.go;
+# values: k8s.io/component-helpers@v0.37.2 node/util/sysctl/sysctl.go, RootMaxBytesSetting = 25 * RootMaxKeysSetting).
+KUBELET_KERNEL_DEFAULTS = {"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10",
+                           "kernel.panic_on_oops": "1", "kernel.keys.root_maxkeys": "1000000",
+                           "kernel.keys.root_maxbytes": "25000000"}
+
+
 def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
     root = make_root(tmp_path)
     assert run_step("02-kernel.sh", root).returncode == 0
@@ -238,6 +245,9 @@ def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
     assert (root / "etc" / "modules-load.d" / "k4w-kubernetes.conf").read_text().split()[-2:] == ["br_netfilter", "overlay"]
     sysctls = (root / "etc" / "sysctl.d" / "90-k4w-kubernetes.conf").read_text()
     assert "net.bridge.bridge-nf-call-iptables = 1" in sysctls and "net.ipv4.ip_forward = 1" in sysctls
+    # Every tunable a kubelet with protectKernelDefaults requires, at the value it requires, or it refuses to start.
+    written = dict(line.split(" = ") for line in sysctls.splitlines() if " = " in line)
+    assert {key: written.get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS
     before = snapshot(root)
     assert run_step("02-kernel.sh", root).returncode == 0
     assert snapshot(root) == before
