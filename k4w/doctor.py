@@ -8,6 +8,7 @@ import platform
 import re
 import shutil
 import socket
+import tempfile
 import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +28,42 @@ STAGES = ("validate", "build", "cluster")
 # Free space a build needs: a Windows VHDX grows to ~25 GB plus the exported box; Ubuntu ~8 GB.
 DISK_GB = {"windows": 45, "linux": 12}
 MIN_VAGRANT = (2, 2, 0)  # hyperv provider linked_clone / vm_integration_services
+
+# Vagrant logs in to Windows nodes over WinRM inside TLS with NTLM (vagrant/Vagrantfile: transport :ssl,
+# basic_auth_only false), and NTLM hashes the password with MD4, which OpenSSL 3 moved to its legacy
+# provider: a Vagrant whose Ruby has no MD4 fails every WinRM command with "Digest initialization
+# failed" (hashicorp/vagrant#13076, #13216, #13242). The probe runs where the login runs, in Vagrant's
+# own process and Ruby (a Vagrantfile is Ruby that Vagrant loads), and hashes with the NTLM library
+# Vagrant's WinRM communicator uses (rubyntlm: Net::NTLM.ntlm_hash), so whatever that Vagrant does to
+# load the legacy provider counts. It prints one marker line; the rest of the output is Vagrant's.
+NTLM_MARKER = "K4W-NTLM-PROBE:"
+NTLM_PROBE = f"""# k4w doctor: can this Vagrant compute the MD4 that an NTLM login to a Windows node needs?
+require "openssl"
+ossl = (OpenSSL::OPENSSL_LIBRARY_VERSION rescue "unknown OpenSSL")
+md4 = begin
+  OpenSSL::Digest.new("MD4").hexdigest("k4w")
+  "openssl-md4-ok"
+rescue StandardError => e
+  "openssl-md4-failed #{{e.class}}: #{{e.message.lines.first.to_s.strip}}"
+end
+ntlm = begin
+  require "rubyntlm"
+  Net::NTLM.ntlm_hash("k4w")
+  "ntlm-ok"
+rescue LoadError => e
+  "ntlm-missing #{{e.message.lines.first.to_s.strip}}"
+rescue StandardError => e
+  "ntlm-failed #{{e.class}}: #{{e.message.lines.first.to_s.strip}}"
+end
+# One line: a message's own line breaks ("Did you mean?") would split it.
+$stdout.puts "{NTLM_MARKER} #{{ntlm}} | #{{md4}} | #{{ossl}}".tr("\\n", " ")
+$stdout.flush
+Vagrant.configure("2") {{ |config| }}
+"""
+NTLM_FIX = ("install HashiCorp's Vagrant 2.4.0 or newer from its own installer, whose Ruby loads OpenSSL's legacy "
+            "provider (hashicorp/vagrant#13178; Windows hosts reported fixed in 2.4.0, #13273). A Vagrant on the "
+            "system's Ruby needs that provider enabled for it: OPENSSL_CONF naming an openssl.cnf whose "
+            "[provider_sect] activates both default and legacy (hashicorp/vagrant#13076)")
 
 
 @dataclass
@@ -113,6 +150,8 @@ def tool_checks(out: Path) -> list[Check]:
         ver = _version(text)
         ok = ver is not None and ver >= MIN_VAGRANT
         checks.append(Check("vagrant", ok, f"{path} {text}", f"needs {'.'.join(map(str, MIN_VAGRANT))} or newer: {INSTALL['vagrant']}", ("cluster",)))
+        if ok:
+            checks.append(vagrant_ntlm_check(path))
     # A build runs every validator before Packer starts, so it needs their tools too.
     for tool in ("packer", "shellcheck", "ruby", "debconf-set-selections"):
         path = find_tool(tool)  # the pinned cache's packer first, as validate runs it
@@ -120,6 +159,37 @@ def tool_checks(out: Path) -> list[Check]:
         # (k4w/bake/gate.py), because a Windows host cannot have debconf-set-selections.
         checks.append(Check(f"{tool} (validation)", bool(path), path or "not installed", INSTALL[tool], ("validate",)))
     return checks
+
+
+def vagrant_ntlm_check(vagrant: str) -> Check:
+    """Whether Vagrant's own Ruby computes the NTLM hash (MD4) of the WinRM login to Windows nodes."""
+    name, stages = "vagrant WinRM NTLM (MD4)", ("cluster",)
+    with tempfile.TemporaryDirectory(prefix="k4w-doctor-") as folder:
+        (Path(folder) / "Vagrantfile").write_text(NTLM_PROBE, encoding="utf-8")
+        # VAGRANT_CWD: the probe is the only Vagrantfile Vagrant sees, whatever the user's cwd holds.
+        env = {**os.environ, "VAGRANT_CWD": folder, "VAGRANT_CHECKPOINT_DISABLE": "1"}
+        env.pop("VAGRANT_VAGRANTFILE", None)
+        try:
+            # validate loads the Vagrantfile; its verdict on the empty config does not matter here.
+            output = proc.run([vagrant, "validate"], cwd=Path(folder), env=env, timeout=180).output
+        except (OSError, K4wError) as exc:
+            return Check(name, False, f"could not run '{vagrant} validate': {redact(str(exc))}", NTLM_FIX, stages)
+    lines = [line for line in output.splitlines() if line.startswith(NTLM_MARKER)]
+    if not lines:
+        return Check(name, False, f"'{vagrant} validate' did not load k4w's probe Vagrantfile: {proc.tail(redact(output), 3)}",
+                     NTLM_FIX, stages)
+    ntlm, md4, ossl = (part.strip() for part in (lines[-1].removeprefix(NTLM_MARKER).split("|") + ["", ""])[:3])
+    if ntlm == "ntlm-ok":
+        return Check(name, True, f"Vagrant's Ruby computes the NTLM hash ({ossl})", stages=stages)
+    if ntlm.startswith("ntlm-missing"):
+        have_md4 = "with" if md4 == "openssl-md4-ok" else "and without"
+        return Check(name, False, f"Vagrant cannot load rubyntlm, the NTLM library of its WinRM communicator, "
+                                  f"{have_md4} MD4 in its OpenSSL ({ossl})",
+                     "a Vagrant packaged by a distribution leaves WinRM's gems out: 'vagrant plugin install winrm "
+                     "winrm-elevated winrm-fs' (hashicorp/vagrant#13076), or " + NTLM_FIX, stages)
+    return Check(name, False, f"Vagrant's Ruby cannot compute MD4 for NTLM ({ntlm.removeprefix('ntlm-failed ')}; {ossl}): "
+                              f"every WinRM command to a Windows node would fail with 'Digest initialization failed'",
+                 NTLM_FIX, stages)
 
 
 def switch_checks(cfg: Config) -> list[Check]:

@@ -299,10 +299,17 @@ k4w_wait_for() {
     done
 }
 
-# k4w_systemd_quote VALUE - VALUE inside Environment="..." of a unit file: systemd expands
-# %-specifiers there, so a literal % (URL-encoded credentials) must be doubled.
-k4w_systemd_quote() {
-    printf '%s' "${1//%/%%}"
+# k4w_env_file_line NAME=VALUE - the pair as a line of a systemd EnvironmentFile=, VALUE in double
+# quotes. systemd's parser (src/basic/fileio.c at v229 for xenial, src/basic/env-file.c at v255)
+# takes every character inside "..." literally but `"` and `\`, whose escapes differ between those
+# versions, and expands neither %-specifiers nor $VARIABLES there: URL-encoded credentials (%40)
+# and a `$` stay as they are. A URL holds neither `"` nor `\` (RFC 3986 percent-encodes both), so
+# a value with one is refused rather than escaped.
+k4w_env_file_line() {
+    local name="${1%%=*}" value="${1#*=}"
+    [[ $value != *[\"\\]* ]] ||
+        k4w_die "the value of ${name} holds a double quote or a backslash: percent-encode it (%22, %5C) in cluster.yml"
+    printf '%s="%s"' "$name" "$value"
 }
 
 k4w_systemctl() {
@@ -354,13 +361,13 @@ k4w_apt_install() {
     k4w_apt_update
     k4w_log "installing ${missing[*]}"
     # --force-confold: keep configuration files k4w already wrote (e.g. /etc/docker/daemon.json).
-    DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends \
+    DEBIAN_FRONTEND=noninteractive k4w_apt apt-get install --yes --no-install-recommends \
         --allow-downgrades -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 }
 
 k4w_apt_update() {
     if ((K4W_APT_UPDATED == 0)); then
-        apt-get update
+        k4w_apt apt-get update
         K4W_APT_UPDATED=1
     fi
 }
@@ -369,8 +376,82 @@ k4w_apt_update() {
 k4w_hold() {
     k4w_live || return 0
     if ! apt-mark showhold | grep -qx "$1"; then
-        apt-mark hold "$1"
+        k4w_apt apt-mark hold "$1"
     fi
+}
+
+# --- apt on a box that may still be booting for the first time -------------------------------
+# A fresh install's first boot runs cloud-init (24.04/26.04: subiquity's installed system) and
+# apt's daily timers (apt-daily, apt-daily-upgrade: unattended-upgrades), which hold apt's and
+# dpkg's locks; an apt-get that meets a held lock fails at once unless told to wait. Every apt
+# command of the guest steps goes through k4w_apt (invoke validate's apt rule holds them to it).
+# Bounds, in seconds: cloud-init's first boot; apt's daily jobs; one held lock.
+K4W_FIRST_BOOT_TIMEOUT=900
+K4W_APT_JOBS_TIMEOUT=900
+K4W_APT_LOCK_TIMEOUT=300
+# Between two tries of an apt command that met a held lock.
+K4W_APT_RETRY_SECONDS=5
+# The systemd units of apt's daily jobs (apt's debian/apt-daily*.service). unattended-upgrades.service
+# is left out: it only waits for shutdown, so it is active all the time.
+K4W_APT_JOB_UNITS=(apt-daily.service apt-daily-upgrade.service)
+K4W_FIRST_BOOT_WAITED=0
+
+k4w_apt_jobs_idle() {
+    # is-active succeeds when at least one of the units is active (systemctl(1)).
+    ! systemctl is-active --quiet "${K4W_APT_JOB_UNITS[@]}"
+}
+
+# k4w_wait_first_boot - once per step: wait, bounded, for cloud-init to finish where it is installed
+# and runs, then for apt's daily jobs.
+k4w_wait_first_boot() {
+    ((K4W_FIRST_BOOT_WAITED)) && return 0
+    K4W_FIRST_BOOT_WAITED=1
+    k4w_live || return 0
+    local status rc=0
+    if command -v cloud-init >/dev/null 2>&1; then
+        status="$(cloud-init status 2>/dev/null | awk '$1 == "status:" { print $2 }' || true)"
+        # "disabled": nothing runs; "not" (not run): the steps run over SSH, which cloud-init's
+        # network stage precedes (its cloud-init.service is ordered Before=sshd.service), so a
+        # cloud-init that has not run by now never will on this boot.
+        if [[ -n $status && $status != disabled && $status != not ]]; then
+            k4w_log "waiting for cloud-init to finish its first boot (status ${status}; at most ${K4W_FIRST_BOOT_TIMEOUT}s)"
+            timeout "$K4W_FIRST_BOOT_TIMEOUT" cloud-init status --wait >/dev/null 2>&1 || rc=$?
+            # 124: timeout(1) stopped the wait. 1 or 2: cloud-init finished with errors, which are
+            # not apt's business; the locks are free either way.
+            ((rc != 124)) || k4w_die "cloud-init was still running after ${K4W_FIRST_BOOT_TIMEOUT}s; see 'cloud-init status --long' on the VM"
+        fi
+    fi
+    k4w_wait_for "apt's daily jobs (${K4W_APT_JOB_UNITS[*]}) to finish" "$K4W_APT_JOBS_TIMEOUT" k4w_apt_jobs_idle
+}
+
+# k4w_apt apt-get|apt-mark ARGS... - run an apt command that takes apt's or dpkg's locks, after the
+# first boot's jobs, waiting a bounded time for a lock someone else holds:
+# - DPkg::Lock::Timeout makes apt wait for dpkg's locks itself (apt 1.9.11 and later:
+#   apt-pkg/deb/debsystem.cc, debSystem::Lock, Debian/apt@1.9.11). apt 1.2 (Ubuntu 16.04) has no
+#   such option and ignores it, as every -o item it does not know (apt-pkg/contrib/cmndline.cc,
+#   ArbItem, Debian/apt@1.2.35);
+# - neither waits for the lists lock of apt-get update (apt-pkg/acquire.cc, pkgAcquire::GetLock,
+#   Debian/apt@3.1.12): a failure that names a lock is tried again until the same bound.
+k4w_apt() {
+    k4w_wait_first_boot
+    local errors rc start=$SECONDS
+    errors="$(mktemp)"
+    while :; do
+        rc=0
+        "$1" -o "DPkg::Lock::Timeout=${K4W_APT_LOCK_TIMEOUT}" "${@:2}" 2>"$errors" || rc=$?
+        cat "$errors" >&2
+        if ((rc == 0)) || ! grep -qiE 'could not get lock|unable to lock|unable to acquire the dpkg frontend lock' "$errors"; then
+            break
+        fi
+        if ((SECONDS - start >= K4W_APT_LOCK_TIMEOUT)); then
+            k4w_log "an apt lock was still held after ${K4W_APT_LOCK_TIMEOUT}s: giving up"
+            break
+        fi
+        k4w_log "an apt lock is held by another process: trying '$1 ${2:-}' again"
+        sleep "$K4W_APT_RETRY_SECONDS"
+    done
+    rm -f "$errors"
+    return "$rc"
 }
 
 # --- proxy ---------------------------------------------------------------------------------
@@ -462,6 +543,8 @@ K4W_INSTALLER_PROXY_FILES=(/etc/apt/apt.conf.d/90curtin-aptproxy /etc/systemd/sy
 # runtime the box installs pulls images: K4W_CONTAINER_RUNTIME (docker or containerd, derived from
 # the profile's components by k4w/derive_steps.py).
 K4W_PROXY_SERVICES=(docker containerd kubelet)
+# The services' proxy variables, under /etc (node) or /run (build): K4W_PROXY_SERVICE_ENV below.
+K4W_PROXY_SERVICE_ENV=/k4w/proxy.env
 
 k4w_configure_proxy() {
     local proxy_env="$1" apt_conf="$2" mode="$3" scope="$4" pair proxy_vars=() changed=() service
@@ -479,6 +562,7 @@ k4w_configure_proxy() {
     for pair in ${proxy_vars[@]+"${proxy_vars[@]}"}; do
         # The name only: the value may carry credentials.
         [[ $pair =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || k4w_die "the proxy environment holds '${pair%%=*}', which is not a NAME=value pair"
+        k4w_env_file_line "$pair" >/dev/null  # refused here, before anything is written
     done
     local persistent=()
     [[ $scope == node ]] && persistent=(${proxy_vars[@]+"${proxy_vars[@]}"})
@@ -524,8 +608,25 @@ k4w_configure_proxy() {
         fi
     done
 
-    # One systemd drop-in per service: in /etc on a node, in /run during a build.
-    local path content wanted dir
+    # The services' proxy: one root-only EnvironmentFile (in /etc on a node, in /run during a build)
+    # and a drop-in per service that names it. Never Environment= in a unit: any local user reads
+    # those over D-Bus (`systemctl show -p Environment`; systemd.exec(5), Environment=), while
+    # systemd reads an EnvironmentFile= itself, as root, when it starts the service.
+    local path content wanted dir env_file env_changed=0
+    for dir in /etc /run; do
+        env_file="${dir}${K4W_PROXY_SERVICE_ENV}"
+        if ((${#proxy_vars[@]} > 0)) && [[ ($scope == node && $dir == /etc) || ($scope == build && $dir == /run) ]]; then
+            content="# k4w: proxy from cluster.yml for ${K4W_PROXY_SERVICES[*]} (${scope}), read by systemd as root"
+            for pair in "${proxy_vars[@]}"; do
+                content+=$'\n'"$(k4w_env_file_line "$pair")"
+            done
+            # 0600 root whatever FILE_MODE says: only systemd reads it.
+            k4w_write_file "$env_file" 0600 "$content"
+        else
+            k4w_remove_file "$env_file"
+        fi
+        ((K4W_CHANGED)) && env_changed=1
+    done
     for service in "${K4W_PROXY_SERVICES[@]}"; do
         for dir in /etc/systemd/system /run/systemd/system; do
             path="${dir}/${service}.service.d/http-proxy.conf"
@@ -538,15 +639,15 @@ k4w_configure_proxy() {
                 fi
             fi
             if ((wanted)); then
-                content="# k4w: proxy from cluster.yml for ${service} (${scope})"$'\n'"[Service]"
-                for pair in "${proxy_vars[@]}"; do
-                    content+=$'\n'"Environment=\"$(k4w_systemd_quote "$pair")\""
-                done
-                k4w_write_file "$path" "$mode" "$content"
+                env_file="${dir%%/systemd/system}${K4W_PROXY_SERVICE_ENV}"
+                content="# k4w: proxy from cluster.yml for ${service} (${scope}); the values are in ${env_file} (root only)"
+                content+=$'\n'"[Service]"$'\n'"EnvironmentFile=${env_file}"
+                k4w_write_file "$path" 0644 "$content"
             else
                 k4w_remove_file "$path"
             fi
-            if ((K4W_CHANGED)) && [[ " ${changed[*]-} " != *" ${service} "* ]]; then
+            # A changed value file restarts every service that reads it.
+            if ((K4W_CHANGED || (wanted && env_changed))) && [[ " ${changed[*]-} " != *" ${service} "* ]]; then
                 changed+=("$service")
             fi
         done
@@ -554,7 +655,7 @@ k4w_configure_proxy() {
     if ((${#changed[@]} > 0)); then
         k4w_systemctl daemon-reload
         for service in "${changed[@]}"; do
-            # A running service only sees new Environment= after a restart; a stopped one at start.
+            # A running service reads its EnvironmentFile= again only at a restart; a stopped one at start.
             if k4w_unit_active "$service"; then
                 k4w_log "restarting ${service} for the new proxy settings"
                 systemctl restart "$service"

@@ -329,6 +329,15 @@ def cgroup_v2(cluster: Cluster, out: Path) -> Result:
                         "cgroup_rules", cluster, out)
 
 
+def unit_credentials(cluster: Cluster, out: Path) -> Result:
+    return _rule_module("systemd units (guest scripts, templates)", "no credential in Environment= (D-Bus readable)",
+                        "systemd_unit_rules", cluster)
+
+
+def apt_locks(cluster: Cluster, out: Path) -> Result:
+    return _rule_module("apt commands (guest scripts)", "k4w_apt: bounded lock and first-boot waits", "apt_rules", cluster)
+
+
 def yaml_templates(cluster: Cluster, out: Path) -> Result:
     from ..render import _environment
     from . import yaml_template_rules
@@ -516,6 +525,16 @@ def _would_check_cgroup_v2(cluster: Cluster, out: Path, rendered: Collection[str
             f"scripts and {out / 'kubeadm' / 'kubeadm-config.yaml'} against the v2-only hierarchy"]
 
 
+def _would_check_unit_credentials(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every Environment= a guest script or template writes into a systemd unit names "
+            "no proxy or credential variable (k4w/validate/systemd_unit_rules.py)"]
+
+
+def _would_check_apt_locks(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every apt command of the guest scripts goes through lib.sh's k4w_apt "
+            "(k4w/validate/apt_rules.py)"]
+
+
 def _would_check_yaml_templates(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
     return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]
 
@@ -569,6 +588,8 @@ VALIDATORS: list[Validator] = [
     Validator(cgroup_v2, _would_check_cgroup_v2),
     Validator(registry_mirrors, _would_check_registry_mirrors),
     Validator(containerd_config_versions, _would_check_containerd_config_versions),
+    Validator(unit_credentials, _would_check_unit_credentials),
+    Validator(apt_locks, _would_check_apt_locks),
     Validator(yaml_templates, _would_check_yaml_templates),
     Validator(hcl_templates, _would_check_hcl_templates),
     Validator(vagrantfiles, _would_check_vagrantfiles),

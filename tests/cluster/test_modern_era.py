@@ -48,6 +48,9 @@ def test_v1beta4_kubeadm_config_uses_arg_lists_and_timeouts(tmp_path):
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
     assert proxy["clusterCIDR"] == "10.244.0.0/16"
     assert kubelet["clusterDNS"] == ["10.96.0.10"] and kubelet["cgroupDriver"]
+    # CIS: the kubelet holds the kernel to its tunables (bake step 02-kernel.sh sets them, checked in
+    # tests/bake/ubuntu/test_ubuntu_guest_steps.py)
+    assert kubelet["protectKernelDefaults"] is True
 
 
 def test_flannel_v028_manifest_matches_the_windows_net_conf(tmp_path):
@@ -66,6 +69,12 @@ def test_flannel_v028_manifest_matches_the_windows_net_conf(tmp_path):
     assert images == [CNI_PLUGIN_IMAGE, FLANNEL_IMAGE, FLANNEL_IMAGE]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert "--iface=$(HOST_IP)" in pod["containers"][0]["args"]
+    # flanneld's health endpoint on the cluster address only (its default --healthz-ip is 0.0.0.0, and
+    # the pod shares the host's network, management NIC included)
+    flanneld = pod["containers"][0]
+    assert "--healthz-port=8081" in flanneld["args"] and "--healthz-ip=$(HOST_IP)" in flanneld["args"]
+    host_ip = next(e for e in flanneld["env"] if e["name"] == "HOST_IP")
+    assert host_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
 
 
 @pytest.mark.tools

@@ -5,6 +5,7 @@
 #   (Flannel, kube-proxy), and Docker's overlay2 storage driver needs overlay.
 # - net.ipv4.ip_forward=1 (a kubeadm preflight check) and net.bridge.bridge-nf-call-iptables=1
 #   (bridged pod traffic through iptables, which Flannel and kube-proxy rely on).
+# - the kernel tunables the kubelet's protectKernelDefaults holds the kernel to (see SYSCTLS).
 # No environment variables: these are the same for every box.
 K4W_STEP="02-kernel"
 set -Eeuo pipefail
@@ -20,6 +21,16 @@ SYSCTL_FILE=/etc/sysctl.d/90-k4w-kubernetes.conf
 declare -A SYSCTLS=(
     [net.bridge.bridge-nf-call-iptables]=1
     [net.ipv4.ip_forward]=1
+    # The kernel tunables a kubelet with protectKernelDefaults (the containerd era's KubeletConfiguration)
+    # requires as they are, or it refuses to start: setupKernelTunables in k8s.io/kubernetes@v1.37.2
+    # pkg/kubelet/cm/container_manager_linux.go, values from k8s.io/component-helpers@v0.37.2
+    # node/util/sysctl/sysctl.go. Set on every box: harmless where the kubelet does not check them.
+    [vm.overcommit_memory]=1
+    [vm.panic_on_oom]=0
+    [kernel.panic]=10
+    [kernel.panic_on_oops]=1
+    [kernel.keys.root_maxkeys]=1000000
+    [kernel.keys.root_maxbytes]=25000000
 )
 
 k4w_distro >/dev/null
@@ -51,7 +62,7 @@ if k4w_live; then
 fi
 
 # --- sysctls ------------------------------------------------------------------------------
-sysctl_lines="# k4w: forwarding and bridged traffic for kubeadm, Flannel and kube-proxy"
+sysctl_lines="# k4w: forwarding and bridged traffic for kubeadm, Flannel and kube-proxy; the kubelet's kernel defaults"
 for key in $(printf '%s\n' "${!SYSCTLS[@]}" | sort); do
     sysctl_lines+=$'\n'"${key} = ${SYSCTLS[$key]}"
 done

@@ -50,7 +50,7 @@ k4w_distro >/dev/null
 
 # --- caches -------------------------------------------------------------------------------
 if k4w_live; then
-    apt-get clean
+    k4w_apt apt-get clean
 fi
 cache="$(k4w_path "$K4W_CACHE")"
 if [[ -d $cache ]]; then

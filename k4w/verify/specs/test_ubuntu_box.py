@@ -26,6 +26,7 @@ SYSCTLS = {  # kubeadm preflight (FileContent--proc-sys-net-bridge-bridge-nf-cal
 # systemd drop-in holding a service's proxy variables (Docker docs "Configure the daemon with
 # systemd"; guest/ubuntu/bake/01-proxy.sh writes one for each of these services).
 PROXY_DROPIN = "/etc/systemd/system/{service}.service.d/http-proxy.conf"
+PROXY_ENV_FILE = "/etc/k4w/proxy.env"  # guest/ubuntu/lib.sh: /etc + K4W_PROXY_SERVICE_ENV
 RELEASE_FILE = "/etc/k4w-release.json"  # docs/internals.md, Profile conventions
 # Ubuntu's KVP daemon: the unit linux-cloud-tools-common ships (ConditionVirtualization=microsoft,
 # ExecStart=/usr/sbin/hv_kvp_daemon -n), whose wrapper runs the daemon built for the running kernel,
@@ -270,11 +271,9 @@ def test_containerd_config_has_containerds_own_version_the_pinned_sandbox_and_cg
 
 
 @pytest.mark.k4w_check("proxy", component="containerd")
-def test_containerd_service_has_the_proxy(host, proxy):
+def test_containerd_service_has_the_proxy(host, proxy, as_root):
     # What the unit really gets (drop-ins merged), whether or not it runs yet.
-    out = _ok(host.run("systemctl show --property=Environment containerd"), "systemctl show containerd")
-    value = out.strip().partition("=")[2]
-    _assert_proxy_env(expect.parse_env_assignments("\n".join(shlex.split(value))), proxy, "containerd.service Environment")
+    _assert_service_proxy(host, proxy, as_root, "containerd")
 
 
 # ------------------------------------------------------------------ proxy: present with cluster.yml's values, or absent
@@ -304,18 +303,40 @@ def _check_proxy_dropin(host, proxy, path: str):
         assert not dropin.exists, f"{path} exists although no proxy is configured"
         return
     assert dropin.exists, f"{path} is missing although a proxy is configured"
-    # Environment="KEY=value" lines; systemd reads %% as a literal %.
-    values = [line.partition("=")[2] for line in dropin.content_string.splitlines() if line.startswith("Environment=")]
-    assignments = [word.replace("%%", "%") for value in values for word in shlex.split(value)]
-    _assert_proxy_env(expect.parse_env_assignments("\n".join(assignments)), proxy, path)
+    # The values live in a root-only EnvironmentFile (guest/ubuntu/lib.sh, k4w_configure_proxy): a
+    # unit's Environment= is readable by every local user over D-Bus.
+    lines = dropin.content_string.splitlines()
+    assert f"EnvironmentFile={PROXY_ENV_FILE}" in lines, f"{path} does not name {PROXY_ENV_FILE}"
+    assert not [line for line in lines if line.startswith("Environment=")], f"{path} sets Environment= itself"
+
+
+def _assert_service_proxy(host, proxy, as_root, service: str):
+    """What systemd gives the unit (drop-ins merged): nothing in its D-Bus-readable Environment, the
+    proxy in its EnvironmentFiles, each of them mode 0600 root."""
+    out = _ok(host.run(f"systemctl show --property=Environment {service}"), f"systemctl show {service}")
+    public = expect.parse_env_assignments("\n".join(shlex.split(out.strip().partition("=")[2])))
+    leaked = sorted(k for k in public if k in expect.PROXY_KEYS)
+    assert not leaked, f"{service}.service Environment (readable by every user) sets {leaked}"
+    out = _ok(host.run(f"systemctl show --property=EnvironmentFiles {service}"), f"systemctl show {service}")
+    # One line per file: EnvironmentFiles=PATH (ignore_errors=no)
+    files = [line.partition("=")[2].split(" (")[0] for line in out.splitlines() if line.startswith("EnvironmentFiles=")]
+    found = {}
+    for path in files:
+        listing = as_root(f"test -e {shlex.quote(path)} && stat -c '%a %U:%G' {shlex.quote(path)} && cat {shlex.quote(path)}")
+        if listing.rc != 0:
+            continue  # an optional (-) file that is absent, such as the kubelet's /etc/default/kubelet
+        mode_owner, _, text = listing.stdout.partition("\n")
+        values = {k: v for k, v in expect.parse_env_assignments(text).items() if k in expect.PROXY_KEYS}
+        if values:
+            assert mode_owner.strip() == "600 root:root", f"{path} holds the proxy and is {mode_owner.strip()}"
+        found.update(values)
+    _assert_proxy_env(found, proxy, f"{service}.service EnvironmentFiles")
 
 
 @pytest.mark.k4w_check("proxy", component="docker")
-def test_docker_daemon_runs_with_the_proxy(host, proxy):
-    # What the running unit really got (drop-ins merged), not just what the file says.
-    out = _ok(host.run("systemctl show --property=Environment docker"), "systemctl show docker")
-    value = out.strip().partition("=")[2]
-    _assert_proxy_env(expect.parse_env_assignments("\n".join(shlex.split(value))), proxy, "docker.service Environment")
+def test_docker_daemon_runs_with_the_proxy(host, proxy, as_root):
+    # What the unit really gets (drop-ins merged), not just what the file says.
+    _assert_service_proxy(host, proxy, as_root, "docker")
 
 
 @pytest.mark.k4w_check("proxy")

@@ -289,7 +289,8 @@ def test_the_build_proxy_goes_to_containerd_and_the_installers_proxy_files_go(tm
     assert res.returncode == 0, res.stderr
     assert not curtin.exists() and not snapd.exists()
     holding = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "bob" in p.read_text())
-    assert holding == ["run/systemd/system/containerd.service.d/http-proxy.conf"]
+    assert holding == ["run/k4w/proxy.env"]
+    assert (root / "run" / "systemd" / "system" / "containerd.service.d" / "http-proxy.conf").is_file()
     before = snapshot(root)
     assert run_step("01-proxy.sh", root, **env).returncode == 0 and snapshot(root) == before
 

@@ -128,13 +128,18 @@ def test_the_build_proxy_never_reaches_the_disk_only_a_runtime_docker_drop_in(tm
     assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
     assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
     assert not (root / "etc" / "apt" / "apt.conf").exists()
-    assert not list((root / "etc").rglob("http-proxy.conf"))
+    assert not list((root / "etc").rglob("http-proxy.conf")) and not (root / "etc" / "k4w" / "proxy.env").exists()
     # /run is a tmpfs: docker pulls through the proxy during the build, and the box keeps nothing.
-    assert _holding(root, "bob") == ["run/systemd/system/docker.service.d/http-proxy.conf"]
+    # The credentials sit in a root-only EnvironmentFile, never in the unit, whose Environment= any
+    # local user reads over D-Bus (systemctl show).
+    assert _holding(root, "bob") == ["run/k4w/proxy.env"]
+    env_file = root / "run" / "k4w" / "proxy.env"
+    # An EnvironmentFile takes %-specifiers and $ literally: the URL-encoded '%40' stays as it is.
+    assert 'HTTP_PROXY="http://bob:p%40ss$w0rd;x@proxy.corp.example:3128"' in env_file.read_text().splitlines()
+    assert env_file.stat().st_mode & 0o777 == 0o600
     drop_in = root / "run" / "systemd" / "system" / "docker.service.d" / "http-proxy.conf"
-    # systemd expands %-specifiers inside Environment=: the URL-encoded '%40' must be doubled.
-    assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
-    assert drop_in.stat().st_mode & 0o777 == 0o600
+    assert "EnvironmentFile=/run/k4w/proxy.env" in drop_in.read_text().splitlines()
+    assert "Environment=" not in drop_in.read_text().replace("EnvironmentFile=", "")
     assert not (root / "run" / "systemd" / "system" / "kubelet.service.d").exists()  # no kubelet runs in a build
 
     before = snapshot(root)
@@ -163,12 +168,16 @@ def test_a_node_gets_the_proxy_on_disk_readable_only_by_root_and_the_value_file_
     apt = root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy"
     assert f'Acquire::http::Proxy "{HTTP_PROXY}";' in apt.read_text() and f'Acquire::https::Proxy "{HTTPS_PROXY}";' in apt.read_text()
     assert apt.stat().st_mode & 0o777 == 0o600
-    for service in ("docker", "kubelet"):
+    env_file = root / "etc" / "k4w" / "proxy.env"
+    assert 'HTTP_PROXY="http://bob:p%40ss$w0rd;x@proxy.corp.example:3128"' in env_file.read_text().splitlines()
+    assert f'no_proxy="{NO_PROXY}"' in env_file.read_text().splitlines()
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    for service in ("docker", "containerd", "kubelet"):
         drop_in = root / "etc" / "systemd" / "system" / f"{service}.service.d" / "http-proxy.conf"
-        assert 'Environment="HTTP_PROXY=http://bob:p%%40ss$w0rd;x@proxy.corp.example:3128"' in drop_in.read_text()
-        assert f'Environment="no_proxy={NO_PROXY}"' in drop_in.read_text()
-        assert drop_in.stat().st_mode & 0o777 == 0o600
+        assert "EnvironmentFile=/etc/k4w/proxy.env" in drop_in.read_text().splitlines()
+        assert "bob" not in drop_in.read_text() and drop_in.stat().st_mode & 0o777 == 0o644
     assert not list((root / "run").rglob("http-proxy.conf"))  # the build's runtime copy is gone
+    assert not (root / "run" / "k4w" / "proxy.env").exists()
 
     before = snapshot(root)
     res = _node_proxy(root, tmp_path, **node_env)
@@ -199,7 +208,7 @@ def test_without_a_proxy_every_k4w_proxy_file_is_removed(tmp_path):
     res = _node_proxy(root, tmp_path, **proxy_step_env())
     assert res.returncode == 0
     assert not (root / "etc" / "apt" / "apt.conf.d" / "90k4w-proxy").exists()
-    assert not list(root.rglob("http-proxy.conf"))
+    assert not list(root.rglob("http-proxy.conf")) and not list(root.rglob("proxy.env"))
     assert (root / "etc" / "environment").read_text() == 'PATH="/usr/local/sbin:/usr/local/bin:/usr/bin:/bin"\n'
 
 
@@ -220,6 +229,13 @@ def test_a_file_mode_that_is_not_one_is_refused(tmp_path):
 # ------------------------------------------------------------------ 02 kernel
 
 
+# What setupKernelTunables requires (k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/container_manager_linux.go;
+# values: k8s.io/component-helpers@v0.37.2 node/util/sysctl/sysctl.go, RootMaxBytesSetting = 25 * RootMaxKeysSetting).
+KUBELET_KERNEL_DEFAULTS = {"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10",
+                           "kernel.panic_on_oops": "1", "kernel.keys.root_maxkeys": "1000000",
+                           "kernel.keys.root_maxbytes": "25000000"}
+
+
 def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
     root = make_root(tmp_path)
     assert run_step("02-kernel.sh", root).returncode == 0
@@ -229,6 +245,9 @@ def test_swap_modules_and_sysctls_then_idempotent(tmp_path):
     assert (root / "etc" / "modules-load.d" / "k4w-kubernetes.conf").read_text().split()[-2:] == ["br_netfilter", "overlay"]
     sysctls = (root / "etc" / "sysctl.d" / "90-k4w-kubernetes.conf").read_text()
     assert "net.bridge.bridge-nf-call-iptables = 1" in sysctls and "net.ipv4.ip_forward = 1" in sysctls
+    # Every tunable a kubelet with protectKernelDefaults requires, at the value it requires, or it refuses to start.
+    written = dict(line.split(" = ") for line in sysctls.splitlines() if " = " in line)
+    assert {key: written.get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS
     before = snapshot(root)
     assert run_step("02-kernel.sh", root).returncode == 0
     assert snapshot(root) == before
@@ -566,3 +585,106 @@ def test_cleanup_removes_the_persistent_journal_and_keeps_its_folder(tmp_path):
     assert (root / "var" / "log" / "journal").is_dir()
     assert list((root / "var" / "log" / "journal").iterdir()) == []
     assert "removed the persistent journal" in res.stdout
+
+
+# ------------------------------------------------------------------ no credential in a unit (every unit-writing step)
+
+
+def test_every_unit_the_steps_write_keeps_the_proxy_credentials_out_of_environment(tmp_path, downloads):
+    """Each step that writes a systemd unit or drop-in, run with the credentialed build proxy in its
+    environment (as Packer gives it), then cluster-up's node proxy: no unit holds the credentials, and
+    the EnvironmentFile= that does is mode 0600 (systemd_unit_rules.tree_problems)."""
+    from k4w.validate.systemd_unit_rules import tree_problems
+
+    root = make_root(tmp_path)
+    proxy = proxy_step_env(HTTP_PROXY, HTTPS_PROXY)
+    step_proxy = dict(pair.split("=", 1) for pair in proxy["K4W_PROXY_ENV"].split())
+    for step, env in (("01-proxy.sh", proxy), ("04-kubernetes.sh", downloads.env),
+                      ("07-cleanup.sh", {"K4W_FREE_SPACE": "skip"})):
+        res = run_step(step, root, **env, **step_proxy)
+        assert res.returncode == 0, f"{step}: {res.stderr}"
+    assert (root / "etc" / "systemd" / "system" / "kubelet.service").is_file()
+    secrets = ["bob", "p%40ss"]
+    assert tree_problems(root, secrets) == []
+    assert (root / "run" / "k4w" / "proxy.env").stat().st_mode & 0o777 == 0o600
+    assert _node_proxy(root, tmp_path, **{k: proxy[k] for k in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}).returncode == 0
+    assert tree_problems(root, secrets) == []
+    assert (root / "etc" / "k4w" / "proxy.env").stat().st_mode & 0o777 == 0o600
+
+    # Planted: the drop-in k4w wrote before (values in Environment=), and a readable value file.
+    drop_in = root / "etc" / "systemd" / "system" / "kubelet.service.d" / "http-proxy.conf"
+    drop_in.write_text(f'[Service]\nEnvironment="HTTP_PROXY={HTTP_PROXY}"\n')
+    (root / "etc" / "k4w" / "proxy.env").chmod(0o644)
+    (root / "etc" / "systemd" / "system" / "docker.service.d" / "extra.conf").write_text("[Service]\nEnvironmentFile=/etc/k4w/proxy.env\n")
+    problems = tree_problems(root, secrets)
+    assert "etc/systemd/system/kubelet.service.d/http-proxy.conf: Environment= sets HTTP_PROXY, readable by every local user over D-Bus" in problems
+    assert "etc/systemd/system/docker.service.d/extra.conf: its EnvironmentFile /etc/k4w/proxy.env holds a credential and is mode 0644, not 0600" in problems
+
+
+def test_a_proxy_value_systemd_would_read_otherwise_is_refused_before_anything_is_written(tmp_path):
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    env = {**proxy_step_env(HTTP_PROXY, None), "K4W_PROXY_ENV": 'HTTP_PROXY=http://a"b@proxy:3128'}
+    res = run_step("01-proxy.sh", root, **env)
+    assert res.returncode == 1 and "the value of HTTP_PROXY holds a double quote or a backslash" in res.stderr
+    assert snapshot(root) == before
+
+
+# ------------------------------------------------------------------ apt waits for the first boot and its locks
+
+
+def _fake_tools(folder: Path, cloud_init_status: str, apt_failures: int, apt_error: str) -> Path:
+    """cloud-init, systemctl, timeout-free apt-get and apt-mark at the process boundary, recording argv."""
+    folder.mkdir(parents=True)
+    log = folder / "calls.log"
+    scripts = {
+        "cloud-init": f'echo "cloud-init $*" >>{log}\nif [ "$2" = --wait ]; then sleep "${{FAKE_CLOUD_INIT_SECONDS:-0}}"; fi\necho "status: {cloud_init_status}"\n',
+        "systemctl": f'echo "systemctl $*" >>{log}\nexit 3\n',  # is-active: no apt job runs
+        "apt-get": (f'echo "apt-get $*" >>{log}\nn=$(grep -c "^apt-get" {log})\n'
+                    f'if [ "$n" -le {apt_failures} ]; then echo "{apt_error}" >&2; exit 100; fi\n'),
+    }
+    for name, body in scripts.items():
+        (folder / name).write_text("#!/bin/sh\n" + body)
+        (folder / name).chmod(0o755)
+    return log
+
+
+def _k4w_apt(tmp_path: Path, command: str, status="running", failures=0, error="", **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    log = _fake_tools(tmp_path / "bin", status, failures, error)
+    script = f"set -Eeuo pipefail\nsource {ROOT / 'guest' / 'ubuntu' / 'lib.sh'}\nK4W_APT_RETRY_SECONDS=0\n{command}\n"
+    full = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path), **env}
+    res = subprocess.run(["bash", "-c", script], env=full, capture_output=True, text=True, timeout=60)
+    return res, log.read_text().splitlines() if log.exists() else []
+
+
+def test_apt_waits_for_cloud_init_then_passes_the_lock_timeout(tmp_path):
+    res, calls = _k4w_apt(tmp_path, "k4w_apt apt-get update")
+    assert res.returncode == 0, res.stderr
+    assert calls[:2] == ["cloud-init status", "cloud-init status --wait"]
+    assert calls[2].startswith("systemctl is-active --quiet apt-daily.service apt-daily-upgrade.service")
+    assert calls[3] == "apt-get -o DPkg::Lock::Timeout=300 update"
+    assert "waiting for cloud-init to finish" in res.stdout
+
+
+def test_apt_skips_a_cloud_init_that_is_disabled(tmp_path):
+    res, calls = _k4w_apt(tmp_path, "k4w_apt apt-get update", status="disabled")
+    assert res.returncode == 0 and "cloud-init status --wait" not in calls
+
+
+def test_a_cloud_init_that_never_finishes_stops_the_step_after_the_bound(tmp_path):
+    res, calls = _k4w_apt(tmp_path, "K4W_FIRST_BOOT_TIMEOUT=1; k4w_apt apt-get update", FAKE_CLOUD_INIT_SECONDS="30")
+    assert res.returncode == 1
+    assert "cloud-init was still running after 1s" in res.stderr
+    assert not [c for c in calls if c.startswith("apt-get")]
+
+
+def test_a_held_lists_lock_is_waited_for_and_another_failure_is_not(tmp_path):
+    # apt-get update does not wait for the lists lock itself (DPkg::Lock::Timeout covers dpkg's).
+    res, calls = _k4w_apt(tmp_path, "k4w_apt apt-get update", failures=2,
+                          error="E: Could not get lock /var/lib/apt/lists/lock. It is held by process 812 (apt-get)")
+    assert res.returncode == 0, res.stderr
+    assert [c for c in calls if c.startswith("apt-get")] == ["apt-get -o DPkg::Lock::Timeout=300 update"] * 3
+    assert "an apt lock is held by another process" in res.stdout
+
+    res, calls = _k4w_apt(tmp_path / "again", "k4w_apt apt-get install x", failures=1, error="E: Unable to locate package x")
+    assert res.returncode == 100 and len([c for c in calls if c.startswith("apt-get")]) == 1
