@@ -43,7 +43,7 @@ Get-NetConnectionProfile | Where-Object { $_.NetworkCategory -ne 'Private' -and 
 # 4. UAC remote restrictions: local administrators other than the built-in Administrator get a
 #    filtered (non-admin) token over the network unless LocalAccountTokenFilterPolicy=1 (Microsoft
 #    KB 951016, "User Account Control and remote restrictions"). Kept, because it is needed: the
-#    built-in Administrator is disabled when the build ends (templates/packer/windows.json.j2,
+#    built-in Administrator is disabled when the build ends (templates/packer/windows.pkr.hcl.j2,
 #    shutdown_command), so "vagrant" is the only account cluster-up administers the node with, and
 #    it needs its full token (kubeadm, services, HNS). What limits the exposure is that WinRM
 #    answers the Hyper-V host only (step 6) and vagrant's password is random per k4w installation.
