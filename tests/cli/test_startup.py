@@ -12,16 +12,6 @@ import time
 from tests.helpers import ROOT
 
 
-def _seconds(argv: list[str]) -> float:
-    """The shortest of three runs of argv, start to exit."""
-    best = float("inf")
-    for _ in range(3):
-        start = time.monotonic()
-        subprocess.run(argv, cwd=ROOT, capture_output=True, check=False)
-        best = min(best, time.monotonic() - start)
-    return best
-
-
 def test_tasks_py_loads_no_stage_of_k4w():
     """Each task imports its stages in its body: `invoke --list`, --help and the parsing of every
     command line wait only for Invoke and this much of k4w."""
@@ -30,15 +20,36 @@ def test_tasks_py_loads_no_stage_of_k4w():
     assert loaded == ["k4w", "k4w.defaults", "k4w.signals"], loaded
 
 
+def test_the_handler_is_installed_before_invoke_is_imported():
+    """python -X importtime lists each import as it completes: k4w.signals (installed at once) before Invoke."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "k4w", "--version"], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
+    order = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    assert "k4w.signals" in order and "invoke" in order, order
+    assert order.index("k4w.signals") < min(i for i, name in enumerate(order) if name.startswith("invoke")), order
+
+
+def _handler_installed(pid: int) -> bool:
+    """k4w.signals.install() ran in pid: SIGTERM is caught (Python alone leaves it default)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return False
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
 def test_ctrl_c_at_any_early_moment_prints_one_line_and_no_traceback(tmp_path):
-    # Python's own start-up (its site module, the venv's .pth files) comes before any k4w code and
-    # is Python's; every moment after it, Invoke's import included, is k4w's.
-    python_alone = _seconds([sys.executable, "-c", "pass"])
-    for extra in (0.0, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45):
+    """From the handler on (before Invoke's import, test above): Invoke's import, tasks.py, the task."""
+    for extra in (0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.45):
         proc = subprocess.Popen([sys.executable, "-m", "k4w", "render", "--dry-run", "--out", str(tmp_path / "out")],
                                 cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        time.sleep(python_alone * 1.5 + extra)
+        deadline = time.monotonic() + 60
+        while not _handler_installed(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "k4w never installed its signal handlers"
+            time.sleep(0.001)
+        time.sleep(extra)
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=120)[0]
         assert "Traceback" not in output, (extra, output)
