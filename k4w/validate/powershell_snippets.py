@@ -22,7 +22,8 @@ _UNATTEND_NS = "urn:schemas-microsoft-com:unattend"
 
 
 def packer_inline(template: Path) -> list[tuple[str, str]]:
-    """(where, script) for every powershell provisioner with inline lines in a Packer template."""
+    """(where, script) for every powershell provisioner with inline lines in a Packer template, and
+    every builder's shutdown_command that runs powershell -Command."""
     try:
         data = packer_hcl.load(template)
     except K4wError:
@@ -31,6 +32,12 @@ def packer_inline(template: Path) -> list[tuple[str, str]]:
     for number, provisioner in enumerate(data.get("provisioners", []), 1):
         if provisioner.get("type") == "powershell" and provisioner.get("inline"):
             found.append((f"{template.name} provisioner {number} inline", "\n".join(provisioner["inline"])))
+    # The builder's shutdown_command is PowerShell too (it disables Administrator and deletes the bake's
+    # WinRM key: templates/packer/windows.pkr.hcl.j2), and the last thing a build runs.
+    for builder in data.get("builders", []):
+        match = _COMMAND.match(str(builder.get("shutdown_command") or ""))
+        if match:
+            found.append((f"{template.name} {builder.get('type', 'builder')} shutdown_command", match.group("script")))
     return found
 
 

@@ -58,3 +58,16 @@ def test_the_bootstrap_registers_the_key_as_a_startup_task_of_system():
     assert "'k4w-winrm-cert'  = @($certScript," in text
     assert "New-ScheduledTaskTrigger -AtStartup" in text and "-UserId 'SYSTEM'" in text
     assert "Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-cert.ps1') -Destination $certScript" in text
+
+
+def test_validate_parses_the_shutdown_command_like_every_inline_powershell(render_windows):
+    """The shutdown_command is the build's last PowerShell: `invoke validate` reads it with the other
+    inline snippets (k4w/validate/powershell_snippets.py), so a broken one fails before a bake."""
+    from k4w.validate import powershell_rules, powershell_snippets
+
+    rendered = render_windows(2, write=True)
+    template = next((rendered.out / "packer").glob("*.pkr.hcl"))
+    [(where, script)] = [s for s in powershell_snippets.packer_inline(template) if "shutdown_command" in s[0]]
+    assert "-DeleteKey" in script and powershell_rules.parse_text_errors(script) == []
+    broken = script.replace("foreach ($c in $k) {", "foreach ($c in $k) ", 1)
+    assert powershell_rules.parse_text_errors(broken)
