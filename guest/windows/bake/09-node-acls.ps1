@@ -1,5 +1,6 @@
 # 09-node-acls.ps1 - the node's Kubernetes folders (C:\k, C:\k4w, C:\etc, C:\var, C:\run) get an
-# ACL of SYSTEM and Administrators only, before the box is exported. C:\k\protect-node-folders.ps1
+# ACL of SYSTEM and Administrators only (but for the kubelet's pod folder, which containers must be
+# able to use), before the box is exported. C:\k\protect-node-folders.ps1
 # (copied by the "upload" step) says why and does it; start-node.ps1 re-applies it on every start,
 # after kubeadm join has written its files.
 $ErrorActionPreference = 'Stop'
@@ -15,7 +16,7 @@ if (-not (Test-Path -LiteralPath $protect)) {
 }
 & $protect
 if ($LASTEXITCODE -ne 0) { throw "protect-node-folders.ps1 failed ($LASTEXITCODE)" }
-Write-K4wStep 'node folders: SYSTEM and Administrators only'
+Write-K4wStep 'node folders: SYSTEM and Administrators only; C:\var\lib\kubelet\pods also Authenticated Users (pod volumes)'
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`.
 exit 0
