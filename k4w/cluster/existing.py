@@ -402,7 +402,8 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
               ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]]
              + hostprocess_rows(docs))
-    applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
+    applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> per node (bootstrap token, TTL 1 h, "
+                                              "deleted as soon as its node is Ready)"]
     workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
     steps = [

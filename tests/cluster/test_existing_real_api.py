@@ -234,12 +234,19 @@ class WritesSeen(Client):
         return super().request(method, path, body, content_type)
 
 
+def k4w_bootstrap_tokens(api) -> list[str]:
+    """The bootstrap token Secrets k4w made that the API server still holds (label app.kubernetes.io/part-of=k4w)."""
+    listed = api.get(f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets?labelSelector=app.kubernetes.io%2Fpart-of%3Dk4w")
+    return [s["metadata"]["name"] for s in listed.get("items") or [] if s.get("type") == bootstrap_token.SECRET_TYPE]
+
+
 def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     """cluster-up itself (Vagrant, the guests and the host faked at the process boundary, the cluster
     real): no master step, the Windows objects and a token applied and recorded, the join configuration
-    the Windows node gets carries that token and kubeadm's CA pin, the node Ready; then cluster-reset
-    removes exactly what was recorded. The class check: k4w's only writes are creating what it records
-    and deleting what it recorded (no PUT or PATCH of anything, the owner's objects untouched)."""
+    the Windows node gets carries that token and kubeadm's CA pin, the node Ready and its token deleted
+    then; then cluster-reset removes exactly what was recorded. The class check: k4w's only writes are
+    creating what it records and deleting what it recorded (no PUT or PATCH of anything, the owner's
+    objects untouched), and no bootstrap token k4w made outlives the join."""
     api = WritesSeen(plane.client().creds)
     out = tmp_path / "out"
     cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
@@ -260,7 +267,10 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
     assert existing.node_conditions(api)["winx-1"]["status"] == "True"
     created = [path for method, path in api.writes if method == "POST"]
-    assert [m for m, _ in api.writes] == ["POST"] * len(api.writes) and created == [o["path"] for o in record["objects"]]
+    assert created == [o["path"] for o in record["objects"]]
+    # ... and once the node is Ready, the deletion of its join token, the only other write.
+    assert api.writes == [("POST", path) for path in created] + [("DELETE", token_secret)]
+    assert k4w_bootstrap_tokens(api) == []
     api.writes.clear()
 
     up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
