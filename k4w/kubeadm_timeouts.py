@@ -30,13 +30,13 @@ class Bound:
 
 
 # kubernetesAPICall: kubeadm 1.37's 1 min default failed `kubeadm init` on a 2-vCPU master under TCG
-# (README, sixth ubuntu-2404-e2e run: the admin binding's first API answer came later than 60 s); the
-# passing run's whole `kubeadm init` took 240 s, so the API server first answered well within 5 min,
-# kubeadm's own order of bound for starting a control plane (KubeletHealthCheck and
-# ControlPlaneComponentHealthCheck 4m, TLSBootstrap and Discovery 5m). A permanent refusal of any later
-# call then fails `kubeadm init` after 5 min, not after ready_timeout (15 min by default).
-KUBERNETES_API_CALL = Bound(300, "the API server's first answer on a slow master (the sixth e2e run needed over 60 s; "
-                                 "the seventh's whole kubeadm init took 240 s); also how long a permanent refusal is retried")
+# (README, sixth ubuntu-2404-e2e run: the admin binding's first API answer came later than 60 s). The
+# whole `kubeadm init`, that wait included, took 234 to 399 s in the passing TCG runs (README;
+# tests/e2e/harness/cluster_run.py BUDGETS), so 10 min is that longest run and half again, rounded up.
+# A permanent refusal of any call then fails `kubeadm init` after 10 min, not after ready_timeout
+# (15 min by default, 25 in the e2e harness, up to 2 h).
+KUBERNETES_API_CALL = Bound(600, "the API server's first answer on a slow master: the longest whole kubeadm init "
+                                 "measured under TCG (399 s) and half again; also how long a permanent refusal is retried")
 
 # Fields bounded by a constant (never by ready_timeout: they are retry bounds, not readiness waits).
 BOUNDED = {"kubernetesAPICall": KUBERNETES_API_CALL}

@@ -64,4 +64,4 @@ def test_the_v1beta4_master_renders_the_api_call_bound():
     # kubeadm 1.37's default (1m) failed `kubeadm init` on a slow master; ready_timeout would retry a
     # permanent refusal for 15 min or more.
     init = next(d for d in kubeadm_docs("ubuntu-2604") if d.get("kind") == "InitConfiguration")
-    assert init["timeouts"] == {"controlPlaneComponentHealthCheck": f"{READY_TIMEOUT}s", "kubernetesAPICall": "300s"}
+    assert init["timeouts"] == {"controlPlaneComponentHealthCheck": f"{READY_TIMEOUT}s", "kubernetesAPICall": "600s"}
