@@ -84,6 +84,7 @@ class Context:
     api: object | None = None
     record: object | None = None
     windows_objects: list = field(default_factory=list)   # what existing.step_apply creates there
+    flannel: object | None = None   # the cluster's own Flannel DaemonSet (k4w.cluster.flannel_address)
 
     @property
     def rendered(self) -> Path:
