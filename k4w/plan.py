@@ -137,7 +137,8 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
         f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, {windows_manifests}; wait for {cfg.master.name} Ready",
         f"join Linux workers: {', '.join(workers_linux) or 'none'}",
-        f"join Windows workers: {', '.join(workers_win) or 'none'}{windows_chain}",
+        f"join Windows workers: {', '.join(workers_win) or 'none'}{windows_chain}; each join gets its own token "
+        "(kubeadm token create --ttl 1h), deleted as soon as its node is Ready",
         f"wait for every node Ready (timeout {cfg.cluster.ready_timeout} s), deploy the demo, write {out / 'kubeconfig'}",
     ]
     for i, text in enumerate(steps, 1):

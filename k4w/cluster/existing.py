@@ -13,9 +13,10 @@ then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy)
    ClusterRoleBinding each for flanneld and kube-proxy, the scripts ConfigMap, the two DaemonSets,
    their API address filled in from cluster-info); on the seed era OUT/manifests/windows-node-rbac.yaml
    (a ServiceAccount, its token Secret and a ClusterRoleBinding for flanneld and for kube-proxy);
-4. one bootstrap token (k4w.cluster.bootstrap_token, recorded too) and the CA hash from cluster-info for
-   the joins, which run the same join scripts as a k4w cluster;
-5. wait for the nodes to be Ready.
+4. a bootstrap token per join (k4w.cluster.bootstrap_token, recorded too) and the CA hash from cluster-info
+   for the joins, which run the same join scripts as a k4w cluster; after each Linux join, the cluster's
+   own flanneld on it steered to the cluster NIC (k4w.cluster.flannel_address);
+5. wait for the nodes to be Ready, deleting each node's token once it is.
 cluster-reset deletes k4w's Node objects and the recorded objects, newest first, and nothing else.
 """
 
@@ -35,7 +36,7 @@ from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
 from ..render import hostprocess
 from ..version_skew import minor
-from . import api_models as M, bootstrap_token, facts as facts_mod
+from . import api_models as M, bootstrap_token, facts as facts_mod, flannel_address
 
 RECORD_FILE = "existing-cluster.json"
 # The seed era's token-Secret identities (services on the node); the containerd era's HostProcess
@@ -384,6 +385,14 @@ def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
     facts = check(ctx.api, cluster, ctx.rendered)
     ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
     ctx.record = DryRunRecord(ctx.out, facts.server) if ctx.dry_run else Record(ctx.out, facts.server)
+    if any(not cluster.profile(n.box).is_windows for n in cluster.config.nodes):
+        ctx.flannel = flannel_address.find(ctx.api, is_k4ws)
+        if ctx.flannel is not None:
+            ui.say(f"Flannel on k4w's Linux workers: {ctx.flannel.decision()}")
+        else:
+            ui.say(f"no DaemonSet in {' or '.join(flannel_address.NAMESPACES)} runs flanneld: k4w cannot tell which NIC "
+                   "the cluster's Flannel takes on its Linux workers; it must be the cluster NIC (the node's InternalIP)",
+                   style="yellow")
     ctx.windows_objects = with_api_endpoint(windows_objects(ctx.rendered, cluster), endpoint(ctx.api))
 
 
@@ -414,7 +423,10 @@ def step_list(info) -> list:
 
     plan = [("up", S.step_up), ("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip),
             ("node-proxy", S.step_node_proxy), ("existing-apply", step_apply)]
-    plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_linux)(ctx, m)) for m in info.linux_workers]
+    for m in info.linux_workers:
+        # Right after the join: the sooner the annotation is there, the likelier flanneld reads it at its start.
+        plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_linux)(ctx, m)),
+                 (f"flannel:{m.name}", lambda ctx, m=m: flannel_address.settle(ctx, m, ctx.flannel))]
     plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_windows)(ctx, m)) for m in info.windows_workers]
     plan += [("ready", S.step_ready)]
     return plan
@@ -428,6 +440,17 @@ def hostprocess_rows(docs: list[dict]) -> list[list[str]]:
                      "the DaemonSets' KUBERNETES_SERVICE_HOST/PORT from kube-public/cluster-info"])
         rows.append(["Windows net-conf.json", "the CNI row's net-conf.json", "Network and Backend equal to each rendered nodes/<node>/net-conf.json"])
     return rows
+
+
+def flannel_rows(cluster: Cluster) -> list[list[str]]:
+    """The plan's row for the owner's flanneld on k4w's Linux workers (k4w.cluster.flannel_address)."""
+    if all(cluster.profile(n.box).is_windows for n in cluster.config.nodes):
+        return []
+    prefix = flannel_address.DEFAULT_PREFIX
+    return [["Flannel's interface on k4w's Linux workers", "the flanneld args of the cluster's Flannel DaemonSet",
+             "--iface/--iface-regex/--iface-can-reach: left to them; none (it would take the management NIC): k4w sets "
+             f"{prefix}/node-public-ip to each Linux worker's cluster address (and restarts that node's Flannel pod if it "
+             f"started first); either way {prefix}/public-ip must become the cluster address"]]
 
 
 def vxlan_device(cluster: Cluster) -> str:
@@ -455,8 +478,9 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
               ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]]
-             + hostprocess_rows(docs))
-    applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> (bootstrap token, TTL 1 h)"]
+             + hostprocess_rows(docs) + flannel_rows(cluster))
+    applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> per node (bootstrap token, TTL 1 h, "
+                                              "deleted as soon as its node is Ready)"]
     workers_linux = [n.name for n in cfg.nodes if not cluster.profile(n.box).is_windows]
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
     steps = [
@@ -465,8 +489,10 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
         "static IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         "apply, create-if-absent, recorded in " + str(out / RECORD_FILE) + ": " + "; ".join(applied),
         f"join Linux workers: {', '.join(workers_linux) or 'none'}; Windows workers: {', '.join(workers_win) or 'none'} "
-        "(CA hash from kube-public/cluster-info)",
-        f"wait for those nodes to be Ready (timeout {cfg.cluster.ready_timeout} s); nothing else in the cluster changes",
+        "(CA hash from kube-public/cluster-info)"
+        + ("; after each Linux join, its Flannel address as in the row above" if workers_linux else ""),
+        f"wait for those nodes to be Ready (timeout {cfg.cluster.ready_timeout} s), deleting each one's token once it is; "
+        "nothing else in the cluster changes",
         "cluster-reset: delete those Node objects and the recorded objects, nothing else",
     ]
     for i, text in enumerate(steps, 1):

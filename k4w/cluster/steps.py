@@ -27,7 +27,7 @@ from ..bake.catalogue import BOX_PREFIX
 from ..kubeapi import ApiError
 from ..redact import redact, register_secret
 from ..vagrant import PROVIDER
-from . import join_config
+from . import bootstrap_token, join_config
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -86,6 +86,7 @@ class Context:
     api: object | None = None
     record: object | None = None
     windows_objects: list = field(default_factory=list)   # what existing.step_apply creates there
+    flannel: object | None = None   # the cluster's own Flannel DaemonSet (k4w.cluster.flannel_address)
 
     @property
     def rendered(self) -> Path:
@@ -200,12 +201,41 @@ def wait_ready(ctx: Context, machines: list[Machine]) -> None:
                 node = ctx.state.node(m.name)
                 if "ready_seconds" not in node:
                     ctx.state.set_node(m.name, ready_seconds=round(ctx.clock.now() - node.get("started", ctx.started), 1))
+                delete_join_tokens(ctx, m)
             else:
                 waiting.append(f"node {m.name} is not Ready, last condition: {describe_condition(cond)}")
         return not waiting, "; ".join(waiting)
 
     names = ", ".join(m.name for m in machines)
+    if ctx.dry_run and any(not m.is_master for m in machines):
+        ui.say(f"would delete each node's join token ({bootstrap_token.NAMESPACE}/{bootstrap_token.SECRET_PREFIX}<id>) "
+               "as soon as the node is Ready")
     wait_for(ctx, f"{names} to be Ready", check, ctx.ready_timeout)
+
+
+def remember_join_token(ctx: Context, m: Machine, token: str) -> None:
+    """Note the id (never the secret) of a join token made for m in the state file, before the join
+    uses it, so that it is deleted once m is Ready, also by a later run after a failure."""
+    if ctx.dry_run:
+        return
+    token_id = token.split(".", 1)[0]
+    ctx.state.set_node(m.name, join_tokens=[*ctx.state.node(m.name).get("join_tokens", []), token_id])
+
+
+def delete_join_tokens(ctx: Context, m: Machine) -> None:
+    """Delete the join tokens made for m, now that it is Ready: its kubelet has its own credentials
+    since the TLS bootstrap, and a token left valid (1 h; until deleted on a cluster whose token
+    cleaner does not run) lets whoever reads it register a node. By the id only (Secret
+    kube-system/bootstrap-token-<id>), so the secret half is never on a command line; idempotent."""
+    ids = ctx.state.node(m.name).get("join_tokens") or []
+    for token_id in ids:
+        if ctx.api is not None:   # a cluster k4w did not make: through its API
+            bootstrap_token.delete(ctx.api, token_id)
+        else:
+            kubectl(ctx, f"-n {bootstrap_token.NAMESPACE} delete secret {bootstrap_token.SECRET_PREFIX}{token_id} --ignore-not-found")
+    if ids:
+        ctx.state.set_node(m.name, join_tokens=[])
+        ui.say(f"{m.name} is Ready: deleted its join token{'s' if len(ids) > 1 else ''} ({', '.join(ids)})")
 
 
 def join_parameters(ctx: Context) -> dict[str, str]:
@@ -485,6 +515,7 @@ def windows_manifests(ctx: Context) -> list[str]:
 def step_join_linux(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
+    remember_join_token(ctx, m, join["token"])
     prepare_dirs(ctx, m)
     script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-join.sh")
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
@@ -565,6 +596,7 @@ def install_component_kubeconfigs(ctx: Context, m: Machine, api: str) -> None:
 def step_join_windows(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
     join = join_parameters(ctx)
+    remember_join_token(ctx, m, join["token"])
     prepare_dirs(ctx, m)
     node_dir = ctx.out / "nodes" / m.name
     files = sorted(p for p in node_dir.iterdir() if p.is_file()) if node_dir.is_dir() else []

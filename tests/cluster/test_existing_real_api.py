@@ -234,12 +234,19 @@ class WritesSeen(Client):
         return super().request(method, path, body, content_type)
 
 
+def k4w_bootstrap_tokens(api) -> list[str]:
+    """The bootstrap token Secrets k4w made that the API server still holds (label app.kubernetes.io/part-of=k4w)."""
+    listed = api.get(f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets?labelSelector=app.kubernetes.io%2Fpart-of%3Dk4w")
+    return [s["metadata"]["name"] for s in listed.get("items") or [] if s.get("type") == bootstrap_token.SECRET_TYPE]
+
+
 def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     """cluster-up itself (Vagrant, the guests and the host faked at the process boundary, the cluster
     real): no master step, the Windows objects and a token applied and recorded, the join configuration
-    the Windows node gets carries that token and kubeadm's CA pin, the node Ready; then cluster-reset
-    removes exactly what was recorded. The class check: k4w's only writes are creating what it records
-    and deleting what it recorded (no PUT or PATCH of anything, the owner's objects untouched)."""
+    the Windows node gets carries that token and kubeadm's CA pin, the node Ready and its token deleted
+    then; then cluster-reset removes exactly what was recorded. The class check: k4w's only writes are
+    creating what it records and deleting what it recorded (no PUT or PATCH of anything, the owner's
+    objects untouched), and no bootstrap token k4w made outlives the join."""
     api = WritesSeen(plane.client().creds)
     out = tmp_path / "out"
     cluster = render_to(out, yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text()))
@@ -260,7 +267,10 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
     assert existing.node_conditions(api)["winx-1"]["status"] == "True"
     created = [path for method, path in api.writes if method == "POST"]
-    assert [m for m, _ in api.writes] == ["POST"] * len(api.writes) and created == [o["path"] for o in record["objects"]]
+    assert created == [o["path"] for o in record["objects"]]
+    # ... and once the node is Ready, the deletion of its join token, the only other write.
+    assert api.writes == [("POST", path) for path in created] + [("DELETE", token_secret)]
+    assert k4w_bootstrap_tokens(api) == []
     api.writes.clear()
 
     up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=guests, host=world.host, clock=PacedClock(), api=api)
@@ -285,3 +295,133 @@ def test_cluster_down_also_removes_what_k4w_added(plane, tmp_path):
     assert "vagrant destroy" in world.log
     assert api.get_optional("/api/v1/nodes/winx-1") is None
     assert [path for path in recorded if not gone(api, path)] == []
+
+
+# The address flanneld finds on the interface of a k4w VM's default route: the management NIC's NAT address.
+MANAGEMENT_IP = "172.29.160.5"
+FLANNEL_DS = "/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds"
+
+
+class FlannelOnNodes:
+    """What the cluster's DaemonSet controller and flanneld do on a k4w node, as far as k4w relies on it
+    (flannel-io/flannel@v0.28.10 main.go, pkg/subnet/kube/kube.go): each Node gets a flanneld pod; at its
+    start flanneld takes the address of an interface argument, else the Node's node-public-ip annotation,
+    else the default route's interface, and registers it as the public-ip annotation. Only at start."""
+
+    def __init__(self, api, iface_ip: str | None = None):
+        self.api, self.iface_ip = api, iface_ip
+        self.ds = api.get(FLANNEL_DS)
+
+    def tick(self) -> None:
+        labels = self.ds["spec"]["selector"]["matchLabels"]
+        for node in self.api.get("/api/v1/nodes").get("items") or []:
+            name = node["metadata"]["name"]
+            pod = f"/api/v1/namespaces/kube-flannel/pods/kube-flannel-ds-{name}"
+            there = self.api.get_optional(pod)
+            if there is not None and there["metadata"].get("deletionTimestamp"):
+                # Deleted: the kubelet stops it and confirms (no kubelet here), and the DaemonSet makes a new one.
+                self.api.request("DELETE", pod + "?gracePeriodSeconds=0")
+                there = None
+            if there is not None:
+                continue
+            self.api.create("/api/v1/namespaces/kube-flannel/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"kube-flannel-ds-{name}", "labels": labels},
+                "spec": {"nodeName": name, "serviceAccountName": "flannel", "automountServiceAccountToken": False,
+                         "containers": [{"name": "kube-flannel", "image": "ghcr.io/flannel-io/flannel:v0.28.10"}]}})
+            stored = (node["metadata"].get("annotations") or {}).get("flannel.alpha.coreos.com/node-public-ip")
+            address = self.iface_ip or stored or MANAGEMENT_IP
+            self.api.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": {"flannel.alpha.coreos.com/public-ip": address}}},
+                             content_type="application/merge-patch+json")
+
+
+class FlannelClock(PacedClock):
+    def __init__(self, flannel: FlannelOnNodes):
+        super().__init__()
+        self.flannel = flannel
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.flannel.tick()
+
+
+class JoiningWithFlannel(JoiningGuests):
+    """A join after which flanneld started at once, before k4w could annotate the Node (the race lost)."""
+
+    def __init__(self, world, api, flannel: FlannelOnNodes):
+        super().__init__(world, api)
+        self.flannel = flannel
+
+    def run(self, machine, command: str, stdin: str = "") -> str:
+        out = super().run(machine, command, stdin)
+        if "cluster-join" in command:
+            self.flannel.tick()
+        return out
+
+
+@contextlib.contextmanager
+def flannel_args(api, args: list[str]):
+    """The cluster's own Flannel DaemonSet with these flanneld args for the test, then as it was."""
+    ds = api.get(FLANNEL_DS)
+    before = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    ds["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    api.request("PUT", FLANNEL_DS, ds)
+    try:
+        yield
+    finally:
+        ds = api.get(FLANNEL_DS)
+        ds["spec"]["template"]["spec"]["containers"][0]["args"] = before
+        api.request("PUT", FLANNEL_DS, ds)
+
+
+def linux_worker_config(tmp_path, admin_conf) -> dict:
+    data = yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", admin_conf).read_text())
+    data["nodes"] = [{"name": "lnx-1", "role": "worker", "box": "ubuntu-2604", "ip": "192.168.252.11", "cpus": 2, "memory": 2048}]
+    return data
+
+
+def test_a_linux_worker_gets_the_cluster_nic_from_a_flannel_without_iface(plane, tmp_path):
+    """The owner's flanneld has no --iface: it would register the management NIC's address, and the
+    node would be Ready with pod traffic to it lost. k4w sets node-public-ip to the cluster address and
+    restarts that node's Flannel pod, which started before; flanneld then registers the cluster address."""
+    api = plane.client()
+    out = tmp_path / "out"
+    with flannel_args(api, ["--ip-masq", "--kube-subnet-mgr"]):
+        cluster = render_to(out, linux_worker_config(tmp_path, plane.admin_conf))
+        world = FakeWorld(machines_of(out))
+        flannel = FlannelOnNodes(api)
+        try:
+            up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=JoiningWithFlannel(world, api, flannel),
+                              host=world.host, clock=FlannelClock(flannel), api=api, poll_seconds=60)
+            node = api.get("/api/v1/nodes/lnx-1")["metadata"]["annotations"]
+            assert node["flannel.alpha.coreos.com/node-public-ip"] == "192.168.252.11"
+            assert node["flannel.alpha.coreos.com/public-ip"] == "192.168.252.11"
+            assert list(json.loads((out / "cluster-state.json").read_text())["steps"])[-3:] == ["join:lnx-1", "flannel:lnx-1", "ready"]
+        finally:
+            up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=JoiningGuests(world, api), host=world.host,
+                                 clock=PacedClock(), api=api)
+            api.delete("/api/v1/namespaces/kube-flannel/pods/kube-flannel-ds-lnx-1")
+    assert api.get_optional("/api/v1/nodes/lnx-1") is None
+
+
+def test_a_flannel_iface_that_misses_the_cluster_nic_fails_naming_it(plane, tmp_path):
+    """The owner's --iface is theirs to choose; one that is not k4w's cluster NIC fails cluster-up
+    (Ready is not enough), naming the argument, and k4w wrote no annotation."""
+    api = plane.client()
+    out = tmp_path / "out"
+    with flannel_args(api, ["--ip-masq", "--kube-subnet-mgr", "--iface=eth0"]):
+        cluster = render_to(out, linux_worker_config(tmp_path, plane.admin_conf))
+        world = FakeWorld(machines_of(out))
+        flannel = FlannelOnNodes(api, iface_ip=MANAGEMENT_IP)
+        try:
+            with pytest.raises(K4wError) as failed:
+                up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=JoiningWithFlannel(world, api, flannel),
+                                  host=world.host, clock=FlannelClock(flannel), api=api, poll_seconds=60)
+            text = str(failed.value)
+            assert f"flannel.alpha.coreos.com/public-ip of Node lnx-1 is {MANAGEMENT_IP}, not its cluster address 192.168.252.11" in text
+            assert "DaemonSet kube-flannel/kube-flannel-ds chooses the interface by --iface=eth0" in text
+            node = api.get("/api/v1/nodes/lnx-1")["metadata"]["annotations"]
+            assert "flannel.alpha.coreos.com/node-public-ip" not in node
+        finally:
+            up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=JoiningGuests(world, api), host=world.host,
+                                 clock=PacedClock(), api=api)
+            api.delete("/api/v1/namespaces/kube-flannel/pods/kube-flannel-ds-lnx-1")

@@ -40,9 +40,10 @@ def test_v1beta4_kubeadm_config_uses_arg_lists_and_timeouts(tmp_path):
     assert init["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": "192.168.250.10"}]
     assert init["nodeRegistration"]["criSocket"] == "unix:///var/run/containerd/containerd.sock"
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.168.250.10", "bindPort": 6443}
-    # kubeadm waits for the control plane as long as cluster-up waits for a node, also for its first
-    # API call (1.37's wait-control-plane creates the admin binding before it waits)
-    assert init["timeouts"] == {"controlPlaneComponentHealthCheck": "1200s", "kubernetesAPICall": "1200s"}
+    # kubeadm waits for the control plane as long as cluster-up waits for a node; its API calls, the
+    # first of which waits for the API server (1.37's admin binding), have their own named bound
+    # (k4w.kubeadm_timeouts), not ready_timeout: kubeadm retries a permanent refusal that long
+    assert init["timeouts"] == {"controlPlaneComponentHealthCheck": "1200s", "kubernetesAPICall": "600s"}
     assert "timeoutForControlPlane" not in json.dumps(docs)
     assert cluster["kubernetesVersion"] == "v1.37.2" and cluster["imageRepository"] == "registry.k8s.io"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}

@@ -593,3 +593,24 @@ def test_an_api_server_that_never_comes_back_ends_at_the_ready_timeout_naming_th
     assert str(err.value).startswith("timed out after 900 s waiting for the API server to answer "
                                      "`kubectl apply -f /tmp/k4w/manifests/kube-flannel.yaml`")
     assert "connect: connection refused" in str(err.value)
+
+
+@pytest.mark.parametrize("failing_join", [None, "worker-linux", "worker-win"])
+def test_no_join_token_k4w_created_remains_after_cluster_up(world, failing_join):
+    """Each join token (`kubeadm token create`, 1 h) is deleted once its node is Ready, also the one
+    a failed join left behind and its rerun's; only its id goes on a command line."""
+    if failing_join:
+        pattern = r"bash /tmp/k4w/cluster-join\.sh" if failing_join == "worker-linux" else r"cluster-join\.ps1' -ConfigFile"
+        world.scenario["fail"] = [{"pattern": pattern, "times": 1, "exit": 7, "output": "boom"}]
+        with pytest.raises(K4wError):
+            run_up(world)
+        assert world.scenario["bootstrap_tokens"], "the failed join's token is still valid before the rerun"
+    run_up(world)
+    assert world.scenario["tokens_made"] == 2 + bool(failing_join)
+    assert world.scenario["bootstrap_tokens"] == []
+    deletes = [line for line in world.log if "delete secret bootstrap-token-" in line]
+    assert deletes and all(re.fullmatch(r"master: kubectl -n kube-system delete secret bootstrap-token-[a-z0-9]{6} "
+                                        r"--ignore-not-found", line) for line in deletes)
+    # Deleted after the node was seen Ready, never before its join ran.
+    assert index(world.log, r"worker-win: & 'C:\\k4w\\cluster-join.ps1'") < index(world.log, r"delete secret bootstrap-token-")
+    assert all(not node.get("join_tokens") for node in state(world)["nodes"].values())

@@ -9,6 +9,8 @@ Scenario (a dict, stored as JSON for the executable):
   failures (each entry fails its first `times` matches);
 - "not_ready": {node: {"reason": ..., "message": ...}} keeps nodes NotReady;
 - "unregistered": [node, ...] keeps nodes out of `kubectl get nodes`.
+The answers keep what a command leaves in the cluster in the scenario too: "bootstrap_tokens", the id of
+each join token `kubeadm token create` made and no `delete secret bootstrap-token-<id>` removed yet.
 """
 
 from __future__ import annotations
@@ -37,8 +39,17 @@ def answer(scenario: dict, machines: list[dict], command: str) -> tuple[int, str
     if failed:
         return failed
     master = next(m for m in machines if m["role"] == "master")
+    tokens = scenario.setdefault("bootstrap_tokens", [])
     if "kubeadm token create" in command:
-        return 0, f"kubeadm join {master['ip']}:6443 --token {TOKEN} --discovery-token-ca-cert-hash {CA_HASH}\n"
+        # A fresh token each time, as kubeadm makes one: the first is TOKEN, the next ones abcd01, ...
+        made = scenario["tokens_made"] = scenario.get("tokens_made", 0) + 1
+        token = TOKEN if made == 1 else f"abcd{made - 1:02d}" + TOKEN[6:]
+        tokens.append(token[:6])
+        return 0, f"kubeadm join {master['ip']}:6443 --token {token} --discovery-token-ca-cert-hash {CA_HASH}\n"
+    deleted = re.search(r"-n kube-system delete secret bootstrap-token-([a-z0-9]{6})\b", command)
+    if deleted:
+        scenario["bootstrap_tokens"] = [t for t in tokens if t != deleted[1]]
+        return 0, f'secret "bootstrap-token-{deleted[1]}" deleted\n'
     if "get nodes -o json" in command:
         items = []
         for m in machines:
