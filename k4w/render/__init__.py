@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, identities, iso, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
+from .. import build_media, identities, iso, node_marks, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
 from ..cluster_model import Cluster
 from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
@@ -259,6 +259,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     env = _environment(templates)
     base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
+            "marks": node_marks,
             "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX},
