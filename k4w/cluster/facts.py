@@ -58,6 +58,7 @@ class Facts:
     flannel_source: str = ""
     other_cni: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)   # {node: its labels}
 
     def rows(self) -> list[list[str]]:
         """One plan row per fact, with where it was read."""
@@ -106,6 +107,7 @@ def read(api: Client) -> Facts:
     for node in api.get("/api/v1/nodes").get("items") or []:
         name = (node.get("metadata") or {}).get("name", "?")
         facts.nodes.append(name)
+        facts.node_labels[name] = dict((node.get("metadata") or {}).get("labels") or {})
         spec = node.get("spec") or {}
         cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
         if cidrs:
