@@ -488,7 +488,8 @@ def step_apply(ctx) -> None:
     docs = ctx.windows_objects
     if ctx.dry_run:
         for doc in docs:
-            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)})")
+            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)}), or replace it if it is k4w's with "
+                   f"another {CONTENT_SHA256}")
         return
     for line in apply(ctx.api, docs, ctx.record):
         ui.say(line)
