@@ -16,7 +16,9 @@ those (plugin/pkg/admission/noderestriction/admission.go getForbiddenLabels); an
   Registered at join: nodeRegistration.taints, which kubeadm turns into the kubelet's --register-with-taints
   in kubeadm-flags.env for a worker join (cmd/kubeadm/app/cmd/phases/join/kubelet.go, registerTaintsUsingFlags
   when the node is no control plane; cmd/kubeadm/app/phases/kubelet/flags.go). NodeRestriction lets a node
-  register with taints and forbids it only to change them later (admitNode, same file).
+  register with taints and forbids it only to change them later (admitNode, same file). The kubeadm, kubelet
+  and NodeRestriction facts are read in k8s.io/kubernetes@v1.37.2 as the Go module proxy serves it; flags.go
+  has no per-OS variant, so a Windows join writes the same flags.
 """
 
 from __future__ import annotations
