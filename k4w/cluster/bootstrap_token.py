@@ -77,11 +77,13 @@ def generate(ttl: datetime.timedelta = DEFAULT_TTL, now: datetime.datetime | Non
     return token
 
 
-def secret_object(token: Token) -> dict:
-    """The Secret kubeadm's `token create` makes for a node join token (labels mark it k4w's)."""
+def secret_object(token: Token, labels: dict[str, str] | None = None) -> dict:
+    """The Secret kubeadm's `token create` makes for a node join token (labels mark it k4w's, and which
+    installation's)."""
     return {
         "apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE,
-        "metadata": {"name": token.secret_name, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "k4w"}},
+        "metadata": {"name": token.secret_name, "namespace": NAMESPACE,
+                     "labels": {"app.kubernetes.io/part-of": "k4w", **(labels or {})}},
         "stringData": {
             "token-id": token.id,
             "token-secret": token.secret,
@@ -94,12 +96,12 @@ def secret_object(token: Token) -> dict:
     }
 
 
-def create(api: Client, ttl: datetime.timedelta = DEFAULT_TTL) -> Token:
+def create(api: Client, ttl: datetime.timedelta = DEFAULT_TTL, labels: dict[str, str] | None = None) -> Token:
     """A new token, stored in the cluster. An id already taken (1 in 36^6) gets a fresh token."""
     for _ in range(3):
         token = generate(ttl)
         try:
-            api.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", secret_object(token))
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", secret_object(token, labels))
             return token
         except ApiError as exc:
             if exc.status != 409:

@@ -2,13 +2,15 @@
 and the cluster-reset that removes exactly what k4w added.
 
 Order, all through the API with the admin kubeconfig (k4w.kubeapi), before any VM starts:
-1. read the cluster's facts and refuse a cluster.yml that does not fit (k4w.cluster.facts);
+1. read the cluster's facts and refuse a cluster.yml that does not fit (k4w.cluster.facts), and a node name
+   the cluster already has that this installation did not join (joining would take that Node over);
 2. check what a join relies on and k4w never changes: kubeadm's bootstrap-token RBAC (a cluster made by
    kubeadm or kubespray has it), the ClusterRoles the Windows identities bind to, and that the
    cluster's own kube-proxy and Flannel DaemonSets stay off Windows nodes (k4w does not patch them);
 then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy), and:
-3. apply the objects the Windows workers need, create-if-absent, each recorded in
-   OUT/existing-cluster.json the moment it exists: on the containerd era the rendered HostProcess
+3. apply the objects the Windows workers need, each recorded in OUT/existing-cluster.json the moment it
+   exists: created if absent, else (k4w's only) replaced when its content-sha256 annotation differs, and
+   this installation added to its k4w.io/installations annotation: on the containerd era the rendered HostProcess
    manifest (OUT/manifests/windows-containerd/: the k4w-windows-node Namespace, a ServiceAccount and a
    ClusterRoleBinding each for flanneld and kube-proxy, the scripts ConfigMap, the two DaemonSets,
    their API address filled in from cluster-info); on the seed era OUT/manifests/windows-node-rbac.yaml
@@ -16,12 +18,16 @@ then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy)
 4. a bootstrap token per join (k4w.cluster.bootstrap_token, recorded too) and the CA hash from cluster-info
    for the joins, which run the same join scripts as a k4w cluster; after each Linux join, the cluster's
    own flanneld on it steered to the cluster NIC (k4w.cluster.flannel_address);
-5. wait for the nodes to be Ready, deleting each node's token once it is.
-cluster-reset deletes k4w's Node objects and the recorded objects, newest first, and nothing else.
+5. wait for the nodes to be Ready, deleting each node's token once it is. A Node is recorded once its join
+   made it (the name was free just before).
+cluster-reset deletes this installation's Nodes (labelled k4w.io/installation=<its id>, k4w.node_marks) and
+token, and each recorded shared object no other installation uses (INSTALLATIONS, and no k4w node of
+another installation left), newest first, and nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 import re
@@ -30,7 +36,7 @@ from typing import Annotated
 import yaml
 from pydantic import AfterValidator, StrictStr
 
-from .. import documents, identities, private, ui
+from .. import documents, identities, node_marks, private, ui
 from ..cluster_model import Cluster
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
@@ -49,6 +55,13 @@ HOSTPROCESS_MIN = (1, 26)
 # not the kubernetes Service's ClusterIP); on an existing cluster it is cluster-info's, known only then.
 API_HOST_ENV, API_PORT_ENV = "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"
 PART_OF = ("app.kubernetes.io/part-of", "k4w")
+# On each object k4w applies from its manifests, shared by every k4w installation (one --out each, e.g. one
+# per host) whose nodes joined the cluster: which installations use it (comma-separated ids, k4w.node_marks
+# INSTALLATION_LABEL's values), and the sha256 of the content k4w applied, so that a changed manifest
+# (scripts, flags, image digest) replaces the object an older k4w applied. Annotations, not labels: a
+# label holds one value and a selector has no use for them.
+INSTALLATIONS = "k4w.io/installations"
+CONTENT_SHA256 = "k4w.io/content-sha256"
 # What `kubeadm join` with a bootstrap token relies on in the cluster (kubernetes/kubernetes@v1.37.2, as at v1.35.4
 # cmd/kubeadm/app/constants/constants.go: NodeKubeletBootstrap, GetNodesClusterRoleName,
 # NodeAutoApproveBootstrapClusterRoleBinding; KubeletBaseConfigMapRole is a Role in kube-system).
@@ -171,9 +184,9 @@ class RecordFile(M.Shape):
 class Record:
     """OUT/existing-cluster.json: the API server and every object k4w created there, in order."""
 
-    def __init__(self, out: Path, server: str):
+    def __init__(self, out: Path, server: str, installation: str | None = None):
         self.path = Path(out) / RECORD_FILE
-        self.data = {"server": server, "objects": [], "nodes": []}
+        self.data = {"server": server, "installation": installation, "objects": [], "nodes": []}
         if self.path.is_file():
             source = f"{self.path} (k4w's record of what it added; delete it only once those objects are gone)"
             self.data = documents.json_value(self.path.read_text(encoding="utf-8"), source)
@@ -181,13 +194,22 @@ class Record:
             if self.data.get("server") != server:
                 raise K4wError(f"{self.path} records objects k4w made on {self.data.get('server')}, not on {server}; "
                                "run `invoke cluster-reset` with the config that made them first")
+            if installation and not self.data.get("installation"):   # a record from before installations
+                self.data["installation"] = installation
 
-    def add(self, kind: str, path: str, name: str) -> None:
+    @property
+    def installation(self) -> str | None:
+        return self.data.get("installation")
+
+    def add(self, kind: str, path: str, name: str, shared: bool = True) -> None:
+        """shared: an object of k4w's manifests, which other installations may use too (INSTALLATIONS);
+        else this installation's own (its bootstrap token)."""
         if not any(o["path"] == path for o in self.data["objects"]):
-            self.data["objects"].append({"kind": kind, "name": name, "path": path})
+            self.data["objects"].append({"kind": kind, "name": name, "path": path, "shared": shared})
             self.save()
 
     def add_node(self, name: str) -> None:
+        """Only a Node this installation's join made (join_step makes sure it was not there before)."""
         if name not in self.data["nodes"]:
             self.data["nodes"].append(name)
             self.save()
@@ -258,11 +280,42 @@ def prerequisites(api: Client, docs: list[dict], windows: bool, version: str | N
     return problems
 
 
-def check(api: Client, cluster: Cluster, artifacts: Path) -> facts_mod.Facts:
+def _is_ours(name: str, labels: dict, installation: str | None, recorded: list[str]) -> bool:
+    """A Node this installation joined: labelled so by its kubelet, or recorded after its join and unlabelled."""
+    theirs = labels.get(node_marks.INSTALLATION_LABEL)
+    return (installation is not None and theirs == installation) or (theirs is None and name in recorded)
+
+
+def name_collisions(facts: facts_mod.Facts, cluster: Cluster, installation: str | None = None,
+                    recorded: list[str] = ()) -> list[str]:
+    """Each cluster.yml node whose name a Node of the cluster already has that this installation did not
+    join: joining would fail (another kubelet's certificate is bound to it) or take over that Node, and
+    cluster-reset would then delete the owner's Node."""
+    problems = []
+    for node in cluster.config.nodes:
+        labels = facts.node_labels.get(node.name)
+        if node.name in facts.nodes and not _is_ours(node.name, labels or {}, installation, list(recorded)):
+            owner = labels.get(node_marks.INSTALLATION_LABEL) if labels else None
+            whose = f"another k4w installation's ({node_marks.INSTALLATION_LABEL}={owner})" if owner else "not one k4w joined from this --out"
+            problems.append(f"node name {node.name}: the cluster already has a Node {node.name}, {whose}; "
+                            "rename it in cluster.yml nodes[] (a join would take that Node over, and cluster-reset would delete it)")
+    return problems
+
+
+def foreign_windows_nodes(facts: facts_mod.Facts) -> list[str]:
+    """Windows nodes of the cluster that k4w did not join (no k4w.io/node label)."""
+    key, value = node_marks.NODE_LABEL
+    return [name for name, labels in facts.node_labels.items()
+            if any(k.endswith("kubernetes.io/os") and v == "windows" for k, v in labels.items()) and labels.get(key) != value]
+
+
+def check(api: Client, cluster: Cluster, artifacts: Path, installation: str | None = None,
+          recorded: list[str] = ()) -> facts_mod.Facts:
     """Refuse, before any VM starts, a cluster.yml that does not fit or a cluster a join would fail on."""
     facts = facts_mod.check(api, cluster)
     docs = windows_objects(artifacts, cluster)
-    problems = prerequisites(api, docs, bool(docs), facts.version) + facts_mod.netconf_mismatches(facts, artifacts)
+    problems = name_collisions(facts, cluster, installation, recorded)
+    problems += prerequisites(api, docs, bool(docs), facts.version) + facts_mod.netconf_mismatches(facts, artifacts)
     if problems:
         raise K4wError(f"the existing cluster at {facts.server} lacks what the join needs (nothing was started or changed):\n"
                        + "\n".join(f"  - {p}" for p in problems))
@@ -271,27 +324,77 @@ def check(api: Client, cluster: Cluster, artifacts: Path) -> facts_mod.Facts:
 
 # ------------------------------------------------------------------ applying and removing
 
+def content_sha256(doc: dict) -> str:
+    """The digest of what k4w applies, without its own annotations (canonical JSON)."""
+    bare = json.loads(json.dumps(doc))
+    annotations = (bare.get("metadata") or {}).get("annotations") or {}
+    for key in (INSTALLATIONS, CONTENT_SHA256):
+        annotations.pop(key, None)
+    if "annotations" in (bare.get("metadata") or {}) and not annotations:
+        del bare["metadata"]["annotations"]
+    return hashlib.sha256(json.dumps(bare, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def installations_of(obj: dict) -> set[str]:
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(INSTALLATIONS) or ""
+    return {i for i in value.split(",") if i}
+
+
+def _marked(doc: dict, digest: str, users: set[str]) -> dict:
+    body = json.loads(json.dumps(doc))
+    body.setdefault("metadata", {}).setdefault("annotations", {}).update(
+        {CONTENT_SHA256: digest, INSTALLATIONS: ",".join(sorted(users))})
+    return body
+
+
+def _set_installations(api: Client, path: str, users: set[str]) -> None:
+    # A JSON merge patch of the one annotation (RFC 7386; the API server takes application/merge-patch+json).
+    api.request("PATCH", path, {"metadata": {"annotations": {INSTALLATIONS: ",".join(sorted(users))}}},
+                content_type="application/merge-patch+json")
+
+
 def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
     """Create each object that is not there; one that is must be k4w's (label app.kubernetes.io/part-of:
-    k4w), never the cluster owner's. Returns what happened to each, for the summary."""
+    k4w), never the cluster owner's: k4w replaces it when its content differs from what k4w applies now (an
+    older k4w's scripts, flags or image), and adds this installation to those using it. Returns what
+    happened to each, for the summary."""
     said = []
+    installation = record.installation
     for doc in docs:
         path = object_path(doc)
         collection = path.rsplit("/", 1)[0]
-        try:
-            api.create(collection, doc)
-            record.add(doc["kind"], path, describe(doc))
-            said.append(f"created {describe(doc)}")
-        except ApiError as exc:
-            if exc.status != 409:
-                raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
-            there = api.get(path)
-            documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
-            if not is_k4ws(there):
-                raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
-                               "k4w does not change objects it did not make: rename or remove it") from None
-            record.add(doc["kind"], path, describe(doc))
+        digest = content_sha256(doc)
+        there = api.get_optional(path)
+        if there is None:
+            try:
+                api.create(collection, _marked(doc, digest, {installation} - {None}))
+                record.add(doc["kind"], path, describe(doc))
+                said.append(f"created {describe(doc)}")
+                continue
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise K4wError(f"cannot create {describe(doc)}: {exc}") from None
+                there = api.get(path)   # made in between, e.g. by another installation's cluster-up
+        documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
+        if not is_k4ws(there):
+            raise K4wError(f"{describe(doc)} already exists and is not k4w's (no label {PART_OF[0]}: {PART_OF[1]}); "
+                           "k4w does not change objects it did not make: rename or remove it")
+        users = installations_of(there) | ({installation} - {None})
+        annotations = (there.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(CONTENT_SHA256) != digest:
+            body = _marked(doc, digest, users)
+            body["metadata"]["resourceVersion"] = (there.get("metadata") or {}).get("resourceVersion")
+            try:
+                api.request("PUT", path, body)
+            except ApiError as exc:
+                raise K4wError(f"cannot update {describe(doc)}: {exc}") from None
+            said.append(f"updated {describe(doc)} (k4w's, applied by an earlier k4w with other content)")
+        elif users != installations_of(there):
+            _set_installations(api, path, users)
+            said.append(f"kept {describe(doc)} (k4w's, already there; now also used by installation {installation})")
+        else:
             said.append(f"kept {describe(doc)} (k4w's, already there)")
+        record.add(doc["kind"], path, describe(doc))
     return said
 
 
@@ -299,9 +402,9 @@ def join_token(api: Client, record: Record) -> dict[str, str]:
     """{api, token, hash} for join_config: a fresh recorded token, the CA hash and the endpoint nodes
     discover (cluster-info's server, the cluster's controlPlaneEndpoint)."""
     ca_hash = bootstrap_token.ca_cert_hash(api)
-    token = bootstrap_token.create(api)
+    token = bootstrap_token.create(api, labels={node_marks.INSTALLATION_LABEL: record.installation} if record.installation else None)
     record.add("Secret", f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets/{token.secret_name}",
-               f"Secret {bootstrap_token.NAMESPACE}/{token.secret_name} (bootstrap token, expires {token.expiration})")
+               f"Secret {bootstrap_token.NAMESPACE}/{token.secret_name} (bootstrap token, expires {token.expiration})", shared=False)
     return {"api": endpoint(api), "token": token.value, "hash": ca_hash}
 
 
@@ -339,20 +442,58 @@ def daemonsets(api: Client) -> list[dict]:
     return data.get("items") or []
 
 
+def other_installations_nodes(api: Client, installation: str | None, ours: list[str]) -> list[str]:
+    """The k4w nodes (label k4w.io/node) of other installations: not recorded here, and not labelled ours."""
+    key, value = node_marks.NODE_LABEL
+    found = []
+    for node in api.get(f"/api/v1/nodes?labelSelector={key}%3D{value}").get("items") or []:
+        meta = node.get("metadata") or {}
+        theirs = (meta.get("labels") or {}).get(node_marks.INSTALLATION_LABEL)
+        if meta.get("name") not in ours and not (installation and theirs == installation):
+            found.append(f"{meta.get('name')} ({theirs or 'no installation label'})")
+    return found
+
+
 def remove(api: Client, out: Path, dry_run: bool = False) -> list[str]:
-    """Delete k4w's nodes and every recorded object, newest first; forget the record when done."""
+    """Delete this installation's nodes and own objects (its token), and each recorded shared object no other
+    installation uses (annotation INSTALLATIONS, and no other installation's k4w node left), newest first;
+    forget the record when done. An object that is no longer k4w's, or a Node labelled another installation's,
+    is never touched."""
     path = Path(out) / RECORD_FILE
     if not path.is_file():
         return []
     record = Record(out, api.creds.server)
+    installation = record.installation
     said = []
     for name in record.data["nodes"]:
-        if dry_run:
+        node = api.get_optional(f"/api/v1/nodes/{name}")
+        theirs = (((node or {}).get("metadata") or {}).get("labels") or {}).get(node_marks.INSTALLATION_LABEL)
+        if node is None:
+            said.append(f"Node {name} was already gone")
+        elif theirs and installation and theirs != installation:
+            said.append(f"kept Node {name}: it is labelled {node_marks.INSTALLATION_LABEL}={theirs}, another k4w installation's")
+        elif dry_run:
             said.append(f"would delete Node {name}")
         elif api.delete(f"/api/v1/nodes/{name}"):
             said.append(f"deleted Node {name}")
+    others = other_installations_nodes(api, installation, record.data["nodes"])
     for obj in reversed(record.data["objects"]):
-        if dry_run:
+        # Records from before this field: only the bootstrap token was this installation's own.
+        shared = obj.get("shared", "/secrets/bootstrap-token-" not in obj["path"])
+        there = api.get_optional(obj["path"]) if shared else None
+        users = installations_of(there or {}) - {installation}
+        if shared and there is None:
+            said.append(f"{obj['name']} was already gone")
+        elif shared and not is_k4ws(there):
+            said.append(f"kept {obj['name']}: it is no longer k4w's (no label {PART_OF[0]}: {PART_OF[1]})")
+        elif shared and (users or others):
+            why = ", ".join([f"installation {u}" for u in sorted(users)] + [f"node {n}" for n in others])
+            if dry_run:
+                said.append(f"would keep {obj['name']} (still used by k4w's {why})")
+            else:
+                _set_installations(api, obj["path"], users)
+                said.append(f"kept {obj['name']}: still used by k4w's {why}")
+        elif dry_run:
             said.append(f"would delete {obj['name']}")
         elif api.delete(obj["path"]):
             said.append(f"deleted {obj['name']}")
@@ -382,9 +523,14 @@ def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
     the record on the context for the steps."""
     ctx.api = api or client(cluster)
     ui.say(f"==> existing cluster: reading its facts through the API ({cluster.config.cluster.existing})", style="bold")
-    facts = check(ctx.api, cluster, ctx.rendered)
+    installation = ctx.state.installation()
+    ctx.record = (DryRunRecord if ctx.dry_run else Record)(ctx.out, ctx.api.creds.server, installation)
+    facts = check(ctx.api, cluster, ctx.rendered, installation, ctx.record.data["nodes"])
     ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
-    ctx.record = DryRunRecord(ctx.out, facts.server) if ctx.dry_run else Record(ctx.out, facts.server)
+    foreign = foreign_windows_nodes(facts)
+    if foreign:
+        ui.say(f"note: the cluster's own Windows nodes {', '.join(foreign)} are not k4w's: k4w's Windows DaemonSets select "
+               f"{node_marks.NODE_LABEL[0]}={node_marks.NODE_LABEL[1]} and stay off them; their network stays yours", style="yellow")
     if any(not cluster.profile(n.box).is_windows for n in cluster.config.nodes):
         ctx.flannel = flannel_address.find(ctx.api, is_k4ws)
         if ctx.flannel is not None:
@@ -405,10 +551,28 @@ def step_apply(ctx) -> None:
     docs = ctx.windows_objects
     if ctx.dry_run:
         for doc in docs:
-            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)})")
+            ui.say(f"would create {describe(doc)} if absent ({object_path(doc)}), or replace it if it is k4w's with "
+                   f"another {CONTENT_SHA256}")
         return
     for line in apply(ctx.api, docs, ctx.record):
         ui.say(line)
+
+
+def join_step(ctx, m, step) -> None:
+    """Join one node, recording its Node only once this join made it: right before, the name must be free
+    (or this installation's, on a rerun); right after, even when the join failed half-way, a Node of that
+    name is the one the join registered."""
+    path = f"/api/v1/nodes/{m.name}"
+    node = ctx.api.get_optional(path)
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    if node is not None and not _is_ours(m.name, labels, ctx.record.installation, ctx.record.data["nodes"]):
+        raise K4wError(f"node name {m.name}: a Node {m.name} appeared in the cluster that this installation did not join; "
+                       "rename the node in cluster.yml nodes[] (nothing of it was joined)")
+    try:
+        step(ctx, m)
+    finally:
+        if not ctx.dry_run and ctx.api.get_optional(path) is not None:
+            ctx.record.add_node(m.name)
 
 
 def step_list(info) -> list:
@@ -416,10 +580,7 @@ def step_list(info) -> list:
     from . import steps as S
 
     def joined(step):
-        def run(ctx, m):
-            ctx.record.add_node(m.name)   # recorded first: a half-done join still leaves a Node to remove
-            step(ctx, m)
-        return run
+        return lambda ctx, m: join_step(ctx, m, step)
 
     plan = [("up", S.step_up), ("cluster-nic", S.step_cluster_nic), ("cluster-ip", S.step_cluster_ip),
             ("node-proxy", S.step_node_proxy), ("existing-apply", step_apply)]
@@ -477,7 +638,12 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
               ["cluster domain", "kube-system/kubeadm-config networking.dnsDomain", cfg.cluster.domain],
               ["CNI", "ConfigMap kube-flannel-cfg (kube-flannel, kube-system) net-conf.json", f"Flannel {backend}, Network {net.pod_cidr}"],
               ["join RBAC", "kubeadm's bootstrap-token bindings, the ClusterRoles bound below", "present"],
-              ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"]]
+              ["kube-proxy / Flannel DaemonSets", "apps/v1 DaemonSets", f"nodeSelector {OS_LABEL}: linux (k4w never changes them)"],
+              ["node names", "GET /api/v1/nodes", "none of " + ", ".join(n.name for n in cfg.nodes)
+               + " taken by a Node this installation did not join (refused, naming it)"],
+              ["the cluster's own Windows nodes", "GET /api/v1/nodes: kubernetes.io/os windows without "
+               f"{node_marks.NODE_LABEL[0]}", f"warned, not refused: k4w's DaemonSets select {node_marks.NODE_LABEL[0]}="
+               f"{node_marks.NODE_LABEL[1]} and stay off them"]]
              + hostprocess_rows(docs) + flannel_rows(cluster))
     applied = [describe(d) for d in docs] + ["Secret kube-system/bootstrap-token-<id> per node (bootstrap token, TTL 1 h, "
                                               "deleted as soon as its node is Ready)"]
@@ -493,7 +659,11 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
         + ("; after each Linux join, its Flannel address as in the row above" if workers_linux else ""),
         f"wait for those nodes to be Ready (timeout {cfg.cluster.ready_timeout} s), deleting each one's token once it is; "
         "nothing else in the cluster changes",
-        "cluster-reset: delete those Node objects and the recorded objects, nothing else",
+        f"the nodes register labelled {node_marks.NODE_LABEL[0]}={node_marks.NODE_LABEL[1]} and "
+        f"{node_marks.INSTALLATION_LABEL}=<this --out's id>; Windows nodes tainted "
+        f"{node_marks.taint_flag(node_marks.WINDOWS_TAINT)} (pods that name no OS stay off them)",
+        "cluster-reset: delete this installation's Nodes and token, and the recorded objects no other k4w installation "
+        f"uses (annotation {INSTALLATIONS}, k4w nodes of others); nothing else",
     ]
     for i, text in enumerate(steps, 1):
         ui.say(f"{i}. {text}")

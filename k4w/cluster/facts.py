@@ -57,6 +57,7 @@ class Facts:
     flannel_source: str = ""
     other_cni: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)   # {node: its labels}
 
     def rows(self) -> list[list[str]]:
         """One plan row per fact, with where it was read."""
@@ -111,6 +112,7 @@ def read(api: Client) -> Facts:
     for node in answer(api, M.NodeList, "/api/v1/nodes").items or []:
         name = node.metadata.name
         facts.nodes.append(name)
+        facts.node_labels[name] = dict(node.metadata.labels or {})
         spec = node.spec or M.NodeSpec()
         cidrs = spec.podCIDRs or ([spec.podCIDR] if spec.podCIDR else [])
         if cidrs:

@@ -16,13 +16,20 @@ them:
 - current kubeadm (v1beta4 JoinConfiguration): discovery.bootstrapToken {apiServerEndpoint, token,
   caCertHashes}; token-based discovery also uses the token for the TLS bootstrap when
   discovery.tlsBootstrapToken is empty (cmd/kubeadm/app/apis/kubeadm/v1beta4/defaults.go at v1.35).
+
+And the marks of a k4w node (k4w.node_marks), so the kubelet registers its Node with them and no Node is ever
+unmarked: its labels as the kubelet's --node-labels (nodeRegistration.kubeletExtraArgs: a list of {name, value}
+in v1beta4, a map in v1alpha2), and on a Windows worker the Windows taint (nodeRegistration.taints, which
+kubeadm passes to the kubelet as --register-with-taints for a worker join). Both land in kubeadm-flags.env,
+which the Linux kubelet's drop-in and the containerd-era Windows kubelet (start-kubelet.ps1) read; the seed
+era's Windows kubelet takes its flags from kubelet.args instead (templates/nodes/windows/kubelet.args.j2).
 """
 
 from __future__ import annotations
 
 import yaml
 
-from .. import profiles
+from .. import node_marks, profiles
 from ..errors import K4wError
 
 V1ALPHA2 = "kubeadm.k8s.io/v1alpha2"
@@ -33,6 +40,8 @@ SAMPLE_HASH = "sha256:" + "0" * 64
 # The API server of a cluster k4w did not make is known only at cluster-up (from its cluster-info);
 # validation uses an address of TEST-NET-1 (RFC 5737) in its place.
 SAMPLE_API_SERVER = "192.0.2.1:6443"
+# An installation id of the shape k4w.cluster.state makes, for the sample join configurations.
+SAMPLE_INSTALLATION = "0123456789ab"
 
 
 def validation_api_server(cluster) -> str:
@@ -52,25 +61,38 @@ def cri_socket(box: str) -> str | None:
     return runtime.get("endpoint") or (data.get("kubernetes") or {}).get("cri_socket")
 
 
-def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str, socket: str | None) -> dict:
+def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str, socket: str | None,
+             labels: dict[str, str] | None = None, windows: bool = False) -> dict:
     registration = {"name": node_name, **({"criSocket": socket} if socket else {})}
+    if windows:
+        registration["taints"] = [dict(node_marks.WINDOWS_TAINT)]
+    node_labels = node_marks.kubelet_node_labels(labels or node_marks.node_labels(None))
     if api == V1ALPHA2:
+        registration["kubeletExtraArgs"] = {"node-labels": node_labels}
         return {"apiVersion": V1ALPHA2, "kind": "NodeConfiguration", "discoveryTokenAPIServers": [api_server],
                 "token": token, "discoveryTokenCACertHashes": [ca_hash], "nodeRegistration": registration}
     if api == V1BETA4:
+        registration["kubeletExtraArgs"] = [{"name": "node-labels", "value": node_labels}]
         return {"apiVersion": V1BETA4, "kind": "JoinConfiguration",
                 "discovery": {"bootstrapToken": {"apiServerEndpoint": api_server, "token": token, "caCertHashes": [ca_hash]}},
                 "nodeRegistration": registration}
     raise K4wError(f"no kubeadm join configuration for {api}: k4w writes {V1ALPHA2} and {V1BETA4}")
 
 
-def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str) -> str:
+def worker_document(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None) -> dict:
+    """The join configuration of a worker of this box, as a document (its kubeadm API, CRI socket and marks)."""
+    profile = profiles.load(box)
+    return document(profile.data.kubernetes.kubeadm_api, api_server, token, ca_hash, node_name, cri_socket(box),
+                    node_marks.node_labels(installation), profile.is_windows)
+
+
+def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None = None) -> str:
     """The YAML text of a worker's join configuration, refused when kubeadm's field table of the
-    worker's API does not accept it."""
+    worker's API does not accept it. installation: the k4w.io/installation label value (k4w.cluster.state)."""
     from ..validate import kubeadm_rules
 
     api = profiles.load(box).data.kubernetes.kubeadm_api
-    text = yaml.safe_dump(document(api, api_server, token, ca_hash, node_name, cri_socket(box)), sort_keys=False)
+    text = yaml.safe_dump(worker_document(box, api_server, token, ca_hash, node_name, installation), sort_keys=False)
     problems = kubeadm_rules.check_text(text, api, "kubeadm join config")
     if problems:
         raise K4wError(f"the join configuration of {node_name} is not one kubeadm {api} reads: " + "; ".join(problems))

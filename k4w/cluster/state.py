@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +69,15 @@ class State:
             )
         data["digest"] = digest
         return cls(path, digest, data)
+
+    def installation(self) -> str:
+        """This installation's id (one per --out), made once and kept by cluster-reset: the value of the
+        k4w.io/installation label its nodes register with (k4w.node_marks), so that another host's k4w on
+        the same cluster never takes them, or the objects they share, for its own."""
+        if not self.data.get("installation"):
+            self.data["installation"] = secrets.token_hex(6)   # 12 hex digits: a valid label value
+            self.save()
+        return self.data["installation"]
 
     def done(self, step: str) -> bool:
         return step in self.data["steps"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, identities, iso, kubeadm_timeouts, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
+from .. import build_media, identities, iso, kubeadm_timeouts, node_marks, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
 from ..cluster_model import Cluster
 from ..derive_steps import secret_env_name, step_env
 from ..errors import K4wError
@@ -261,6 +261,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "windows_demo_image": cluster.windows_demo_image,
             "windows_nanoserver_image": cluster.windows_nanoserver_image,
             "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout),
+            "marks": node_marks,
             "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
             "packer_http": {"port_min": packer_http.PORT_MIN, "port_max": packer_http.PORT_MAX},

@@ -73,8 +73,8 @@ def configs(cluster: Cluster, out: Path) -> list[Config]:
         profile = profiles.load(node.box)
         if node.role == "master" or profile.data.kubernetes.kubeadm_api != API:
             continue
-        document = join_config.document(API, api_server, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, node.name,
-                                        join_config.cri_socket(node.box))
+        document = join_config.worker_document(node.box, api_server, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH,
+                                               node.name, join_config.SAMPLE_INSTALLATION)
         found.append(Config(f"join configuration of {node.name} ({node.box}, sample token)",
                             yaml.safe_dump(document, sort_keys=False), windows=profile.is_windows))
     return found

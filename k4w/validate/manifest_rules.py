@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from .. import identities
-from . import hostprocess_rules
+from . import hostprocess_rules, node_mark_rules
 from ..derive import VXLAN_PORT, VXLAN_VNI
 from ..errors import ToolMissing
 from ..tools import INSTALL
@@ -75,6 +75,7 @@ def check_manifests(out_dir, cluster=None) -> list[str]:
     if (out / "manifests" / identities.SERVICE_IDENTITIES_MANIFEST).is_file() or not hostprocess_rules.all_windows_nodes_hostprocess(out):
         problems += check_windows_identities(out, own_cni=not existing)
     problems += hostprocess_rules.check(out, expected, cluster)
+    problems += node_mark_rules.check(out, cluster)
     for node_dir in sorted((out / "nodes").glob("*")):
         if (node_dir / "kubelet.args").is_file():
             problems += check_windows_node(node_dir, expected)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import node_marks
 from ..errors import K4wError
 from .matrix import WINRM_PORTS
 
@@ -41,6 +42,8 @@ SPEC_LABEL = {"app.kubernetes.io/managed-by": "k4w-cluster-test"}
 # kubeadm 1.11 taints the master NoSchedule; tolerating it lets the Linux pods run on a
 # cluster whose only Linux node is the master.
 MASTER_TOLERATION = {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}
+# k4w's Windows nodes register with os=windows:NoSchedule (k4w/node_marks.py): a Windows pod tolerates it.
+WINDOWS_TOLERATION = dict(node_marks.WINDOWS_TOLERATION)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ def objects(os_label: str, windows_image: str | None, demo: Demo | None, volume_
                 # Kubernetes expands $(NAME) in commands; this loop has none. It only keeps the
                 # container alive for `kubectl exec`.
                 {"image": windows_image, "command": ["powershell.exe", "-NoProfile", "-Command", "while ($true) { Start-Sleep -Seconds 3600 }"]},
+                tolerations=[WINDOWS_TOLERATION],
             )
         )
     if demo:

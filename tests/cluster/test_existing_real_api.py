@@ -214,7 +214,15 @@ class JoiningGuests(FakeRemote):
         self.world.log.append(f"{machine.name}: {command}")
         self.world.stdins.append((machine.name, command, stdin))
         if "cluster-join" in command:
-            self.api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": machine.name}})
+            # Registered as its kubelet would: with the labels and taints of the join configuration it was
+            # handed (kubeadm-flags.env's --node-labels and --register-with-taints).
+            config = stdin or self.world.uploaded["C:\\k4w\\kubeadm-join.yaml"][0]
+            registration = yaml.safe_load(config)["nodeRegistration"]
+            args = {a["name"]: a["value"] for a in registration.get("kubeletExtraArgs") or []}
+            labels = dict(item.split("=", 1) for item in args.get("node-labels", "").split(",") if item)
+            self.api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                              "metadata": {"name": machine.name, "labels": {"kubernetes.io/os": machine.os, **labels}},
+                                              "spec": {"taints": registration.get("taints") or []}})
             node = self.api.get(f"/api/v1/nodes/{machine.name}")
             node["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
             self.api.request("PUT", f"/api/v1/nodes/{machine.name}/status", node)
@@ -266,6 +274,12 @@ def test_cluster_up_and_reset_on_the_real_api_server(plane, tmp_path):
     printed = plane.kubeadm_run("token", "create", "--print-join-command", "--ttl", "5m")
     assert join["caCertHashes"] == [re.search(r"--discovery-token-ca-cert-hash (sha256:[0-9a-f]{64})", printed)[1]]
     assert existing.node_conditions(api)["winx-1"]["status"] == "True"
+    # The real API server kept the marks the join configuration registers the Node with.
+    installation = json.loads((out / "cluster-state.json").read_text())["installation"]
+    registered = api.get("/api/v1/nodes/winx-1")
+    assert registered["metadata"]["labels"]["k4w.io/installation"] == installation == record["installation"]
+    # (beside node.kubernetes.io/not-ready, which the API server's TaintNodesByCondition adds to a new Node)
+    assert {"key": "os", "value": "windows", "effect": "NoSchedule"} in registered["spec"]["taints"]
     created = [path for method, path in api.writes if method == "POST"]
     assert created == [o["path"] for o in record["objects"]]
     # ... and once the node is Ready, the deletion of its join token, the only other write.
@@ -425,3 +439,55 @@ def test_a_flannel_iface_that_misses_the_cluster_nic_fails_naming_it(plane, tmp_
             up_mod.cluster_reset(cluster, out, vagrant=world.vagrant, remote=JoiningGuests(world, api), host=world.host,
                                  clock=PacedClock(), api=api)
             api.delete("/api/v1/namespaces/kube-flannel/pods/kube-flannel-ds-lnx-1")
+
+
+def test_names_installations_and_changed_content_on_the_real_api_server(plane, tmp_path):
+    """The three ownership rules against the real API server: a node name it already has is refused
+    before any VM; a second installation (another --out) shares k4w's objects, and the first one's reset
+    leaves them to it; an object an older k4w applied with other content is replaced (a real PUT)."""
+    api = WritesSeen(plane.client().creds)
+    owners = plane.client()
+    owners.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                    "metadata": {"name": "winx-1", "labels": {"kubernetes.io/os": "windows"}}})
+    try:
+        out_a = tmp_path / "a"
+        data = yaml.safe_load(write_existing_config(tmp_path / "cluster.yml", plane.admin_conf).read_text())
+        cluster_a = render_to(out_a, data)
+        world = FakeWorld(machines_of(out_a))
+        with pytest.raises(K4wError, match="node name winx-1: the cluster already has a Node winx-1, not one k4w joined"):
+            up_mod.cluster_up(cluster_a, out_a, validate=False, vagrant=world.vagrant, remote=JoiningGuests(world, owners),
+                              host=world.host, clock=PacedClock(), api=api)
+        assert api.writes == [] and not any(c.startswith("vagrant up") for c in world.commands())
+    finally:
+        owners.delete("/api/v1/nodes/winx-1")
+
+    ups = {}
+    for name, node, ip in (("a", "winx-1", "192.168.252.21"), ("b", "winx-2", "192.168.252.22")):
+        data["nodes"][0].update(name=node, ip=ip)
+        out = tmp_path / name
+        cluster = render_to(out, data)
+        world = FakeWorld(machines_of(out))
+        up_mod.cluster_up(cluster, out, validate=False, vagrant=world.vagrant, remote=JoiningGuests(world, owners),
+                          host=world.host, clock=PacedClock(), api=api)
+        ups[name] = (cluster, out, json.loads((out / "cluster-state.json").read_text())["installation"])
+    flannel = "/apis/apps/v1/namespaces/k4w-windows-node/daemonsets/k4w-flannel-windows"
+    assert existing.installations_of(api.get(flannel)) == {ups["a"][2], ups["b"][2]}
+
+    # What an older k4w applied: another start script, so another digest. b's next apply replaces it.
+    scripts = "/api/v1/namespaces/k4w-windows-node/configmaps/k4w-windows-node-scripts"
+    older = owners.get(scripts)
+    older["data"]["start-flanneld.ps1"] = "# an older k4w's script"
+    older["metadata"]["annotations"][existing.CONTENT_SHA256] = "0" * 64
+    owners.request("PUT", scripts, older)
+    cluster_b, out_b, b = ups["b"]
+    docs = existing.with_api_endpoint(existing.windows_objects(out_b, cluster_b), existing.endpoint(api))
+    said = existing.apply(api, docs, existing.Record(out_b, api.creds.server))
+    assert "updated ConfigMap k4w-windows-node/k4w-windows-node-scripts (k4w's, applied by an earlier k4w with other content)" in said
+    assert owners.get(scripts)["data"] == next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+
+    said = existing.remove(api, ups["a"][1])
+    assert "deleted Node winx-1" in said and owners.get_optional("/api/v1/nodes/winx-2") is not None
+    assert owners.get_optional(flannel) is not None and existing.installations_of(owners.get(flannel)) == {b}
+    said = existing.remove(api, out_b)
+    assert "deleted Node winx-2" in said and owners.get_optional(flannel) is None
+    assert gone(api, HOSTPROCESS_NAMESPACE)

@@ -40,20 +40,25 @@ def test_the_secret_flag_pattern_catches_a_planted_join_command():
 
 @pytest.mark.parametrize("box,kind", [("windows-1803", "NodeConfiguration"), ("ubuntu-1604", "NodeConfiguration")])
 def test_seed_era_join_config_is_a_v1alpha2_node_configuration(box, kind):
-    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1"))
+    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123"))
     assert doc["kind"] == kind and doc["token"] == join_config.SAMPLE_TOKEN
-    assert doc["discoveryTokenAPIServers"] == [API] and doc["nodeRegistration"] == {"name": "w1"}
+    # The node registers marked as k4w's (k4w/node_marks.py): its labels, and a Windows node the Windows taint.
+    taints = {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]} if box.startswith("windows") else {}
+    assert doc["discoveryTokenAPIServers"] == [API] and doc["nodeRegistration"] == {
+        "name": "w1", **taints, "kubeletExtraArgs": {"node-labels": "k4w.io/node=true,k4w.io/installation=abc123"}}
 
 
 @pytest.mark.parametrize("box,socket", [("windows-2022", "npipe:////./pipe/containerd-containerd"),
                                          ("ubuntu-2404", "unix:///var/run/containerd/containerd.sock")])
 def test_containerd_era_join_config_is_a_v1beta4_join_configuration_with_the_cri_socket(box, socket, monkeypatch):
     monkeypatch.setenv("K4W_BOX_DIRS", str(MODERN_BOXES))
-    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1"))
+    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123"))
     assert doc["kind"] == "JoinConfiguration"
     assert doc["discovery"]["bootstrapToken"] == {"apiServerEndpoint": API, "token": join_config.SAMPLE_TOKEN,
                                                   "caCertHashes": [join_config.SAMPLE_HASH]}
-    assert doc["nodeRegistration"] == {"name": "w1", "criSocket": socket}
+    taints = {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]} if box.startswith("windows") else {}
+    assert doc["nodeRegistration"] == {"name": "w1", "criSocket": socket, **taints,
+                                       "kubeletExtraArgs": [{"name": "node-labels", "value": "k4w.io/node=true,k4w.io/installation=abc123"}]}
 
 
 @pytest.mark.parametrize("api,planted,complaint", [

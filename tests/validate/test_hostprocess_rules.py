@@ -80,7 +80,8 @@ def test_the_modern_cluster_renders_both_daemonsets_and_passes_every_rule(modern
     for ds in (d for d in docs if d["kind"] == "DaemonSet"):
         spec = ds["spec"]["template"]["spec"]
         assert spec["securityContext"]["windowsOptions"] == {"hostProcess": True, "runAsUserName": "NT AUTHORITY\\SYSTEM"}
-        assert spec["hostNetwork"] is True and spec["nodeSelector"] == {"kubernetes.io/os": "windows"}
+        # Windows nodes k4w joined only (their kubelet's k4w.io/node label), never the cluster owner's.
+        assert spec["hostNetwork"] is True and spec["nodeSelector"] == {"kubernetes.io/os": "windows", "k4w.io/node": "true"}
         [container] = spec["containers"]
         assert container["image"] == cluster.profile("windows-2022").data["hostprocess"]["image"]
         assert "@sha256:" in container["image"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from k4w import config as config_mod, identities, profiles
+from k4w import config as config_mod, identities, node_marks, profiles
 from k4w.verify.kubectl import node_ready, pod_ready, pod_state
 from k4w.redact import redact
 
@@ -24,6 +24,9 @@ def pytest_generate_tests(metafunc):
     nodes = config_mod.load(path).nodes if path else []
     if "node" in metafunc.fixturenames:
         metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
+    if "worker" in metafunc.fixturenames:
+        workers = [n for n in nodes if n.role != "master"]
+        metafunc.parametrize("worker", workers, ids=[n.name for n in workers])
     if "hostprocess_node" in metafunc.fixturenames:
         # Only Windows nodes whose flanneld and kube-proxy are HostProcess DaemonSets (the containerd
         # era); a cluster without one reports this check as not applicable, never as passed.
@@ -63,6 +66,24 @@ def test_kube_system_pods_running(kubectl):
     assert pods, "kube-system has no pods at all"
     unhealthy = [pod_state(p) for p in pods if not pod_ready(p)]
     assert not unhealthy, redact("kube-system pods not Running and ready:\n  " + "\n  ".join(unhealthy))
+
+
+@pytest.mark.k4w_check("nodes")
+def test_worker_carries_k4ws_marks(worker, live_nodes):
+    """The label a worker's kubelet registered with at join (k4w's Windows DaemonSets select it), and on
+    Windows the taint that keeps pods naming no OS off it (k4w/node_marks.py). One test per worker: the
+    master is made by kubeadm init, not joined."""
+    node = worker
+    assert node.name in live_nodes, f"node {node.name} is not registered"
+    live = live_nodes[node.name]
+    key, value = node_marks.NODE_LABEL
+    problems = []
+    if (live["metadata"].get("labels") or {}).get(key) != value:
+        problems.append(f"no label {key}={value}")
+    taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in (live.get("spec") or {}).get("taints") or []]
+    if profiles.load(node.box).is_windows and node_marks.WINDOWS_TAINT not in taints:
+        problems.append(f"no taint {node_marks.taint_flag(node_marks.WINDOWS_TAINT)} (has {taints})")
+    assert not problems, f"node {node.name}: " + "; ".join(problems)
 
 
 @pytest.mark.k4w_check("windows_daemonsets")
