@@ -587,7 +587,7 @@ def step_list(info) -> list:
     for m in info.linux_workers:
         # Right after the join: the sooner the annotation is there, the likelier flanneld reads it at its start.
         plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_linux)(ctx, m)),
-                 (f"flannel:{m.name}", lambda ctx, m=m: flannel_address.settle(ctx, m, ctx.flannel))]
+                 (f"flannel:{m.name}", lambda ctx, m=m: flannel_address.settle(ctx, m, ctx.flannel, S.wait_for))]
     plan += [(f"join:{m.name}", lambda ctx, m=m: joined(S.step_join_windows)(ctx, m)) for m in info.windows_workers]
     plan += [("ready", S.step_ready)]
     return plan

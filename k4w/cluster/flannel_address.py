@@ -110,10 +110,10 @@ def find(api: Client, is_k4ws) -> FlannelDaemonSet | None:
     return None
 
 
-def settle(ctx, m, flannel: FlannelDaemonSet | None) -> None:
+def settle(ctx, m, flannel: FlannelDaemonSet | None, wait_for) -> None:
     """After m joined: make the owner's flanneld on m use its cluster NIC (see the module), then wait
-    (cluster.ready_timeout) for flanneld to have registered that address."""
-    from . import steps as S
+    (cluster.ready_timeout, with the steps' wait_for, passed in so that this module stays below the steps)
+    for flanneld to have registered that address."""
 
     if flannel is None:
         return   # no Flannel DaemonSet to steer: facts.check refused a cluster without Flannel already
@@ -149,7 +149,7 @@ def settle(ctx, m, flannel: FlannelDaemonSet | None) -> None:
         return False, f"{public_ip} of Node {m.name} is {got or 'not set yet'}, not its cluster address {m.ip}"
 
     try:
-        S.wait_for(ctx, f"the cluster's Flannel on {m.name} to use its cluster NIC ({m.ip})", registered, ctx.ready_timeout)
+        wait_for(ctx, f"the cluster's Flannel on {m.name} to use its cluster NIC ({m.ip})", registered, ctx.ready_timeout)
     except K4wError as exc:
         why = (f"{flannel.where} chooses the interface by {' '.join(flannel.interface_args)}, which on {m.name} is not the "
                f"cluster NIC ({m.ip}): make those arguments match it (e.g. --iface-can-reach=<another node's address>)"

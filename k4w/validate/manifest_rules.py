@@ -21,6 +21,7 @@ import yaml
 
 from .. import identities
 from . import hostprocess_rules, node_mark_rules
+from .args_file import read_args
 from ..derive import VXLAN_PORT, VXLAN_VNI
 from ..errors import ToolMissing
 from ..tools import INSTALL
@@ -319,18 +320,6 @@ def _selects(selector: dict, label: str | None, os_name: str) -> bool:
 
 
 # ------------------------------------------------------------------ Windows node configs
-
-def read_args(path: Path) -> dict[str, str]:
-    """--flag=value lines as {flag: value} ('' for a bare --flag)."""
-    args = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        flag, _, value = line.partition("=")
-        args[flag] = value
-    return args
-
 
 # The kubelet minor from which --pod-infra-container-image must not be rendered: the flag is
 # deprecated for removal in 1.35 (pkg/kubelet/config/flags.go) and the issue-14 stack drops it from 1.34.

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from .. import node_marks
+from .args_file import read_args
 
 POD_TEMPLATE_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job")
 PART_OF = ("app.kubernetes.io/part-of", "k4w")
@@ -81,8 +82,6 @@ def check_join_configs(cluster) -> list[str]:
 
 def check_seed_kubelet_args(node_dir: Path) -> list[str]:
     """A seed-era Windows kubelet (no kubeadm-flags.env) carries the marks in its own flags."""
-    from .manifest_rules import read_args
-
     args = read_args(node_dir / "kubelet.args")
     if args.get("--config"):   # the containerd era: kubeadm-flags.env brings them (check_join_configs)
         return []
