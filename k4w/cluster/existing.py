@@ -353,6 +353,55 @@ def _set_installations(api: Client, path: str, users: set[str]) -> None:
                 content_type="application/merge-patch+json")
 
 
+# Fields the API server fills in or refuses to change, per kind, at k8s.io/kubernetes@v1.37.2:
+# - a service-account token Secret's data (token, ca.crt, namespace) is written by the token controller
+#   (pkg/controller/serviceaccount/tokens_controller.go); k4w's manifest has none, so a PUT of the manifest
+#   would empty it and lock every node that uses the token out until the controller writes a new one;
+# - a binding's roleRef (pkg/apis/rbac/validation ValidateRoleBindingUpdate / ValidateClusterRoleBindingUpdate:
+#   "cannot change roleRef") and a DaemonSet's spec.selector (pkg/apis/apps/validation
+#   ValidateDaemonSetSpecUpdate: "field is immutable") cannot be updated: such an object is deleted and made again.
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+SERVICE_ACCOUNT_UID = "kubernetes.io/service-account.uid"   # k8s.io/api core/v1 ServiceAccountUIDKey
+IMMUTABLE = {"ClusterRoleBinding": ("roleRef",), "RoleBinding": ("roleRef",), "DaemonSet": ("spec", "selector")}
+
+
+def _at(obj: dict, keys: tuple[str, ...]):
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _replace(api: Client, path: str, doc: dict, body: dict, there: dict) -> str:
+    """Bring k4w's object at path to body (doc with k4w's annotations); returns the summary line."""
+    kind = doc["kind"]
+    if kind == "Secret" and doc.get("type") == SERVICE_ACCOUNT_TOKEN and "data" in there:
+        body["data"] = there["data"]   # the controller's token stays valid (see SERVICE_ACCOUNT_TOKEN)
+        # ... and so does the uid annotation it wrote beside the name k4w set (the token's claim names that uid).
+        uid = ((there.get("metadata") or {}).get("annotations") or {}).get(SERVICE_ACCOUNT_UID)
+        if uid:
+            body["metadata"]["annotations"][SERVICE_ACCOUNT_UID] = uid
+    fixed = IMMUTABLE.get(kind)
+    if fixed and _at(there, fixed) != _at(doc, fixed):
+        try:
+            api.delete(path)
+            api.create(path.rsplit("/", 1)[0], body)
+        except ApiError as exc:
+            raise K4wError(f"cannot make {describe(doc)} again with its new {'.'.join(fixed)}: {exc}") from None
+        return f"made {describe(doc)} again (k4w's; an earlier k4w made it with another {'.'.join(fixed)}, which cannot change)"
+    for attempt in (1, 2):
+        body["metadata"]["resourceVersion"] = (there.get("metadata") or {}).get("resourceVersion")
+        try:
+            api.request("PUT", path, body)
+            break
+        except ApiError as exc:
+            # 409: another writer (another installation's cluster-up) changed it since the GET: read it again, once.
+            if exc.status != 409 or attempt == 2:
+                raise K4wError(f"cannot update {describe(doc)}: {exc}") from None
+            there = api.get(path)
+            documents.parse(M.AnyObject, there, f"GET {api.creds.server}{path}")
+    return f"updated {describe(doc)} (k4w's, applied by an earlier k4w with other content)"
+
+
 def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
     """Create each object that is not there; one that is must be k4w's (label app.kubernetes.io/part-of:
     k4w), never the cluster owner's: k4w replaces it when its content differs from what k4w applies now (an
@@ -382,13 +431,7 @@ def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
         users = installations_of(there) | ({installation} - {None})
         annotations = (there.get("metadata") or {}).get("annotations") or {}
         if annotations.get(CONTENT_SHA256) != digest:
-            body = _marked(doc, digest, users)
-            body["metadata"]["resourceVersion"] = (there.get("metadata") or {}).get("resourceVersion")
-            try:
-                api.request("PUT", path, body)
-            except ApiError as exc:
-                raise K4wError(f"cannot update {describe(doc)}: {exc}") from None
-            said.append(f"updated {describe(doc)} (k4w's, applied by an earlier k4w with other content)")
+            said.append(_replace(api, path, doc, _marked(doc, digest, users), there))
         elif users != installations_of(there):
             _set_installations(api, path, users)
             said.append(f"kept {describe(doc)} (k4w's, already there; now also used by installation {installation})")

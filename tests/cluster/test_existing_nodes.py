@@ -310,3 +310,91 @@ def test_the_owners_windows_nodes_are_named_and_left_alone(tmp_path, capsys):
     assert "the cluster's own Windows nodes their-win-1 are not k4w's" in said
     ds = api.get(FLANNEL_DS)["spec"]["template"]["spec"]["nodeSelector"]
     assert ds == {"kubernetes.io/os": "windows", "k4w.io/node": "true"}   # their-win-1 has no k4w.io/node
+
+
+# ------------------------------------------------------------------ replacing an older k4w's object safely
+
+K4W = {"app.kubernetes.io/part-of": "k4w"}
+
+
+def older(api: MemoryApi, doc: dict, **changes) -> str:
+    """doc as an older k4w left it (no k4w annotations, changes applied), stored at its path."""
+    path = existing.object_path(doc)
+    left = copy.deepcopy(doc)
+    left["metadata"].pop("annotations", None)
+    left["metadata"]["resourceVersion"] = "7"
+    for key, value in changes.items():
+        left[key] = value
+    api.objects[path] = left
+    return path
+
+
+def test_a_service_account_token_secret_keeps_the_token_its_controller_wrote():
+    """The seed era's token Secret has no data in k4w's manifest; replacing it must not empty the token
+    every Windows node's flanneld and kube-proxy log in with (nor drop the uid annotation it names)."""
+    api = MemoryApi()
+    doc = {"apiVersion": "v1", "kind": "Secret", "type": existing.SERVICE_ACCOUNT_TOKEN,
+           "metadata": {"name": "k4w-windows-flanneld-token", "namespace": "kube-system", "labels": dict(K4W),
+                        "annotations": {"kubernetes.io/service-account.name": "k4w-windows-flanneld"}}}
+    path = older(api, doc)
+    live = api.objects[path]
+    live["metadata"]["annotations"] = {"kubernetes.io/service-account.name": "k4w-windows-flanneld",
+                                       existing.SERVICE_ACCOUNT_UID: "0f6c9c1e-uid"}
+    live["data"] = {"token": "dG9rZW4=", "ca.crt": "Y2E=", "namespace": "a3ViZS1zeXN0ZW0="}
+    said = existing.apply(api, [doc], existing.Record.__new__(existing.Record).__class__.__new__(existing.Record)
+                          if False else _record(api))
+    assert said == ["updated Secret kube-system/k4w-windows-flanneld-token (k4w's, applied by an earlier k4w with other content)"]
+    now = api.objects[path]
+    assert now["data"] == {"token": "dG9rZW4=", "ca.crt": "Y2E=", "namespace": "a3ViZS1zeXN0ZW0="}
+    assert now["metadata"]["annotations"][existing.SERVICE_ACCOUNT_UID] == "0f6c9c1e-uid"
+    assert now["metadata"]["annotations"][existing.CONTENT_SHA256] == existing.content_sha256(doc)
+
+
+@pytest.mark.parametrize("kind, field, old, new", [
+    ("ClusterRoleBinding", "roleRef", {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "old-role"},
+     {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "k4w-windows-flanneld"}),
+    ("DaemonSet", "spec", {"selector": {"matchLabels": {"app": "old"}}, "template": {}},
+     {"selector": {"matchLabels": {"app": "k4w-flannel-windows"}}, "template": {}}),
+])
+def test_an_object_whose_immutable_field_changed_is_made_again_not_put(kind, field, old, new):
+    """A binding's roleRef and a DaemonSet's selector cannot be updated (the API server answers 422):
+    k4w deletes its own object and makes it again with the new value."""
+    api = MemoryApi()
+    api_version = "rbac.authorization.k8s.io/v1" if kind == "ClusterRoleBinding" else "apps/v1"
+    meta = {"name": "k4w-thing", "labels": dict(K4W)}
+    if kind == "DaemonSet":
+        meta["namespace"] = "k4w-windows-node"
+    doc = {"apiVersion": api_version, "kind": kind, "metadata": meta, field: new}
+    path = older(api, doc, **{field: old})
+    said = existing.apply(api, [doc], _record(api))
+    assert said[0].startswith(f"made {existing.describe(doc)} again")
+    assert [m for m, p in api.writes if p.startswith(path.rsplit("/", 1)[0])] == ["DELETE", "POST"]
+    assert api.objects[path][field] == new
+
+
+def test_an_update_that_meets_another_writer_reads_the_object_again_once():
+    """Two installations' cluster-up at once: the PUT's resourceVersion is stale (409 Conflict); k4w reads
+    the object again and puts once more, rather than failing the whole cluster-up."""
+    class Racing(MemoryApi):
+        raced = False
+
+        def request(self, method, path, body=None, content_type="application/json"):
+            if method == "PUT" and not self.raced:
+                self.raced = True
+                self.objects[path]["metadata"]["resourceVersion"] = "8"   # the other writer's change
+                raise ApiError(f"PUT {path}: HTTP 409 Conflict", status=409)
+            return super().request(method, path, body, content_type)
+
+    api = Racing()
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k4w-cm", "namespace": "k4w-windows-node",
+                                                                "labels": dict(K4W)}, "data": {"a": "new"}}
+    path = older(api, doc, data={"a": "old"})
+    said = existing.apply(api, [doc], _record(api))
+    assert said == [f"updated {existing.describe(doc)} (k4w's, applied by an earlier k4w with other content)"]
+    assert api.objects[path]["data"] == {"a": "new"}
+
+
+def _record(api) -> existing.Record:
+    record = existing.DryRunRecord.__new__(existing.DryRunRecord)
+    record.path, record.data = None, {"server": api.creds.server, "installation": "a1b2c3d4e5f6", "objects": [], "nodes": []}
+    return record
