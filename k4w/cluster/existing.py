@@ -566,8 +566,9 @@ def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
     the record on the context for the steps."""
     ctx.api = api or client(cluster)
     ui.say(f"==> existing cluster: reading its facts through the API ({cluster.config.cluster.existing})", style="bold")
-    installation = ctx.state.installation()
-    ctx.record = (DryRunRecord if ctx.dry_run else Record)(ctx.out, ctx.api.creds.server, installation)
+    ctx.record = (DryRunRecord if ctx.dry_run else Record)(ctx.out, ctx.api.creds.server)
+    installation = ctx.state.installation(ctx.record.installation)
+    ctx.record.data["installation"] = installation
     facts = check(ctx.api, cluster, ctx.rendered, installation, ctx.record.data["nodes"])
     ui.table(f"the existing cluster at {facts.server} fits cluster.yml", ["fact", "value (where read)"], facts.rows())
     foreign = foreign_windows_nodes(facts)

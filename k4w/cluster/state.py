@@ -70,10 +70,15 @@ class State:
         data["digest"] = digest
         return cls(path, digest, data)
 
-    def installation(self) -> str:
+    def installation(self, recorded: str | None = None) -> str:
         """This installation's id (one per --out), made once and kept by cluster-reset: the value of the
         k4w.io/installation label its nodes register with (k4w.node_marks), so that another host's k4w on
-        the same cluster never takes them, or the objects they share, for its own."""
+        the same cluster never takes them, or the objects they share, for its own. recorded: the id in
+        OUT/existing-cluster.json, which wins, so that a state file deleted (as some messages suggest)
+        while that record stays does not make a new id that refuses this installation's own nodes."""
+        if recorded and self.data.get("installation") != recorded:
+            self.data["installation"] = recorded
+            self.save()
         if not self.data.get("installation"):
             self.data["installation"] = secrets.token_hex(6)   # 12 hex digits: a valid label value
             self.save()

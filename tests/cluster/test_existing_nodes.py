@@ -136,6 +136,8 @@ class Kubelets(FakeRemote):
             registration = yaml.safe_load(config)["nodeRegistration"]
             args = {a["name"]: a["value"] for a in registration.get("kubeletExtraArgs") or []}
             labels = dict(item.split("=", 1) for item in args.get("node-labels", "").split(",") if item)
+            if self.api.get_optional(f"{NODES}/{machine.name}") is not None:
+                return ""   # a join script run again on a joined node: its kubelet keeps the Node it has
             self.api.create(NODES, {"apiVersion": "v1", "kind": "Node",
                                     "metadata": {"name": machine.name, "labels": {"kubernetes.io/os": machine.os, **labels}},
                                     "spec": {"taints": registration.get("taints") or []},
@@ -185,6 +187,19 @@ def test_the_node_is_recorded_after_the_join_made_it_labelled_and_tainted(tmp_pa
     assert registered["spec"]["taints"] == [{"key": "os", "value": "windows", "effect": "NoSchedule"}]
     # A rerun of the finished cluster-up takes its own Node for its own, not for a collision.
     up(cluster, out, api)
+
+
+def test_a_deleted_state_file_does_not_make_a_new_installation_that_refuses_its_own_nodes(tmp_path):
+    """cluster-state.json gone (some messages say to delete it), existing-cluster.json kept: the record's
+    installation id is taken again, so the rerun takes its own Node for its own and reset still finds it."""
+    cluster, out = existing_cluster(tmp_path)
+    api = MemoryApi()
+    up(cluster, out, api)
+    installation = json.loads((out / existing.RECORD_FILE).read_text())["installation"]
+    (out / "cluster-state.json").unlink()
+    up(cluster, out, api)
+    assert json.loads((out / "cluster-state.json").read_text())["installation"] == installation
+    assert "deleted Node winx-1" in existing.remove(api, out)
 
 
 def test_a_node_that_appears_right_before_the_join_is_neither_joined_nor_recorded(tmp_path, monkeypatch):
