@@ -577,6 +577,9 @@ def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
                f"{node_marks.NODE_LABEL[0]}={node_marks.NODE_LABEL[1]} and stay off them; their network stays yours", style="yellow")
     if any(not cluster.profile(n.box).is_windows for n in cluster.config.nodes):
         ctx.flannel = flannel_address.find(ctx.api, is_k4ws)
+        refused = ctx.flannel and ctx.flannel.unsteerable()
+        if refused:
+            raise K4wError(f"{refused} (nothing was started or changed)")
         if ctx.flannel is not None:
             ui.say(f"Flannel on k4w's Linux workers: {ctx.flannel.decision()}")
         else:

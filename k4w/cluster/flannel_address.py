@@ -19,6 +19,11 @@ flanneld's choice, flannel-io/flannel@v0.28.10 (module zip h1:jt+uW6XVV01MBb3YFa
 - <prefix>/public-ip-overwrite (same files) only rewrites the published public-ip: the vxlan device and
   host-gw routes stay on the default route's NIC, so k4w does not use it.
 
+Before v0.25.3 flanneld read no node-public-ip: GetStoredPublicIP came in v0.25.2 reading <prefix>/public-ip,
+and flannel commit 8a6570f4 (first in v0.25.3, b469eaea) made it read <prefix>/node-public-ip (pkg/subnet/kube/
+kube.go and annotations.go at both tags). So an older flanneld with no interface argument cannot be steered:
+k4w refuses it before any VM starts, naming the argument to add (NODE_PUBLIC_IP_SINCE).
+
 So, with no interface argument in the owner's DaemonSet, k4w sets node-public-ip to the cluster NIC's
 address on each of its Linux workers' Node as soon as the Node exists, and restarts that node's Flannel
 pod once if it started before (flanneld reads the annotation only at start). With interface arguments,
@@ -28,6 +33,7 @@ fails naming the arguments if it is not.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -36,6 +42,8 @@ from ..errors import K4wError
 from ..kubeapi import Client
 
 DEFAULT_PREFIX = "flannel.alpha.coreos.com"
+NODE_PUBLIC_IP_SINCE = (0, 25, 3)   # the first flanneld that reads <prefix>/node-public-ip (see the module)
+_IMAGE_VERSION = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-+@][^/]*)?$")
 INTERFACE_FLAGS = ("iface", "iface-regex", "iface-can-reach")
 NAMESPACES = ("kube-flannel", "kube-system")   # Flannel's namespace since v0.20.0, and before it (as facts.FLANNEL_CONFIGMAPS)
 
@@ -47,6 +55,24 @@ class FlannelDaemonSet:
     interface_args: list[str] = field(default_factory=list)   # e.g. ["--iface=eth1"], as written
     prefix: str = DEFAULT_PREFIX
     match_labels: dict = field(default_factory=dict)
+    image: str = ""   # the flanneld container's image, whose tag says its version
+
+    @property
+    def version(self) -> tuple[int, int, int] | None:
+        m = _IMAGE_VERSION.search(self.image.split("@", 1)[0])
+        return tuple(int(g) for g in m.groups()) if m else None
+
+    def unsteerable(self) -> str | None:
+        """Why k4w cannot make this flanneld take the cluster NIC, or None when it can."""
+        version = self.version
+        if self.interface_args or version is None or version >= NODE_PUBLIC_IP_SINCE:
+            return None
+        return (f"{self.where} runs flanneld {'.'.join(map(str, version))} ({self.image}) with no --iface, --iface-regex "
+                f"or --iface-can-reach: it would take the management NIC of k4w's Linux workers, and a flanneld older "
+                f"than {'.'.join(map(str, NODE_PUBLIC_IP_SINCE))} does not read {self.annotation('node-public-ip')}, the "
+                "annotation k4w would steer it with. Add --iface-can-reach=<the API server's address> to its arguments "
+                "(it picks the NIC that routes there, the cluster NIC on k4w's VMs and on your own nodes alike), or "
+                "update Flannel")
 
     @property
     def where(self) -> str:
@@ -106,7 +132,8 @@ def find(api: Client, is_k4ws) -> FlannelDaemonSet | None:
             prefix = next((v for n, v, _ in parsed if n == "kube-annotation-prefix" and v), DEFAULT_PREFIX)
             return FlannelDaemonSet(namespace=namespace, name=ds["metadata"]["name"],
                                     interface_args=[w for n, _, w in parsed if n in INTERFACE_FLAGS], prefix=prefix,
-                                    match_labels=((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+                                    match_labels=((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {},
+                                    image=str(container.get("image") or ""))
     return None
 
 

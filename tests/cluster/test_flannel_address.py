@@ -61,3 +61,34 @@ def test_the_plan_says_what_k4w_does_with_the_owners_flannel_on_its_linux_worker
     assert "flannel.alpha.coreos.com/node-public-ip to each Linux worker's cluster address" in said
     assert "after each Linux join, its Flannel address" in said
     assert "deleted as soon as its node is Ready" in said
+
+
+class ListsDaemonSets:
+    """An API that lists one flanneld DaemonSet, as the owner's cluster would."""
+
+    def __init__(self, image: str, args: list[str]):
+        self.ds = {"metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"},
+                   "spec": {"selector": {"matchLabels": {"app": "flannel"}},
+                            "template": {"spec": {"containers": [{"name": "kube-flannel", "image": image,
+                                                                  "command": ["/opt/bin/flanneld"], "args": args}]}}}}
+
+    def get(self, path):
+        return {"items": [self.ds] if "/kube-flannel/" in path else []}
+
+
+@pytest.mark.parametrize("image, args, refused", [
+    # flannel-io/flannel: node-public-ip is read from v0.25.3 on (commit 8a6570f4); v0.25.2 read public-ip
+    ("docker.io/flannel/flannel:v0.25.2", ["--ip-masq", "--kube-subnet-mgr"], True),
+    ("quay.io/coreos/flannel:v0.11.0-amd64", ["--ip-masq", "--kube-subnet-mgr"], True),
+    ("registry.example:5000/flannel/flannel:v0.24.0@sha256:" + "a" * 64, ["--kube-subnet-mgr"], True),
+    ("docker.io/flannel/flannel:v0.25.3", ["--ip-masq", "--kube-subnet-mgr"], False),
+    ("ghcr.io/flannel-io/flannel:v0.28.10", ["--kube-subnet-mgr"], False),
+    ("docker.io/flannel/flannel:v0.25.2", ["--kube-subnet-mgr", "--iface-can-reach=192.168.252.10"], False),
+    ("registry.example/flannel@sha256:" + "b" * 64, ["--kube-subnet-mgr"], False),   # no tag: cannot tell, steered
+])
+def test_a_flanneld_too_old_to_read_node_public_ip_and_with_no_interface_argument_is_refused(image, args, refused):
+    found = flannel_address.find(ListsDaemonSets(image, args), lambda ds: False)
+    why = found.unsteerable()
+    assert (why is not None) == refused
+    if refused:
+        assert "--iface-can-reach" in why and "node-public-ip" in why and image in why
