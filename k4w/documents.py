@@ -58,11 +58,28 @@ def json_value(text: str | bytes, source: str) -> Any:
         raise DocumentError(f"{source}: not valid JSON ({exc})") from None
 
 
+def refuse_unbounded_yaml(text: str, source: str, max_depth: int = 32) -> None:
+    """Refuse, on the event stream and before anything is built, YAML anchors and aliases (an alias bomb
+    expands to gigabytes while it is built or walked) and nesting deeper than max_depth (PyYAML's
+    composer recurses per level). A malformed stream raises yaml.YAMLError for the caller to word."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise DocumentError(f"{source}: line {event.start_mark.line + 1}: YAML anchors and aliases (&name, *name) "
+                                "are not allowed in this file; write the values out")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > max_depth:
+                raise DocumentError(f"{source}: line {event.start_mark.line + 1}: nested more than {max_depth} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def yaml_value(text: str, source: str) -> Any:
-    """YAML text decoded (safe_load); not YAML, or nested too deeply, is one line."""
+    """YAML text an API server or a file hands k4w, decoded once refuse_unbounded_yaml let it through;
+    not YAML is one line naming the source."""
     try:
+        refuse_unbounded_yaml(text, source)
         return yaml.safe_load(text)
-    except RecursionError:
-        raise DocumentError(f"{source}: the YAML is nested too deeply to read") from None
     except yaml.YAMLError as exc:
         raise DocumentError(f"{source}: not valid YAML ({' '.join(str(exc).split())})") from None

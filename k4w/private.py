@@ -30,7 +30,7 @@ from typing import TextIO
 
 import yaml
 
-from . import outfiles, proc
+from . import documents, outfiles, proc
 from .errors import K4wError
 
 MODE = 0o600
@@ -150,19 +150,10 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
 
 def safe_load_plain(text: str, source: str, max_depth: int = 32):
     """yaml.safe_load of text with no anchors or aliases and at most max_depth levels of nesting,
-    checked on the event stream before anything is built; K4wError names source and the line."""
-    depth = 0
+    checked on the event stream before anything is built (documents.refuse_unbounded_yaml); K4wError
+    names source and the line."""
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise K4wError(f"{source}: line {event.start_mark.line + 1}: YAML anchors and aliases (&name, *name) "
-                               "are not allowed in this file; write the values out")
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > max_depth:
-                    raise K4wError(f"{source}: line {event.start_mark.line + 1}: nested more than {max_depth} levels deep")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
+        documents.refuse_unbounded_yaml(text, source, max_depth)
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -32,6 +32,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from .. import documents
 from ..errors import K4wError
 from ..kubeapi import ApiError, Client
 from ..redact import register_secret
@@ -119,7 +120,7 @@ def ca_cert_hash(api: Client) -> str:
         raise K4wError("the cluster has no ConfigMap kube-public/cluster-info with a kubeconfig (kubeadm makes it in "
                        "`kubeadm init phase bootstrap-token`); a node cannot discover the cluster by token without it")
     try:
-        clusters = (yaml.safe_load(text) or {}).get("clusters") or []
+        clusters = (documents.yaml_value(text, "ConfigMap kube-public/cluster-info kubeconfig") or {}).get("clusters") or []
         ca_pem = base64.b64decode(clusters[0]["cluster"]["certificate-authority-data"])
         cert = x509.load_pem_x509_certificate(ca_pem)
     except (yaml.YAMLError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as exc:

@@ -38,6 +38,10 @@ def _with(path: str, change) -> dict:
     return result
 
 
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(12))
+
+
 def _configmap(key: str, text: str):
     return {"metadata": {"name": "x"}, "data": {key: text}}
 
@@ -78,10 +82,12 @@ FACTS_SHAPES = [
     ("configmap data a list", _with(KUBEADM_CONFIG, {"data": []}), ("kube-system/kubeadm-config", "data")),
     ("networking a list", _cluster_configuration([]), ("kubeadm-config ClusterConfiguration", "networking")),
     ("podSubnet not a CIDR", _cluster_configuration({"podSubnet": "10.244.0.0/99"}), ("ClusterConfiguration", "networking.podSubnet")),
+    ("ClusterConfiguration an alias bomb", _with(KUBEADM_CONFIG, _configmap("ClusterConfiguration", ALIAS_BOMB)),
+     ("kubeadm-config ClusterConfiguration", "anchors and aliases")),
     ("serviceSubnet a number", _cluster_configuration({"serviceSubnet": 10}), ("ClusterConfiguration", "networking.serviceSubnet")),
     ("ClusterConfiguration not YAML", _with(KUBEADM_CONFIG, _configmap("ClusterConfiguration", "a: [")), ("ClusterConfiguration", "not valid YAML")),
     ("ClusterConfiguration nested 100,000 deep", _with(KUBEADM_CONFIG, _configmap("ClusterConfiguration", DEEP_YAML)),
-     ("ClusterConfiguration", "nested too deeply")),
+     ("ClusterConfiguration", "nested more than 32 levels deep")),
     ("kube-dns clusterIP a number", _with(facts_mod.KUBE_DNS, {"spec": {"clusterIP": 10}}), ("kube-dns", "spec.clusterIP")),
     ("kube-dns spec a string", _with(facts_mod.KUBE_DNS, {"spec": "x"}), ("kube-dns", "spec")),
     ("kubernetes Service clusterIP not an IP", _with(facts_mod.KUBERNETES_SERVICE, {"spec": {"clusterIP": "ten"}}),
@@ -128,7 +134,13 @@ OTHER_READERS = [
     ("cluster-info server port not a number", existing.endpoint,
      _cluster_info({"clusters": [{"cluster": {"server": "https://10.0.0.1:64x3"}}]}), "cluster-info kubeconfig", "clusters[0].cluster.server"),
     ("cluster-info clusters an object", existing.endpoint, _cluster_info({"clusters": {"k": {}}}), "cluster-info kubeconfig", "clusters"),
-    ("cluster-info kubeconfig nested 100,000 deep", existing.endpoint, _cluster_info(DEEP_YAML), "cluster-info kubeconfig", "nested too deeply"),
+    ("cluster-info kubeconfig nested 100,000 deep", existing.endpoint, _cluster_info(DEEP_YAML), "cluster-info kubeconfig",
+     "nested more than 32 levels deep"),
+    # An alias bomb (each line doubles the last): refused on the event stream, before pydantic could walk it.
+    ("cluster-info kubeconfig an alias bomb", existing.endpoint, _cluster_info(ALIAS_BOMB), "cluster-info kubeconfig",
+     "anchors and aliases"),
+    ("cluster-info kubeconfig an alias bomb, for the CA hash", bootstrap_token.ca_cert_hash, _cluster_info(ALIAS_BOMB),
+     "cluster-info kubeconfig", "anchors and aliases"),
     ("cluster-info data a list", bootstrap_token.ca_cert_hash, _with(CLUSTER_INFO, {"data": ["kubeconfig"]}), "cluster-info", "data"),
     ("cluster-info kubeconfig a list", bootstrap_token.ca_cert_hash, _cluster_info("[1, 2]"), "cluster-info", "CA certificate"),
     ("node conditions a string", existing.node_conditions, _with(NODES, {"items": [{"metadata": {"name": "w"}, "status": {"conditions": "Ready"}}]}),
@@ -200,6 +212,9 @@ class _Answer:
     def read(self, limit: int) -> bytes:
         return self._body[:limit]
 
+    def getheader(self, name: str, default=None):
+        return {"content-type": "application/json"}.get(name.lower(), default)
+
 
 @pytest.mark.parametrize("status", [200, 500])
 def test_an_api_answer_nested_100000_deep_is_one_line(monkeypatch, status):
@@ -218,7 +233,8 @@ def test_an_api_answer_nested_100000_deep_is_one_line(monkeypatch, status):
         def close(self):
             pass
 
-    monkeypatch.setattr(http.client, "HTTPSConnection", Connection)
+    # k4w's connection (kubeapi._Connection, an HTTPSConnection with one deadline for the whole request)
+    monkeypatch.setattr(kubeapi, "_Connection", Connection)
     monkeypatch.setattr(kubeapi, "_ssl_context", lambda creds: None)   # no TLS: the answer is all this is about
     api = Client(Credentials(server="https://192.0.2.10:6443", ca_pem=b""))
     with pytest.raises(K4wError) as refused:

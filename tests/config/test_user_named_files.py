@@ -21,6 +21,7 @@ import yaml
 from k4w import config, private, registry
 from k4w.errors import K4wError
 from k4w.kubeapi import load_kubeconfig
+from tests.fakes.oci_registry import make_ca_and_server_cert
 from tests.helpers import ROOT, invoke, write_config
 
 MODERN = yaml.safe_load((ROOT / "examples" / "cluster-modern.yml").read_text())
@@ -94,8 +95,8 @@ def the_key_mirror_ca(path: Path, folder: Path):
 
 def the_key_mirror_ca_when_used(path: Path, folder: Path):
     """The CA was a good file when cluster.yml was checked and is a pipe by the time the mirror is used."""
-    good = folder / "good-ca.pem"
-    good.write_bytes(PEM)
+    (folder / "ca").mkdir(exist_ok=True)
+    good, _, _ = make_ca_and_server_cert(folder / "ca")   # a real CA: config.parse checks each PEM block parses
     spec = config.parse(mirror_config(folder, good), str(folder / "cluster.yml")).registry.mirrors["registry.k8s.io"]
     return lambda: registry.Mirror.of("registry.k8s.io", spec.model_copy(update={"ca": str(path)}))
 
