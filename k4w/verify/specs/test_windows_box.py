@@ -372,10 +372,15 @@ PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 # and a binary the kubelet service runs as LocalSystem.
 ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
 # Opened to pods, and only to them (protect-node-folders.ps1 says why): the kubelet's pod folder
-# inherits C:\var's ACL and adds Authenticated Users modify, inheritable, so a process-isolated
-# container (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
+# inherits C:\var's ACL and adds ContainerUser modify, inherit-only, so a process-isolated container
+# (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
 CONTAINER_FOLDERS = ("C:\\var\\lib\\kubelet\\pods",)
-AUTHENTICATED_USERS_SID = "S-1-5-11"
+# User Manager\ContainerUser (moby/moby@4be37b15 pkg/idtools/idtools_windows.go ContainerUserSidString).
+CONTAINER_USER_SID = "S-1-5-93-2-2"
+# Groups every account on the node is in (Microsoft, "Well-known SIDs"): Everyone, Authenticated
+# Users, BUILTIN\Users. Any of them on the pod folder hands every pod's Secrets and tokens to
+# LocalService, NetworkService, NT SERVICE\* and non-administrator HostProcess pods.
+BROAD_SIDS = ("S-1-1-0", "S-1-5-11", "S-1-5-32-545")
 # containerd creates its root and state itself with SYSTEM + Administrators only
 # (containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
 # cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
@@ -420,13 +425,17 @@ def _container_acl_problems(row: dict) -> list[str]:
     if row["owner"] not in ADMIN_ONLY:
         problems.append(f"is owned by {row['owner']}")
     rules = winps.as_list(row["rules"])
+    broad = sorted({r["sid"] for r in rules if r["type"] == "Allow"} & set(BROAD_SIDS))
+    if broad:
+        problems.append(f"grants {', '.join(broad)}, a group every account on the node is in: "
+                        "any local service or non-administrator HostProcess pod reads every pod's Secrets and tokens")
     inherited = sorted({r["sid"] for r in rules if r["inherited"] and r["type"] == "Allow"} - ADMIN_ONLY)
     if inherited:
         problems.append(f"inherits access for {', '.join(inherited)}")
     explicit = [(r["sid"], r["type"], r["rights"], r["inheritance"], r["propagation"]) for r in rules if not r["inherited"]]
-    wanted = [(AUTHENTICATED_USERS_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "None")]
+    wanted = [(CONTAINER_USER_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "InheritOnly")]
     if explicit != wanted:
-        problems.append(f"has the explicit ACEs {explicit}, not only Authenticated Users' inheritable modify "
+        problems.append(f"has the explicit ACEs {explicit}, not only ContainerUser's inherit-only modify "
                         "(a Nano Server pod, ContainerUser, could not read its token or write its emptyDir)")
     return [f"{row['path']} {p}" for p in problems]
 
