@@ -163,7 +163,7 @@ def test_a_vm_still_on_the_boxs_winrm_key_fails_the_key_check(run_windows_spec):
     run = run_windows_spec("winrm_key_from_the_box")
     assert run.proc.returncode == 1
     assert _failed(run) == ["test_winrm_https_uses_a_key_made_on_this_machine"]
-    assert "boot task k4w-winrm-cert is missing" in run.output
+    assert "boot task k4w-winrm-scope does not run winrm-cert.ps1 first" in run.output
 
 
 def test_the_spec_expects_the_services_each_era_registers():

@@ -336,15 +336,16 @@ def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
         if len(remote) != 1 or remote[0] not in WINRM_REMOTE_SCOPES:
             wide.append(f"{rule['name']} admits remote addresses {remote}, not only the host side")
     assert not wide, "WinRM is reachable from more than the Hyper-V host: " + "; ".join(wide)
-    assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
+    assert winrm["scope_task"], "boot task k4w-winrm-scope does not run winrm-scope.ps1: a VM whose NIC got another name stays unreachable"
 
 
 @pytest.mark.k4w_check("winrm")
 def test_winrm_https_uses_a_key_made_on_this_machine(winrm):
     # The build's shutdown_command deletes the bake's key, so a listener that works here runs on a key this
-    # VM made at its first boot (boot task k4w-winrm-cert, guest/windows/setup/winrm-cert.ps1), not one every
+    # VM made at its first boot (boot task k4w-winrm-scope runs guest/windows/setup/winrm-cert.ps1 first), not one every
     # VM from the box would share while Vagrant and Packer skip peer verification.
-    assert winrm["cert_task"], "boot task k4w-winrm-cert is missing: a VM from the box never makes its own WinRM key"
+    assert winrm["cert_task"], ("boot task k4w-winrm-scope does not run winrm-cert.ps1 first: "
+                                "a VM from the box never makes its own WinRM key")
     cert = winrm["cert"]
     assert cert, "no HTTPS listener, so no WinRM certificate"
     assert cert["in_store"] and cert["private_key"], (

@@ -77,7 +77,8 @@ def test_every_boot_makes_a_key_when_the_listener_has_none_of_this_machine():
 
 def test_the_bootstrap_registers_the_key_as_a_startup_task_of_system():
     text = BOOTSTRAP.read_text()
-    assert "'k4w-winrm-cert'  = @($certScript," in text
+    # The boot task k4w-winrm-scope runs winrm-cert.ps1 first (tests/bake/windows/test_windows_boot_tasks.py).
+    assert "foreach ($taskScript in @($certScript, $scope))" in text
     assert "New-ScheduledTaskTrigger -AtStartup" in text and "-UserId 'SYSTEM'" in text
     assert "Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-cert.ps1') -Destination $certScript" in text
 
