@@ -344,8 +344,9 @@ _SILENT_COMMANDS = {
     "add-type", "export-clixml", "set-netadapteradvancedproperty", "disable-netadapterbinding",
     "enable-netadapterbinding", "set-vmnetworkadapter", "set-vmnetworkadaptervlan", "set-vmprocessor",
     "set-vmmemory", "set-vm", "start-vm", "stop-vm", "remove-vm", "set-netconnectionprofile",
-    "remove-netnat", "remove-vmswitch", "set-netadapter", "rename-netadapter", "wait-event",
+    "remove-netnat", "remove-vmswitch", "set-netadapter", "rename-netadapter",
 }
+# Not Wait-Event: it returns the event it waited for (its help, OUTPUTS: PSEventArgs).
 # .NET methods that return void on every type the scripts call them on (IDisposable.Dispose,
 # Stream.Close/Flush, System.IO.File.WriteAll*/AppendAllText). Any other method call may return a
 # value (ArrayList.Add returns the index, List[T].Add nothing; the rule cannot tell): [void] it.

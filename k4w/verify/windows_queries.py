@@ -210,12 +210,15 @@ if ($https) {
     friendly_name = [string]$(if ($found) { $found.FriendlyName })
   }
 }
+# The one WinRM boot task (k4w-bootstrap.ps1): winrm-cert.ps1, then winrm-scope.ps1, in that order.
+$bootActions = @(Get-ScheduledTask -TaskName 'k4w-winrm-scope' -ErrorAction SilentlyContinue |
+  ForEach-Object { $_.Actions } | ForEach-Object { [string]$_.Arguments })
 [pscustomobject]@{
   listeners = $listeners
   rules = @($rules)
   administrator_enabled = [bool]$admin.Enabled
-  scope_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-scope' -ErrorAction SilentlyContinue)
-  cert_task = [bool](Get-ScheduledTask -TaskName 'k4w-winrm-cert' -ErrorAction SilentlyContinue)
+  scope_task = [bool]($bootActions | Where-Object { $_ -like '*winrm-scope.ps1*' })
+  cert_task = [bool]($bootActions.Count -ge 2 -and $bootActions[0] -like '*winrm-cert.ps1*')
   computer = $env:COMPUTERNAME
   cert = $cert
 }"""

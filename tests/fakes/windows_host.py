@@ -142,6 +142,8 @@ def _box_state(defect: str | None) -> dict:
             state["defender"]["processes"] = state["defender"]["processes"] + ["kubelet.exe"]
         elif name == "pods_locked":  # the pod folder as locked as the rest of C:\var: ContainerUser is denied
             state["pods_locked"] = True
+        elif name == "pods_authenticated_users":  # the grant of before: every local account reads pod Secrets
+            state["pods_grant"] = "S-1-5-11"
         elif name == "stale_release":
             state["release"] = json.dumps({**release, "components": {**release["components"], "docker": "17.06.2-ee-16"}})
         else:
@@ -160,12 +162,13 @@ _TOP_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 _PODS = "C:\\var\\lib\\kubelet\\pods"
 
 
-def _acl_row(path: str, inherits_c: bool, pods_locked: bool = False) -> dict:
+def _acl_row(path: str, inherits_c: bool, pods_locked: bool = False, pods_grant: str = "S-1-5-93-2-2") -> dict:
     top = path in _TOP_FOLDERS or path.startswith("C:\\ProgramData\\containerd")
     rules = [dict(r, inherited=not top) for r in _ADMIN_ONLY_ACES]
-    if path == _PODS and not pods_locked:   # protect-node-folders.ps1's grant to containers
-        rules.append({"sid": "S-1-5-11", "type": "Allow", "rights": "Modify, Synchronize",
-                      "inheritance": "ContainerInherit, ObjectInherit", "propagation": "None", "inherited": False})
+    if path == _PODS and not pods_locked:   # protect-node-folders.ps1's grant to containers (ContainerUser)
+        rules.append({"sid": pods_grant, "type": "Allow", "rights": "Modify, Synchronize",
+                      "inheritance": "ContainerInherit, ObjectInherit",
+                      "propagation": "InheritOnly" if pods_grant == "S-1-5-93-2-2" else "None", "inherited": False})
     if inherits_c:
         rules += [{"sid": "S-1-5-11", "type": "Allow", "rights": "Modify, Synchronize", "inheritance": "None",
                    "propagation": "None", "inherited": True},
@@ -198,7 +201,8 @@ class FakeWindowsBackend(base.BaseBackend):
         if "WSMan:\\localhost\\Listener" in body:
             return s["winrm"]
         if "Get-Acl -LiteralPath $path" in body:
-            return [_acl_row(p, p in s.get("acl_inherits", ()), s.get("pods_locked", False)) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
+            return [_acl_row(p, p in s.get("acl_inherits", ()), s.get("pods_locked", False),
+                             s.get("pods_grant", "S-1-5-93-2-2")) for p in _strings(body.split("foreach ($path in ", 1)[1].split("\n", 1)[0])]
         if "Get-WindowsFeature" in body:
             return "Installed"
         if "Get-NetFirewallPortFilter" in body:

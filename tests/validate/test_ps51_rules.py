@@ -179,6 +179,7 @@ def test_a_message_in_a_function_whose_value_is_assigned_is_caught():
     "$x",
     "Set-Content -LiteralPath $f -Value $x -Encoding ASCII -PassThru",
     "Get-Noisy",                         # a project function that writes
+    "Wait-Event -SourceIdentifier $id -Timeout 5",   # returns the event it waited for (PSEventArgs)
 ])
 def test_every_kind_of_stray_output_is_caught(statement):
     text = (f"function Get-Noisy {{ Write-Output 'x' }}\n"

@@ -132,6 +132,16 @@ def test_a_pod_folder_containers_cannot_use_fails_its_check_only(run_windows_spe
     assert "C:\\var\\lib\\kubelet\\pods has the explicit ACEs []" in run.output
 
 
+def test_a_pod_folder_every_local_account_can_read_fails_its_check_only(run_windows_spec):
+    # The grant of before, Authenticated Users modify: LocalService, NetworkService and any
+    # non-administrator HostProcess pod could read every pod's Secrets and rewrite the scripts
+    # DaemonSets run as SYSTEM.
+    run = run_windows_spec("pods_authenticated_users")
+    assert run.proc.returncode == 1
+    assert _failed(run) == ["test_pod_volumes_are_open_to_containers_and_nothing_else_is"]
+    assert "C:\\var\\lib\\kubelet\\pods grants S-1-5-11, a group every account on the node is in" in run.output
+
+
 def test_a_defender_exclusion_by_process_name_alone_fails_its_check_only(run_windows_spec):
     run = run_windows_spec("defender_bare_names")
     assert run.proc.returncode == 1
@@ -153,7 +163,7 @@ def test_a_vm_still_on_the_boxs_winrm_key_fails_the_key_check(run_windows_spec):
     run = run_windows_spec("winrm_key_from_the_box")
     assert run.proc.returncode == 1
     assert _failed(run) == ["test_winrm_https_uses_a_key_made_on_this_machine"]
-    assert "boot task k4w-winrm-cert is missing" in run.output
+    assert "boot task k4w-winrm-scope does not run winrm-cert.ps1 first" in run.output
 
 
 def test_the_spec_expects_the_services_each_era_registers():

@@ -147,8 +147,10 @@ $quotedStartNodeAtBoot = "'" + $startNodeAtBoot.Replace("'", "''") + "'"
 $quotedStartNode = "'" + $startNode.Replace("'", "''") + "'"
 $quotedLog = "'" + $startNodeLog.Replace("'", "''") + "'"
 $arguments = "-NoProfile -NonInteractive -ExecutionPolicy Bypass -Command `"& $quotedStartNodeAtBoot -StartNode $quotedStartNode -Log $quotedLog; exit `$LASTEXITCODE`""
-# RestartOnFailure covers what the script cannot: the action failing to start at all (MS-TSCH
-# 2.5.4.2). Task Scheduler's shortest interval is one minute (restartType, PT1M).
+# A Hyper-V VM on a laptop may see the host's battery, and a task's defaults neither start on
+# battery nor outlast unplugging: the node would not start. RestartOnFailure covers what the
+# script cannot: the action failing to start at all (MS-TSCH 2.5.4.2). Task Scheduler's shortest
+# interval is one minute (restartType, PT1M).
 $restartCount = 3
 $restartInterval = New-TimeSpan -Minutes 1
 $existing = Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue
@@ -157,7 +159,8 @@ $current = $existing -and
     $existing.Actions[0].Arguments -eq $arguments -and
     @($existing.Triggers).Count -eq 1 -and $existing.Triggers[0].CimClass.CimClassName -eq 'MSFT_TaskBootTrigger' -and
     $existing.Principal.UserId -eq 'SYSTEM' -and
-    $existing.Settings.RestartCount -eq $restartCount -and $existing.Settings.RestartInterval -eq 'PT1M'
+    $existing.Settings.RestartCount -eq $restartCount -and $existing.Settings.RestartInterval -eq 'PT1M' -and
+    -not $existing.Settings.DisallowStartIfOnBatteries -and -not $existing.Settings.StopIfGoingOnBatteries
 if ($current) {
     Write-K4wStep "scheduled task $taskName already registered"
 } else {
@@ -166,7 +169,7 @@ if ($current) {
         -Trigger (New-ScheduledTaskTrigger -AtStartup) `
         -Principal (New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest) `
         -Settings (New-ScheduledTaskSettingsSet -ExecutionTimeLimit (New-TimeSpan -Hours 2) -MultipleInstances IgnoreNew `
-            -RestartCount $restartCount -RestartInterval $restartInterval) `
+            -AllowStartIfOnBatteries -DontStopIfGoingOnBatteries -RestartCount $restartCount -RestartInterval $restartInterval) `
         -Description "k4w: apply C:\k\config and start $runtimeService, $($wanted -join ', ') in order (log: C:\k\logs\start-node.log)"
     Register-ScheduledTask -TaskName $taskName -InputObject $task -Force | Out-Null
     Write-K4wStep "scheduled task $taskName registered (at startup, as SYSTEM, start-node.ps1 retried up to 10 times)"

@@ -16,7 +16,7 @@ if (-not (Test-Path -LiteralPath $protect)) {
 }
 & $protect
 if ($LASTEXITCODE -ne 0) { throw "protect-node-folders.ps1 failed ($LASTEXITCODE)" }
-Write-K4wStep 'node folders: SYSTEM and Administrators only; C:\var\lib\kubelet\pods also Authenticated Users (pod volumes)'
+Write-K4wStep 'node folders: SYSTEM and Administrators only; below C:\var\lib\kubelet\pods also ContainerUser (pod volumes)'
 
 # Success is explicit: Packer's powershell wrapper ends with `exit $LastExitCode`.
 exit 0

@@ -23,11 +23,22 @@
   (C:\var\lib\kubelet\pods, its --root-dir and DefaultKubeletPodsDirName "pods",
   kubernetes/kubernetes pkg/kubelet/config/defaults.go). The kubelet writes every pod's volumes
   there: the projected service-account token, ConfigMaps, Secrets, emptyDirs. A process-isolated
-  container opens its mounts with its own process identity, ContainerUser on Nano Server images,
-  and that identity exists only inside the container, so the host folder must grant a well-known
-  group (Microsoft, "Persistent storage in containers", Bind mounts: Permissions). It gets one
-  explicit, inheritable ACE besides what it inherits from C:\var: Authenticated Users (S-1-5-11)
-  modify, the right a folder below C:\ gives them on a stock node, so an emptyDir is writable.
+  container opens its mounts with its own process identity, and the host checks that identity
+  against the folder's ACL (Microsoft, "Persistent storage in containers", Bind mounts:
+  Permissions). On Nano Server images that identity is ContainerUser, whose token carries the
+  well-known SID S-1-5-93-2-2 (moby/moby@4be37b15 pkg/idtools/idtools_windows.go
+  ContainerUserSidString; `whoami /user` in such a container, moby/buildkit#5791). The folder gets
+  one explicit ACE besides what it inherits from C:\var: that SID allowed modify, inherit-only, so
+  the pod folders the kubelet creates below it (and emptyDirs in them) are usable by ContainerUser
+  and the pods folder itself stays writable by SYSTEM and Administrators alone.
+  Not a broad group (Authenticated Users, Users, Everyone), though Microsoft's page suggests one:
+  every account on the node is in those (LocalService, NetworkService, NT SERVICE\*, a
+  non-administrator HostProcess pod), and the folder holds every pod's Secrets, tokens and
+  ConfigMaps, among them the scripts DaemonSets run as SYSTEM; a container's read-only mount does
+  not make the host file read-only. Only a container process carries S-1-5-93-2-2, and it reaches
+  only the volumes mounted into it.
+  ContainerAdministrator (S-1-5-93-2-1, Server Core's default) needs no grant: its token holds
+  BUILTIN\Administrators, which the inherited ACL already allows.
   Secret, ConfigMap and projected volumes stay read-only in the container: the kubelet mounts them
   read-only. The rest of C:\var\lib\kubelet (pki: the kubelet's key; config.yaml;
   kubeadm-flags.env) keeps SYSTEM and Administrators only. The parents need no grant: traversing
@@ -58,8 +69,9 @@ trap {
 # By SID, not by name: names are localised ("Administratoren" on a German image).
 $SystemSid = 'S-1-5-18'
 $AdministratorsSid = 'S-1-5-32-544'
-# NT AUTHORITY\Authenticated Users: the group a container's process identity is granted by on the host.
-$ContainerSid = 'S-1-5-11'
+# User Manager\ContainerUser, Nano Server's process identity in a container (moby/moby@4be37b15
+# pkg/idtools/idtools_windows.go ContainerUserSidString). Never a group every host account is in.
+$ContainerSid = 'S-1-5-93-2-2'
 $Icacls = "$env:SystemRoot\System32\icacls.exe"
 
 function Test-AdminOnlyAcl {
@@ -84,8 +96,8 @@ function Test-AdminOnlyAcl {
 }
 
 function Test-ContainerAcl {
-    # True when the folder inherits its parent's ACL and has exactly one explicit ACE: Authenticated
-    # Users allowed modify, inherited by subfolders and files.
+    # True when the folder inherits its parent's ACL and has exactly one explicit ACE: ContainerUser
+    # allowed modify, inherited by subfolders and files and not applying to the folder itself.
     param([string]$Path)
     $acl = Get-Acl -LiteralPath $Path
     if ($acl.AreAccessRulesProtected) { return $false }
@@ -96,7 +108,7 @@ function Test-ContainerAcl {
     return ($rule.IdentityReference.Value -eq $ContainerSid -and $rule.AccessControlType -eq 'Allow' -and
         $rule.FileSystemRights -eq $modify -and
         $rule.InheritanceFlags -eq [System.Security.AccessControl.InheritanceFlags]'ContainerInherit, ObjectInherit' -and
-        $rule.PropagationFlags -eq [System.Security.AccessControl.PropagationFlags]::None)
+        $rule.PropagationFlags -eq [System.Security.AccessControl.PropagationFlags]::InheritOnly)
 }
 
 function Invoke-Icacls {
@@ -150,14 +162,15 @@ foreach ($folder in $ContainerFolders) {
     }
     if (Test-ContainerAcl -Path $folder) { continue }
     # /inheritance:e: inherit SYSTEM and Administrators from the locked folder above; any other
-    # explicit ACE goes; (OI)(CI)M = modify, inherited by the pod folders the kubelet creates later,
-    # and by those that exist already (icacls propagates an inheritable grant to them).
+    # explicit ACE goes (an older k4w's grant to Authenticated Users among them); (OI)(CI)(IO)M =
+    # modify, inherited by the pod folders the kubelet creates later and by those that exist already
+    # (icacls propagates an inheritable grant to them), not by the pods folder itself.
     Invoke-Icacls @($folder, '/inheritance:e', '/Q')
     $acl = Get-Acl -LiteralPath $folder
     $others = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]) |
         ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
     foreach ($sid in $others) { Invoke-Icacls @($folder, '/remove:g', "*$sid", '/Q') }
-    Invoke-Icacls @($folder, '/grant:r', "*${ContainerSid}:(OI)(CI)M", '/Q')
+    Invoke-Icacls @($folder, '/grant:r', "*${ContainerSid}:(OI)(CI)(IO)M", '/Q')
     if (-not (Test-ContainerAcl -Path $folder)) { throw "$folder still does not have its container ACL" }
     Write-Output "protect-node-folders: containers may now use their volumes in $folder"
 }

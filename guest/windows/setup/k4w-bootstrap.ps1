@@ -66,11 +66,12 @@ Set-Item -Path 'WSMan:\localhost\MaxTimeoutms' -Value 1800000
 # 7. HTTPS listener (5986) for Packer and Vagrant, with a self-signed certificate
 #    (templates/packer/windows.pkr.hcl.j2 sets winrm_insecure, the Vagrantfiles ssl_peer_verification
 #    false). winrm-cert.ps1 makes the key and the listener; the build's shutdown_command deletes that
-#    key, and the boot task k4w-winrm-cert runs winrm-cert.ps1 at every start, so each VM made from the
-#    box makes a key of its own at its first boot (winrm-cert.ps1 says why). winrm-scope.ps1 then opens
-#    5986 on the management NIC from the host only and removes the HTTP listener Enable-PSRemoting
-#    made; the boot task k4w-winrm-scope re-applies it at every start (the NIC's name may differ in a
-#    VM made from the box). Done last: from here on Packer can connect.
+#    key and the listener, and the boot task k4w-winrm-scope runs winrm-cert.ps1 at every start, so
+#    each VM made from the box makes a key of its own at its first boot (winrm-cert.ps1 says why).
+#    winrm-scope.ps1 then opens 5986 on the management NIC from the host only and removes the HTTP
+#    listener Enable-PSRemoting made; the same boot task runs it again at every start, after
+#    winrm-cert.ps1 (the NIC's name may differ in a VM made from the box). Done last: from here on
+#    Packer can connect.
 $nodeDir = 'C:\k'
 New-Item -ItemType Directory -Path $nodeDir -Force | Out-Null
 $certScript = Join-Path $nodeDir 'winrm-cert.ps1'
@@ -81,18 +82,24 @@ $scope = Join-Path $nodeDir 'winrm-scope.ps1'
 Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-scope.ps1') -Destination $scope -Force
 & $scope -RemoteScope $WinRmRemote
 if ($LASTEXITCODE -ne 0) { throw "winrm-scope.ps1 failed ($LASTEXITCODE)" }
-$bootTasks = [ordered]@{
-    'k4w-winrm-cert'  = @($certScript, 'k4w: a WinRM HTTPS key of this machine (a VM from the box makes its own at first boot)')
-    'k4w-winrm-scope' = @($scope, 'k4w: WinRM HTTPS from the Hyper-V host only, on the management NIC')
-}
-foreach ($taskName in $bootTasks.Keys) {
-    if (Get-ScheduledTask -TaskName $taskName -ErrorAction SilentlyContinue) { continue }
-    $taskScript, $description = $bootTasks[$taskName]
-    $action = New-ScheduledTaskAction -Execute "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe" `
-        -Argument "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$taskScript`""
+# One boot task with two actions, which Task Scheduler runs one after the other (Microsoft, Task
+# Scheduler "Task Actions"): winrm-cert.ps1 removes and recreates the HTTPS listener that
+# winrm-scope.ps1 reads, so they must not run side by side as two tasks would.
+# A Hyper-V VM on a laptop may see the host's battery, and a task's defaults neither start on battery
+# nor outlast unplugging: WinRM would stay closed. RestartCount/RestartInterval cover the action
+# failing to start (MS-TSCH 2.5.4.2); one minute is Task Scheduler's shortest interval (PT1M).
+$bootTask = 'k4w-winrm-scope'
+if (-not (Get-ScheduledTask -TaskName $bootTask -ErrorAction SilentlyContinue)) {
+    $powershell = "$env:SystemRoot\System32\WindowsPowerShell\v1.0\powershell.exe"
+    $actions = @(foreach ($taskScript in @($certScript, $scope)) {
+        New-ScheduledTaskAction -Execute $powershell -Argument "-NoProfile -NonInteractive -ExecutionPolicy Bypass -File `"$taskScript`""
+    })
     $principal = New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest
-    Register-ScheduledTask -TaskName $taskName -Action $action -Trigger (New-ScheduledTaskTrigger -AtStartup) `
-        -Principal $principal -Description $description | Out-Null
+    $settings = New-ScheduledTaskSettingsSet -AllowStartIfOnBatteries -DontStopIfGoingOnBatteries `
+        -RestartCount 3 -RestartInterval (New-TimeSpan -Minutes 1)
+    Register-ScheduledTask -TaskName $bootTask -Action $actions -Trigger (New-ScheduledTaskTrigger -AtStartup) `
+        -Principal $principal -Settings $settings `
+        -Description 'k4w: a WinRM HTTPS key of this machine (a VM from the box makes its own at first boot), then WinRM HTTPS from the Hyper-V host only, on the management NIC' | Out-Null
 }
 Write-K4wStep "bootstrap done: WinRM HTTPS listening on 5986 for the management NIC's $WinRmRemote"
 Stop-Transcript | Out-Null

@@ -10,11 +10,12 @@
   has the .box file. So:
   - k4w-bootstrap.ps1 runs this at first logon of the bake: no certificate yet, one is made and the
     listener created with it (Packer connects to that one);
-  - the build's shutdown_command deletes that certificate and its private key as the last thing the
-    bake does (templates/packer/windows.pkr.hcl.j2), so the box carries the listener but no key;
-  - the boot task k4w-winrm-cert (registered by the bootstrap, SYSTEM, at startup) runs this at every
-    start: on a VM's first boot the listener's certificate is gone, so a new key is made here and the
-    listener bound to it. It also renews a certificate that names another computer (cluster-up
+  - the build's shutdown_command deletes that certificate, its private key and the HTTPS listener as
+    the last thing the bake does (templates/packer/windows.pkr.hcl.j2), so the box carries neither
+    key nor listener, and 5986 refuses connections until this script has run;
+  - the boot task k4w-winrm-scope (registered by the bootstrap, SYSTEM, at startup) runs this at
+    every start, before winrm-scope.ps1: on a VM's first boot there is no listener, so a new key is
+    made here and the listener created with it. It also renews a certificate that names another computer (cluster-up
     renames each node) or expires within 30 days. Otherwise it changes nothing (idempotent).
 #>
 [CmdletBinding()]

@@ -147,7 +147,7 @@ def test_a_nano_server_pod_uses_its_token_configmap_and_emptydir(windows_box, en
     log = kubectl.run("logs", "-n", wl.NAMESPACE, wl.VOLUME_CHECK, check=False).stdout.strip()
     assert pod["status"]["phase"] == "Succeeded", (
         f"{wl.VOLUME_CHECK} on {pod['spec'].get('nodeName')} failed ({pod_state(pod)}); its log, the step denied last:\n{log}\n"
-        "The node's C:\\var\\lib\\kubelet\\pods must grant Authenticated Users (protect-node-folders.ps1)")
+        "The node's C:\\var\\lib\\kubelet\\pods must grant ContainerUser, S-1-5-93-2-2 (protect-node-folders.ps1)")
     assert "ContainerUser used every volume" in log, log
 
 

@@ -336,15 +336,16 @@ def test_winrm_is_open_on_the_management_nic_to_the_host_only(winrm):
         if len(remote) != 1 or remote[0] not in WINRM_REMOTE_SCOPES:
             wide.append(f"{rule['name']} admits remote addresses {remote}, not only the host side")
     assert not wide, "WinRM is reachable from more than the Hyper-V host: " + "; ".join(wide)
-    assert winrm["scope_task"], "boot task k4w-winrm-scope is missing: a VM whose NIC got another name stays unreachable"
+    assert winrm["scope_task"], "boot task k4w-winrm-scope does not run winrm-scope.ps1: a VM whose NIC got another name stays unreachable"
 
 
 @pytest.mark.k4w_check("winrm")
 def test_winrm_https_uses_a_key_made_on_this_machine(winrm):
     # The build's shutdown_command deletes the bake's key, so a listener that works here runs on a key this
-    # VM made at its first boot (boot task k4w-winrm-cert, guest/windows/setup/winrm-cert.ps1), not one every
+    # VM made at its first boot (boot task k4w-winrm-scope runs guest/windows/setup/winrm-cert.ps1 first), not one every
     # VM from the box would share while Vagrant and Packer skip peer verification.
-    assert winrm["cert_task"], "boot task k4w-winrm-cert is missing: a VM from the box never makes its own WinRM key"
+    assert winrm["cert_task"], ("boot task k4w-winrm-scope does not run winrm-cert.ps1 first: "
+                                "a VM from the box never makes its own WinRM key")
     cert = winrm["cert"]
     assert cert, "no HTTPS listener, so no WinRM certificate"
     assert cert["in_store"] and cert["private_key"], (
@@ -372,10 +373,15 @@ PROTECTED_FOLDERS = ("C:\\k", "C:\\k4w", "C:\\etc", "C:\\var", "C:\\run")
 # and a binary the kubelet service runs as LocalSystem.
 ADMIN_ONLY_CHILDREN = ("C:\\etc\\kubernetes", "C:\\var\\lib\\kubelet", K_DIR + "\\kubelet.exe", K_DIR + "\\nssm.exe")
 # Opened to pods, and only to them (protect-node-folders.ps1 says why): the kubelet's pod folder
-# inherits C:\var's ACL and adds Authenticated Users modify, inheritable, so a process-isolated
-# container (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
+# inherits C:\var's ACL and adds ContainerUser modify, inherit-only, so a process-isolated container
+# (ContainerUser on Nano Server) can use its token, ConfigMap, Secret and emptyDir volumes.
 CONTAINER_FOLDERS = ("C:\\var\\lib\\kubelet\\pods",)
-AUTHENTICATED_USERS_SID = "S-1-5-11"
+# User Manager\ContainerUser (moby/moby@4be37b15 pkg/idtools/idtools_windows.go ContainerUserSidString).
+CONTAINER_USER_SID = "S-1-5-93-2-2"
+# Groups every account on the node is in (Microsoft, "Well-known SIDs"): Everyone, Authenticated
+# Users, BUILTIN\Users. Any of them on the pod folder hands every pod's Secrets and tokens to
+# LocalService, NetworkService, NT SERVICE\* and non-administrator HostProcess pods.
+BROAD_SIDS = ("S-1-1-0", "S-1-5-11", "S-1-5-32-545")
 # containerd creates its root and state itself with SYSTEM + Administrators only
 # (containerd/containerd@v2.3.7 pkg/sys/filesys_windows.go SddlAdministratorsLocalSystem, used by
 # cmd/containerd/server/server.go; defaults/defaults_windows.go puts them under %ProgramData%).
@@ -420,13 +426,17 @@ def _container_acl_problems(row: dict) -> list[str]:
     if row["owner"] not in ADMIN_ONLY:
         problems.append(f"is owned by {row['owner']}")
     rules = winps.as_list(row["rules"])
+    broad = sorted({r["sid"] for r in rules if r["type"] == "Allow"} & set(BROAD_SIDS))
+    if broad:
+        problems.append(f"grants {', '.join(broad)}, a group every account on the node is in: "
+                        "any local service or non-administrator HostProcess pod reads every pod's Secrets and tokens")
     inherited = sorted({r["sid"] for r in rules if r["inherited"] and r["type"] == "Allow"} - ADMIN_ONLY)
     if inherited:
         problems.append(f"inherits access for {', '.join(inherited)}")
     explicit = [(r["sid"], r["type"], r["rights"], r["inheritance"], r["propagation"]) for r in rules if not r["inherited"]]
-    wanted = [(AUTHENTICATED_USERS_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "None")]
+    wanted = [(CONTAINER_USER_SID, "Allow", "Modify, Synchronize", "ContainerInherit, ObjectInherit", "InheritOnly")]
     if explicit != wanted:
-        problems.append(f"has the explicit ACEs {explicit}, not only Authenticated Users' inheritable modify "
+        problems.append(f"has the explicit ACEs {explicit}, not only ContainerUser's inherit-only modify "
                         "(a Nano Server pod, ContainerUser, could not read its token or write its emptyDir)")
     return [f"{row['path']} {p}" for p in problems]
 

@@ -21,6 +21,14 @@ SCRIPT = ROOT / "guest" / "windows" / "node" / "protect-node-folders.ps1"
 # are below root-dir\pods (kubernetes/kubernetes pkg/kubelet/config/defaults.go
 # DefaultKubeletPodsDirName, pkg/kubelet/kubelet_getters.go getPodsDir).
 PODS = "C:\\var\\lib\\kubelet\\pods"
+# User Manager\ContainerUser, Nano Server's identity in a container (moby/moby@4be37b15
+# pkg/idtools/idtools_windows.go ContainerUserSidString).
+CONTAINER_USER_SID = "S-1-5-93-2-2"
+# Groups every account on the node is in (Microsoft, "Well-known SIDs"), by SID and by English name:
+# a grant to one on a folder holding pod volumes hands every pod's Secrets and tokens to
+# LocalService, NetworkService, NT SERVICE\* and non-administrator HostProcess pods.
+BROAD = {"s-1-5-11", "s-1-5-32-545", "s-1-1-0", "authenticated users", "nt authority\\authenticated users",
+         "users", "builtin\\users", "everyone", "interactive", "s-1-5-4"}
 # Every kubelet path on the Windows nodes' command lines (both eras).
 KUBELET_ARGS = sorted((ROOT / "templates" / "nodes").glob("windows*/kubelet.args.j2"))
 
@@ -60,6 +68,29 @@ def _secret_places() -> list[str]:
     return places
 
 
+def _grants(source: str) -> list[tuple[str, str]]:
+    """Every icacls grant in the script, "principal:(flags)rights", as (principal, flags and
+    rights), its principal's $Variable resolved from the script's string assignments."""
+    values = {m[0].lower(): m[1] for m in re.findall(r"^\s*\$(\w+)\s*=\s*'([^']*)'", source, re.M)}
+    grants = []
+    for principal, access in re.findall(r"[\"']\*?(\$\{?\w+\}?|[^\"'$:]+):((?:\([A-Z]+\))*[A-Z]+)[\"']", source):
+        if principal.startswith("$"):
+            principal = values.get(principal.strip("${}").lower(), principal)
+        grants.append((principal.lstrip("*"), access))
+    return grants
+
+
+def _grant_problems(source: str) -> list[str]:
+    grants = _grants(source)
+    problems = [f"the script grants {who}:{access}, a group every account on the node is in"
+                for who, access in grants if who.lower() in BROAD]
+    others = [(who, access) for who, access in grants if who not in ("S-1-5-18", "S-1-5-32-544")]
+    if others != [(CONTAINER_USER_SID, "(OI)(CI)(IO)M")]:
+        problems.append(f"the grants besides SYSTEM and Administrators are {others}, not only ContainerUser "
+                        f"({CONTAINER_USER_SID}) modify, inherit-only")
+    return problems
+
+
 def _problems(text: bytes) -> list[str]:
     locked, opened = _plan(text)
     problems = []
@@ -74,9 +105,7 @@ def _problems(text: bytes) -> list[str]:
         for folder in opened:
             if _below(place, folder):
                 problems.append(f"{place} is below {folder}, which containers may read")
-    source = text.decode()
-    if "$ContainerSid = 'S-1-5-11'" not in source or '"*${ContainerSid}:(OI)(CI)M"' not in source:
-        problems.append("the containers' grant is not Authenticated Users (S-1-5-11) modify, inheritable")
+    problems += _grant_problems(text.decode())
     return problems
 
 
@@ -102,7 +131,8 @@ def test_the_box_spec_checks_the_same_plan():
     constants = _spec_constants()
     assert constants["PROTECTED_FOLDERS"] == tuple(locked)
     assert constants["CONTAINER_FOLDERS"] == tuple(opened)
-    assert constants["AUTHENTICATED_USERS_SID"] == "S-1-5-11"
+    assert constants["CONTAINER_USER_SID"] == CONTAINER_USER_SID
+    assert {sid.lower() for sid in constants["BROAD_SIDS"]} == {"s-1-5-11", "s-1-5-32-545", "s-1-1-0"}
 
 
 @pytest.mark.parametrize("planted, expected", [
@@ -111,7 +141,19 @@ def test_the_box_spec_checks_the_same_plan():
     # Leaving the pod folder locked: Nano Server pods are denied their volumes.
     (("@('C:\\var\\lib\\kubelet\\pods')", "@()"), "not only the kubelet's pod folder"),
     # Full control would let a container's identity change the folder's ACL.
-    (('"*${ContainerSid}:(OI)(CI)M"', '"*${ContainerSid}:(OI)(CI)F"'), "not Authenticated Users (S-1-5-11) modify"),
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', '"*${ContainerSid}:(OI)(CI)(IO)F"'), "not only ContainerUser"),
+    # Not inherit-only: ContainerUser could create files in the pods folder itself.
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', '"*${ContainerSid}:(OI)(CI)M"'), "not only ContainerUser"),
+    # The grant of before, and every other group each local account is in.
+    (("$ContainerSid = 'S-1-5-93-2-2'", "$ContainerSid = 'S-1-5-11'"), "grants S-1-5-11:(OI)(CI)(IO)M, a group every"),
+    (("$ContainerSid = 'S-1-5-93-2-2'", "$ContainerSid = 'S-1-5-32-545'"), "grants S-1-5-32-545:(OI)(CI)(IO)M, a group"),
+    (("$ContainerSid = 'S-1-5-93-2-2'", "$ContainerSid = 'S-1-1-0'"), "grants S-1-1-0:(OI)(CI)(IO)M, a group"),
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', "'Everyone:(OI)(CI)RX'"), "grants Everyone:(OI)(CI)RX, a group"),
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', "'NT AUTHORITY\\Authenticated Users:(OI)(CI)(IO)M'"),
+     "grants NT AUTHORITY\\Authenticated Users:(OI)(CI)(IO)M, a group"),
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', "'*S-1-5-11:(OI)(CI)(IO)M'"), "grants S-1-5-11:(OI)(CI)(IO)M, a group"),
+    # A grant added beside ContainerUser's, to Users (BUILTIN\Users), by name.
+    (('"*${ContainerSid}:(OI)(CI)(IO)M"', '"*${ContainerSid}:(OI)(CI)(IO)M", \'Users:(OI)(CI)R\''), "grants Users:(OI)(CI)R, a group"),
     # C:\var no longer locked: the pod folder's siblings (pki) open to every local account.
     (("'C:\\etc', 'C:\\var', 'C:\\run'", "'C:\\etc', 'C:\\run'"), "is not below a locked folder"),
 ])

@@ -42,6 +42,28 @@ def test_the_build_deletes_the_bake_key_before_it_shuts_down(render_windows, gen
     assert command.index("$ErrorActionPreference = 'Stop'") < command.index("-DeleteKey")
 
 
+def _shutdown_listener_removal(command: str) -> str:
+    """The part of the shutdown_command that runs after shutdown.exe has scheduled the shutdown."""
+    return command.split("shutdown.exe /s ", 1)[1]
+
+
+@pytest.mark.parametrize("generation", [1, 2])
+def test_the_build_removes_the_https_listener_with_its_key(render_windows, generation):
+    """Left bound to the deleted key, the listener would answer a VM's first boot with a TLS
+    failure (Vagrant's SSLError) instead of a refused connection until winrm-cert.ps1 has run."""
+    command = render_windows(generation).packer["builders"][0]["shutdown_command"]
+    after = _shutdown_listener_removal(command)
+    # Every HTTPS listener goes, found by its transport (what winrm-cert.ps1 creates: -Transport HTTPS).
+    assert "Get-ChildItem -Path WSMan:\\localhost\\Listener | Where-Object { $_.Keys -contains 'Transport=HTTPS' }" in after
+    assert "foreach ($i in $l) { Remove-Item -Path $i.PSPath -Recurse -Force }" in after
+    assert "throw 'no WinRM HTTPS listener to remove'" in after  # none found: the build fails
+    # After the shutdown is scheduled (removing the listener may end this WinRM shell), and a failure
+    # aborts that shutdown, so the build fails on shutdown_timeout instead of shipping the listener.
+    assert "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }; try {" in after
+    assert "catch { shutdown.exe /a; throw }" in after
+    assert after.index("Remove-Item -Path $i.PSPath") < after.index("catch { shutdown.exe /a; throw }")
+
+
 def test_every_boot_makes_a_key_when_the_listener_has_none_of_this_machine():
     text = CERT_SCRIPT.read_text()
     # The listener's certificate must be in the machine store with its private key and name this computer;
@@ -55,7 +77,8 @@ def test_every_boot_makes_a_key_when_the_listener_has_none_of_this_machine():
 
 def test_the_bootstrap_registers_the_key_as_a_startup_task_of_system():
     text = BOOTSTRAP.read_text()
-    assert "'k4w-winrm-cert'  = @($certScript," in text
+    # The boot task k4w-winrm-scope runs winrm-cert.ps1 first (tests/bake/windows/test_windows_boot_tasks.py).
+    assert "foreach ($taskScript in @($certScript, $scope))" in text
     assert "New-ScheduledTaskTrigger -AtStartup" in text and "-UserId 'SYSTEM'" in text
     assert "Copy-Item -LiteralPath (Join-Path $PSScriptRoot 'winrm-cert.ps1') -Destination $certScript" in text
 
