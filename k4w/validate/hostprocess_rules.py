@@ -58,7 +58,8 @@ def check(out: Path, expected, cluster=None) -> list[str]:
 
 # ------------------------------------------------------------------ who may be HostProcess
 
-def _pod_spec(doc: dict) -> dict | None:
+def pod_spec(doc: dict) -> dict | None:
+    """The pod spec of a Pod or of a workload's pod template (POD_TEMPLATE_KINDS); None for other kinds."""
     if doc.get("kind") == "Pod":
         return doc.get("spec") or {}
     if doc.get("kind") in POD_TEMPLATE_KINDS:
@@ -80,7 +81,7 @@ def check_hostprocess_pods(out: Path) -> list[str]:
     manifests = out / "manifests"
     for path in sorted(manifests.glob("*.yaml")) + sorted(manifests.glob("windows-*/*.yaml")):
         for doc in _docs(path, []):
-            spec = _pod_spec(doc)
+            spec = pod_spec(doc)
             if spec is None or not _host_process(spec):
                 continue
             meta = doc.get("metadata") or {}

@@ -17,17 +17,9 @@ import yaml
 
 from .. import node_marks
 from .args_file import read_args
+from .hostprocess_rules import pod_spec
 
-POD_TEMPLATE_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job")
 PART_OF = ("app.kubernetes.io/part-of", "k4w")
-
-
-def _pod_spec(doc: dict) -> dict | None:
-    if doc.get("kind") == "Pod":
-        return doc.get("spec") or {}
-    if doc.get("kind") in POD_TEMPLATE_KINDS:
-        return ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return None
 
 
 def _selects_windows(spec: dict) -> bool:
@@ -38,7 +30,7 @@ def check_pod_specs(where: str, docs: list[dict]) -> list[str]:
     """The pod-template rules over one manifest's documents."""
     problems = []
     for doc in docs:
-        spec = _pod_spec(doc)
+        spec = pod_spec(doc)
         if spec is None or not _selects_windows(spec):
             continue
         name = f"{where}: {doc.get('kind')} {(doc.get('metadata') or {}).get('name')}"
