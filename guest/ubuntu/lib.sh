@@ -396,9 +396,15 @@ K4W_APT_RETRY_SECONDS=5
 K4W_APT_JOB_UNITS=(apt-daily.service apt-daily-upgrade.service)
 K4W_FIRST_BOOT_WAITED=0
 
+# Idle when every job unit is inactive or failed. Both are Type=oneshot, so a job that runs is
+# "activating" (until its ExecStart exits), which `systemctl is-active` counts as not active. The
+# other states (active, reloading, deactivating; later systemd adds maintenance and refreshing:
+# unit_active_state_table, src/basic/unit-name.c at systemd v229, src/basic/unit-def.c since) count
+# as busy. The state is read as `ActiveState=` text: systemd v229 (Ubuntu 16.04) has no --value.
 k4w_apt_jobs_idle() {
-    # is-active succeeds when at least one of the units is active (systemctl(1)).
-    ! systemctl is-active --quiet "${K4W_APT_JOB_UNITS[@]}"
+    local shown
+    shown="$(systemctl show -p ActiveState "${K4W_APT_JOB_UNITS[@]}")" || return 1
+    [[ -n $shown ]] && ! grep -v -x -E 'ActiveState=(inactive|failed)|' <<<"$shown" >/dev/null
 }
 
 # k4w_wait_first_boot - once per step: wait, bounded, for cloud-init to finish where it is installed
