@@ -380,6 +380,57 @@ k4w_hold() {
     fi
 }
 
+# --- what the kubelet, kube-proxy and Flannel need from the kernel ---------------------------
+# br_netfilter and overlay loaded at boot: bridged pod traffic must traverse iptables (Flannel,
+# kube-proxy; the net.bridge.* sysctls exist only with br_netfilter loaded), and Docker's overlay2
+# storage driver needs overlay.
+K4W_KERNEL_MODULES=(br_netfilter overlay)
+K4W_MODULES_FILE=/etc/modules-load.d/k4w-kubernetes.conf
+K4W_SYSCTL_FILE=/etc/sysctl.d/90-k4w-kubernetes.conf
+declare -gA K4W_SYSCTLS=(
+    # A kubeadm preflight check, and bridged pod traffic through iptables (Flannel, kube-proxy).
+    [net.ipv4.ip_forward]=1
+    [net.bridge.bridge-nf-call-iptables]=1
+    # The kernel tunables a kubelet with protectKernelDefaults (the containerd era's KubeletConfiguration)
+    # requires as they are, or it refuses to start: setupKernelTunables in k8s.io/kubernetes@v1.37.2
+    # pkg/kubelet/cm/container_manager_linux.go, values from k8s.io/component-helpers@v0.37.2
+    # node/util/sysctl/sysctl.go. Set on every node: harmless where the kubelet does not check them.
+    [vm.overcommit_memory]=1
+    [vm.panic_on_oom]=0
+    [kernel.panic]=10
+    [kernel.panic_on_oops]=1
+    [kernel.keys.root_maxkeys]=1000000
+    [kernel.keys.root_maxbytes]=25000000
+)
+
+# k4w_kernel_tunables - the modules and sysctls above, in files the boot applies (systemd-modules-load,
+# systemd-sysctl) and, live, in the running kernel. Bake step 02 calls it, and so does every cluster
+# script before it starts a kubelet: a box baked before a tunable was added keeps the kernel's default
+# across cluster-reset and reboots, and a kubelet with protectKernelDefaults would exit on it.
+# Idempotent: files are written and values set only where they differ.
+k4w_kernel_tunables() {
+    local module key lines="# k4w: forwarding and bridged traffic for kubeadm, Flannel and kube-proxy; the kubelet's kernel defaults"
+    k4w_write_file "$K4W_MODULES_FILE" 0644 "# k4w: loaded at boot for Kubernetes networking and Docker overlay2
+$(printf '%s\n' "${K4W_KERNEL_MODULES[@]}")"
+    for key in $(printf '%s\n' "${!K4W_SYSCTLS[@]}" | sort); do
+        lines+=$'\n'"${key} = ${K4W_SYSCTLS[$key]}"
+    done
+    k4w_write_file "$K4W_SYSCTL_FILE" 0644 "$lines"
+    k4w_live || return 0
+    for module in "${K4W_KERNEL_MODULES[@]}"; do
+        if [[ ! -d /sys/module/${module} ]]; then
+            k4w_log "loading kernel module ${module}"
+            modprobe "$module"
+        fi
+    done
+    for key in "${!K4W_SYSCTLS[@]}"; do
+        if [[ $(sysctl -n "$key") != "${K4W_SYSCTLS[$key]}" ]]; then
+            k4w_log "setting ${key} = ${K4W_SYSCTLS[$key]}"
+            sysctl -q -w "${key}=${K4W_SYSCTLS[$key]}"
+        fi
+    done
+}
+
 # --- apt on a box that may still be booting for the first time -------------------------------
 # A fresh install's first boot runs cloud-init (24.04/26.04: subiquity's installed system) and
 # apt's daily timers (apt-daily, apt-daily-upgrade: unattended-upgrades), which hold apt's and
@@ -396,9 +447,15 @@ K4W_APT_RETRY_SECONDS=5
 K4W_APT_JOB_UNITS=(apt-daily.service apt-daily-upgrade.service)
 K4W_FIRST_BOOT_WAITED=0
 
+# Idle when every job unit is inactive or failed. Both are Type=oneshot, so a job that runs is
+# "activating" (until its ExecStart exits), which `systemctl is-active` counts as not active. The
+# other states (active, reloading, deactivating; later systemd adds maintenance and refreshing:
+# unit_active_state_table, src/basic/unit-name.c at systemd v229, src/basic/unit-def.c since) count
+# as busy. The state is read as `ActiveState=` text: systemd v229 (Ubuntu 16.04) has no --value.
 k4w_apt_jobs_idle() {
-    # is-active succeeds when at least one of the units is active (systemctl(1)).
-    ! systemctl is-active --quiet "${K4W_APT_JOB_UNITS[@]}"
+    local shown
+    shown="$(systemctl show -p ActiveState "${K4W_APT_JOB_UNITS[@]}")" || return 1
+    [[ -n $shown ]] && ! grep -v -x -E 'ActiveState=(inactive|failed)|' <<<"$shown" >/dev/null
 }
 
 # k4w_wait_first_boot - once per step: wait, bounded, for cloud-init to finish where it is installed

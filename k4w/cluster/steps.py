@@ -469,6 +469,8 @@ def step_master_init(ctx: Context) -> None:
     ctx.state.set_node(master.name, started=ctx.clock.now())
     prepare_dirs(ctx, master)
     config = upload_linux(ctx, master, ctx.out / "kubeadm" / "kubeadm-config.yaml")
+    # cluster-init.sh sources lib.sh beside it (k4w_kernel_tunables); /tmp may not have it after a reboot.
+    upload_linux(ctx, master, sources.REPO.guest / "ubuntu" / "lib.sh")
     script = upload_linux(ctx, master, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-init.sh")
     ctx.remote.run(master, f"sudo {sh_env(K4W_KUBEADM_CONFIG=config)} bash {script}")
     admin = ctx.remote.run(master, "sudo cat /etc/kubernetes/admin.conf")
@@ -517,6 +519,7 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     join = join_parameters(ctx)
     remember_join_token(ctx, m, join["token"])
     prepare_dirs(ctx, m)
+    upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")   # cluster-join.sh sources it
     script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-join.sh")
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
     # The era's kubelet flags (e.g. 1.11's pause image, kubernetes/kubeadm#1003), from the box profile.

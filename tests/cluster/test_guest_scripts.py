@@ -21,6 +21,7 @@ POWERSHELL = [
     ROOT / "guest" / "windows" / "cluster" / "cluster-reset.ps1",
 ]
 BASH = sorted((ROOT / "guest" / "ubuntu" / "cluster").glob("cluster-*.sh"))
+LIB = ROOT / "guest" / "ubuntu" / "lib.sh"
 START_NODE = POWERSHELL[0].read_text()
 
 
@@ -363,6 +364,7 @@ def _cluster_init_sandbox(tmp_path):
 
     def run():
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_KUBEADM_CONFIG": "/tmp/k4w/kubeadm-config.yaml",
+               "K4W_LIB": str(LIB),
                "K4W_KUBECONFIG_USER": getpass.getuser(), "K4W_API_TIMEOUT_SECONDS": "0"}
         result = subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-init.sh")], env=env,
                                 capture_output=True, text=True, timeout=60)
@@ -402,3 +404,63 @@ def test_a_master_whose_api_does_not_answer_is_not_reset_but_named(tmp_path):
     result, kubeadm = run()
     assert result.returncode == 1 and kubeadm == []
     assert "the API server did not answer within 0s" in result.stderr and "invoke cluster-reset" in result.stderr
+
+
+# ------------------------------------------------------------------ the kubelet's kernel tunables on every node
+# What setupKernelTunables requires of a kubelet with protectKernelDefaults (k8s.io/kubernetes@v1.37.2
+# pkg/kubelet/cm/container_manager_linux.go; values: k8s.io/component-helpers@v0.37.2 node/util/sysctl/sysctl.go).
+KUBELET_KERNEL_DEFAULTS = {"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10",
+                           "kernel.panic_on_oops": "1", "kernel.keys.root_maxkeys": "1000000",
+                           "kernel.keys.root_maxbytes": "25000000"}
+SYSCTL_FILE = ("etc", "sysctl.d", "90-k4w-kubernetes.conf")
+# What starts or restarts a kubelet: kubeadm init/join start it; systemctl (re)start does.
+KUBELET_START = re.compile(r"\bkubeadm\s+(init|join)\b|\bsystemctl\s+(re)?start\s+(--\S+\s+)*kubelet\b|"
+                           r"\bsystemctl\s+enable\s+--now\s+kubelet\b|\bk4w_systemctl\s+(re)?start\s+kubelet\b")
+
+
+def _code_lines(path):
+    return [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if not line.lstrip().startswith("#")]
+
+
+def sysctls_written(root):
+    path = root.joinpath(*SYSCTL_FILE)
+    return dict(line.split(" = ") for line in path.read_text().splitlines() if " = " in line) if path.is_file() else {}
+
+
+def test_every_guest_script_that_starts_a_kubelet_ensures_the_kernel_tunables_first():
+    """A box baked before a tunable was added (bake step 02) lacks it; cluster-reset keeps the VM, and
+    a containerd-era kubelet (protectKernelDefaults: true) exits on the kernel's default after every
+    reboot. So every script that (re)starts a kubelet calls lib.sh's k4w_kernel_tunables at its top
+    level before the first such line, or is a bake step that runs after 02-kernel.sh, which calls it."""
+    bake = ROOT / "guest" / "ubuntu" / "bake"
+    kernel_step = [line for _, line in _code_lines(bake / "02-kernel.sh")]
+    assert "k4w_kernel_tunables" in kernel_step
+    starters, problems = [], []
+    for script in sorted((ROOT / "guest" / "ubuntu").rglob("*.sh")):
+        if script == LIB:
+            continue
+        lines = _code_lines(script)
+        # Text in quotes is a message, not a command.
+        starts = [n for n, line in lines if KUBELET_START.search(re.sub(r'"[^"]*"|\'[^\']*\'', '""', line))]
+        if not starts:
+            continue
+        starters.append(script.relative_to(ROOT).as_posix())
+        if script.parent == bake and script.name > "02-kernel.sh":
+            continue   # Packer runs the bake steps in their order (k4w.derive_steps)
+        calls = [n for n, line in lines if line.strip() == "k4w_kernel_tunables" and not line[0].isspace()]
+        if not calls or calls[0] > starts[0]:
+            problems.append(f"{script.name}:{starts[0]} starts a kubelet without k4w_kernel_tunables at its top level before it")
+    # The scan sees what it must: the two cluster scripts that start a kubelet, and the bake steps that restart one.
+    assert {"guest/ubuntu/cluster/cluster-init.sh", "guest/ubuntu/cluster/cluster-join.sh"} <= set(starters)
+    assert problems == []
+
+
+def test_cluster_init_restores_the_kernel_tunables_of_a_box_baked_without_them(tmp_path):
+    root, run = _cluster_init_sandbox(tmp_path)
+    first, _ = run()
+    assert first.returncode == 0, first.stderr
+    assert {key: sysctls_written(root).get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS
+    root.joinpath(*SYSCTL_FILE).unlink()   # an older box: initialised, but without the file
+    again, kubeadm = run()
+    assert again.returncode == 0 and kubeadm == [] and "the master is initialised" in again.stdout
+    assert {key: sysctls_written(root).get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS

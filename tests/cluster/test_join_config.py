@@ -104,7 +104,7 @@ def join_sandbox(tmp_path):
 
     def run():
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_NAME": "worker-linux",
-               "K4W_NODE_IP": "192.168.250.11"}
+               "K4W_NODE_IP": "192.168.250.11", "K4W_LIB": str(ROOT / "guest" / "ubuntu" / "lib.sh")}
         return subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-join.sh")], env=env,
                               input=config, capture_output=True, text=True, timeout=60)
 
@@ -136,6 +136,18 @@ def test_linux_join_of_a_joined_node_runs_no_kubeadm_and_leaves_no_file(join_san
     second = run()
     assert second.returncode == 0 and "has joined" in second.stdout
     assert not (root / "calls").exists() and list((root / "run").iterdir()) == []
+
+
+def test_linux_join_restores_the_kernel_tunables_of_a_box_baked_without_them(join_sandbox):
+    """Joined or not, the worker gets the sysctl file a kubelet with protectKernelDefaults needs."""
+    from tests.cluster.test_guest_scripts import KUBELET_KERNEL_DEFAULTS, SYSCTL_FILE, sysctls_written
+    root, _, run = join_sandbox
+    assert run().returncode == 0
+    assert {key: sysctls_written(root).get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS
+    root.joinpath(*SYSCTL_FILE).unlink()   # an older box, already joined
+    second = run()
+    assert second.returncode == 0 and "has joined" in second.stdout
+    assert {key: sysctls_written(root).get(key) for key in KUBELET_KERNEL_DEFAULTS} == KUBELET_KERNEL_DEFAULTS
 
 
 # ------------------------------------------------------------------ the Windows join scripts (no PowerShell here)

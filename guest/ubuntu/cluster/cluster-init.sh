@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Initialise the master with kubeadm, idempotently. Run by cluster-up as root.
-# Input: K4W_KUBEADM_CONFIG (the uploaded, rendered kubeadm-config.yaml).
+# Input: K4W_KUBEADM_CONFIG (the uploaded, rendered kubeadm-config.yaml); K4W_LIB (lib.sh beside this script).
 # A master whose API server answers and holds the ConfigMaps of kubeadm's last init phases is
 # initialised: only the kubeconfig copy is redone. K4W_ROOT (default empty) is an offline sandbox
 # for tests, as in guest/ubuntu/lib.sh; K4W_KUBECONFIG_USER (default vagrant) gets the kubeconfig.
+K4W_STEP="cluster-init"
 set -euo pipefail
 trap 'echo "cluster-init.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
+set -E  # errtrace: the ERR trap also fires inside lib.sh's functions
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (cluster-up uploads guest/ubuntu/lib.sh beside this script)" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$K4W_LIB"
 
 : "${K4W_KUBEADM_CONFIG:?K4W_KUBEADM_CONFIG (path of kubeadm-config.yaml on this node) must be set}"
 ROOT="${K4W_ROOT:-}"
@@ -37,6 +43,11 @@ initialised() {
   done
   api -n kube-public get configmap cluster-info && api -n kube-system get configmap kubeadm-config
 }
+
+# The kernel modules and sysctls the kubelet needs, before anything relies on it (initialised()
+# asks the API server, a static pod the kubelet runs): a box baked before a tunable was added lacks
+# it, and a containerd-era kubelet (protectKernelDefaults) exits on it, after every reboot too.
+k4w_kernel_tunables
 
 if initialised; then
   echo "cluster-init.sh: the master is initialised (its API answers, cluster-info and kubeadm-config exist)"

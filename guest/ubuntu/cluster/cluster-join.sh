@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Join this Linux worker with kubeadm, idempotently. Run by cluster-up as root.
 # Input: K4W_NODE_NAME, K4W_NODE_IP; K4W_KUBELET_EXTRA_ARGS, the era's further kubelet flags
-# (k4w.derive.linux_kubelet_flags, from the box profile; may be empty). The kubeadm join
-# configuration (k4w/cluster/join_config.py: API server, token, CA hash, node name) comes on
-# standard input: the token is never on a command line (sudo logs it to /var/log/auth.log, and
-# argv is visible to every process). It is written 0600 under /run (tmpfs: never on disk) and deleted
-# on exit, failure included. K4W_ROOT (default empty) is an offline sandbox for the tests: every
-# path below is under it.
+# (k4w.derive.linux_kubelet_flags, from the box profile; may be empty); K4W_LIB (lib.sh beside
+# this script). The kubeadm join configuration (k4w/cluster/join_config.py: API server, token, CA
+# hash, node name) comes on standard input: the token is never on a command line (sudo logs it to
+# /var/log/auth.log, and argv is visible to every process). It is written 0600 under /run (tmpfs:
+# never on disk) and deleted on exit, failure included. K4W_ROOT (default empty) is an offline
+# sandbox for the tests: every path below is under it.
+K4W_STEP="cluster-join"
 set -euo pipefail
 trap 'echo "cluster-join.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
+set -E  # errtrace: the ERR trap also fires inside lib.sh's functions
+K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/lib.sh}"
+[[ -r $K4W_LIB ]] || { echo "k4w ${K4W_STEP}: library ${K4W_LIB} not found (cluster-up uploads guest/ubuntu/lib.sh beside this script)" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$K4W_LIB"
 
 for var in K4W_NODE_NAME K4W_NODE_IP; do
   if [ -z "${!var:-}" ]; then echo "cluster-join.sh: $var must be set" >&2; exit 1; fi
@@ -18,6 +24,11 @@ join_config=$(umask 077 && mktemp "$ROOT/run/k4w-kubeadm-join.XXXXXX")
 trap 'rm -f "$join_config"' EXIT
 cat > "$join_config"
 if [ ! -s "$join_config" ]; then echo "cluster-join.sh: no kubeadm join configuration on standard input" >&2; exit 1; fi
+
+# The kernel modules and sysctls the kubelet needs, before anything (re)starts it: a box baked
+# before a tunable was added lacks it, and a containerd-era kubelet (protectKernelDefaults) exits
+# on it, after every reboot too.
+k4w_kernel_tunables
 
 # kubeadm's kubelet drop-in reads KUBELET_EXTRA_ARGS from /etc/default/kubelet (Debian packaging,
 # every era). --node-ip pins the kubelet to the cluster NIC instead of the management NIC.

@@ -639,7 +639,13 @@ def _fake_tools(folder: Path, cloud_init_status: str, apt_failures: int, apt_err
     log = folder / "calls.log"
     scripts = {
         "cloud-init": f'echo "cloud-init $*" >>{log}\nif [ "$2" = --wait ]; then sleep "${{FAKE_CLOUD_INIT_SECONDS:-0}}"; fi\necho "status: {cloud_init_status}"\n',
-        "systemctl": f'echo "systemctl $*" >>{log}\nexit 3\n',  # is-active: no apt job runs
+        # show -p ActiveState: apt-daily.service runs (activating: a oneshot unit's state while its
+        # ExecStart runs) for the first FAKE_APT_JOB_BUSY queries, then both units are inactive.
+        # is-active answers as systemctl does for activating and inactive units: exit 3.
+        "systemctl": (f'echo "systemctl $*" >>{log}\nif [ "$1" = is-active ]; then exit 3; fi\n'
+                      f'n=$(grep -c "^systemctl show" {log})\n'
+                      f'if [ "$n" -le "${{FAKE_APT_JOB_BUSY:-0}}" ]; then echo ActiveState=activating; else echo ActiveState=inactive; fi\n'
+                      'echo\necho ActiveState=inactive\n'),
         "apt-get": (f'echo "apt-get $*" >>{log}\nn=$(grep -c "^apt-get" {log})\n'
                     f'if [ "$n" -le {apt_failures} ]; then echo "{apt_error}" >&2; exit 100; fi\n'),
     }
@@ -661,9 +667,26 @@ def test_apt_waits_for_cloud_init_then_passes_the_lock_timeout(tmp_path):
     res, calls = _k4w_apt(tmp_path, "k4w_apt apt-get update")
     assert res.returncode == 0, res.stderr
     assert calls[:2] == ["cloud-init status", "cloud-init status --wait"]
-    assert calls[2].startswith("systemctl is-active --quiet apt-daily.service apt-daily-upgrade.service")
+    assert calls[2] == "systemctl show -p ActiveState apt-daily.service apt-daily-upgrade.service"
     assert calls[3] == "apt-get -o DPkg::Lock::Timeout=300 update"
     assert "waiting for cloud-init to finish" in res.stdout
+
+
+def test_apt_waits_while_an_apt_daily_job_runs_and_stops_after_the_bound(tmp_path):
+    """apt-daily*.service are oneshot units: a running job is "activating", which `systemctl is-active`
+    calls not active. apt 1.2 (16.04) has no DPkg::Lock::Timeout, so this wait is what keeps a step
+    from racing unattended-upgrades for dpkg's lock."""
+    res, calls = _k4w_apt(tmp_path, "k4w_apt apt-get update", status="disabled", FAKE_APT_JOB_BUSY="2")
+    assert res.returncode == 0, res.stderr
+    queries = [i for i, c in enumerate(calls) if c.startswith("systemctl show -p ActiveState")]
+    first_apt = next(i for i, c in enumerate(calls) if c.startswith("apt-get"))
+    assert len(queries) == 3 and queries[-1] < first_apt   # two busy answers, then idle, then apt
+
+    res, calls = _k4w_apt(tmp_path / "stuck", "K4W_APT_JOBS_TIMEOUT=1; k4w_apt apt-get update", status="disabled",
+                          FAKE_APT_JOB_BUSY="1000")
+    assert res.returncode == 1
+    assert "timed out after 1s waiting for apt's daily jobs (apt-daily.service apt-daily-upgrade.service)" in res.stderr
+    assert not [c for c in calls if c.startswith("apt-get")]
 
 
 def test_apt_skips_a_cloud_init_that_is_disabled(tmp_path):
