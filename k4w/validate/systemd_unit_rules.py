@@ -21,6 +21,7 @@ import re
 import stat
 from pathlib import Path
 
+from .. import private
 from ..cluster_model import Cluster
 
 # Names that carry a proxy URL (which may hold user:password) or a secret outright.
@@ -107,7 +108,7 @@ def tree_problems(root: Path, secrets: list[str]) -> list[str]:
                     target = root / env_file["path"].lstrip("/")
                     if target.is_file() and any(s in target.read_text(errors="replace") for s in secrets):
                         mode = stat.S_IMODE(target.stat().st_mode)
-                        if mode != 0o600:
+                        if mode != private.MODE:   # owner-only, as k4w's own credential files
                             problems.append(f"{rel}: its EnvironmentFile {env_file['path']} holds a credential "
                                             f"and is mode {mode:04o}, not 0600")
             if any(s in text for s in secrets):
