@@ -26,8 +26,9 @@ BUILD_SCRIPTS = {
 # Read by the Ubuntu scripts but never a step variable: the offline sandbox the unit tests run them in.
 SANDBOX = {"K4W_ROOT"}
 NAME = re.compile(r"\bK4W_[A-Z0-9_]*[A-Z0-9]\b")
-# A global the script sets itself (K4W_STEP="01-proxy"), unlike K4W_LIB="${K4W_LIB:-...}", a default.
-OWN_GLOBAL = re.compile(r"^\s*(?:local\s+)?(K4W_[A-Z0-9_]+)=(?!\"\$\{\1:-)", re.M)
+# A global the script sets itself (K4W_STEP="01-proxy", declare -gA K4W_SYSCTLS=(...)), unlike
+# K4W_LIB="${K4W_LIB:-...}", a default.
+OWN_GLOBAL = re.compile(r"^\s*(?:local\s+|declare\s+(?:-[a-zA-Z]+\s+)*)?(K4W_[A-Z0-9_]+)=(?!\"\$\{\1:-)", re.M)
 
 CREDENTIALS = "http://alice:S3cret@proxy.corp.example:3128"
 CONFIGS = {
