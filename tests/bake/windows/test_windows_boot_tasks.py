@@ -18,18 +18,12 @@ import pytest
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate.powershell_rules import parse
 
+from k4w.validate.ps51_rules import _walk   # the rules' own pre-order walk of the syntax tree
+
 GUEST = ROOT / "guest" / "windows"
 BOOTSTRAP = GUEST / "setup" / "k4w-bootstrap.ps1"
 # The switches and parameters every boot task's New-ScheduledTaskSettingsSet must pass.
 REQUIRED_SETTINGS = ("-allowstartifonbatteries", "-dontstopifgoingonbatteries", "-restartcount", "-restartinterval")
-
-
-def _walk(node):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def _name(command) -> str:
