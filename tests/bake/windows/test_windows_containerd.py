@@ -101,7 +101,10 @@ def test_start_node_cleans_up_then_starts_containerd_and_the_kubelet_each_after_
     waits = [body.index(s) for s in ("answers on", "& (Join-Path $K 'kube-cleanup.ps1')", "registered\"")]
     assert waits == sorted(waits)
     assert "foreach ($network in $Node.network_name, $StaleNatNetwork)" in body and "$StaleNatNetwork = 'nat'" in START_NODE
-    assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE)
+    # The polling is node-lib.ps1's Wait-Condition, which start-node.ps1 dot-sources.
+    node_lib = (GUEST / "node" / "node-lib.ps1").read_text()
+    assert ". (Join-Path $PSScriptRoot 'node-lib.ps1')" in START_NODE and "$PollSeconds = 2" in START_NODE
+    assert "Start-Sleep -Seconds $PollSeconds" in node_lib and not re.search(r"Start-Sleep -Seconds \d", START_NODE + node_lib)
     # flanneld and kube-proxy are the HostProcess DaemonSets' pods, never services started here.
     assert not re.search(r"Start-Service -Name '(flanneld|kube-proxy)'", START_NODE)
 
