@@ -177,7 +177,7 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     assert "criSocket" not in yaml.safe_load(join_config.for_worker("windows-1803", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
                                                                     join_config.SAMPLE_HASH, "w"))["nodeRegistration"]
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
-    assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
+    assert join.index("Invoke-K4wStartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
 
 
 def test_the_prepull_goes_through_the_cri_so_the_mirrors_their_credentials_and_the_pinned_label_apply():
