@@ -50,10 +50,7 @@ $StaleNatNetwork = 'nat'
 . (Join-Path $PSScriptRoot 'node-lib.ps1')
 
 Write-Output "start-node: run at $(Get-Date -Format 'yyyy-MM-dd HH:mm:ss')"
-# The node folders stay SYSTEM + Administrators only (protect-node-folders.ps1 says why), also
-# where kubeadm join or cluster-reset.ps1 recreated them since the last run.
-& (Join-Path $K 'protect-node-folders.ps1')
-if ($LASTEXITCODE -ne 0) { throw 'protect-node-folders.ps1 failed' }
+Protect-K4wNodeFolders
 if (-not (Test-Path -LiteralPath $ConfigDir)) {
     Write-Output "start-node: $ConfigDir does not exist: this node has not joined a cluster, nothing to start"
     exit 0

@@ -21,6 +21,14 @@ function Invoke-K4wIcacls {
     if ($code -ne 0) { throw "icacls $($Arguments -join ' ') failed ($code): $($output.Trim())" }
 }
 
+function Protect-K4wNodeFolders {
+    # The node folders stay SYSTEM + Administrators only (protect-node-folders.ps1 says why), also
+    # where kubeadm join or cluster-reset.ps1 recreated them since the last run.
+    $global:LASTEXITCODE = 0
+    & (Join-Path $K 'protect-node-folders.ps1')
+    if ($LASTEXITCODE -ne 0) { throw 'protect-node-folders.ps1 failed' }
+}
+
 function Invoke-Native {
     # Windows PowerShell turns a native program's stderr into terminating errors under
     # ErrorActionPreference=Stop; run it with Continue and judge it by its exit code.

@@ -115,7 +115,7 @@ def test_the_daemonset_scripts_wait_on_conditions_not_fixed_sleeps():
     for text in (lib, START_FLANNELD, START_KUBE_PROXY, (HOSTPROCESS / "ready-flanneld.ps1").read_text()):
         assert not re.search(r"Start-Sleep -Seconds \d", text)
     # kube-proxy runs only once Flannel's network exists, and in the foreground (the pod lives as long as it).
-    assert START_KUBE_PROXY.index("Wait-K4wCondition -What \"Flannel's HNS network") < START_KUBE_PROXY.index("$sourceVip = Get-SourceVip")
+    assert START_KUBE_PROXY.index("Wait-K4wPodCondition -What \"Flannel's HNS network") < START_KUBE_PROXY.index("$sourceVip = Get-SourceVip")
     assert START_KUBE_PROXY.rstrip().endswith("& (Join-Path $NodeDir 'kube-proxy.exe') @arguments\nexit $LASTEXITCODE")
     assert START_FLANNELD.rstrip().endswith("& (Join-Path $NodeDir 'flanneld.exe') @arguments\nexit $LASTEXITCODE")
 

@@ -54,7 +54,7 @@ def route_problems(start_script: bytes) -> list[str]:
     HNS network moved the cluster address (empty: it restores it, at every start of the pod)."""
     problems = []
     found = _top_level(start_script)
-    flannel_up = _first(found, "wait-k4wcondition", containing="Flannel's HNS network")
+    flannel_up = _first(found, "wait-k4wpodcondition", containing="Flannel's HNS network")
     setters = [(i, _text(c)) for i, c in enumerate(found) if c.name == "set-clusterdefaultroute"]
     if not any(i > flannel_up for i, _ in setters):
         problems.append("no Set-ClusterDefaultRoute after the wait for Flannel's network")
