@@ -285,6 +285,65 @@ k4w_install_node_binaries() {
     K4W_CHANGED=$kubelet_changed
 }
 
+# k4w_install_kubelet_service BIN_DIR ERA KUBELET_BINARY_CHANGED - the kubelet unit and kubeadm's
+# drop-in, the layout Kubernetes' own packages install (the binary in BIN_DIR), enabled but not
+# started: kubeadm init/join write kubeadm-flags.env and start it. /etc/default/kubelet is where
+# cluster-up puts KUBELET_EXTRA_ARGS (e.g. --node-ip). A joined node whose kubelet binary
+# (KUBELET_BINARY_CHANGED=1) or units changed is restarted. ERA names whose packaging the unit follows:
+# 1.11  - Kubernetes' build/debs for kubeadm 1.11 (the seed recipe);
+# krel  - kubernetes/release cmd/krel/templates/latest/kubelet/kubelet.service and
+#         kubeadm/10-kubeadm.conf at f618b2a308bc (the containerd-era recipe), which waits for
+#         network-online.target.
+k4w_install_kubelet_service() {
+    local bin_dir="$1" era="$2" binary_changed="$3" unit_note drop_in_note documentation ordering=""
+    local units_changed=0
+    case "$era" in
+        1.11)
+            unit_note="layout of Kubernetes' kubelet.service"
+            drop_in_note="kubeadm and kubelet v1.11+"
+            documentation=https://kubernetes.io/docs/home/
+            ;;
+        krel)
+            unit_note="Kubernetes' kubelet.service of this era"
+            drop_in_note="Kubernetes' 10-kubeadm.conf of this era"
+            documentation=https://kubernetes.io/docs/
+            ordering=$'\nWants=network-online.target\nAfter=network-online.target'
+            ;;
+        *) k4w_die "k4w_install_kubelet_service: unknown era '${era}' (1.11 or krel)" ;;
+    esac
+    k4w_write_file /etc/systemd/system/kubelet.service 0644 "# k4w: kubelet for kubeadm (${unit_note})
+[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=${documentation}${ordering}
+
+[Service]
+ExecStart=${bin_dir}/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target"
+    ((K4W_CHANGED)) && units_changed=1
+    k4w_write_file /etc/systemd/system/kubelet.service.d/10-kubeadm.conf 0644 "# k4w: kubeadm's kubelet drop-in (${drop_in_note})
+[Service]
+Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"
+Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=${bin_dir}/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"
+    ((K4W_CHANGED)) && units_changed=1
+    if ((units_changed)); then k4w_systemctl daemon-reload; fi
+    # Enabled, not started: until kubeadm init/join writes its config the kubelet cannot run.
+    k4w_enable kubelet
+    # Only a node that already joined runs the kubelet; it must pick up a new binary or unit.
+    if ((units_changed || binary_changed)) && k4w_unit_active kubelet; then
+        systemctl restart kubelet
+    fi
+    K4W_CHANGED=$units_changed
+}
+
 # k4w_wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND... - poll COMMAND once a second until it
 # succeeds; fail with DESCRIPTION when the timeout expires. For readiness, never a fixed sleep.
 k4w_wait_for() {

@@ -589,6 +589,7 @@ def install_component_kubeconfigs(ctx: Context, m: Machine, api: str) -> None:
     """flanneld and kube-proxy on a Windows node get kubeconfigs of their own identities, before the
     join script starts them. Each travels as a private file; cluster-kubeconfig.ps1 moves it into
     C:\\etc\\kubernetes with an ACL of SYSTEM and Administrators only and deletes the upload."""
+    upload_windows(ctx, m, sources.REPO.guest / "windows" / "node" / "node-lib.ps1")   # dot-sourced: Invoke-K4wIcacls
     script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-kubeconfig.ps1")
     for identity in identities.WINDOWS_COMPONENTS:
         token, ca_b64 = service_account_token(ctx, identity)

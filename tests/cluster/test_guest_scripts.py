@@ -23,6 +23,8 @@ POWERSHELL = [
 BASH = sorted((ROOT / "guest" / "ubuntu" / "cluster").glob("cluster-*.sh"))
 LIB = ROOT / "guest" / "ubuntu" / "lib.sh"
 START_NODE = POWERSHELL[0].read_text()
+# The functions start-node.ps1 shares with the containerd recipe's (node-lib.ps1, dot-sourced from beside it).
+NODE_LIB = (ROOT / "guest" / "windows" / "node" / "node-lib.ps1").read_text()
 
 
 @pytest.mark.parametrize("script", POWERSHELL, ids=lambda p: p.name)
@@ -72,7 +74,7 @@ def test_start_node_order_is_external_then_docker_kubelet_flanneld_kube_proxy_af
     assert "kube-proxy" not in body[flannel_wait:flannel_wait_end]
     assert body.index("Start-Service -Name 'kube-proxy'") > flannel_wait_end
     assert "$Services = @('kubelet', 'flanneld', 'kube-proxy')" in START_NODE  # stopped in reverse
-    assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE), \
+    assert "Start-Sleep -Seconds $PollSeconds" in NODE_LIB and not re.search(r"Start-Sleep -Seconds \d", START_NODE + NODE_LIB), \
         "only condition polling, no fixed sleeps"
 
 
@@ -84,8 +86,9 @@ def test_start_order_comment_explains_the_change_from_the_2018_order():
 
 
 def _function(name: str) -> str:
-    start = START_NODE.index(f"function {name} {{")
-    return START_NODE[start:START_NODE.index("\n}\n", start)]
+    text = START_NODE if f"function {name} {{" in START_NODE else NODE_LIB
+    start = text.index(f"function {name} {{")
+    return text[start:text.index("\n}\n", start)]
 
 
 def test_kube_proxy_is_ready_only_with_an_hns_load_balancer_for_the_dns_service_ip():

@@ -157,8 +157,14 @@ WINDOWS_JOINS = [ROOT / "guest" / "windows" / "cluster" / name for name in ("clu
 @pytest.mark.parametrize("script", WINDOWS_JOINS, ids=lambda p: p.name)
 def test_windows_join_protects_the_config_before_kubeadm_and_removes_it_on_every_path(script):
     text = script.read_text(encoding="utf-8")
-    protect, start = text.index("Protect-K4wPrivateFile -Path $ConfigFile"), text.index("Start-K4wKubeadmJoin")
-    assert protect < start
+    # Initialize-K4wJoin (cluster-join-lib.ps1, which both join scripts dot-source) protects it first.
+    lib = (ROOT / "guest" / "windows" / "cluster" / "cluster-join-lib.ps1").read_text(encoding="utf-8")
+    initialize = lib[lib.index("function Initialize-K4wJoin"):]
+    initialize = initialize[:initialize.index("\n}\n")]
+    assert "Protect-K4wPrivateFile -Path $ConfigFile" in initialize
+    assert initialize.index("Protect-K4wPrivateFile") < initialize.index("$env:PATH")   # before any other step
+    protect, start = text.index("Initialize-K4wJoin $ConfigFile"), text.index("Start-K4wKubeadmJoin")
+    assert text.index(". (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')") < protect < start
     trap = text[text.index("trap {"):text.index("}", text.index("trap {"))]
     assert "Remove-Item -LiteralPath $ConfigFile" in trap                       # failure anywhere
     assert re.search(r"\} finally \{\s+Remove-K4wSecretFile \$ConfigFile", text)   # around kubeadm

@@ -96,7 +96,7 @@ def test_containerd_reset_removes_pod_sandboxes_through_the_cri_before_the_hns_n
     from tests.helpers import ROOT
 
     text = (ROOT / "guest" / "windows" / "cluster" / "cluster-reset.ps1").read_text(encoding="utf-8")
-    call = text.index("Remove-CriPodSandboxes $Node }")
+    call = text.index("Invoke-K4wKubeadmCriReset $Node }")
     assert "reset --force --cri-socket $Node.runtime_endpoint" in text
     assert "$Node.PSObject.Properties['runtime_endpoint']" in text[call - 120:call]   # containerd recipe only
     assert call < text.index("& (Join-Path $K 'kube-cleanup.ps1')")

@@ -24,8 +24,6 @@ K4W_LIB="${K4W_LIB:-$(dirname "${BASH_SOURCE[0]}")/../lib.sh}"
 source "$K4W_LIB"
 
 BIN_DIR=/usr/local/bin
-KUBELET_UNIT=/etc/systemd/system/kubelet.service
-KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # What the kubelet and kube-proxy call: iptables and conntrack (service rules and their connection
 # cleanup), socat (port-forward), ethtool and ebtables. kubeadm 1.35's preflight insists only on
 # iptables of these (cmd/kubeadm/app/preflight/checks_linux.go at 039c72e8 checks conntrack below
@@ -47,43 +45,11 @@ k4w_distro >/dev/null
 k4w_apt_install "${PREREQUISITES[@]}"
 
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
-units_changed=0
 k4w_install_node_binaries "$kubernetes_digest" "$BIN_DIR"
 kubelet_binary_changed=$K4W_CHANGED
 
 # --- kubelet service -----------------------------------------------------------------------
-k4w_write_file "$KUBELET_UNIT" 0644 "# k4w: kubelet for kubeadm (Kubernetes' kubelet.service of this era)
-[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Documentation=https://kubernetes.io/docs/
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-ExecStart=${BIN_DIR}/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target"
-((K4W_CHANGED)) && units_changed=1
-k4w_write_file "$KUBEADM_DROP_IN" 0644 "# k4w: kubeadm's kubelet drop-in (Kubernetes' 10-kubeadm.conf of this era)
-[Service]
-Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"
-Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=${BIN_DIR}/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"
-((K4W_CHANGED)) && units_changed=1
-((units_changed)) && k4w_systemctl daemon-reload
-# Enabled, not started: until kubeadm init/join writes its config the kubelet cannot run.
-k4w_enable kubelet
-# Only a node that already joined runs the kubelet; it must pick up a new binary or unit.
-if ((units_changed || kubelet_binary_changed)) && k4w_unit_active kubelet; then
-    systemctl restart kubelet
-fi
+k4w_install_kubelet_service "$BIN_DIR" krel "$kubelet_binary_changed"
 
 if ! k4w_live; then
     k4w_log "sandbox: binaries and units in place; version checks and image pre-pull skipped"

@@ -23,8 +23,6 @@ source "$K4W_LIB"
 
 BIN_DIR=/usr/local/bin
 CNI_BIN_DIR=/opt/cni/bin
-KUBELET_UNIT=/etc/systemd/system/kubelet.service
-KUBEADM_DROP_IN=/etc/systemd/system/kubelet.service.d/10-kubeadm.conf
 # kubeadm's preflight checks want these on the node (socat/ebtables/ethtool/conntrack are
 # errors or warnings in 1.11; the kubelet uses them for port-forward and service traffic).
 PREREQUISITES=(curl ca-certificates socat ebtables ethtool conntrack iptables)
@@ -42,7 +40,6 @@ k4w_distro >/dev/null
 k4w_apt_install "${PREREQUISITES[@]}"
 
 # --- kubeadm, kubelet, kubectl ------------------------------------------------------------
-units_changed=0
 k4w_install_node_binaries "$kubernetes_digest" "$BIN_DIR"
 kubelet_binary_changed=$K4W_CHANGED
 
@@ -65,39 +62,7 @@ else
 fi
 
 # --- kubelet service -----------------------------------------------------------------------
-# The unit and drop-in Kubernetes' own .deb installs for kubeadm 1.11+ (build/debs), with the
-# binary in /usr/local/bin. kubeadm init/join write kubeadm-flags.env and start the kubelet;
-# /etc/default/kubelet is where cluster-up puts KUBELET_EXTRA_ARGS (e.g. --node-ip).
-k4w_write_file "$KUBELET_UNIT" 0644 "# k4w: kubelet for kubeadm (layout of Kubernetes' kubelet.service)
-[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Documentation=https://kubernetes.io/docs/home/
-
-[Service]
-ExecStart=${BIN_DIR}/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target"
-((K4W_CHANGED)) && units_changed=1
-k4w_write_file "$KUBEADM_DROP_IN" 0644 "# k4w: kubeadm's kubelet drop-in (kubeadm and kubelet v1.11+)
-[Service]
-Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"
-Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=${BIN_DIR}/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"
-((K4W_CHANGED)) && units_changed=1
-((units_changed)) && k4w_systemctl daemon-reload
-# Enabled, not started: until kubeadm init/join writes its config the kubelet cannot run.
-k4w_enable kubelet
-# Only a node that already joined runs the kubelet; it must pick up a new binary or unit.
-if ((units_changed || kubelet_binary_changed)) && k4w_unit_active kubelet; then
-    systemctl restart kubelet
-fi
+k4w_install_kubelet_service "$BIN_DIR" 1.11 "$kubelet_binary_changed"
 
 if ! k4w_live; then
     k4w_log "sandbox: binaries and units in place; version checks and image pre-pull skipped"

@@ -33,39 +33,21 @@ trap {
 }
 
 . (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')
-if (-not (Test-Path -LiteralPath $ConfigFile)) { throw "kubeadm join configuration $ConfigFile is missing: cluster-up uploads it before each join" }
-Protect-K4wPrivateFile -Path $ConfigFile
-
-$K = 'C:\k'
-$KubeDir = 'C:\etc\kubernetes'
-$KubeletConf = Join-Path $KubeDir 'kubelet.conf'
-$JoinLog = Join-Path $K 'logs\kubeadm-join.log'
-$NodeJson = Join-Path $K 'config\node.json'
-$env:PATH = "$K;$env:PATH"   # kubeadm's KubeletVersion preflight check runs `kubelet --version` from PATH
-
-if (-not (Test-Path -LiteralPath $NodeJson)) { throw "$NodeJson is missing: cluster-up copies the rendered node configs before joining" }
+Initialize-K4wJoin $ConfigFile
 $Node = Get-Content -LiteralPath $NodeJson -Raw | ConvertFrom-Json
-
-function Invoke-StartNode([string[]]$Arguments) {
-    $global:LASTEXITCODE = 0
-    & (Join-Path $K 'start-node.ps1') @Arguments
-    if ($LASTEXITCODE -ne 0) { throw "start-node.ps1 $($Arguments -join ' ') failed ($LASTEXITCODE)" }
-}
 
 if (Test-Path -LiteralPath $KubeletConf) {
     Write-Output "cluster-join: $KubeletConf exists, $NodeName has joined; starting its services"
     Remove-K4wSecretFile $ConfigFile
-    Invoke-StartNode @('-TimeoutSeconds', "$TimeoutSeconds")
+    Invoke-K4wStartNode @('-TimeoutSeconds', "$TimeoutSeconds")
     exit 0
 }
 
-# Leftovers of an interrupted join make kubeadm's preflight checks fail: the files (FileAvailable)
-# and a kubelet it already started, which holds port 10250 (Port-10250).
+# Leftovers of an interrupted join make kubeadm's preflight checks fail: a kubelet it already
+# started, which holds port 10250 (Port-10250), and the files (FileAvailable).
 if ((Get-Service -Name 'kubelet').Status -ne 'Stopped') { Stop-Service -Name 'kubelet' -Force; Write-Output 'cluster-join: stopped the kubelet of an interrupted join' }
-foreach ($stale in @((Join-Path $KubeDir 'bootstrap-kubelet.conf'), (Join-Path $KubeDir 'pki\ca.crt'))) {
-    if (Test-Path -LiteralPath $stale) { Remove-Item -LiteralPath $stale -Force; Write-Output "cluster-join: removed stale $stale" }
-}
-Invoke-StartNode @('-ConfigureOnly')
+Remove-K4wStaleJoinFiles
+Invoke-K4wStartNode @('-ConfigureOnly')
 # kubeadm's CRI preflight check needs containerd answering.
 Start-Service -Name $Node.runtime_service
 
@@ -81,5 +63,5 @@ try {
 }
 if ($join.ExitCode -ne 0) { throw "kubeadm join exited with $($join.ExitCode):`n$(Get-K4wJoinLog $JoinLog)" }
 
-Invoke-StartNode @('-TimeoutSeconds', "$TimeoutSeconds")
+Invoke-K4wStartNode @('-TimeoutSeconds', "$TimeoutSeconds")
 Write-Output "cluster-join: $NodeName joined"

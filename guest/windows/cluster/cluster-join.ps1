@@ -41,36 +41,20 @@ trap {
 }
 
 . (Join-Path $PSScriptRoot 'cluster-join-lib.ps1')
-if (-not (Test-Path -LiteralPath $ConfigFile)) { throw "kubeadm join configuration $ConfigFile is missing: cluster-up uploads it before each join" }
-Protect-K4wPrivateFile -Path $ConfigFile
-
-$K = 'C:\k'
-$KubeDir = 'C:\etc\kubernetes'
-$KubeletConf = Join-Path $KubeDir 'kubelet.conf'
+Initialize-K4wJoin $ConfigFile
 $BootstrapConf = Join-Path $KubeDir 'bootstrap-kubelet.conf'
-$JoinLog = Join-Path $K 'logs\kubeadm-join.log'
 $PollSeconds = 2
-$env:PATH = "$K;$env:PATH"   # kubeadm's KubeletVersion check runs `kubelet --version` from PATH
 
-if (-not (Test-Path -LiteralPath (Join-Path $K 'config\node.json'))) {
-    throw 'C:\k\config\node.json is missing: cluster-up copies the rendered node configs before joining'
-}
 if (Test-Path -LiteralPath $KubeletConf) {
     Write-Output "cluster-join: $KubeletConf exists, $NodeName has joined; starting its services"
     Remove-K4wSecretFile $ConfigFile
-    $global:LASTEXITCODE = 0
-    & (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
-    exit $LASTEXITCODE
+    Invoke-K4wStartNode @('-TimeoutSeconds', "$TimeoutSeconds")
+    exit 0
 }
 
-# Leftovers of an interrupted join make kubeadm's FileAvailable preflight checks fail.
-foreach ($stale in @($BootstrapConf, (Join-Path $KubeDir 'pki\ca.crt'))) {
-    if (Test-Path -LiteralPath $stale) { Remove-Item -LiteralPath $stale -Force; Write-Output "cluster-join: removed stale $stale" }
-}
+Remove-K4wStaleJoinFiles
 
-$global:LASTEXITCODE = 0
-& (Join-Path $K 'start-node.ps1') -ConfigureOnly
-if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 -ConfigureOnly failed' }
+Invoke-K4wStartNode @('-ConfigureOnly')
 
 Start-Service -Name 'docker'
 $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
@@ -96,9 +80,7 @@ try {
         Start-Sleep -Seconds $PollSeconds
     }
 
-    $global:LASTEXITCODE = 0
-    & (Join-Path $K 'start-node.ps1') -TimeoutSeconds $TimeoutSeconds
-    if ($LASTEXITCODE -ne 0) { throw 'start-node.ps1 failed' }
+    Invoke-K4wStartNode @('-TimeoutSeconds', "$TimeoutSeconds")
 
     if (-not $join.WaitForExit($TimeoutSeconds * 1000)) { $join.Kill(); throw "kubeadm join still running after $TimeoutSeconds s" }
 } finally {

@@ -25,22 +25,8 @@ trap {
 
 # Well-known SIDs (Microsoft, "Well-known SIDs"): LocalSystem, BUILTIN\Administrators.
 $Grants = @('*S-1-5-18:F', '*S-1-5-32-544:F')
-$Icacls = "$env:SystemRoot\System32\icacls.exe"
-
-function Invoke-Icacls {
-    # Windows PowerShell 5.1 turns a native program's stderr into a terminating error under
-    # ErrorActionPreference=Stop: run icacls with Continue and judge it by its exit code.
-    param([string[]]$Arguments)
-    $previous = $ErrorActionPreference
-    $ErrorActionPreference = 'Continue'
-    try {
-        $output = & $Icacls @Arguments 2>&1 | Out-String
-        $code = $LASTEXITCODE
-    } finally {
-        $ErrorActionPreference = $previous
-    }
-    if ($code -ne 0) { throw "icacls $($Arguments -join ' ') failed ($code): $($output.Trim())" }
-}
+# Invoke-K4wIcacls: node-lib.ps1, which cluster-up uploads beside this script (k4w/cluster/steps.py).
+. (Join-Path $PSScriptRoot 'node-lib.ps1')
 
 if (-not (Test-Path -LiteralPath $Source)) { throw "$Source does not exist: cluster-up uploads it just before this script" }
 $directory = Split-Path -Parent $Destination
@@ -56,6 +42,6 @@ if ($same) {
 }
 # Exactly SYSTEM and Administrators with full control: /reset drops any explicit ACE the file
 # had, /inheritance:r then drops the inherited ones, /grant:r adds the two.
-Invoke-Icacls @($Destination, '/reset', '/Q')
-Invoke-Icacls (@($Destination, '/inheritance:r', '/grant:r') + $Grants + @('/Q'))
+Invoke-K4wIcacls @($Destination, '/reset', '/Q')
+Invoke-K4wIcacls (@($Destination, '/inheritance:r', '/grant:r') + $Grants + @('/Q'))
 exit 0

@@ -31,7 +31,7 @@ $Node = $null
 if (Test-Path -LiteralPath $NodeJson) { $Node = Get-Content -LiteralPath $NodeJson -Raw | ConvertFrom-Json }
 if (-not $NetworkName -and $Node) { $NetworkName = $Node.network_name }
 
-function Remove-CriPodSandboxes($Node) {
+function Invoke-K4wKubeadmCriReset($Node) {
     <# Every pod sandbox stopped and removed through the CRI, as kubeadm's reset does it
        (removeContainers: ListPodSandbox, StopPodSandbox, RemovePodSandbox; kubernetes/kubernetes
        v1.35.4 cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go and cmd/kubeadm/app/util/runtime/
@@ -63,7 +63,7 @@ foreach ($service in @('flanneld', 'kube-proxy', 'kubelet')) {
         $svc.WaitForStatus('Stopped', [TimeSpan]::FromSeconds(60))
     }
 }
-if ($Node -and $Node.PSObject.Properties['runtime_endpoint']) { Remove-CriPodSandboxes $Node }
+if ($Node -and $Node.PSObject.Properties['runtime_endpoint']) { Invoke-K4wKubeadmCriReset $Node }
 if ($NetworkName) {
     $global:LASTEXITCODE = 0
     & (Join-Path $K 'kube-cleanup.ps1') -NetworkName $NetworkName

@@ -15,7 +15,7 @@ function Get-K4wSetting {
     return $value
 }
 
-function Wait-K4wCondition {
+function Wait-K4wPodCondition {
     # Polls Condition until it holds; throws naming What (and where to look) when TimeoutSeconds pass.
     param(
         [Parameter(Mandatory = $true)][string]$What,

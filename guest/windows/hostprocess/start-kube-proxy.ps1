@@ -78,12 +78,12 @@ function Get-SourceVip {
 }
 
 # ---------------------------------------------------------------- 1. Flannel's network
-Wait-K4wCondition -What "Flannel's HNS network $NetworkName" -Condition { Test-HnsNetwork $NetworkName } -TimeoutSeconds $TimeoutSeconds `
+Wait-K4wPodCondition -What "Flannel's HNS network $NetworkName" -Condition { Test-HnsNetwork $NetworkName } -TimeoutSeconds $TimeoutSeconds `
     -Hint 'the DaemonSet k4w-flannel-windows creates it: kubectl -n k4w-windows-node logs of its pod on this node'
 
 # ---------------------------------------------------------------- 2. the cluster NIC's default route
 if ($ClusterGateway) {
-    Wait-K4wCondition -What "$NodeIp Preferred" -Condition { Test-ClusterAddressPreferred -IPAddress $NodeIp } -TimeoutSeconds $TimeoutSeconds `
+    Wait-K4wPodCondition -What "$NodeIp Preferred" -Condition { Test-ClusterAddressPreferred -IPAddress $NodeIp } -TimeoutSeconds $TimeoutSeconds `
         -Hint 'HNS moves the cluster address to the vEthernet adapter of its network'
     Set-ClusterDefaultRoute -IPAddress $NodeIp -Gateway $ClusterGateway -LogPrefix 'start-kube-proxy'
 }

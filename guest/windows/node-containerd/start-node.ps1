@@ -45,12 +45,12 @@ $KubeletFirewallRule = 'k4w-kubelet'                # created by guest/windows/b
 $PollSeconds = 2                                    # how often a readiness condition is re-checked
 # containerd's Windows default network; its HNS network and a CNI config for it break Flannel.
 $StaleNatNetwork = 'nat'
+# Invoke-Native, Wait-Condition, Stop-NodeService, Test-NodeRegistered, Set-FirewallRuleRemote: shared
+# with the seed recipe's start-node.ps1 (node/node-lib.ps1; the box installs node/ into C:\k too).
+. (Join-Path $PSScriptRoot 'node-lib.ps1')
 
 Write-Output "start-node: run at $(Get-Date -Format 'yyyy-MM-dd HH:mm:ss')"
-# The node folders stay SYSTEM + Administrators only (protect-node-folders.ps1 says why), also
-# where kubeadm join or cluster-reset.ps1 recreated them since the last run.
-& (Join-Path $K 'protect-node-folders.ps1')
-if ($LASTEXITCODE -ne 0) { throw 'protect-node-folders.ps1 failed' }
+Protect-K4wNodeFolders
 if (-not (Test-Path -LiteralPath $ConfigDir)) {
     Write-Output "start-node: $ConfigDir does not exist: this node has not joined a cluster, nothing to start"
     exit 0
@@ -59,59 +59,8 @@ $Node = Get-Content -LiteralPath (Join-Path $ConfigDir 'node.json') -Raw | Conve
 $Ctr = Join-Path $env:ProgramFiles 'containerd\ctr.exe'
 $CtrAddress = ($Node.runtime_endpoint -replace '^npipe://', '') -replace '/', '\'
 
-function Invoke-Quiet {
-    # A native program judged by its exit code alone (its stderr is no PowerShell error here).
-    param([string]$FilePath, [string[]]$ArgumentList)
-    $previous = $ErrorActionPreference
-    $ErrorActionPreference = 'Continue'
-    try { & $FilePath @ArgumentList *> $null; return $LASTEXITCODE } finally { $ErrorActionPreference = $previous }
-}
-
-function Wait-Until {
-    param([string]$What, [scriptblock]$Condition, [string]$Hint = '')
-    $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
-    while (-not (& $Condition)) {
-        if ((Get-Date) -gt $deadline) {
-            throw ("timed out after $TimeoutSeconds s waiting for $What" + $(if ($Hint) { ": $Hint" } else { '' }))
-        }
-        Start-Sleep -Seconds $PollSeconds
-    }
-    Write-Output "start-node: $What"
-}
-
-function ConvertTo-Cidr([string]$Address) {
-    # Windows Firewall reports a subnet as a.b.c.d/255.255.0.0 and one host as a bare address.
-    $ip, $suffix = $Address.Split('/', 2)
-    if (-not $suffix) { return "$ip/32" }
-    if ($suffix -match '^\d+$') { return "$ip/$suffix" }
-    $bits = ((([Net.IPAddress]::Parse($suffix).GetAddressBytes()) | ForEach-Object { [Convert]::ToString($_, 2).PadLeft(8, '0') }) -join '').TrimEnd('0').Length
-    return "$ip/$bits"
-}
-
-function Set-KubeletFirewallScope {
-    $rule = Get-NetFirewallRule -Name $KubeletFirewallRule -ErrorAction SilentlyContinue
-    if ($null -eq $rule) { throw "firewall rule $KubeletFirewallRule is missing: the box creates it (09-firewall.ps1); rebuild the box" }
-    $current = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { ConvertTo-Cidr $_ }) -join ','
-    if ($current -ne (ConvertTo-Cidr $Node.node_cidr)) {
-        Set-NetFirewallRule -Name $KubeletFirewallRule -RemoteAddress $Node.node_cidr
-        Write-Output "start-node: firewall rule $KubeletFirewallRule now allows only $($Node.node_cidr)"
-    }
-}
-
-function Stop-NodeService([string]$Service) {
-    if ((Get-Service -Name $Service).Status -ne 'Stopped') {
-        Stop-Service -Name $Service -Force
-        Wait-Until "$Service stopped" { (Get-Service -Name $Service).Status -eq 'Stopped' }
-    }
-}
-
-function Test-NodeRegistered {
-    if (-not (Test-Path -LiteralPath $Node.kubeconfig)) { return $false }
-    return (Invoke-Quiet (Join-Path $K 'kubectl.exe') @('--kubeconfig', $Node.kubeconfig, 'get', 'node', $Node.name)) -eq 0
-}
-
 # ---------------------------------------------------------------- 1. configuration
-Set-KubeletFirewallScope
+Set-FirewallRuleRemote -Name $KubeletFirewallRule -Remote @($Node.node_cidr)
 if ($ConfigureOnly) { Write-Output 'start-node: node configured'; exit 0 }
 
 # A node already running (cluster-up run again) is left alone: the clean slate below removes the
@@ -127,7 +76,7 @@ Stop-NodeService 'kubelet'
 # containerd runs through the clean slate: its pod sandboxes go through the CRI (kube-cleanup.ps1
 # -CriEndpoint) before the HNS network they hold, once, with Flannel's network.
 Start-Service -Name $Node.runtime_service
-Wait-Until "$($Node.runtime_service) answers on $($Node.runtime_endpoint)" { (Invoke-Quiet $Ctr @('--address', $CtrAddress, 'version')) -eq 0 }
+Wait-Condition "$($Node.runtime_service) answers on $($Node.runtime_endpoint)" { (Invoke-Native $Ctr @('--address', $CtrAddress, 'version')).ExitCode -eq 0 }
 foreach ($network in $Node.network_name, $StaleNatNetwork) {
     $cleanup = @{ NetworkName = $network }
     if ($network -eq $Node.network_name) { $cleanup.CriEndpoint = $Node.runtime_endpoint }
@@ -139,6 +88,6 @@ foreach ($network in $Node.network_name, $StaleNatNetwork) {
 # ---------------------------------------------------------------- 3. the kubelet
 # It starts the DaemonSet pods (flanneld, then kube-proxy once Flannel's network exists).
 Start-Service -Name 'kubelet'
-Wait-Until "node $($Node.name) registered" { Test-NodeRegistered } -Hint 'see C:\k\logs\kubelet.log'
+Wait-Condition "node $($Node.name) registered" { Test-NodeRegistered } -Hint 'see C:\k\logs\kubelet.log'
 Write-Output "start-node: node $($Node.name) started; its flanneld and kube-proxy are the pods of the DaemonSets in k4w-windows-node"
 exit 0

@@ -72,7 +72,8 @@ $AdministratorsSid = 'S-1-5-32-544'
 # User Manager\ContainerUser, Nano Server's process identity in a container (moby/moby@4be37b15
 # pkg/idtools/idtools_windows.go ContainerUserSidString). Never a group every host account is in.
 $ContainerSid = 'S-1-5-93-2-2'
-$Icacls = "$env:SystemRoot\System32\icacls.exe"
+# Invoke-K4wIcacls: node-lib.ps1, beside this script in C:\k.
+. (Join-Path $PSScriptRoot 'node-lib.ps1')
 
 function Test-AdminOnlyAcl {
     # True when the folder's DACL is protected and holds exactly SYSTEM and Administrators, each
@@ -111,21 +112,6 @@ function Test-ContainerAcl {
         $rule.PropagationFlags -eq [System.Security.AccessControl.PropagationFlags]::InheritOnly)
 }
 
-function Invoke-Icacls {
-    # Windows PowerShell 5.1 turns a native program's stderr into a terminating error under
-    # ErrorActionPreference=Stop: run icacls with Continue and judge it by its exit code.
-    param([string[]]$Arguments)
-    $previous = $ErrorActionPreference
-    $ErrorActionPreference = 'Continue'
-    try {
-        $output = & $Icacls @Arguments 2>&1 | Out-String
-        $code = $LASTEXITCODE
-    } finally {
-        $ErrorActionPreference = $previous
-    }
-    if ($code -ne 0) { throw "icacls $($Arguments -join ' ') failed ($code): $($output.Trim())" }
-}
-
 foreach ($folder in $Folders) {
     if (-not (Test-Path -LiteralPath $folder)) {
         # Created now, so everything a later step or kubeadm puts there inherits the ACL.
@@ -134,18 +120,18 @@ foreach ($folder in $Folders) {
     if (Test-AdminOnlyAcl -Path $folder) { continue }
     # /inheritance:r drops the ACEs inherited from C:\; /grant:r replaces any explicit ACE of these
     # two SIDs; (OI)(CI)F = full control inherited by files and subfolders (icacls syntax, "*SID").
-    Invoke-Icacls @($folder, '/inheritance:r', '/grant:r', "*${SystemSid}:(OI)(CI)F", "*${AdministratorsSid}:(OI)(CI)F", '/Q')
-    Invoke-Icacls @($folder, '/setowner', "*$AdministratorsSid", '/Q')
+    Invoke-K4wIcacls @($folder, '/inheritance:r', '/grant:r', "*${SystemSid}:(OI)(CI)F", "*${AdministratorsSid}:(OI)(CI)F", '/Q')
+    Invoke-K4wIcacls @($folder, '/setowner', "*$AdministratorsSid", '/Q')
     # Any other explicit ACE on the folder itself (an old grant to Users, CREATOR OWNER) goes.
     $acl = Get-Acl -LiteralPath $folder
     $others = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]) |
         Where-Object { @($SystemSid, $AdministratorsSid) -notcontains $_.IdentityReference.Value } |
         ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
-    foreach ($sid in $others) { Invoke-Icacls @($folder, '/remove:g', "*$sid", '/Q') }
+    foreach ($sid in $others) { Invoke-K4wIcacls @($folder, '/remove:g', "*$sid", '/Q') }
     # Children with explicit ACEs of their own would keep them: make every child inherit only.
     # /C goes on past a file in use; /T recurses; /L acts on links, not on what they point to.
     if (@(Get-ChildItem -LiteralPath $folder -Force).Count -gt 0) {
-        Invoke-Icacls @((Join-Path $folder '*'), '/reset', '/T', '/C', '/L', '/Q')
+        Invoke-K4wIcacls @((Join-Path $folder '*'), '/reset', '/T', '/C', '/L', '/Q')
     }
     if (-not (Test-AdminOnlyAcl -Path $folder)) { throw "$folder still does not have the SYSTEM + Administrators only ACL" }
     Write-Output "protect-node-folders: $folder is now SYSTEM and Administrators only"
@@ -165,12 +151,12 @@ foreach ($folder in $ContainerFolders) {
     # explicit ACE goes (an older k4w's grant to Authenticated Users among them); (OI)(CI)(IO)M =
     # modify, inherited by the pod folders the kubelet creates later and by those that exist already
     # (icacls propagates an inheritable grant to them), not by the pods folder itself.
-    Invoke-Icacls @($folder, '/inheritance:e', '/Q')
+    Invoke-K4wIcacls @($folder, '/inheritance:e', '/Q')
     $acl = Get-Acl -LiteralPath $folder
     $others = @($acl.GetAccessRules($true, $false, [System.Security.Principal.SecurityIdentifier]) |
         ForEach-Object { $_.IdentityReference.Value } | Sort-Object -Unique)
-    foreach ($sid in $others) { Invoke-Icacls @($folder, '/remove:g', "*$sid", '/Q') }
-    Invoke-Icacls @($folder, '/grant:r', "*${ContainerSid}:(OI)(CI)(IO)M", '/Q')
+    foreach ($sid in $others) { Invoke-K4wIcacls @($folder, '/remove:g', "*$sid", '/Q') }
+    Invoke-K4wIcacls @($folder, '/grant:r', "*${ContainerSid}:(OI)(CI)(IO)M", '/Q')
     if (-not (Test-ContainerAcl -Path $folder)) { throw "$folder still does not have its container ACL" }
     Write-Output "protect-node-folders: containers may now use their volumes in $folder"
 }

@@ -40,7 +40,6 @@ trap {
 
 $K = 'C:\k'
 $ConfigDir = Join-Path $K 'config'
-$Kubectl = Join-Path $K 'kubectl.exe'
 $SubnetEnv = 'C:\run\flannel\subnet.env'           # flanneld --subnet-file default (/run/flannel/subnet.env on drive C:)
 $CniConfDir = Join-Path $K 'cni\config'             # kubelet --cni-conf-dir (templates/nodes/windows/kubelet.args.j2)
 $Services = @('kubelet', 'flanneld', 'kube-proxy')  # start order after docker (see step 4); stopped in reverse
@@ -56,48 +55,18 @@ $FlannelRouteErrorPattern = 'New-NetRoute.*1168|1168.*New-NetRoute'
 # Test-HnsNetwork, Add-HnsExternalNetwork: HNS v1 through vmcompute.dll, shared with
 # kube-cleanup.ps1 (both live in C:\k).
 . (Join-Path $PSScriptRoot 'hns.ps1')
+# Invoke-Native, Wait-Condition, Stop-NodeService, Test-NodeRegistered, Set-FirewallRuleRemote: shared
+# with the containerd recipe's start-node.ps1 (both live in C:\k).
+. (Join-Path $PSScriptRoot 'node-lib.ps1')
 
 Write-Output "start-node: run at $(Get-Date -Format 'yyyy-MM-dd HH:mm:ss')"
-# The node folders stay SYSTEM + Administrators only (protect-node-folders.ps1 says why), also
-# where kubeadm join or cluster-reset.ps1 recreated them since the last run.
-& (Join-Path $K 'protect-node-folders.ps1')
-if ($LASTEXITCODE -ne 0) { throw 'protect-node-folders.ps1 failed' }
+Protect-K4wNodeFolders
 
 if (-not (Test-Path -LiteralPath $ConfigDir)) {
     Write-Output "start-node: $ConfigDir does not exist: this node has not joined a cluster, nothing to start"
     exit 0
 }
 $Node = Get-Content -LiteralPath (Join-Path $ConfigDir 'node.json') -Raw | ConvertFrom-Json
-
-function Invoke-Native {
-    # Windows PowerShell turns a native program's stderr into terminating errors under
-    # ErrorActionPreference=Stop; run it with Continue and judge it by its exit code.
-    param([string]$FilePath, [string[]]$ArgumentList)
-    $previous = $ErrorActionPreference
-    $ErrorActionPreference = 'Continue'
-    try {
-        $output = & $FilePath @ArgumentList 2>&1 | Out-String
-        return [pscustomobject]@{ ExitCode = $LASTEXITCODE; Output = $output.Trim() }
-    } finally {
-        $ErrorActionPreference = $previous
-    }
-}
-
-function Wait-Condition {
-    # Hint: what to look at when it times out.
-    param([string]$What, [scriptblock]$Condition, [scriptblock]$OnPoll = $null, [string]$Hint = '')
-    $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
-    while (-not (& $Condition)) {
-        if ($null -ne $OnPoll) { & $OnPoll }
-        if ((Get-Date) -gt $deadline) {
-            $message = "timed out after $TimeoutSeconds s waiting for $What"
-            if ($Hint) { $message += ": $Hint" }
-            throw $message
-        }
-        Start-Sleep -Seconds $PollSeconds
-    }
-    Write-Output "start-node: $What"
-}
 
 function Get-NssmParameter {
     param([string]$Service, [string]$Name)
@@ -153,42 +122,6 @@ function Copy-IfChanged {
         ((Get-FileHash -LiteralPath $Source).Hash -eq (Get-FileHash -LiteralPath $Destination).Hash)) { return }
     Copy-Item -LiteralPath $Source -Destination $Destination -Force
     Write-Output "start-node: $Destination updated"
-}
-
-function Stop-NodeService {
-    param([string]$Service)
-    $svc = Get-Service -Name $Service
-    if ($svc.Status -ne 'Stopped') {
-        Stop-Service -Name $Service -Force
-        Wait-Condition "$Service stopped" { (Get-Service -Name $Service).Status -eq 'Stopped' }
-    }
-}
-
-function ConvertTo-CanonicalCidr {
-    # Windows Firewall reports a subnet as 10.244.0.0/255.255.0.0 and one host as a bare address;
-    # compare addresses in a single form, a.b.c.d/nn.
-    param([string]$Address)
-    $ip, $suffix = $Address.Split('/', 2)
-    if ($null -eq $suffix) { return "$ip/32" }
-    if ($suffix -match '^\d+$') { return "$ip/$suffix" }
-    $bits = 0
-    foreach ($byte in [System.Net.IPAddress]::Parse($suffix).GetAddressBytes()) {
-        $bits += ([Convert]::ToString($byte, 2) -replace '0', '').Length
-    }
-    return "$ip/$bits"
-}
-
-function Set-FirewallRuleRemote {
-    # Scope a rule the box created to the given remote addresses; a no-op when already so.
-    param([string]$Name, [string[]]$Remote)
-    $rule = Get-NetFirewallRule -Name $Name -ErrorAction SilentlyContinue
-    if ($null -eq $rule) { throw "firewall rule $Name is missing: the box creates it (09-firewall.ps1); rebuild the box" }
-    $wanted = @($Remote | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
-    $current = @(($rule | Get-NetFirewallAddressFilter).RemoteAddress | ForEach-Object { ConvertTo-CanonicalCidr $_ } | Sort-Object) -join ','
-    if ($current -ne $wanted) {
-        Set-NetFirewallRule -Name $Name -RemoteAddress $Remote
-        Write-Output "start-node: firewall rule $Name now allows only $($Remote -join ', ') (was $current)"
-    }
 }
 
 function Get-NodeAddress {
@@ -248,11 +181,6 @@ function Test-KubeProxyReady {
         }
     }
     return $false
-}
-
-function Test-NodeRegistered {
-    if (-not (Test-Path -LiteralPath $Node.kubeconfig)) { return $false }
-    return (Invoke-Native $Kubectl @('--kubeconfig', $Node.kubeconfig, 'get', 'node', $Node.name)).ExitCode -eq 0
 }
 
 function Test-FlannelNetwork {

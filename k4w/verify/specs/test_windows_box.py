@@ -37,7 +37,8 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("name", wanted)
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
-NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1")
+# node-lib.ps1: start-node.ps1 and protect-node-folders.ps1 dot-source it from beside them.
+NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1", K_DIR + "\\node-lib.ps1")
 # Inbound ports: kubelet API (kubelet --port default 10250), Flannel vxlan (UDP 4789, VXLAN_PORT in
 # k4w/derive.py), NodePort range for TCP and UDP services
 # (kube-apiserver --service-node-port-range default 30000-32767).

@@ -101,7 +101,10 @@ def test_start_node_cleans_up_then_starts_containerd_and_the_kubelet_each_after_
     waits = [body.index(s) for s in ("answers on", "& (Join-Path $K 'kube-cleanup.ps1')", "registered\"")]
     assert waits == sorted(waits)
     assert "foreach ($network in $Node.network_name, $StaleNatNetwork)" in body and "$StaleNatNetwork = 'nat'" in START_NODE
-    assert "Start-Sleep -Seconds $PollSeconds" in START_NODE and not re.search(r"Start-Sleep -Seconds \d", START_NODE)
+    # The polling is node-lib.ps1's Wait-Condition, which start-node.ps1 dot-sources.
+    node_lib = (GUEST / "node" / "node-lib.ps1").read_text()
+    assert ". (Join-Path $PSScriptRoot 'node-lib.ps1')" in START_NODE and "$PollSeconds = 2" in START_NODE
+    assert "Start-Sleep -Seconds $PollSeconds" in node_lib and not re.search(r"Start-Sleep -Seconds \d", START_NODE + node_lib)
     # flanneld and kube-proxy are the HostProcess DaemonSets' pods, never services started here.
     assert not re.search(r"Start-Service -Name '(flanneld|kube-proxy)'", START_NODE)
 
@@ -112,7 +115,7 @@ def test_the_daemonset_scripts_wait_on_conditions_not_fixed_sleeps():
     for text in (lib, START_FLANNELD, START_KUBE_PROXY, (HOSTPROCESS / "ready-flanneld.ps1").read_text()):
         assert not re.search(r"Start-Sleep -Seconds \d", text)
     # kube-proxy runs only once Flannel's network exists, and in the foreground (the pod lives as long as it).
-    assert START_KUBE_PROXY.index("Wait-K4wCondition -What \"Flannel's HNS network") < START_KUBE_PROXY.index("$sourceVip = Get-SourceVip")
+    assert START_KUBE_PROXY.index("Wait-K4wPodCondition -What \"Flannel's HNS network") < START_KUBE_PROXY.index("$sourceVip = Get-SourceVip")
     assert START_KUBE_PROXY.rstrip().endswith("& (Join-Path $NodeDir 'kube-proxy.exe') @arguments\nexit $LASTEXITCODE")
     assert START_FLANNELD.rstrip().endswith("& (Join-Path $NodeDir 'flanneld.exe') @arguments\nexit $LASTEXITCODE")
 
@@ -174,7 +177,7 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     assert "criSocket" not in yaml.safe_load(join_config.for_worker("windows-1803", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
                                                                     join_config.SAMPLE_HASH, "w"))["nodeRegistration"]
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
-    assert join.index("Invoke-StartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
+    assert join.index("Invoke-K4wStartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
 
 
 def test_the_prepull_goes_through_the_cri_so_the_mirrors_their_credentials_and_the_pinned_label_apply():

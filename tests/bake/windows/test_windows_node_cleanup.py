@@ -24,6 +24,7 @@ DAEMONSETS = "manifests/windows-containerd/windows-node-daemonsets.yaml"
 KUBE_CLEANUP = GUEST / "node" / "kube-cleanup.ps1"
 CRI_SANDBOXES = GUEST / "node" / "cri-sandboxes.ps1"
 CLUSTER_ROUTE = GUEST / "node" / "cluster-route.ps1"
+NODE_LIB = GUEST / "node" / "node-lib.ps1"
 CLUSTER_IP = GUEST / "cluster" / "cluster-ip.ps1"
 CRICTL_FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / "crictl-1.37.0.yml").read_text())
 PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
@@ -53,7 +54,7 @@ def route_problems(start_script: bytes) -> list[str]:
     HNS network moved the cluster address (empty: it restores it, at every start of the pod)."""
     problems = []
     found = _top_level(start_script)
-    flannel_up = _first(found, "wait-k4wcondition", containing="Flannel's HNS network")
+    flannel_up = _first(found, "wait-k4wpodcondition", containing="Flannel's HNS network")
     setters = [(i, _text(c)) for i, c in enumerate(found) if c.name == "set-clusterdefaultroute"]
     if not any(i > flannel_up for i, _ in setters):
         problems.append("no Set-ClusterDefaultRoute after the wait for Flannel's network")
@@ -180,7 +181,7 @@ def test_the_containerd_node_start_hands_its_runtime_endpoint_to_the_cleanup_wit
     cleanup_body = cleanup_body[cleanup_body.index("# ---------------------------------------------------------------- 2. clean slate"):]
     assert "if ($network -eq $Node.network_name) { $cleanup.CriEndpoint = $Node.runtime_endpoint }" in cleanup_body
     assert "& (Join-Path $K 'kube-cleanup.ps1') @cleanup" in cleanup_body
-    runtime_up = _first(found, "wait-until", containing="answers on")
+    runtime_up = _first(found, "wait-condition", containing="answers on")
     kubelet = _first(found, "start-service", containing="'kubelet'")
     assert cleanup_body.index("answers on") < cleanup_body.index("& (Join-Path $K 'kube-cleanup.ps1')") and runtime_up < kubelet
 
@@ -197,7 +198,7 @@ def test_the_bake_installs_the_pinned_crictl_where_kube_cleanup_runs_it(render_w
     assert crictl["sha256_url"] == crictl["url"] + ".sha256"
 
 
-@pytest.mark.parametrize("library", [CRI_SANDBOXES, CLUSTER_ROUTE], ids=lambda p: p.name)
+@pytest.mark.parametrize("library", [CRI_SANDBOXES, CLUSTER_ROUTE, NODE_LIB], ids=lambda p: p.name)
 def test_the_new_libraries_only_define_functions_so_dot_sourcing_them_changes_nothing(library):
     # Exempt from the script header (test_windows_powershell.DOT_SOURCED): their callers' header applies.
     assert _top_level(library.read_bytes()) == []
