@@ -159,6 +159,22 @@ def inventory(c, config=None, out=None, dry_run=False):
     inventory_mod.write(cli.load(s), s.out, dry_run=s.dry_run)
 
 
+# No short flags: -c means --config everywhere else, and --check is not that.
+@task(auto_shortflags=False,
+      help={"check": "write nothing; fail (exit 1) when the committed files differ from what the config model gives",
+            "dry_run": "say which files would be written, write nothing"})
+@user_errors
+def schema(c, check=False, dry_run=False):
+    """Write docs/reference/cluster.schema.json and cluster-yml.md (the cluster.yml reference) from the config model."""
+    from k4w import sources
+    from k4w.commands import schema as schema_mod
+
+    if check:
+        schema_mod.check(sources.REPO.root)
+    else:
+        schema_mod.write(sources.REPO.root, dry_run=bool(dry_run or c.config.k4w.dry_run or c.config.run.dry))
+
+
 def _build(c, config, out, dry_run, **options):
     from k4w import cli, ui
     from k4w.bake import commands
@@ -277,5 +293,5 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e, inventory)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e, inventory, schema)
 ns.configure({"k4w": DEFAULTS})

@@ -68,18 +68,31 @@ def optional_path(v: str | None, message: str) -> str | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # use_attribute_docstrings: the docstring under each field is its description in the JSON
+    # Schema and the cluster.yml reference (k4w/commands/schema.py, `invoke schema`).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Cluster(Strict):
+    """Naming and timing of the whole cluster, and whether its nodes join a cluster k4w did not create."""
+
     name: str = "k4w"
+    """The cluster's name: the prefix of its Hyper-V VM names (<name>-<node>) and of its NetNat. 1-15 lower-case letters,
+    digits or '-', not starting or ending with '-'."""
     domain: str = "cluster.local"
+    """The Kubernetes cluster DNS domain (kubelet, CoreDNS, NO_PROXY): a lower-case RFC 1123 DNS name."""
     timezone: str = "UTC"
+    """The IANA time zone the Ubuntu installer sets (preseed, autoinstall), e.g. Europe/Warsaw. A Windows box takes its
+    time zone from its box profile."""
     ready_timeout: StrictInt = Field(900, ge=60, le=7200)
+    """Seconds cluster-up (and kubeadm, for the control plane) waits for something to become ready, e.g. every node
+    Ready."""
     # The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray): k4w then makes no
     # master and only joins the nodes to it (k4w/cluster/existing.py; README "Add Windows nodes to
     # your own cluster"). Relative to the current folder, ~ expanded; read only by cluster-up/plan.
     existing: str | None = None
+    """The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray). k4w then makes no master and joins the
+    nodes, all workers, to that cluster. Relative to the current folder, ~ expanded. null: k4w creates the cluster."""
 
     @field_validator("existing")
     @classmethod
@@ -120,9 +133,16 @@ def _tz_names() -> frozenset[str]:
 
 
 class Proxy(Strict):
+    """The corporate HTTP proxy every download goes through: installers, apt, Docker/containerd, Windows, invoke fetch."""
+
     http: str | None = None
+    """Proxy for http:// URLs: http(s)://[user:password@]host:port, the port required; credentials percent-encoded, never
+    logged. null: no proxy."""
     https: str | None = None
+    """Proxy for https:// URLs, same form as http. It is never copied from http: set both if HTTPS goes through a proxy."""
     no_proxy: list[str] = Field(default_factory=list)
+    """Extra hosts, .domains, IPs or CIDRs reached without the proxy. The cluster's CIDRs, node IPs and names and its
+    domain are added by k4w."""
 
     @field_validator("no_proxy")
     @classmethod
@@ -154,10 +174,19 @@ _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")  # RFC 1122 section 3.2.1.3
 
 
 class Network(Strict):
+    """The cluster's address ranges and Flannel backend, decided once here; every artifact takes them from here. The
+    three ranges must not overlap."""
+
     node_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.250.0/24")
+    """The cluster switch's subnet: every node's ip is in it, and the host's gateway is its first address (or
+    hyperv.cluster_gateway). Private (RFC 1918), /29 or larger."""
     pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
+    """The pod network: Flannel gives each node a /24 of it. /23 or larger, with a /24 for every node."""
     service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/12")
+    """The Kubernetes service range: the API service is its 1st address, the cluster DNS its 10th. /28 or larger."""
     backend: Literal["host-gw", "vxlan"] = "host-gw"
+    """Flannel's backend. vxlan needs boxes that support it (Windows Server 2019 or later); the containerd-era Windows
+    boxes run vxlan only."""
 
     @field_validator("node_cidr", "pod_cidr", "service_cidr", mode="before")
     @classmethod
@@ -218,15 +247,25 @@ class Network(Strict):
 
 
 class HyperV(Strict):
+    """The Hyper-V virtual switches: every VM gets one NIC on each."""
+
     management_switch: str = "Default Switch"
+    """The switch of each VM's management NIC (DHCP): Vagrant, SSH and WinRM use it, and it carries outbound traffic."""
     cluster_switch: str = "k4w-cluster"
+    """The switch of each VM's cluster NIC, which has the node's static ip; `invoke network-up` creates it."""
     # Internal: the host holds the gateway address and a NetNat (one host). External: the switch is bound
     # to the host adapter cluster_adapter and the user's network routes network.node_cidr, its router
     # being cluster_gateway (default: the first address); no NetNat, so nodes on several Hyper-V hosts,
     # each running cluster-up with its own nodes, reach each other and a cluster elsewhere.
     cluster_switch_type: Literal["Internal", "External"] = "Internal"
+    """Internal: the host holds the gateway address and a NetNat (one host). External: the switch is bound to
+    cluster_adapter and your network routes network.node_cidr, so nodes on several Hyper-V hosts reach each other."""
     cluster_adapter: str | None = None
+    """The host network adapter an External cluster switch is bound to (Get-NetAdapter -Physical lists them). Required
+    with External, not allowed with Internal."""
     cluster_gateway: ipaddress.IPv4Address | None = None
+    """The router of network.node_cidr for an External switch, inside node_cidr; null: its first address. Not allowed
+    with Internal."""
 
     @field_validator("cluster_adapter")
     @classmethod
@@ -257,8 +296,12 @@ class HyperV(Strict):
 class Downloads(Strict):
     """Where `invoke fetch` keeps components (k4w.bake.cache) and where it gets them from."""
 
-    cache: str | None = None  # a folder; relative to cluster.yml's folder; default: the user cache folder
-    mirror: str | None = None  # base URL of an internal mirror; see README "Downloads"
+    cache: str | None = None
+    """The folder `invoke fetch` keeps components in, relative to this file's folder, ~ expanded. null:
+    %LOCALAPPDATA%\\k4w\\cache on Windows, ~/.cache/k4w elsewhere. --cache and K4W_CACHE win over it."""
+    mirror: str | None = None
+    """The base URL of an internal download mirror (Artifactory, Nexus): each file is fetched from <mirror>/<original
+    host>/<original path>. http(s), optional user:password@ and path, no query or fragment. null: the original URLs."""
 
     @field_validator("cache")
     @classmethod
@@ -322,11 +365,17 @@ class RegistryMirror(Strict):
     the guests only in containerd's registry auth file (owner-only; an ACL on Windows)."""
 
     endpoint: str
-    ca: str | None = None  # a PEM file on this host, relative to cluster.yml's folder
+    """The mirror's URL: https://[user:password@]host[:port][/repository-prefix], lower-case path without /v2.
+    Credentials are redacted everywhere and reach the guests only in containerd's owner-only auth file."""
+    ca: str | None = None
+    """The PEM file of the CA certificate(s) that signed the mirror's certificate, relative to this file's folder; no
+    private key. null: the system's CAs."""
     # http:// only with this set: an air-gapped lab registry (registry:2 without TLS on the cluster
     # switch) has no certificate, and plain HTTP lets anyone on the path swap manifests, so k4w
     # never falls back to it on its own (containerd's --plain-http, Docker's insecure-registries).
     plain_http: StrictBool = False
+    """true allows an http:// endpoint without TLS (an air-gapped lab registry): anyone on the path can change the
+    images. Only with http://, and no credentials."""
 
     @field_validator("endpoint")
     @classmethod
@@ -385,8 +434,13 @@ class RegistryMirror(Strict):
 
 
 class Registry(Strict):
+    """Container image mirrors, per upstream registry."""
+
     # upstream registry host -> its mirror
     mirrors: dict[str, RegistryMirror] = Field(default_factory=dict)
+    """Upstream registry host as image names spell it (registry.k8s.io, docker.io, mcr.microsoft.com) -> its mirror. A
+    Docker (seed-era) box takes a docker.io mirror and one for its Kubernetes image registry only, https with a public
+    CA and no credentials."""
 
     @field_validator("mirrors", mode="before")
     @classmethod
@@ -403,13 +457,24 @@ class Registry(Strict):
 
 
 class Node(Strict):
+    """One VM of the cluster."""
+
     name: str
+    """The VM's host name and Kubernetes node name: 1-15 lower-case letters, digits or '-' (a Windows computer name is at
+    most 15), unique, not digits only on Windows."""
     role: Literal["master", "worker"]
+    """master runs the kubeadm control plane: exactly one node, Linux, none with cluster.existing. Every other node is a
+    worker."""
     box: str
+    """The box profile the VM is built from: the name of a file boxes/<box>.yml, e.g. ubuntu-1604 or windows-2022."""
     ip: ipaddress.IPv4Address
+    """The static IP of the VM's cluster NIC: unique, inside network.node_cidr, not its network, broadcast or gateway
+    address."""
     # Strict: YAML's true would otherwise become 1 CPU, and "2048" a number.
     cpus: StrictInt = Field(2, ge=1, le=64)
-    memory: StrictInt = Field(2048, ge=256, le=262144, description="MiB")
+    """Virtual CPUs."""
+    memory: StrictInt = Field(2048, ge=256, le=262144)
+    """Memory in MiB: a multiple of 2 (Hyper-V refuses others), at least the box profile's min_memory_mb."""
 
     @field_validator("memory")
     @classmethod
@@ -430,13 +495,25 @@ class Node(Strict):
 
 
 class Config(Strict):
+    """cluster.yml: the one file a user edits; every artifact is rendered from it. Loading it also checks rules across
+    fields that a JSON Schema cannot express: exactly one master (none with cluster.existing), unique node names and
+    IPs, each node's box exists and supports network.backend and its memory, kubelet versions within the master's skew
+    policy, and registry mirrors the boxes' container runtime can use."""
+
     cluster: Cluster = Cluster()
+    """Naming and timing of the whole cluster."""
     proxy: Proxy = Proxy()
+    """The corporate HTTP proxy; without one, leave http and https null."""
     network: Network = Network()
+    """Address ranges and the Flannel backend."""
     hyperv: HyperV = HyperV()
+    """The Hyper-V virtual switches."""
     downloads: Downloads = Downloads()
+    """Where components are downloaded from and kept."""
     registry: Registry = Registry()
+    """Container image mirrors."""
     nodes: list[Node]
+    """The VMs, in the order cluster-up brings them up; at least one."""
 
     @field_validator("nodes")
     @classmethod

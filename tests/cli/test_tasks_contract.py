@@ -28,6 +28,7 @@ TASKS = {
     "pin": {"--box", "--component", "--config", "--dry-run", "--replace"},
     "plan": {"-c --config", "-d --dry-run", "-o --out"},
     "render": {"-c --config", "-d --dry-run", "-o --out"},
+    "schema": {"--check", "--dry-run"},
     "test-box": {"-b --box", "-c --config", "-d --dry-run", "-o --out"},
     "validate": {"-c --config", "-d --dry-run", "-o --out"},
 }
