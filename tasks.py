@@ -7,8 +7,8 @@ an invoke.yaml beside this file or INVOKE_K4W_OUT=/data/build changes them for e
 """
 
 # First: Ctrl-C or SIGTERM from here on ends in one line and exit code 130 or 143, never a
-# traceback from an import (k4w.signals; `python -m k4w` installs it before Invoke's own import).
-from k4w import signals
+# traceback from an import (k4w.infra.signals; `python -m k4w` installs it before Invoke's own import).
+from k4w.infra import signals
 
 signals.install()
 
@@ -24,11 +24,11 @@ from k4w.defaults import DEFAULTS  # noqa: E402
 
 
 def user_errors(fn):
-    """k4w.cli.user_errors, with k4w.cli imported when the task runs, not when tasks.py loads."""
+    """k4w.commands.cli.user_errors, with k4w.commands.cli imported when the task runs, not when tasks.py loads."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from k4w import cli
+        from k4w.commands import cli
 
         return cli.user_errors(fn)(*args, **kwargs)
 
@@ -50,7 +50,7 @@ BUILD_HELP = {
 @user_errors
 def render(c, config=None, out=None, dry_run=False):
     """Render every artifact (Packer, answer files, manifests, cluster.json) from the config."""
-    from k4w import cli
+    from k4w.commands import cli
 
     s = cli.settings(c, config, out, dry_run)
     cli.rendered(cli.load(s), s)
@@ -60,7 +60,7 @@ def render(c, config=None, out=None, dry_run=False):
 @user_errors
 def validate(c, config=None, out=None, dry_run=False):
     """Render, then check each artifact with the real tool that consumes it."""
-    from k4w import cli
+    from k4w.commands import cli
 
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
@@ -71,7 +71,7 @@ def validate(c, config=None, out=None, dry_run=False):
 @user_errors
 def plan(c, config=None, out=None, dry_run=False):
     """Render and show what build and cluster-up would do: nodes, derived values, commands."""
-    from k4w import cli, plan as plan_mod
+    from k4w.commands import cli, plan as plan_mod
 
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
@@ -83,7 +83,8 @@ def plan(c, config=None, out=None, dry_run=False):
 @user_errors
 def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False):
     """Check this host before a long step: Hyper-V, rights, tools, switches, ISOs, disk, proxy."""
-    from k4w import cli, doctor as doctor_mod, ui
+    from k4w.commands import cli, doctor as doctor_mod
+    from k4w.infra import ui
 
     if stage not in doctor_mod.STAGES:
         raise Exit(f"--stage must be one of {', '.join(doctor_mod.STAGES)}", code=2)
@@ -98,7 +99,7 @@ def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False)
 @user_errors
 def all_(c, config=None, out=None, dry_run=False):
     """The main job: render + validate + plan; on a Hyper-V host, then build both boxes."""
-    from k4w import cli, plan as plan_mod
+    from k4w.commands import cli, plan as plan_mod
 
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
@@ -112,7 +113,8 @@ def all_(c, config=None, out=None, dry_run=False):
 @user_errors
 def network_up(c, config=None, dry_run=False):
     """Create the Hyper-V cluster switch, host gateway address and NetNat (idempotent; as Administrator)."""
-    from k4w import cli, cluster
+    from k4w.commands import cli
+    from k4w import cluster
 
     s = cli.settings(c, config, dry_run=dry_run, uses_out=False)
     cluster.network_up(cli.load(s).config, dry_run=s.dry_run)
@@ -122,7 +124,7 @@ def network_up(c, config=None, dry_run=False):
 @user_errors
 def cluster_up(c, config=None, out=None, dry_run=False):
     """Bring up the hybrid cluster: VMs, kubeadm, Flannel, joins, demo; resumes after a failure."""
-    from k4w import cli
+    from k4w.commands import cli
 
     s = cli.settings(c, config, out, dry_run)
     cluster = cli.load(s)
@@ -133,7 +135,8 @@ def cluster_up(c, config=None, out=None, dry_run=False):
 @user_errors
 def cluster_down(c, config=None, out=None, dry_run=False):
     """Destroy the cluster's VMs and forget its state."""
-    from k4w import cli, cluster
+    from k4w.commands import cli
+    from k4w import cluster
 
     s = cli.settings(c, config, out, dry_run)
     cluster.cluster_down(cli.load(s), s.out, dry_run=s.dry_run)
@@ -143,7 +146,8 @@ def cluster_down(c, config=None, out=None, dry_run=False):
 @user_errors
 def cluster_reset(c, config=None, out=None, dry_run=False):
     """Undo kubeadm on every node and stop the Windows services, keeping the VMs and their IPs."""
-    from k4w import cli, cluster
+    from k4w.commands import cli
+    from k4w import cluster
 
     s = cli.settings(c, config, out, dry_run)
     cluster.cluster_reset(cli.load(s), s.out, dry_run=s.dry_run)
@@ -153,7 +157,7 @@ def cluster_reset(c, config=None, out=None, dry_run=False):
 @user_errors
 def inventory(c, config=None, out=None, dry_run=False):
     """Write OUT/inventory/hosts.yaml: the Linux nodes as a kubespray inventory (groups, addresses, SSH user and key)."""
-    from k4w import cli, inventory as inventory_mod
+    from k4w.commands import cli, inventory as inventory_mod
 
     s = cli.settings(c, config, out, dry_run)
     inventory_mod.write(cli.load(s), s.out, dry_run=s.dry_run)
@@ -176,7 +180,8 @@ def schema(c, check=False, dry_run=False):
 
 
 def _build(c, config, out, dry_run, **options):
-    from k4w import cli, ui
+    from k4w.commands import cli
+    from k4w.infra import ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, out, dry_run)
@@ -209,7 +214,7 @@ def build(c, config=None, out=None, force=False, dry_run=False):
 @user_errors
 def iso_add(c, path, box=None):
     """Record an ISO's sha256 in iso/catalogue.yml and hard-link it into iso/ (no silent copy across drives)."""
-    from k4w import ui
+    from k4w.infra import ui
     from k4w.bake import commands
 
     commands.add_iso(path, box, console=ui.console)
@@ -221,7 +226,8 @@ def iso_add(c, path, box=None):
 @user_errors
 def fetch(c, box=None, config=None, cache=None, dry_run=False):
     """Download and verify every component the boxes need into the host's cache, once; resumes, in parallel."""
-    from k4w import cli, ui
+    from k4w.commands import cli
+    from k4w.infra import ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, None, dry_run, uses_out=False)  # the cache is not under --out
@@ -236,7 +242,8 @@ def fetch(c, box=None, config=None, cache=None, dry_run=False):
 @user_errors
 def pin(c, box, component, config=None, replace=False, dry_run=False):
     """Download a component whose publisher prints no checksum, show its sha256, record it in k4w-pins.yml."""
-    from k4w import cli, ui
+    from k4w.commands import cli
+    from k4w.infra import ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, None, dry_run, uses_out=False)
@@ -247,7 +254,7 @@ def pin(c, box, component, config=None, replace=False, dry_run=False):
 @user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
     """Boot a throwaway VM from OUT/boxes/<box>.json, run its testinfra spec, destroy it, record the result."""
-    from k4w import cli
+    from k4w.commands import cli
     from k4w.verify import flows
 
     s = cli.settings(c, config, out, dry_run)
@@ -258,7 +265,7 @@ def test_box(c, box, config=None, out=None, dry_run=False):
 @user_errors
 def cluster_test(c, config=None, out=None, dry_run=False):
     """Node specs on every node, then nodes, system pods and the connectivity matrix; reports in OUT/reports/."""
-    from k4w import cli
+    from k4w.commands import cli
     from k4w.verify import flows
 
     s = cli.settings(c, config, out, dry_run)
@@ -277,9 +284,10 @@ def cluster_test(c, config=None, out=None, dry_run=False):
 @user_errors
 def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
-    from k4w import cli, ui
-    from k4w.errors import K4wError
-    from tests.e2e.harness import BOXES, default_out, run_e2e
+    from k4w.commands import cli
+    from k4w.infra import ui
+    from k4w.infra.errors import K4wError
+    from ci.e2e import BOXES, default_out, run_e2e
 
     if box not in BOXES:
         raise K4wError(f"--box {box}: no such CI box; choose one of: {', '.join(BOXES)}")

@@ -7,7 +7,7 @@
 .DESCRIPTION
   Packer listens on a port in -Ports (k4w pins http_port_min/http_port_max to that range). The
   rule allows TCP to those ports on one interface only, -InterfaceAlias: the host's vNIC on the
-  management switch the build VMs sit on ('vEthernet (Default Switch)' by default; k4w/packer_http.py).
+  management switch the build VMs sit on ('vEthernet (Default Switch)' by default; k4w/render/packer_http.py).
   Not -RemoteAddress LocalSubnet: that admits every subnet the host is on (the office LAN, a
   hotel Wi-Fi), and Packer serves the build's files to whoever connects. An alias rather than an
   address, because the Default Switch's subnet changes at each host boot. An enabled inbound

@@ -6,7 +6,7 @@ which installs the handler first thing: a Ctrl-C in that first part of a second 
 host) would show Python's KeyboardInterrupt traceback. Here only Python's own start-up comes first.
 """
 
-from k4w import signals
+from k4w.infra import signals
 
 signals.install()
 

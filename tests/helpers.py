@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import sources, tools
-from k4w.errors import ToolMissing
+from k4w.model import sources
+from k4w.infra import tools
+from k4w.infra.errors import ToolMissing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,7 +104,7 @@ def use_sources(monkeypatch, **changes) -> sources.Sources:
 def system_tool(name: str) -> str:
     """A program scripts/setup.sh installs with apt (packer, vagrant, shellcheck, ruby, ...).
 
-    Found the way k4w finds it (k4w.tools.require). A missing one FAILS the test, naming the
+    Found the way k4w finds it (k4w.infra.tools.require). A missing one FAILS the test, naming the
     install command, and never skips it: in CI a skipped check reads like a passed one.
     """
     try:
@@ -114,9 +115,9 @@ def system_tool(name: str) -> str:
 
 def packer_validate(template: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`packer init` then `packer validate` of a rendered template, as `invoke validate` runs them:
-    the Packer k4w finds (the pinned cache's first) with its plugins (k4w.bake.packer_cli.plugin_env).
+    the Packer k4w finds (the pinned cache's first) with its plugins (k4w.infra.packer_cli.plugin_env).
     The result of the first that fails, else of validate."""
-    from k4w.bake import packer_cli
+    from k4w.infra import packer_cli
 
     packer = system_tool("packer")
     full_env = {**os.environ, **packer_cli.plugin_env(packer), "CHECKPOINT_DISABLE": "1", **(env or {})}

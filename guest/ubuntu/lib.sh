@@ -223,7 +223,7 @@ k4w_component_file() {
     [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
         k4w_die "${component}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
     # K4W_MEDIA_URL_PATH: /components/ where the server also serves preseed.cfg from OUT/http/<box>/,
-    # / where it serves the build media folder alone (k4w.build_media.served_folder).
+    # / where it serves the build media folder alone (k4w.bake.media.build_media.served_folder).
     url="http://${PACKER_HTTP_ADDR}${K4W_MEDIA_URL_PATH}${name}"
     mkdir -p "$(dirname "$target")"
     part="${target}.part"
@@ -571,8 +571,8 @@ k4w_apt() {
 }
 
 # --- proxy ---------------------------------------------------------------------------------
-# k4w_configure_registry FILES AUTH_BASE64 SCOPE - containerd's image mirrors (k4w/registry.py).
-# FILES: blank-separated "<host folder>/<file>=<base64>" entries, the certs.d tree k4w.registry
+# k4w_configure_registry FILES AUTH_BASE64 SCOPE - containerd's image mirrors (k4w/derive/registry.py).
+# FILES: blank-separated "<host folder>/<file>=<base64>" entries, the certs.d tree k4w.derive.registry
 # renders (hosts.toml and the mirror's ca.crt beside it); empty = no mirror. AUTH_BASE64: the
 # credentials drop-in the CRI plugin imports (registry.configs.<mirror>.auth), base64; empty =
 # none. SCOPE, as k4w_configure_proxy's: build (bake; the credentials in /run, gone with the build
@@ -599,7 +599,7 @@ k4w_configure_registry() {
         path="${entry%%=*}"
         folder="${path%/*}"
         name="${path##*/}"
-        # A folder is a registry host (host_port_); a file is hosts.toml or ca.crt (k4w/registry.py).
+        # A folder is a registry host (host_port_); a file is hosts.toml or ca.crt (k4w/derive/registry.py).
         [[ $path == */* && $folder =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ && ($name == hosts.toml || $name == ca.crt) ]] ||
             k4w_die "K4W_REGISTRY_FILES holds '${path}', which is not <registry host>/hosts.toml or ca.crt"
         k4w_write_file "${K4W_REGISTRY_HOSTS_DIR}/${path}" 0644 "$(printf '%s' "${entry#*=}" | base64 -d)"
@@ -635,7 +635,7 @@ k4w_configure_registry() {
 }
 
 # k4w_configure_proxy PROXY_ENV APT_PROXY_CONF FILE_MODE SCOPE - give the proxy to everything
-# that downloads. PROXY_ENV is the blank-separated NAME=value pairs k4w.derive computes
+# that downloads. PROXY_ENV is the blank-separated NAME=value pairs k4w.derive.values computes
 # (cluster.yml allows no blank in a proxy URL or NO_PROXY entry); FILE_MODE is 0600 when a URL
 # carries credentials. Empty PROXY_ENV and APT_PROXY_CONF mean no proxy. SCOPE:
 # - node (cluster-up, guest/ubuntu/cluster/cluster-proxy.sh): on disk, for good - login sessions
@@ -657,7 +657,7 @@ K4W_INSTALLER_PROXY_FILES=(/etc/apt/apt.conf.d/90curtin-aptproxy /etc/systemd/sy
 # The services that download on a node: the container runtime of either era (docker, containerd)
 # and the kubelet; a drop-in for a unit a node does not have is inert. During a build only the
 # runtime the box installs pulls images: K4W_CONTAINER_RUNTIME (docker or containerd, derived from
-# the profile's components by k4w/derive_steps.py).
+# the profile's components by k4w/derive/step_env.py).
 K4W_PROXY_SERVICES=(docker containerd kubelet)
 # The services' proxy variables, under /etc (node) or /run (build): K4W_PROXY_SERVICE_ENV below.
 K4W_PROXY_SERVICE_ENV=/k4w/proxy.env

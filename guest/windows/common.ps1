@@ -8,7 +8,7 @@
 $ProgressPreference = 'SilentlyContinue'
 
 # The step variables of every component the box installs from the build CD, as
-# k4w/derive_steps.py names them (PROFILE_VARIABLES and MEDIA_VARIABLES;
+# k4w/derive/step_env.py names them (PROFILE_VARIABLES and MEDIA_VARIABLES;
 # tests/render/test_step_variables.py checks both lists name the same variables). A value the
 # profile leaves null is not set at all.
 $script:K4wComponents = [ordered]@{
@@ -168,7 +168,7 @@ function Add-K4wMachinePath {
 # ------------------------------------------------------------------------------------ proxy
 
 function Get-K4wProxyServer {
-    # One proxy server as k4w.derive split its URL: host:port (what WinHTTP, WinINet and
+    # One proxy server as k4w.derive.values split its URL: host:port (what WinHTTP, WinINet and
     # Invoke-WebRequest's -Proxy take) and the credentials, percent-encoded as in cluster.yml.
     # HostPort is '' when there is no such proxy.
     param(
@@ -184,7 +184,7 @@ function Get-K4wProxyServer {
 }
 
 function Get-K4wProxySettings {
-    # The proxy of this build as k4w/derive_steps.py passed it: per scheme the server (https is
+    # The proxy of this build as k4w/derive/step_env.py passed it: per scheme the server (https is
     # never derived from http), the NO_PROXY list, and the NAME=value pairs of the machine and
     # service environments (blank-separated: cluster.yml allows no blank in a proxy URL or a
     # NO_PROXY entry). Nothing here parses a URL.
@@ -220,7 +220,7 @@ function Set-K4wProxy {
     # (Go programs - docker CLI, kubelet, kube-proxy, flanneld - and curl.exe read them; they carry
     # the full URLs, credentials included, because those tools need them), plus WinHTTP and the
     # machine-wide WinINet settings from host:port only. Windows environment names ignore case, so
-    # k4w.derive gives one name per variable; a managed name the settings leave out is removed.
+    # k4w.derive.values gives one name per variable; a managed name the settings leave out is removed.
     param([Parameter(Mandatory = $true)]$Proxy)
     $values = [ordered]@{}
     foreach ($pair in $Proxy.Environment) {
@@ -434,7 +434,7 @@ $script:K4wRegistryHostsDir = Join-Path $env:ProgramFiles 'containerd\certs.d'
 # The drop-in folder config.toml imports (containerd's own DefaultConfigIncludePattern at v2.3.7).
 $script:K4wContainerdDropIns = Join-Path $env:ProgramFiles 'containerd\conf.d'
 $script:K4wRegistryAuthFile = Join-Path $script:K4wContainerdDropIns 'k4w-registry-auth.toml'
-# The first line of every hosts.toml k4w writes (k4w/registry.py MARKER): folders without it are not k4w's.
+# The first line of every hosts.toml k4w writes (k4w/derive/registry.py MARKER): folders without it are not k4w's.
 $script:K4wRegistryMarker = '# k4w: written from cluster.yml registry.mirrors'
 
 function Protect-K4wPrivateFile {
@@ -452,7 +452,7 @@ function Protect-K4wPrivateFile {
 }
 
 function Set-K4wContainerdRegistry {
-    # The image mirrors of cluster.yml for containerd (k4w/registry.py): -Files is K4W_REGISTRY_FILES,
+    # The image mirrors of cluster.yml for containerd (k4w/derive/registry.py): -Files is K4W_REGISTRY_FILES,
     # blank-separated "<host folder>/<file>=<base64>" entries of the certs.d tree (hosts.toml and the
     # mirror's ca.crt beside it); -Auth is K4W_REGISTRY_AUTH, the base64 credentials drop-in the CRI
     # plugin imports. Either may be empty. k4w's folders that -Files no longer names are removed.

@@ -27,14 +27,14 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .. import filelock, ui
-from ..build_media import file_name, safe_segment as _safe
-from ..cluster_model import Cluster
-from ..config import Config
-from ..errors import K4wError
-from ..profiles import Profile
-from ..redact import redact
-from . import pins
+from k4w.infra import filelock, ui
+from k4w.bake.media.build_media import file_name, safe_segment as _safe
+from k4w.model.cluster import Cluster
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
+from k4w.infra.redact import redact
+from k4w.model import pins
 from .download import Downloaded
 
 CACHE_ENV = "K4W_CACHE"

@@ -15,9 +15,11 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from .. import documents, out_state, outfiles, proc
-from ..errors import K4wError
-from ..profiles import Profile
+from k4w.model import documents
+from k4w.out import state as out_state, files as outfiles
+from k4w.infra import proc
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
 
 BOX_PREFIX = "k4w/"
 
@@ -71,7 +73,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def read_record(out: Path, box: str) -> dict | None:
     """The last build's record; None when there is none or it is not JSON (the box is then rebuilt).
-    JSON of another shape is one line naming the field (k4w.out_state.BuildRecord)."""
+    JSON of another shape is one line naming the field (k4w.out.state.BuildRecord)."""
     path = record_path(out, box)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -6,12 +6,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import config as config_mod, iso as iso_mod, profiles
-from ..cluster_model import Cluster
-from ..derive import derive_proxy
-from ..errors import K4wError
-from ..redact import redact
-from . import cache, fetch as fetch_mod, pins
+from k4w.model import config as config_mod, profiles
+from k4w.bake.media import iso as iso_mod
+from k4w.model.cluster import Cluster
+from k4w.derive.values import derive_proxy
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
+from k4w.bake import cache, fetch as fetch_mod
+from k4w.model import pins
 from .progress import download_progress, hash_progress
 from .runner import BoxResult, build_boxes
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import filelock, noproxy
-from ..derive import Proxy
-from ..errors import K4wError
-from ..redact import redact
+from k4w.infra import filelock
+from k4w.derive import noproxy
+from k4w.derive.values import Proxy
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
 
 # 1 MiB reads: progress stays smooth on slow proxies without a syscall per few KB.
 CHUNK = 1024 * 1024
@@ -118,7 +119,7 @@ def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | Non
              progress: Progress | None = None, on_wait: Callable[[], None] | None = None) -> Downloaded:
     """Fetch url to dest (resuming dest.part), verify, then rename into place.
 
-    One process at a time per file (a lock file beside it, k4w.filelock): two fetches resuming
+    One process at a time per file (a lock file beside it, k4w.infra.filelock): two fetches resuming
     the same .part would append to it in turn. on_wait is told when this one waits for another.
     expected None is for `invoke pin` only: the caller shows the measured checksum to the user.
     """

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import ui
-from ..cluster_model import Cluster
-from ..derive import Proxy
-from ..errors import K4wError
-from ..iso import human_size
+from k4w.infra import ui
+from k4w.model.cluster import Cluster
+from k4w.derive.values import Proxy
+from k4w.infra.errors import K4wError
+from k4w.bake.media.iso import human_size
 from . import cache
 from .download import DownloadError, Expected, download
 from .progress import FilesProgress

@@ -18,8 +18,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from ..iso import human_size
-from ..redact import redact
+from k4w.bake.media.iso import human_size
+from k4w.infra.redact import redact
 from .transcript import BuildState, Event
 
 

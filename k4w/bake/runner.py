@@ -23,15 +23,21 @@ from urllib.parse import unquote, urlsplit
 
 from rich.console import Console
 
-from .. import iso as iso_mod
-from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, registry, render, sources
-from ..cluster_model import Cluster
-from ..derive_steps import step_env
-from ..config import Config
-from ..errors import K4wError
-from ..profiles import Profile
-from ..redact import redact, register_secret
-from . import catalogue, fetch, gate, packer_cli, stamp as stamp_mod
+from k4w.bake.media import iso as iso_mod
+from k4w.bake.media import build_media, iso_images
+from k4w.out import files as outfiles
+from k4w.infra import packer_hcl, proc
+from k4w.model import profiles, sources
+from k4w.derive import registry
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.derive.step_env import step_env
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
+from k4w.infra.redact import redact, register_secret
+from k4w.bake import catalogue, fetch, gate, stamp as stamp_mod
+from k4w.infra import packer_cli
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
 
@@ -129,7 +135,7 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
 def _register_proxy_secrets(cfg: Config) -> None:
     """Proxy passwords are redacted even where they appear outside a URL (a guest may echo one)."""
     # The registry mirrors' credentials too (cluster.yml registry.mirrors), and the base64 drop-in
-    # that carries them to the guest (k4w.derive_steps).
+    # that carries them to the guest (k4w.derive.step_env).
     mirror_urls = [mirror.endpoint for mirror in cfg.registry.mirrors.values()]
     auth = registry.auth_toml(cfg)
     if auth:

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import packer_hcl, sources
-from ..profiles import Profile
+from k4w.infra import packer_hcl
+from k4w.model import sources
+from k4w.model.profiles import Profile
 
 # Folders of the repository whose files reach the box through the template.
 REFERENCED_DIRS = ("guest", "vagrant/box")

@@ -16,7 +16,7 @@ Formats, from kubernetes/kubernetes@v1.37.2 (its staging module k8s.io/cluster-b
   kube-public (ConfigMapClusterInfo, key kubeconfig), which is what a joining node discovers.
 
 The token is registered as a secret the moment it exists, so no error or log line prints it; it
-only ever goes into the private join material (k4w.cluster.join_config) the join uploads as a file.
+only ever goes into the private join material (k4w.derive.join_config) the join uploads as a file.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .. import documents
-from ..errors import K4wError
-from ..kubeapi import ApiError, Client
-from ..redact import register_secret
+from k4w.model import documents
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Client
+from k4w.infra.redact import register_secret
 
 NAMESPACE = "kube-system"
 SECRET_PREFIX = "bootstrap-token-"

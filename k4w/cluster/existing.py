@@ -1,7 +1,7 @@
 """Join workers to a cluster k4w did not create (cluster.existing): the join-only cluster-up, its plan,
 and the cluster-reset that removes exactly what k4w added.
 
-Order, all through the API with the admin kubeconfig (k4w.kubeapi), before any VM starts:
+Order, all through the API with the admin kubeconfig (k4w.cluster.kubeapi), before any VM starts:
 1. read the cluster's facts and refuse a cluster.yml that does not fit (k4w.cluster.facts), and a node name
    the cluster already has that this installation did not join (joining would take that Node over);
 2. check what a join relies on and k4w never changes: kubeadm's bootstrap-token RBAC (a cluster made by
@@ -20,7 +20,7 @@ then the VM steps of a k4w cluster (up, cluster NICs, their IPs, the node proxy)
    own flanneld on it steered to the cluster NIC (k4w.cluster.flannel_address);
 5. wait for the nodes to be Ready, deleting each node's token once it is. A Node is recorded once its join
    made it (the name was free just before).
-cluster-reset deletes this installation's Nodes (labelled k4w.io/installation=<its id>, k4w.node_marks) and
+cluster-reset deletes this installation's Nodes (labelled k4w.io/installation=<its id>, k4w.derive.node_marks) and
 token, and each recorded shared object no other installation uses (INSTALLATIONS, and no k4w node of
 another installation left), newest first, and nothing else.
 """
@@ -36,12 +36,15 @@ from typing import Annotated
 import yaml
 from pydantic import AfterValidator, StrictStr
 
-from .. import documents, identities, node_marks, private, ui
-from ..cluster_model import Cluster
-from ..errors import K4wError
-from ..kubeapi import ApiError, Client, Credentials, load_kubeconfig
+from k4w.model import documents
+from k4w.derive import identities, node_marks
+from k4w.out import private
+from k4w.infra import ui
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Client, Credentials, load_kubeconfig
 from ..render import hostprocess
-from ..version_skew import minor
+from k4w.model.version_skew import minor
 from . import api_models as M, bootstrap_token, facts as facts_mod, flannel_address
 
 RECORD_FILE = "existing-cluster.json"
@@ -56,7 +59,7 @@ HOSTPROCESS_MIN = (1, 26)
 API_HOST_ENV, API_PORT_ENV = "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"
 PART_OF = ("app.kubernetes.io/part-of", "k4w")
 # On each object k4w applies from its manifests, shared by every k4w installation (one --out each, e.g. one
-# per host) whose nodes joined the cluster: which installations use it (comma-separated ids, k4w.node_marks
+# per host) whose nodes joined the cluster: which installations use it (comma-separated ids, k4w.derive.node_marks
 # INSTALLATION_LABEL's values), and the sha256 of the content k4w applied, so that a changed manifest
 # (scripts, flags, image digest) replaces the object an older k4w applied. Annotations, not labels: a
 # label holds one value and a selector has no use for them.
@@ -215,7 +218,7 @@ class Record:
             self.save()
 
     def save(self) -> None:
-        # One rename, never through a link, owner-only with the ACL NTFS needs (k4w.private): it names
+        # One rename, never through a link, owner-only with the ACL NTFS needs (k4w.out.private): it names
         # what k4w changed in the user's cluster, which only its owner's cluster-reset should act on.
         private.write_private(self.path, json.dumps(self.data, indent=2) + "\n")
 

@@ -13,7 +13,7 @@ names as at v1.35.4; the Go module proxy's v1.37.2.info; cmd/kubeadm/app/constan
 - CNI: Flannel's kube-flannel-cfg ConfigMap (namespace kube-flannel from v0.20, kube-system before),
   net-conf.json Network and Backend {Type, VNI, Port}; otherwise the CNI DaemonSets found by name.
 
-The version-skew rule (k4w.version_skew) between the cluster's API server and each box that joins it.
+The version-skew rule (k4w.model.version_skew) between the cluster's API server and each box that joins it.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import documents
-from ..cluster_model import Cluster
-from ..errors import K4wError
-from ..kubeapi import ApiError, Client
-from ..version_skew import skew_problem
+from k4w.model import documents
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Client
+from k4w.model.version_skew import skew_problem
 from . import api_models as M
 
 KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
@@ -78,7 +78,7 @@ class Facts:
 
 
 def answer(api: Client, model: type[M.Shape], path: str, optional: bool = False):
-    """GET path held to model (k4w.documents.parse): a wrong shape is one line naming the URL and the
+    """GET path held to model (k4w.model.documents.parse): a wrong shape is one line naming the URL and the
     field. optional: None when the API server says 404."""
     data = api.get_optional(path) if optional else api.get(path)
     return None if data is None else documents.parse(model, data, f"GET {api.creds.server}{path}")
@@ -212,7 +212,7 @@ def _flannel_mismatches(facts: Facts, cluster: Cluster) -> list[str]:
     if kind != cfg.network.backend:
         problems.append(f"Flannel backend: {kind} in {where}, cluster.yml network.backend is {cfg.network.backend}")
     elif kind == "vxlan":
-        # Windows needs VNI 4096 and UDP 4789 (k4w.derive says where that comes from).
+        # Windows needs VNI 4096 and UDP 4789 (k4w.derive.values says where that comes from).
         vni, port = _key(backend, "VNI") or 1, _key(backend, "Port") or 8472
         if vni != net.vxlan_vni:
             problems.append(f"Flannel VNI: {vni} in {where}, Windows nodes need {net.vxlan_vni} (derive.VXLAN_VNI)")

@@ -37,9 +37,9 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from .. import ui
-from ..errors import K4wError
-from ..kubeapi import Client
+from k4w.infra import ui
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import Client
 
 DEFAULT_PREFIX = "flannel.alpha.coreos.com"
 NODE_PUBLIC_IP_SINCE = (0, 25, 3)   # the first flanneld that reads <prefix>/node-public-ip (see the module)

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import documents, out_state, proc, sources
-from ..errors import K4wError
-from ..vagrant import PROVIDER, Vagrant
+from k4w.model import documents, sources
+from k4w.out import state as out_state
+from k4w.infra import proc
+from k4w.infra.errors import K4wError
+from k4w.infra.vagrant import PROVIDER, Vagrant
 
 # Vagrant keeps machine state in .vagrant/. Not under OUT/vagrant: render swaps that folder
 # atomically, which would make Vagrant forget its VMs.
@@ -125,7 +127,7 @@ def cluster_vagrant(out: Path, runner: proc.Runner) -> Vagrant:
 
 
 class VagrantDriver(Protocol):
-    """What cluster-up needs from Vagrant (k4w.vagrant.Vagrant; tests pass a fake)."""
+    """What cluster-up needs from Vagrant (k4w.infra.vagrant.Vagrant; tests pass a fake)."""
 
     def status(self) -> dict[str, str]: ...
 

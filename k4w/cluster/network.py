@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import platform
 
-from .. import packer_http, proc, sources, ui
+from k4w.render import packer_http
+from k4w.infra import proc, ui
+from k4w.model import sources
 from ..render import escape
-from ..config import Config
-from ..errors import K4wError
-from ..derive import derive_network
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
+from k4w.derive.values import derive_network
 
 POWERSHELL = ["powershell.exe", "-NoProfile", "-ExecutionPolicy", "Bypass", "-Command", "-"]
 SCRIPT = "network-up.ps1"

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import proc, ui
-from ..errors import K4wError
-from ..redact import redact
-from ..vagrant import Vagrant
+from k4w.infra import proc, ui
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
+from k4w.infra.vagrant import Vagrant
 from .machines import Machine
 
 TAIL_LINES = proc.TAIL_LINES

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pydantic import StrictInt, StrictStr
 
-from .. import documents
-from ..errors import K4wError
+from k4w.model import documents
+from k4w.infra.errors import K4wError
 from .api_models import Shape
 
 STATE_FILE = "cluster-state.json"
@@ -72,7 +72,7 @@ class State:
 
     def installation(self, recorded: str | None = None) -> str:
         """This installation's id (one per --out), made once and kept by cluster-reset: the value of the
-        k4w.io/installation label its nodes register with (k4w.node_marks), so that another host's k4w on
+        k4w.io/installation label its nodes register with (k4w.derive.node_marks), so that another host's k4w on
         the same cluster never takes them, or the objects they share, for its own. recorded: the id in
         OUT/existing-cluster.json, which wins, so that a state file deleted (as some messages suggest)
         while that record stays does not make a new id that refuses this installation's own nodes."""

@@ -19,15 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import derive, derive_steps, identities, private, proc, profiles, sources, ui
+from k4w.derive import values as derive, step_env as derive_steps, identities
+from k4w.out import private
+from k4w.infra import proc, ui
+from k4w.model import profiles, sources
 from ..render import escape
-from ..config import Config
-from ..errors import K4wError
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
-from ..kubeapi import ApiError
-from ..redact import redact, register_secret
-from ..vagrant import PROVIDER
-from . import bootstrap_token, join_config
+from k4w.cluster.kubeapi import ApiError
+from k4w.infra.redact import redact, register_secret
+from k4w.infra.vagrant import PROVIDER
+from k4w.cluster import bootstrap_token
+from k4w.derive import join_config
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -81,7 +85,7 @@ class Context:
     started: float = 0.0
     timings: dict = field(default_factory=dict)
     artifacts: Path | None = None   # where the rendered files are read: a dry run's scratch render, else out
-    # cluster.existing: the API of the cluster k4w did not make (k4w.kubeapi.Client) and the record of
+    # cluster.existing: the API of the cluster k4w did not make (k4w.cluster.kubeapi.Client) and the record of
     # what k4w added there (k4w.cluster.existing.Record); None for a cluster with a k4w master.
     api: object | None = None
     record: object | None = None
@@ -358,7 +362,7 @@ def newest_box_version(catalogue: Path) -> str | None:
 
 def step_boxes(ctx: Context, machines: list[Machine]) -> None:
     """Add each box the machines to be created need, once, before they boot at once: concurrent
-    `vagrant up`s adding the same box collide on Vagrant's download lock (k4w.vagrant.Vagrant.up)."""
+    `vagrant up`s adding the same box collide on Vagrant's download lock (k4w.infra.vagrant.Vagrant.up)."""
     catalogues = {m.box: (Path(m.box_catalogue), m) for m in machines if m.box}
     if not catalogues:
         return

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .. import proc, sources, ui
-from ..cluster_model import Cluster
-from ..config import Config
-from ..errors import K4wError
+from k4w.infra import proc, ui
+from k4w.model import sources
+from k4w.model.cluster import Cluster
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell

@@ -1,1 +1,3 @@
-"""The commands layer: what a task in tasks.py runs, on top of every stage of the pipeline."""
+"""The commands users run: the layer on top of every stage.
+
+No imports here: importing one module of this package loads nothing else."""

@@ -22,17 +22,22 @@ from pathlib import Path
 
 import jinja2
 
-from .. import build_media, identities, iso, kubeadm_timeouts, node_marks, outfiles, outlock, packer_hcl, packer_http, pinned_tools, private, profiles, ui, winrm_scope
-from ..cluster_model import Cluster
-from ..derive_steps import secret_env_name, step_env
-from ..errors import K4wError
-from ..redact import register_secret
+from k4w.bake.media import build_media, iso
+from k4w.derive import identities, node_marks, winrm_scope
+from k4w.model import kubeadm_timeouts, profiles
+from k4w.out import files as outfiles, lock as outlock, private
+from k4w.infra import packer_hcl, pinned_tools, ui
+from k4w.render import packer_http
+from k4w.model.cluster import Cluster
+from k4w.derive.step_env import secret_env_name, step_env
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import register_secret
 from . import escape, hostprocess, owned
 
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
 # The rendered folders whose files may hold a credential, so every file in them is owner-only
-# (k4w.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
+# (k4w.out.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
 # password (base64, which is no protection). The Packer templates read their secrets from the
 # environment and hold none; they stay private should a template ever inline one.
 PRIVATE = ("packer", "http")
@@ -157,7 +162,7 @@ def load_secrets(out: Path, box: str) -> dict:
     if data is None:
         data = _new_secrets()
     # Written even when it exists: a file left readable by others (mode 0644, an inherited
-    # Windows ACL) is tightened by every render (k4w.private).
+    # Windows ACL) is tightened by every render (k4w.out.private).
     private.write_private(path, json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
@@ -390,7 +395,7 @@ def pending_swap_message(record: Path) -> str:
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block is done, then hand the first one to the handler it
-    would have reached (k4w.signals in a task: KeyboardInterrupt, exit 130 or 143): a committed swap
+    would have reached (k4w.infra.signals in a task: KeyboardInterrupt, exit 130 or 143): a committed swap
     is always finished by the process that started it, unless it is killed outright."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -460,7 +465,7 @@ def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
 
 def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> None:
     """Write files into a fresh folder; those under PRIVATE are restricted to this user before
-    their text is written (k4w.private). durable: fsync each file, so that a committed render
+    their text is written (k4w.out.private). durable: fsync each file, so that a committed render
     survives a power cut whole."""
     for rel, text in files.items():
         target = folder / rel

@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape as _xml_escape
 
 import yaml as _yaml
 
-from ..packer_hcl import literal as _hcl_literal_value
+from k4w.infra.packer_hcl import literal as _hcl_literal_value
 
 
 def json(value) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import identities
-from ..derive_steps import NODE_DIR
-from ..errors import K4wError
-from ..profiles import Profile
+from k4w.derive import identities
+from k4w.derive.step_env import NODE_DIR
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
 
 # What the DaemonSets take from a box profile: every profile of one recipe must give the same.
 SHARED_KEYS = ("hostprocess.image", "kubernetes.kube_proxy_mode", "runtime.cni_bin_dir", "runtime.cni_conf_dir", "cluster_nic_default_route")

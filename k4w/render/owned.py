@@ -13,13 +13,13 @@ import json
 import os
 from pathlib import Path, PurePosixPath
 
-from ..errors import K4wError
-from ..outfiles import LinkRefused
+from k4w.infra.errors import K4wError
+from k4w.out.files import LinkRefused
 
 MANIFEST = ".k4w-render.json"
 VERSION = 1
 # What `invoke build` itself writes inside a rendered folder: the verified components it stages
-# for Packer's HTTP server, OUT/http/<box>/components/ (k4w.build_media.FOLDER).
+# for Packer's HTTP server, OUT/http/<box>/components/ (k4w.bake.media.build_media.FOLDER).
 BUILD_WRITES = (("http", "*", "components"),)
 
 

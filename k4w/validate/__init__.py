@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .. import derive, packer_hcl, proc, sources
-from ..cluster_model import Cluster
-from ..errors import K4wError, ToolMissing
-from ..tools import require
+from k4w.derive import values as derive
+from k4w.infra import packer_hcl, proc
+from k4w.model import sources
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import K4wError, ToolMissing
+from k4w.infra.tools import require
 
 # Rendered artifacts the external validators read, as globs relative to OUT.
 PACKER_TEMPLATES = packer_hcl.GLOB
@@ -63,8 +65,8 @@ def _packer_validate(packer: str, template: Path) -> list[str]:
 
 def _packer_env() -> dict[str, str]:
     """What packer init and validate run with: the pinned Packer's plugin cache
-    (k4w.bake.packer_cli.plugin_env), and the variables the templates read."""
-    from ..bake import packer_cli
+    (k4w.infra.packer_cli.plugin_env), and the variables the templates read."""
+    from k4w.infra import packer_cli
 
     return {**os.environ, **packer_cli.plugin_env(), **PACKER_VALIDATE_ENV}
 
@@ -249,7 +251,7 @@ def real_kubeadm(cluster: Cluster, out: Path) -> Result:
 def _join_config_problems(cluster: Cluster) -> list[str]:
     """Each worker's join configuration, as cluster-up builds it (with a sample token: the real one
     exists only during cluster-up, which checks it again), against its own kubeadm API's fields."""
-    from ..cluster import join_config
+    from k4w.derive import join_config
 
     problems = []
     for node in cluster.config.nodes:
@@ -398,8 +400,8 @@ def _matching(rendered: Collection[str], out: Path, pattern: str) -> list[Path]:
 
 
 def _would_validate_packer(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    from ..bake import packer_cli
-    from ..tools import find
+    from k4w.infra import packer_cli
+    from k4w.infra.tools import find
 
     packer = find("packer") or "packer"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**packer_cli.plugin_env(packer), **PACKER_VALIDATE_ENV}.items())
@@ -456,7 +458,7 @@ def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collectio
 
 
 def _would_run_real_kubeadm(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    from .. import pinned_tools
+    from k4w.infra import pinned_tools
     from . import kubeadm_real
 
     kubeadm = pinned_tools.binary(kubeadm_real.TOOL, kubeadm_real.PROGRAM) or Path(kubeadm_real.PROGRAM)

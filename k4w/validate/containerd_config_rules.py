@@ -1,14 +1,14 @@
 """Every containerd config k4w writes carries the schema version of the containerd that reads it.
 
 containerd migrates a file of an older schema in memory at every start and logs "Configuration
-migrated from version N" once per file; it refuses a newer one (k4w/containerd_config.py has the
+migrated from version N" once per file; it refuses a newer one (k4w/derive/containerd_config.py has the
 sources at v2.3.7). The version a containerd reads natively is its ConfigVersion, held per pinned
 release in k4w/validate/facts/containerd-<version>-config.yml (config_version). Checked here:
 - each containerd box's rendered Packer template gives its guest steps K4W_CONTAINERD_CONFIG_VERSION
   equal to that release's config_version (03-containerd writes config.toml with it);
 - no guest script writes a containerd config with a literal `version = N`: the number comes from
   that step variable only, so one constant decides it for both families;
-- the registry credentials drop-in (k4w/registry.py auth_toml), when this cluster has one, carries
+- the registry credentials drop-in (k4w/derive/registry.py auth_toml), when this cluster has one, carries
   the same version. registry_rules also has the real containerd read it and refuse a migration warning.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from .. import registry
-from ..cluster_model import Cluster
-from ..derive_steps import container_runtime
+from k4w.derive import registry
+from k4w.model.cluster import Cluster
+from k4w.derive.step_env import container_runtime
 
 FACTS = Path(__file__).parent / "facts"
 STEP_VARIABLE = "K4W_CONTAINERD_CONFIG_VERSION"
@@ -73,7 +73,7 @@ def literal_problems(scripts: list[Path]) -> list[str]:
             if re.fullmatch(r"\d+", match.group(1)):
                 line = text.count("\n", 0, match.start()) + 1
                 problems.append(f"{script}:{line}: a containerd config written with the literal `version = {match.group(1)}`; "
-                                f"take the number from {STEP_VARIABLE} (k4w/containerd_config.py), the one place that decides it")
+                                f"take the number from {STEP_VARIABLE} (k4w/derive/containerd_config.py), the one place that decides it")
     return problems
 
 

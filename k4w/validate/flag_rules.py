@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from ..cluster_model import Cluster
-from ..derive import linux_kubelet_flags
+from k4w.model.cluster import Cluster
+from k4w.derive.values import linux_kubelet_flags
 
 FACTS = Path(__file__).resolve().parent / "facts"
 FLAG = re.compile(r"(?<![\w-])--?([a-z][a-z0-9_-]*)")
@@ -137,7 +137,7 @@ ARGS_FILES = {"kubelet.args": "kubelet", "kube-proxy.args": "kube-proxy", "flann
 def _daemonset_args(cluster: Cluster, out: Path) -> list[tuple[Path, str, str, object]]:
     """(manifest, ConfigMap key, binary, box profile) for each args key of the Windows node DaemonSets
     rendered for a node recipe (OUT/manifests/windows-<recipe>/), judged against that recipe's box."""
-    from .. import identities
+    from k4w.derive import identities
 
     found, seen = [], set()
     for profile in cluster.profiles.values():
@@ -201,7 +201,7 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         profile = cluster.profiles[node.box]
         flags = linux_kubelet_flags(profile) if profile.data.node_os == "linux" else []
         if flags:
-            where = f"{profile.path.name} kubernetes (kubelet flags of a joining worker, k4w.derive.linux_kubelet_flags)"
+            where = f"{profile.path.name} kubernetes (kubelet flags of a joining worker, k4w.derive.values.linux_kubelet_flags)"
             checked.append(where)
             judge([Use("kubelet", m.group(1), where) for flag in flags for m in FLAG.finditer(flag.split("=", 1)[0])],
                   {"kubelet": str(profile.data.kubernetes.version)}, "linux")

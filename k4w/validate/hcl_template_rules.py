@@ -2,7 +2,7 @@
 
 A value written raw into HCL2 is HCL syntax: a quote or newline in a path breaks the file, and
 "${...}" or "%{...}" in a password or proxy URL is evaluated by Packer (an expression, a file()
-read, a directive) instead of being taken as text. k4w.packer_hcl.literal writes every value as a
+read, a directive) instead of being taken as text. k4w.infra.packer_hcl.literal writes every value as a
 complete, escaped literal, so one rule closes the class: in templates/packer/**/*.pkr.hcl.j2, each
 << expression >> ends in `| hcl`, or is a fail(...) call (the mechanism: quoting_rules).
 """

@@ -2,7 +2,7 @@
 
 HostProcess pods are host-level: SYSTEM on the node, with its file system, its network and every
 credential stored there. So beyond the schema:
-- only the DaemonSets of k4w.identities.HOSTPROCESS_DAEMONSETS, in their own namespace, may be
+- only the DaemonSets of k4w.derive.identities.HOSTPROCESS_DAEMONSETS, in their own namespace, may be
   HostProcess anywhere in the rendered manifests, and that namespace states its Pod Security level;
 - each runs as its Linux twin does (its own ServiceAccount, bound to exactly the twin's ClusterRole,
   hostNetwork, the OS selector) from the HostProcess base image pinned by digest, with no secret in
@@ -28,14 +28,15 @@ from pathlib import Path
 
 import yaml
 
-from .. import identities, packer_hcl
-from ..errors import ToolMissing
-from ..tools import INSTALL
+from k4w.derive import identities
+from k4w.infra import packer_hcl
+from k4w.infra.errors import ToolMissing
+from k4w.infra.tools import INSTALL
 
 SYSTEM_ACCOUNT = "NT AUTHORITY\\SYSTEM"   # runAsUserName of sig-windows-tools' HostProcess manifests
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSA_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
-SERVICES_VARIABLE = "K4W_NODE_SERVICES"   # k4w/derive_steps.py, read by 08-node-services.ps1
+SERVICES_VARIABLE = "K4W_NODE_SERVICES"   # k4w/derive/step_env.py, read by 08-node-services.ps1
 DAEMON_SERVICES = ("flanneld", "kube-proxy")
 POD_TEMPLATE_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job")
 # Flags that would give a DaemonSet a credential file instead of its projected ServiceAccount token.
@@ -88,7 +89,7 @@ def check_hostprocess_pods(out: Path) -> list[str]:
             key = (meta.get("namespace", "default"), meta.get("name"))
             if doc.get("kind") != "DaemonSet" or key not in allowed:
                 problems.append(f"{_rel(path, out)}: {doc.get('kind')} {key[0]}/{key[1]} is a HostProcess pod (host-level: SYSTEM on "
-                                f"the node); only {sorted(f'{n}/{d}' for n, d in allowed)} may be (k4w/identities.py)")
+                                f"the node); only {sorted(f'{n}/{d}' for n, d in allowed)} may be (k4w/derive/identities.py)")
     return problems
 
 
@@ -202,7 +203,7 @@ def _script_text(name: str, data: dict, cluster) -> str | None:
         return str(data[name])
     guest = cluster.sources.guest if cluster is not None else None
     if guest is None:
-        from .. import sources
+        from k4w.model import sources
         guest = sources.REPO.guest
     found = sorted(Path(guest).rglob(name))
     return found[0].read_text(encoding="utf-8") if found else None

@@ -1,7 +1,7 @@
 """The containerd era's kubeadm configs, read by the REAL kubeadm of the pinned version.
 
 The kubeadm the tool cache holds (tools/lock.yml kubernetes-node, built from the Go module proxy by
-scripts/build-tools; k4w.pinned_tools) reads:
+scripts/build-tools; k4w.infra.pinned_tools) reads:
 - the master's init configuration, OUT/kubeadm/kubeadm-config.yaml, with `kubeadm config validate
   --config F` (strict decoding: an unknown field is an error; then kubeadm's own validation of every
   value, the kubelet and kube-proxy component configs included) and `kubeadm init --dry-run --config F`,
@@ -9,7 +9,7 @@ scripts/build-tools; k4w.pinned_tools) reads:
   kubelet config, the objects init would create) without a node: its preflight checks are the node's
   (a CRI socket, a kubelet, sysctls), so they are ignored here, and its files go to a private
   temporary folder (KUBEADM_INIT_DRYRUN_DIR, cmd/kubeadm/app/constants/constants.go at v1.37.2);
-- every worker's join configuration as cluster-up builds it (k4w.cluster.join_config.document, with
+- every worker's join configuration as cluster-up builds it (k4w.derive.join_config.document, with
   the sample token and CA hash: the real ones exist only during cluster-up), with `kubeadm config
   validate`. Built here without join_config's own field-table check, so kubeadm judges it alone.
 
@@ -27,12 +27,14 @@ from pathlib import Path
 
 import yaml
 
-from .. import derive, pinned_tools, proc, profiles
-from ..cluster import join_config
-from ..cluster_model import Cluster
+from k4w.derive import values as derive
+from k4w.infra import pinned_tools, proc
+from k4w.model import profiles
+from k4w.derive import join_config
+from k4w.model.cluster import Cluster
 
 TOOL, PROGRAM = "kubernetes-node", "kubeadm"
-# The kubeadm API the pinned kubeadm (1.37) reads and writes: its only one (k4w.kubeadm_apis).
+# The kubeadm API the pinned kubeadm (1.37) reads and writes: its only one (k4w.model.kubeadm_apis).
 API = join_config.V1BETA4
 # kubeadm init's preflight checks what the machine it runs on has (the CRI socket, a kubelet
 # binary, sysctls, swap, root): this host is no node, so they are ignored; config errors come first.

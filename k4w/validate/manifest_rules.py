@@ -19,12 +19,12 @@ from pathlib import Path
 
 import yaml
 
-from .. import identities
+from k4w.derive import identities
 from . import hostprocess_rules, node_mark_rules
 from .args_file import read_args
-from ..derive import VXLAN_PORT, VXLAN_VNI
-from ..errors import ToolMissing
-from ..tools import INSTALL
+from k4w.derive.values import VXLAN_PORT, VXLAN_VNI
+from k4w.infra.errors import ToolMissing
+from k4w.infra.tools import INSTALL
 
 # apps/v1 (DaemonSet, Deployment) is GA since 1.9 and rbac/v1 since 1.8: all exist in 1.11 and today.
 ALLOWED_API_VERSIONS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1")
@@ -51,7 +51,7 @@ class Expected:
 def check_manifests(out_dir, cluster=None) -> list[str]:
     """Every problem found in OUT/manifests, OUT/kubeadm and OUT/nodes (empty = all good).
 
-    With cluster (a k4w.cluster_model.Cluster) the artifacts are compared with its derived values
+    With cluster (a k4w.model.cluster.Cluster) the artifacts are compared with its derived values
     and Kubernetes era; without it, with the kubeadm config and vagrant/cluster.json, so
     cross-artifact agreement is still checked.
     """
@@ -169,12 +169,12 @@ def check_rbac_subjects(out: Path) -> list[str]:
                 if isinstance(subject, dict) and subject.get("kind") == "Group" and str(subject.get("name", "")).startswith(BUILTIN_GROUP_PREFIX):
                     problems.append(f"{path.name}: {doc['kind']}/{doc.get('metadata', {}).get('name', '?')} binds the built-in group "
                                     f"{subject['name']!r}, which widens what every member may do: bind a ServiceAccount of "
-                                    "the one component that needs the role (k4w/identities.py)")
+                                    "the one component that needs the role (k4w/derive/identities.py)")
     return problems
 
 
 def check_windows_identities(out: Path, own_cni: bool = True) -> list[str]:
-    """Each Windows component of k4w.identities has its ServiceAccount, its token Secret and a
+    """Each Windows component of k4w.derive.identities has its ServiceAccount, its token Secret and a
     binding to its Linux twin's ClusterRole in windows-node-rbac.yaml, and that ClusterRole is one
     the cluster has (the Flannel manifest's own, or a built-in system: role)."""
     problems: list[str] = []
@@ -430,7 +430,7 @@ def _check_service_files(files: dict, exp: Expected, node: str, node_ip: str | N
         want = identities.by_component(component).kubeconfig
         got = read_args(files[name]).get(flag)
         if got != want:
-            problems.append(f"{where}/{name}: {flag} is {got!r}, {component}'s own kubeconfig is {want!r} (k4w/identities.py)"
+            problems.append(f"{where}/{name}: {flag} is {got!r}, {component}'s own kubeconfig is {want!r} (k4w/derive/identities.py)"
                             + (": that is the kubelet's credential" if got and got == kubelet.get("--kubeconfig") else ""))
     network = WINDOWS_NETWORK.get(exp.backend)
     env = dict(line.split("=", 1) for line in files["flanneld.env"].read_text(encoding="utf-8").splitlines() if "=" in line)

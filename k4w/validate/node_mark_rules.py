@@ -1,4 +1,4 @@
-"""k4w's node marks hold everywhere they must (k4w/node_marks.py says what they are and why):
+"""k4w's node marks hold everywhere they must (k4w/derive/node_marks.py says what they are and why):
 
 - every worker's join configuration registers k4w's node label (kubelet --node-labels), and a Windows
   worker's also the Windows taint; a seed-era Windows kubelet, which reads no kubeadm-flags.env, carries
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import node_marks
+from k4w.derive import node_marks
 from .args_file import read_args
 from .hostprocess_rules import pod_spec
 
@@ -36,7 +36,7 @@ def check_pod_specs(where: str, docs: list[dict]) -> list[str]:
         name = f"{where}: {doc.get('kind')} {(doc.get('metadata') or {}).get('name')}"
         if not node_marks.tolerates(spec):
             problems.append(f"{name} selects Windows nodes but does not tolerate k4w's Windows taint "
-                            f"{node_marks.taint_flag(node_marks.WINDOWS_TAINT)} (k4w/node_marks.py WINDOWS_TOLERATION)")
+                            f"{node_marks.taint_flag(node_marks.WINDOWS_TAINT)} (k4w/derive/node_marks.py WINDOWS_TOLERATION)")
         labels = (doc.get("metadata") or {}).get("labels") or {}
         key, value = node_marks.NODE_LABEL
         if doc.get("kind") == "DaemonSet" and labels.get(PART_OF[0]) == PART_OF[1] and \
@@ -48,7 +48,7 @@ def check_pod_specs(where: str, docs: list[dict]) -> list[str]:
 
 def check_join_configs(cluster) -> list[str]:
     """Each worker's join configuration as cluster-up builds it (a sample token and installation)."""
-    from ..cluster import join_config
+    from k4w.derive import join_config
 
     problems = []
     key, value = node_marks.NODE_LABEL

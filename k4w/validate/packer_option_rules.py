@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import packer_hcl
-from ..errors import K4wError
+from k4w.infra import packer_hcl
+from k4w.infra.errors import K4wError
 
 FACTS = Path(__file__).resolve().parent / "facts" / "packer-hyperv-enums.yml"
 HYPERV_BUILDERS = ("hyperv-iso", "hyperv-vmcx")

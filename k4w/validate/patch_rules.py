@@ -18,7 +18,7 @@ fails on its own without anyone editing the file.
 
 Either way the box's level (build.UBR and the release date of that UBR: the LCU's or, with none, the
 ISO's iso.ubr / iso.released) must be known, because the plan prints it with its age
-(k4w/patch_level.py).
+(k4w/model/patch_level.py).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import yaml
 
-from .. import patch_level
-from ..cluster_model import Cluster
-from ..profiles import Profile
+from k4w.model import patch_level
+from k4w.model.cluster import Cluster
+from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).resolve().parent / "facts" / "windows-servicing.yml"
 MAX_REASON_AGE_DAYS = 62

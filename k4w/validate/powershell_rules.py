@@ -11,8 +11,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import ToolMissing
-from ..tools import INSTALL
+from k4w.infra.errors import ToolMissing
+from k4w.infra.tools import INSTALL
 
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from lxml import etree
 
-from .. import packer_hcl
-from ..errors import K4wError
+from k4w.infra import packer_hcl
+from k4w.infra.errors import K4wError
 
 # The command after -Command up to the closing quote of the command line (Autounattend's
 # CommandLine is one cmd.exe-style line: powershell.exe <options> -Command "<script>").

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from ..cluster_model import Cluster
-from ..profiles import Profile
+from k4w.model.cluster import Cluster
+from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).resolve().parent / "facts"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import identities
-from ..cluster_model import Cluster
+from k4w.derive import identities
+from k4w.model.cluster import Cluster
 from .flag_rules import _configmap_value, _facts
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"

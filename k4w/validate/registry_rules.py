@@ -1,4 +1,4 @@
-"""The image mirrors as each runtime will read them (cluster.yml registry.mirrors, k4w/registry.py).
+"""The image mirrors as each runtime will read them (cluster.yml registry.mirrors, k4w/derive/registry.py).
 
 - containerd's hosts.toml files: TOML whose every key and capability containerd v2.3.7 knows
   (facts/containerd-2.3.7-hosts.yml), each `ca` a file k4w ships in the same folder, and no
@@ -6,7 +6,7 @@
 - containerd's credentials drop-in: read by the real containerd of the pinned version
   (`containerd config dump` of a config that imports it), which must then show every mirror's user
   and log no "Configuration migrated" warning (a drop-in of an older schema is migrated at every
-  start, k4w/containerd_config.py);
+  start, k4w/derive/containerd_config.py);
 - Docker boxes: daemon.json's registry-mirrors serves docker.io only;
 - the proxy: a mirror that cannot be on the Internet is in the NO_PROXY every node gets;
 - every image a box, kubeadm or a rendered manifest pulls reaches its upstream, through the mirror,
@@ -27,10 +27,12 @@ from pathlib import Path
 
 import yaml
 
-from .. import containerd_config, pinned_tools, private, registry
-from ..cluster_model import Cluster
-from ..derive_steps import container_runtime
-from ..profiles import Profile
+from k4w.derive import containerd_config, registry
+from k4w.infra import pinned_tools
+from k4w.out import private
+from k4w.model.cluster import Cluster
+from k4w.derive.step_env import container_runtime
+from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).parent / "facts"
 UPSTREAM_IMAGES = FACTS / "upstream-images.yml"

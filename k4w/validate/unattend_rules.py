@@ -11,7 +11,7 @@ while Packer waits for WinRM forever. These rules catch the classic mistakes bef
 - a partition layout that does not fit the Hyper-V generation (GPT with EFI+MSR for Gen2,
   MBR with an active system partition for Gen1) or an InstallTo that points elsewhere;
 - an image selected by anything but the box profile's choice: /IMAGE/NAME with iso.image_name,
-  or /IMAGE/INDEX with iso.index when the profile names no image (k4w/iso_images.py checks that
+  or /IMAGE/INDEX with iso.index when the profile names no image (k4w/bake/media/iso_images.py checks that
   choice against the ISO itself before a build);
 - leading or trailing whitespace in any value (Setup compares values literally);
 - PlainText passwords, or encoded ones with the wrong suffix;
@@ -88,7 +88,7 @@ class ExpectedProxy:
 
 
 def expected_proxy(proxy) -> ExpectedProxy:
-    """From k4w.derive.Proxy: the values Autounattend.xml.j2 is meant to render."""
+    """From k4w.derive.values.Proxy: the values Autounattend.xml.j2 is meant to render."""
     return ExpectedProxy(
         http=proxy.http_host_port,
         https=proxy.https_host_port,
@@ -118,7 +118,7 @@ def check_unattend(xml_text: str, generation: int, image_index: int, proxy=None,
 
     image_index and image_name are the box profile's iso.index and iso.image_name: the file must
     select /IMAGE/NAME image_name when a name is given, else /IMAGE/INDEX image_index. proxy, when
-    given (a k4w.derive.Proxy or ExpectedProxy), is the proxy the file must configure.
+    given (a k4w.derive.values.Proxy or ExpectedProxy), is the proxy the file must configure.
     """
     problems: list[str] = []
     try:

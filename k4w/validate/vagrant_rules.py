@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
+from k4w.infra import proc
 
 SHIM = Path(__file__).with_name("vagrant_hyperv_shim.rb")
 SUCCESS = "Vagrantfile validated successfully."   # hashicorp/vagrant@v2.3.4 templates/locales/en.yml, vagrant.commands.validate.success

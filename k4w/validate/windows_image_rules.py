@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from .. import registry
-from ..cluster_model import Cluster
-from ..profiles import Profile
+from k4w.derive import registry
+from k4w.model.cluster import Cluster
+from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).resolve().parent / "facts" / "windows-images.yml"
 # The guest step that pulls kubernetes.pause_image from its registry (the other era builds it).
@@ -42,7 +42,7 @@ def _tag(reference: str) -> str:
 
 def check_box(profile: Profile, upstream: Callable[[str], str] = str) -> list[str]:
     """Problems of one Windows box profile (empty: every image is for its build). upstream maps an
-    image the cluster's registry mirror renamed back to its upstream name (k4w.registry.upstream_image):
+    image the cluster's registry mirror renamed back to its upstream name (k4w.derive.registry.upstream_image):
     the facts record the upstream's manifest lists, which the mirror serves unchanged."""
     where = profile.path.name
     build = int(profile.data.guest.os_build)

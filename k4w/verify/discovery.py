@@ -11,7 +11,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import K4wError
+from k4w.infra.errors import K4wError
 
 # WinRM's HTTPS listener port (Microsoft: "Installation and configuration for Windows Remote
 # Management", default ports 5985 HTTP / 5986 HTTPS). Vagrant prints the port it will use.

@@ -1,7 +1,7 @@
 """What a built box must look like, derived from its profile and cluster.yml - never retyped.
 
 Every version a spec compares comes from `boxes/<box>.yml`; every proxy value from
-cluster.yml through k4w.derive.derive_proxy, exactly as the provisioning got them.
+cluster.yml through k4w.derive.values.derive_proxy, exactly as the provisioning got them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 import re
 
 from ..bake import catalogue
-from ..errors import K4wError
-from ..profiles import Profile
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
 
 # The Vagrant "insecure" public key every public box ships so `vagrant up` can log in the
 # first time (github.com/hashicorp/vagrant keys/vagrant.pub, also in every Vagrant install
@@ -64,9 +64,9 @@ def release_document(profile: Profile) -> dict:
 
 def minimum_ubr(profile: Profile) -> int | None:
     """The patch level a Windows box must have reached: the UBR its pinned cumulative update brings
-    (components.windows_update.ubr) or, with none pinned, its ISO's (iso.ubr: k4w/patch_level.py);
+    (components.windows_update.ubr) or, with none pinned, its ISO's (iso.ubr: k4w/model/patch_level.py);
     None for a box that records neither (windows-1803: README "Patching")."""
-    from ..patch_level import level
+    from k4w.model.patch_level import level
 
     found = level(profile)
     return None if found is None or found.ubr is None else int(found.ubr)
@@ -125,15 +125,15 @@ def linux_cni_plugins(profile: Profile) -> tuple[str, ...]:
 
 
 def container_runtime(profile: Profile) -> str:
-    """The box's container runtime, by era (k4w.derive_steps.container_runtime)."""
-    from ..derive_steps import container_runtime as runtime
+    """The box's container runtime, by era (k4w.derive.step_env.container_runtime)."""
+    from k4w.derive.step_env import container_runtime as runtime
 
     return runtime(profile)
 
 
 def containerd_config_problems(text: str, profile: Profile, effective: bool = False) -> list[str]:
     """What a containerd config.toml lacks of the profile: the config version containerd reads
-    without migrating it (k4w/containerd_config.py), the pause image under the CRI images plugin's
+    without migrating it (k4w/derive/containerd_config.py), the pause image under the CRI images plugin's
     pinned_images.sandbox, runc's cgroup driver, the CNI dirs (containerd docs/cri/config.md at v2.3.7).
 
     effective: text is `containerd config dump`, containerd's own view after any migration (it
@@ -141,7 +141,7 @@ def containerd_config_problems(text: str, profile: Profile, effective: bool = Fa
     the version there says nothing about the file: only its settings are checked."""
     import tomllib
 
-    from ..containerd_config import CONFIG_VERSION
+    from k4w.derive.containerd_config import CONFIG_VERSION
 
     try:
         data = tomllib.loads(text)
@@ -162,7 +162,7 @@ def containerd_config_problems(text: str, profile: Profile, effective: bool = Fa
          f"runc's SystemdCgroup is not {str(wanted_systemd).lower()} (components.containerd.cgroup_driver)"),
         (cni.get("bin_dirs") == ["/opt/cni/bin"] and cni.get("conf_dir") == "/etc/cni/net.d",
          "the CNI dirs are not /opt/cni/bin and /etc/cni/net.d"),
-        # The image mirrors' hosts.toml files live there (k4w/registry.py, lib.sh k4w_configure_registry).
+        # The image mirrors' hosts.toml files live there (k4w/derive/registry.py, lib.sh k4w_configure_registry).
         ((images.get("registry") or {}).get("config_path") == "/etc/containerd/certs.d",
          "the registry hosts folder (registry.config_path) is not /etc/containerd/certs.d"),
     ]

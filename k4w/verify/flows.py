@@ -17,15 +17,18 @@ from pathlib import Path
 
 import yaml
 
-from .. import outfiles, profiles, render, ui
+from k4w.out import files as outfiles
+from k4w.model import profiles
+from k4w import render
+from k4w.infra import ui
 from ..bake import catalogue
 from ..cluster.machines import cluster_vagrant, load_cluster
-from ..cluster_model import Cluster
-from ..config import Config
-from ..errors import K4wError
-from ..proc import Runner
-from ..redact import redact
-from ..vagrant import Vagrant
+from k4w.model.cluster import Cluster
+from k4w.model.config import Config
+from k4w.infra.errors import K4wError
+from k4w.infra.proc import Runner
+from k4w.infra.redact import redact
+from k4w.infra.vagrant import Vagrant
 from . import discovery, records, report, specrun, throwaway
 
 STAGE_BOX, STAGE_NODE = "box", "node"

@@ -1,6 +1,6 @@
 """kubectl as a subprocess against build/kubeconfig: small, explicit, no client library.
 
-Waiting is always for a condition with a deadline (k4w.proc.wait_for), whose message names
+Waiting is always for a condition with a deadline (k4w.infra.proc.wait_for), whose message names
 what was awaited and the last state seen - never a fixed sleep.
 """
 
@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import proc, tools
-from ..errors import K4wError
-from ..redact import redact
+from k4w.infra import proc, tools
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
 
 
 class KubectlError(RuntimeError):

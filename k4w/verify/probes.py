@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 
 from ..render.escape import ps
-from ..redact import redact
+from k4w.infra.redact import redact
 from . import winps
 
 PER_TRY_SECONDS = 10  # one HTTP attempt

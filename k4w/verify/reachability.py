@@ -7,7 +7,7 @@ the same reason.
 
 from __future__ import annotations
 
-from ..redact import redact
+from k4w.infra.redact import redact
 
 _seen: dict[str, str | None] = {}  # host id -> None (reachable) or why not
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from .. import documents, out_state
+from k4w.model import documents
+from k4w.out import state as out_state
 from ..bake import catalogue
 from . import specrun
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import outfiles
-from ..redact import redact
+from k4w.out import files as outfiles
+from k4w.infra.redact import redact
 from . import specrun
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..errors import K4wError
-from ..profiles import Profile
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
 
 # box: a freshly booted throwaway VM from the built box, nothing joined.
 # node: the same box as a cluster node after cluster-up (services started, keys replaced).

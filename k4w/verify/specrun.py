@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import sources
-from ..errors import K4wError
-from ..redact import redact
+from k4w.model import sources
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
 
 # The runtime specs ship inside the package: they run against live hosts, never in the unit suite.
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
@@ -109,7 +109,7 @@ def result_from_stats(stats: dict, deselected: list, exit_status: int) -> dict:
 
 
 def run(request: SpecRequest, runner) -> dict:
-    """Run the spec through a k4w.proc.Runner; return its result document ({} in a dry run)."""
+    """Run the spec through a k4w.infra.proc.Runner; return its result document ({} in a dry run)."""
     if runner.dry_run:
         private = request.private_args()
         runner.show(request.command() + ([f"(and in PYTEST_ADDOPTS: {redact(shlex.join(private))})"] if private else []),

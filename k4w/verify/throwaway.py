@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import documents, out_state
+from k4w.model import documents
+from k4w.out import state as out_state
 from ..bake import catalogue
-from ..errors import K4wError
-from ..profiles import Profile
-from ..vagrant import PROVIDER
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
+from k4w.infra.vagrant import PROVIDER
 
 MACHINE = "default"  # Vagrant's name for the machine of a Vagrantfile without config.vm.define
 

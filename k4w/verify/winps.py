@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 
-from ..redact import redact
+from k4w.infra.redact import redact
 
 # Windows PowerShell 5.1 (the only PowerShell on Server 1803).
 POWERSHELL = "powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -EncodedCommand"

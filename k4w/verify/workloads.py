@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from .. import node_marks
-from ..errors import K4wError
+from k4w.derive import node_marks
+from k4w.infra.errors import K4wError
 from .matrix import WINRM_PORTS
 
 NAMESPACE = "k4w-test"
@@ -42,7 +42,7 @@ SPEC_LABEL = {"app.kubernetes.io/managed-by": "k4w-cluster-test"}
 # kubeadm 1.11 taints the master NoSchedule; tolerating it lets the Linux pods run on a
 # cluster whose only Linux node is the master.
 MASTER_TOLERATION = {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}
-# k4w's Windows nodes register with os=windows:NoSchedule (k4w/node_marks.py): a Windows pod tolerates it.
+# k4w's Windows nodes register with os=windows:NoSchedule (k4w/derive/node_marks.py): a Windows pod tolerates it.
 WINDOWS_TOLERATION = dict(node_marks.WINDOWS_TOLERATION)
 
 

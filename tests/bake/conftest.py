@@ -13,9 +13,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k4w import config, iso_images, profiles, sources, validate
-from k4w.cluster_model import Cluster
-from k4w.sources import REPO_ROOT
+from k4w.model import config, profiles, sources
+from k4w.bake.media import iso_images
+from k4w import validate
+from k4w.model.cluster import Cluster
+from k4w.model.sources import REPO_ROOT
 from tests.fakes import component_cache
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources

@@ -95,9 +95,10 @@ def test_the_validators_run_once_before_packer_for_several_boxes(repo_packer, cl
 def test_a_validator_this_host_cannot_run_is_named_not_a_refusal(tmp_path, monkeypatch):
     """A Windows build host has no debconf-set-selections: the build says which validator it
     skips, and still refuses what the validators it can run reject."""
-    from k4w import render, tools
+    from k4w import render
+    from k4w.infra import tools
     from k4w.bake import gate
-    from k4w.cluster_model import Cluster
+    from k4w.model.cluster import Cluster
 
     cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
     render.render(cluster, tmp_path / "out")

@@ -13,7 +13,7 @@ import tarfile
 
 import pytest
 
-from k4w import profiles
+from k4w.model import profiles
 from k4w.bake import catalogue
 from tests.helpers import system_tool
 

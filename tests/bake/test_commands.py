@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from k4w.bake import commands
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 
 
 def test_build_windows_builds_only_the_windows_box(repo, fake_packer, console):

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from k4w.bake.download import DownloadError, Expected, download
-from k4w.derive import Proxy
+from k4w.derive.values import Proxy
 from tests.fakes import local_http
 
 BODY = bytes(range(256)) * 8192  # 2 MiB: more than one read chunk

@@ -7,12 +7,13 @@ import os
 
 import pytest
 
-from k4w import pinned_tools
-from k4w.bake import packer_cli, packer_preflight
+from k4w.infra import pinned_tools
+from k4w.infra import packer_cli
+from k4w.bake import packer_preflight
 from tests.helpers import system_tool
 
 PINS = pinned_tools.packer_pins()
-# As k4w.packer_hcl.parse reads a rendered Windows template.
+# As k4w.infra.packer_hcl.parse reads a rendered Windows template.
 HYPERV_TEMPLATE = {
     "required_plugins": {
         "hyperv": {"source": "github.com/hashicorp/hyperv", "version": f"= {PINS['hyperv']}"},
@@ -87,13 +88,13 @@ def test_without_templates_doctor_gets_the_hyperv_box_needs(fake_packer, monkeyp
 
 
 def test_the_pinned_packer_is_preferred_and_runs_with_the_plugin_cache(tmp_path, monkeypatch):
-    """k4w.tools.find: the cache's Packer (scripts/build-tools) before PATH's; with it, Packer
+    """k4w.infra.tools.find: the cache's Packer (scripts/build-tools) before PATH's; with it, Packer
     gets the cache's plugins as PACKER_PLUGIN_PATH, so `packer init` needs no network."""
     monkeypatch.setenv("K4W_TOOLS_DIR", str(tmp_path / "tools"))
     folder = tmp_path / "tools" / f"packer-v{PINS['packer']}"
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "packer").write_text("#!/bin/sh\n")
-    # Not built until its build.json is written (k4w.pinned_tools.build_record): PATH's is used.
+    # Not built until its build.json is written (k4w.infra.pinned_tools.build_record): PATH's is used.
     assert packer_cli.packer_path() != str(folder / "bin" / "packer") and packer_cli.plugin_env() == {}
     (folder / "build.json").write_text("{}")
     assert packer_cli.packer_path() == str(folder / "bin" / "packer")

@@ -7,9 +7,9 @@ import hashlib
 import pytest
 import yaml
 
-from k4w import profiles, sources
-from k4w.bake import pins
-from k4w.errors import K4wError
+from k4w.model import profiles, sources
+from k4w.model import pins
+from k4w.infra.errors import K4wError
 from tests.fakes import local_http
 from tests.helpers import use_sources
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from k4w import packer_hcl
-from k4w.bake import packer_cli
+from k4w.infra import packer_hcl
+from k4w.infra import packer_cli
 from k4w.bake.transcript import BuildState, parse_line, plan_steps, unescape
 from tests.fakes.packer import TRANSCRIPTS as RECORDED
 from tests.helpers import system_tool

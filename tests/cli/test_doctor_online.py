@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import doctor, sources
-from k4w.cluster_model import Cluster
-from k4w.config import load
+from k4w.commands import doctor
+from k4w.model import sources
+from k4w.model.cluster import Cluster
+from k4w.model.config import load
 from tests.fakes import local_http
 from tests.helpers import config_dict, invoke, write_config
 

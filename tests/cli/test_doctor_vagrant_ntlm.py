@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from k4w import doctor
+from k4w.commands import doctor
 
 RUBYNTLM = 'require "openssl"\nmodule Net; module NTLM\n  def self.ntlm_hash(password, opt = {})\n' \
            '    OpenSSL::Digest::MD4.digest(password.encode("UTF-16LE"))\n  end\nend; end\n'

@@ -75,7 +75,7 @@ def _argv(command: str) -> list[str]:
 def test_validate_dry_run_lists_exactly_the_commands_validate_runs(tmp_path):
     log = tmp_path / "ran.txt"
     _recording_tools(tmp_path / "bin", log)
-    # An empty tools cache: k4w would prefer the pinned Packer to the stand-in on PATH (k4w.tools.find).
+    # An empty tools cache: k4w would prefer the pinned Packer to the stand-in on PATH (k4w.infra.tools.find).
     (tmp_path / "no-pinned-tools").mkdir()
     env = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "K4W_TOOLS_DIR": str(tmp_path / "no-pinned-tools")}
     out = tmp_path / "out"

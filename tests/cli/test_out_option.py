@@ -15,7 +15,8 @@ from invoke import Config, Context
 from invoke.exceptions import Exit
 
 import tasks
-from k4w import cli, render
+from k4w.commands import cli
+from k4w import render
 from tests.fakes import component_cache
 from tests.helpers import ROOT, invoke
 

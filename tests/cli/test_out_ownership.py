@@ -78,7 +78,7 @@ def test_a_link_at_a_folder_render_owns_is_refused_naming_it_and_its_target_kept
 def test_a_render_replaces_its_own_render_and_keeps_what_a_build_staged(tmp_path):
     out = tmp_path / "out"
     assert invoke("render", "--out", str(out)).returncode == 0
-    staged = out / "http" / "ubuntu-1604" / "components" / "kubelet"  # k4w.build_media.stage's place
+    staged = out / "http" / "ubuntu-1604" / "components" / "kubelet"  # k4w.bake.media.build_media.stage's place
     staged.parent.mkdir(parents=True)
     staged.write_text("x")
     result = invoke("render", "--out", str(out))
@@ -130,12 +130,12 @@ def test_an_iso_that_is_a_folder_is_named_as_not_a_file(tmp_path):
 
 
 def test_a_caller_that_opened_the_lock_file_as_its_holder_deleted_it_locks_the_new_one(tmp_path, monkeypatch):
-    """The race the deletion on release opens (k4w.filelock): a second caller opened OUT/.lock just
+    """The race the deletion on release opens (k4w.infra.filelock): a second caller opened OUT/.lock just
     before the holder deleted it, then gets the lock on the deleted file. It must notice and lock
     the file now at the path, or two commands would hold the same --out."""
     import os
 
-    from k4w import filelock
+    from k4w.infra import filelock
 
     path = tmp_path / ".lock"
     holder = filelock.acquire(path)

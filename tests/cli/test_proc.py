@@ -1,4 +1,4 @@
-"""k4w.proc, the one way k4w runs programs: output kept or streamed, timeouts that stop what
+"""k4w.infra.proc, the one way k4w runs programs: output kept or streamed, timeouts that stop what
 they started, redacted error tails, dry runs that run nothing, and waits on a fake clock."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from k4w import proc
-from k4w.errors import K4wError
-from k4w.redact import register_secret
+from k4w.infra import proc
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import register_secret
 from tests.helpers import process_alive
 
 PY = sys.executable

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from k4w.redact import redact, register_secret
+from k4w.infra.redact import redact, register_secret
 from tests.helpers import config_dict, invoke, write_config
 
 PASSWORD = "S3cr3tPa55"
@@ -102,7 +102,7 @@ USERINFO_SHAPES = [
     ("https://:S3cr3t@mirror.corp.example/artifactory/k4w/v1.11.0/kubernetes.tar.gz", "S3cr3t"),
     ("socks5h://alice:S3cr3t@proxy.corp.example:1080", "S3cr3t"),
     ("alice:S3cr3t@proxy.corp.example:3128", "S3cr3t"),  # scheme-less, as some tools print a proxy
-    # every sub-delim but "'", which cluster.yml refuses unencoded (k4w.config) and printed
+    # every sub-delim but "'", which cluster.yml refuses unencoded (k4w.model.config) and printed
     # command lines use as a quote around the URL
     ("alice:a!$&()*+,;=S3cr3t@proxy.corp.example:3128", "S3cr3t"),
 ]

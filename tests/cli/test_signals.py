@@ -11,7 +11,7 @@ from tests.helpers import start_invoke
 
 
 def _handlers_installed(pid: int) -> bool:
-    """Whether k4w.signals.install() ran in pid: SIGTERM is caught (Python alone leaves it default)."""
+    """Whether k4w.infra.signals.install() ran in pid: SIGTERM is caught (Python alone leaves it default)."""
     try:
         status = open(f"/proc/{pid}/status").read()
     except FileNotFoundError:
@@ -67,7 +67,7 @@ def test_inside_a_task_a_signal_raises_so_the_task_cleans_up():
     lock, child processes) instead of ending the process; the outcome still names the signal."""
     import os
 
-    from k4w import signals
+    from k4w.infra import signals
 
     previous = {s: signal.getsignal(s) for s in signals.OUTCOMES}
     signals.install()

@@ -17,20 +17,20 @@ def test_tasks_py_loads_no_stage_of_k4w():
     command line wait only for Invoke and this much of k4w."""
     code = "import sys, tasks; print(' '.join(sorted(m for m in sys.modules if m == 'k4w' or m.startswith('k4w.'))))"
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    assert loaded == ["k4w", "k4w.defaults", "k4w.signals"], loaded
+    assert loaded == ["k4w", "k4w.defaults", "k4w.infra", "k4w.infra.signals"], loaded
 
 
 def test_the_handler_is_installed_before_invoke_is_imported():
-    """python -X importtime lists each import as it completes: k4w.signals (installed at once) before Invoke."""
+    """python -X importtime lists each import as it completes: k4w.infra.signals (installed at once) before Invoke."""
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "k4w", "--version"], cwd=ROOT, capture_output=True,
                             text=True, check=True)
     order = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:") and "|" in line]
-    assert "k4w.signals" in order and "invoke" in order, order
-    assert order.index("k4w.signals") < min(i for i, name in enumerate(order) if name.startswith("invoke")), order
+    assert "k4w.infra.signals" in order and "invoke" in order, order
+    assert order.index("k4w.infra.signals") < min(i for i, name in enumerate(order) if name.startswith("invoke")), order
 
 
 def _handler_installed(pid: int) -> bool:
-    """k4w.signals.install() ran in pid: SIGTERM is caught (Python alone leaves it default)."""
+    """k4w.infra.signals.install() ran in pid: SIGTERM is caught (Python alone leaves it default)."""
     try:
         status = open(f"/proc/{pid}/status").read()
     except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""k4w.tools.INSTALL is the one table of install commands, and scripts/setup.sh installs what it names."""
+"""k4w.infra.tools.INSTALL is the one table of install commands, and scripts/setup.sh installs what it names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from k4w import proc, tools
-from k4w.errors import ToolMissing
+from k4w.infra import proc, tools
+from k4w.infra.errors import ToolMissing
 from tests.helpers import ROOT
 
 # The words after `apt-get install -y` up to the first that is no Debian package name ("(", "or").

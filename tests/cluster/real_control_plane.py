@@ -1,5 +1,5 @@
 """A real control plane on this host for the cluster.existing tests: the pinned etcd and kube-apiserver
-(tools/lock.yml, k4w/pinned_tools.py), set up by the pinned kubeadm's own init phases, so the objects k4w
+(tools/lock.yml, k4w/infra/pinned_tools.py), set up by the pinned kubeadm's own init phases, so the objects k4w
 reads (kubeadm-config, cluster-info, kube-dns, kube-proxy, kubeadm's join RBAC) are the real ones.
 
 Nothing is skipped: a missing binary fails with the command that builds it (pinned_tools.require).
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from k4w import pinned_tools
-from k4w.kubeapi import ApiError, Client, load_kubeconfig
+from k4w.infra import pinned_tools
+from k4w.cluster.kubeapi import ApiError, Client, load_kubeconfig
 
 # The control plane the lock pins (tools/lock.yml kubernetes-control-plane; kubeadm of kubernetes-node is
 # the same release), so the test follows the lock instead of a copy of its version.

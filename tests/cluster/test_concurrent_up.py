@@ -1,5 +1,5 @@
 """cluster-up boots the VMs at once: one `vagrant up NAME` per VM through the real driver
-(k4w.vagrant), with the fake `vagrant` executable (tests/fakes/vagrant.py) first on PATH. The fake
+(k4w.infra.vagrant), with the fake `vagrant` executable (tests/fakes/vagrant.py) first on PATH. The fake
 sleeps each machine's boot time and logs when it started and ended, so the test measures wall time
 and the largest number of VMs booting at the same moment."""
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from k4w import proc
+from k4w.infra import proc
 from k4w.cluster import machines as machines_mod, steps as S, up as up_mod
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from tests.cluster.conftest import render_to, write_box_catalogues
 from tests.fakes.cluster_world import FakeClock
 from tests.fakes.vagrant import VagrantOnPath

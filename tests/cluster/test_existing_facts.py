@@ -10,12 +10,12 @@ import json
 import pytest
 import yaml
 
-from k4w import version_skew
+from k4w.model import version_skew
 from k4w.cluster import existing, facts as facts_mod
-from k4w.cluster_model import Cluster
-from k4w.config import parse
-from k4w.errors import K4wError
-from k4w.kubeapi import ApiError, Credentials
+from k4w.model.cluster import Cluster
+from k4w.model.config import parse
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Credentials
 from tests.helpers import ROOT
 
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "existing-cluster" / "answers.json").read_text())["answers"]

@@ -16,13 +16,14 @@ import urllib.parse
 import pytest
 import yaml
 
-from k4w import node_marks, render
+from k4w.derive import node_marks
+from k4w import render
 from k4w.cluster import existing
 from k4w.cluster import up as up_mod
-from k4w.cluster_model import Cluster
-from k4w.config import parse
-from k4w.errors import K4wError
-from k4w.kubeapi import ApiError, Credentials
+from k4w.model.cluster import Cluster
+from k4w.model.config import parse
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Credentials
 from tests.cluster.conftest import machines_of, render_to
 from tests.fakes.cluster_world import FakeClock, FakeRemote, FakeWorld
 from tests.helpers import ROOT

@@ -19,10 +19,10 @@ import yaml
 
 from k4w import render
 from k4w.cluster import bootstrap_token, existing, facts as facts_mod
-from k4w.cluster_model import Cluster
-from k4w.config import parse
-from k4w.errors import K4wError
-from k4w.kubeapi import Client
+from k4w.model.cluster import Cluster
+from k4w.model.config import parse
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import Client
 from k4w.cluster import up as up_mod
 from tests.cluster import real_control_plane as cp
 from tests.cluster.conftest import machines_of, render_to

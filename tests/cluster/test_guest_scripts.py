@@ -449,7 +449,7 @@ def test_every_guest_script_that_starts_a_kubelet_ensures_the_kernel_tunables_fi
             continue
         starters.append(script.relative_to(ROOT).as_posix())
         if script.parent == bake and script.name > "02-kernel.sh":
-            continue   # Packer runs the bake steps in their order (k4w.derive_steps)
+            continue   # Packer runs the bake steps in their order (k4w.derive.step_env)
         calls = [n for n, line in lines if line.strip() == "k4w_kernel_tunables" and not line[0].isspace()]
         if not calls or calls[0] > starts[0]:
             problems.append(f"{script.name}:{starts[0]} starts a kubelet without k4w_kernel_tunables at its top level before it")

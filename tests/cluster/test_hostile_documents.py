@@ -1,6 +1,6 @@
 """Every document k4w reads and did not just write (the API answers of cluster.existing, its own state
 files under --out), in a shape it does not expect, ends in one line naming the source and the field:
-a K4wError, never a traceback from the code that uses the document (k4w.documents, k4w.cluster.api_models).
+a K4wError, never a traceback from the code that uses the document (k4w.model.documents, k4w.cluster.api_models).
 
 The table feeds each hostile shape to the reader of that document; the shapes are those a cluster
 k4w did not make, a proxy in the way, or a hand-edited or truncated file can give."""
@@ -17,9 +17,9 @@ import yaml
 
 from k4w.cluster import bootstrap_token, existing, facts as facts_mod
 from k4w.cluster.state import STATE_FILE, State
-from k4w.errors import K4wError
-from k4w import kubeapi
-from k4w.kubeapi import Client, Credentials
+from k4w.infra.errors import K4wError
+from k4w.cluster import kubeapi
+from k4w.cluster.kubeapi import Client, Credentials
 from tests.cluster.test_existing_facts import FLANNEL_CM, RECORDED, RecordedApi
 from tests.helpers import ROOT, invoke
 
@@ -252,7 +252,7 @@ def _read_cluster_json(out):
 
 
 def _read_box_catalogue(out):
-    from k4w import profiles
+    from k4w.model import profiles
     from k4w.verify import throwaway
 
     return throwaway.box_ref(out, profiles.load("ubuntu-1604"))
@@ -346,7 +346,7 @@ def test_cluster_down_dry_run_on_a_corrupt_record_is_one_line_from_the_real_cli(
 
 def test_an_object_that_exists_in_a_hostile_shape_is_one_line_when_apply_meets_it(tmp_path):
     """apply's create says 409 Conflict; the object there is read to see whether it is k4w's."""
-    from k4w.kubeapi import ApiError
+    from k4w.cluster.kubeapi import ApiError
 
     class ConflictApi(RecordedApi):
         def create(self, path, body):

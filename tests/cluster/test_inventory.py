@@ -10,7 +10,7 @@ from __future__ import annotations
 import yaml
 
 from tests.helpers import ROOT, invoke
-from k4w.config import parse
+from k4w.model.config import parse
 
 KUBESPRAY_GROUPS = {"kube_control_plane", "kube_node", "etcd", "k8s_cluster"}
 

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-from k4w.cluster import join_config
-from k4w.errors import K4wError
+from k4w.derive import join_config
+from k4w.infra.errors import K4wError
 from k4w.validate import kubeadm_rules
 from tests.helpers import MODERN_BOXES, ROOT
 
@@ -42,7 +42,7 @@ def test_the_secret_flag_pattern_catches_a_planted_join_command():
 def test_seed_era_join_config_is_a_v1alpha2_node_configuration(box, kind):
     doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123"))
     assert doc["kind"] == kind and doc["token"] == join_config.SAMPLE_TOKEN
-    # The node registers marked as k4w's (k4w/node_marks.py): its labels, and a Windows node the Windows taint.
+    # The node registers marked as k4w's (k4w/derive/node_marks.py): its labels, and a Windows node the Windows taint.
     taints = {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]} if box.startswith("windows") else {}
     assert doc["discoveryTokenAPIServers"] == [API] and doc["nodeRegistration"] == {
         "name": "w1", **taints, "kubeletExtraArgs": {"node-labels": "k4w.io/node=true,k4w.io/installation=abc123"}}

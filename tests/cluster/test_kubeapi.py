@@ -7,9 +7,9 @@ import base64
 import pytest
 import yaml
 
-from k4w.errors import K4wError
-from k4w.kubeapi import load_kubeconfig
-from k4w.redact import redact
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import load_kubeconfig
+from k4w.infra.redact import redact
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 
@@ -106,11 +106,11 @@ else:
 @pytest.fixture
 def icacls(tmp_path, monkeypatch):
     """A stand-in icacls first on PATH that lists an ACL (what FAKE_ICACLS_EXTRA adds to the owner's), and the
-    Windows ACL branch of k4w.private switched on, as tests/cli/test_private_files.py does for writes."""
+    Windows ACL branch of k4w.out.private switched on, as tests/cli/test_private_files.py does for writes."""
     import os
     import sys
 
-    from k4w import private
+    from k4w.out import private
 
     bin_dir, calls = tmp_path / "bin", tmp_path / "icacls-calls.jsonl"
     bin_dir.mkdir()

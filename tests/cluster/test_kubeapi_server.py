@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from k4w.errors import K4wError
-from k4w.kubeapi import ApiError, Client, load_kubeconfig
+from k4w.infra.errors import K4wError
+from k4w.cluster.kubeapi import ApiError, Client, load_kubeconfig
 from tests.fakes import api_server
 
 DEADLINE_S = 1.0
@@ -162,7 +162,7 @@ def test_an_encrypted_client_key_is_refused_without_a_pass_phrase_prompt(certs, 
             "client-certificate-data": b64((client_pair / "a.crt").read_bytes()),
             "client-key-data": b64((client_pair / "a-encrypted.key").read_bytes())})
         child = subprocess.run(
-            [sys.executable, "-c", "import sys; from k4w.kubeapi import Client, load_kubeconfig\n"
+            [sys.executable, "-c", "import sys; from k4w.cluster.kubeapi import Client, load_kubeconfig\n"
              "try:\n    Client(load_kubeconfig(sys.argv[1]))\nexcept Exception as exc:\n    print(exc)\n", str(path)],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     assert (f"the client-key-data of {path} is encrypted with a pass phrase; k4w never asks for one" in child.stdout), \

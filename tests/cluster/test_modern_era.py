@@ -42,7 +42,7 @@ def test_v1beta4_kubeadm_config_uses_arg_lists_and_timeouts(tmp_path):
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.168.250.10", "bindPort": 6443}
     # kubeadm waits for the control plane as long as cluster-up waits for a node; its API calls, the
     # first of which waits for the API server (1.37's admin binding), have their own named bound
-    # (k4w.kubeadm_timeouts), not ready_timeout: kubeadm retries a permanent refusal that long
+    # (k4w.model.kubeadm_timeouts), not ready_timeout: kubeadm retries a permanent refusal that long
     assert init["timeouts"] == {"controlPlaneComponentHealthCheck": "1200s", "kubernetesAPICall": "600s"}
     assert "timeoutForControlPlane" not in json.dumps(docs)
     assert cluster["kubernetesVersion"] == "v1.37.2" and cluster["imageRepository"] == "registry.k8s.io"
@@ -141,8 +141,8 @@ def test_a_profile_without_flannel_manifest_fails_the_render_naming_the_key(tmp_
 def test_the_runtime_component_decides_the_kubelet_cgroup_driver(tmp_path):
     """kube.cgroup_driver reads the master's runtime component: containerd when the profile has
     one (the modern era), else docker (the seed era), and the missing-key problem names it."""
-    from k4w.cluster_model import kube_era
-    from k4w.profiles import Attr, Profile
+    from k4w.model.cluster import kube_era
+    from k4w.model.profiles import Attr, Profile
 
     def profile(components: dict) -> Profile:
         data = yaml.safe_load((MODERN_BOXES / "ubuntu-2404.yml").read_text())

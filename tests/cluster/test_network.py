@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
-from k4w import config as config_mod, sources
+from k4w.model import config as config_mod, sources
 from k4w.cluster import network
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from k4w.validate import powershell_rules as powershell
 from tests.helpers import config_dict
 
@@ -100,7 +100,7 @@ def test_an_external_switch_gets_no_host_address_and_no_netnat():
      "nodes[0].ip: 192.168.250.10 is reserved for the host gateway on the cluster switch"),
 ])
 def test_external_switch_settings_are_checked(hyperv, message):
-    from k4w.errors import ConfigError
+    from k4w.infra.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         cfg_with(**hyperv)
@@ -157,7 +157,7 @@ def test_switch_check_script_parses():
     ("Internal", {"hyperv.cluster_switch_type": "External", "hyperv.cluster_adapter": "Ethernet"}, False),
 ])
 def test_doctor_holds_the_cluster_switch_to_its_configured_kind(monkeypatch, actual, configured, ok):
-    from k4w import doctor
+    from k4w.commands import doctor
 
     monkeypatch.setattr(doctor, "_is_windows", lambda: True)
     monkeypatch.setattr(doctor, "_powershell", lambda script: (0, actual))   # Get-VMSwitch ... SwitchType

@@ -1,4 +1,4 @@
-"""cluster-up through the real Vagrant driver (k4w.vagrant) and VagrantRemote, with the fake `vagrant`
+"""cluster-up through the real Vagrant driver (k4w.infra.vagrant) and VagrantRemote, with the fake `vagrant`
 executable (tests/fakes/vagrant.py) first on PATH: the exact argv that reaches Vagrant is what is asserted."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 
 from k4w.cluster import machines, up as up_mod
 from k4w.cluster.remote import RemoteError, VagrantRemote, powershell_wrapper
-from k4w.errors import K4wError
-from k4w.vagrant import Vagrant
+from k4w.infra.errors import K4wError
+from k4w.infra.vagrant import Vagrant
 from k4w.validate.powershell_rules import parse_text_errors
 from tests.cluster.conftest import write_box_catalogues
 from tests.fakes.cluster_world import FakeClock

@@ -1,5 +1,5 @@
 """cluster-up gives flanneld and kube-proxy on a Windows node kubeconfigs of their own
-ServiceAccounts (k4w/identities.py), as private files, before the join starts those services."""
+ServiceAccounts (k4w/derive/identities.py), as private files, before the join starts those services."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import base64
 import pytest
 import yaml
 
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from tests.cluster.conftest import run_up
 from tests.fakes import cluster_answers
 

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 import yaml
 
-from k4w import profiles, render
-from k4w.cluster_model import Cluster
-from k4w.errors import K4wError
+from k4w.model import profiles
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import K4wError
 from tests.helpers import ROOT
 
 

@@ -4,9 +4,9 @@ import ipaddress
 
 import pytest
 
-from k4w import config
-from k4w.errors import ConfigError
-from k4w.derive import derive_network, derive_proxy
+from k4w.model import config
+from k4w.infra.errors import ConfigError
+from k4w.derive.values import derive_network, derive_proxy
 from tests.helpers import config_dict
 
 import yaml

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from k4w.config import parse
-from k4w.errors import ConfigError
+from k4w.model.config import parse
+from k4w.infra.errors import ConfigError
 from tests.helpers import ROOT, invoke, write_config
 
 EXISTING = ROOT / "examples" / "cluster-existing.yml"

@@ -10,9 +10,10 @@ import os
 import pytest
 import yaml
 
-from k4w import iso, profiles
+from k4w.bake.media import iso
+from k4w.model import profiles
 from k4w.bake import commands
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from rich.console import Console
 from tests.bake.conftest import repo  # noqa: F401 - the build tests' miniature repository, ISOs included
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 import yaml
 
-from k4w import kubeadm_apis, sources
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import kubeadm_apis, sources
+from k4w.model.sources import REPO_ROOT as ROOT
 from tests.helpers import invoke
 
 
@@ -51,6 +51,6 @@ def test_each_api_is_read_by_exactly_the_kubeadm_releases_its_source_names(api, 
 
 
 def test_every_shipped_profile_pins_an_api_its_kubeadm_reads():
-    for path in sorted((ROOT / "boxes").glob("*.yml")) + sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml")):
+    for path in sorted((ROOT / "boxes").glob("*.yml")) + sorted((ROOT / "ci" / "e2e" / "boxes").glob("*.yml")):
         kube = yaml.safe_load(path.read_text())["kubernetes"]
         assert kubeadm_apis.problem(kube["kubeadm_api"], kube["version"]) is None, path.name

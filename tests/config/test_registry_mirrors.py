@@ -1,7 +1,7 @@
 """cluster.yml `registry.mirrors` through the real CLI: a config with mirrors passes the real
 `invoke validate`, a bad mirror is refused naming its key and line before anything is written, and
 what the mirrors become (hosts.toml, kubeadm's image repository, NO_PROXY, Docker's registry-mirrors,
-the credentials) is decided once in k4w.registry. The pull itself: tests/bake/ubuntu/test_registry_mirror_real_containerd.py."""
+the credentials) is decided once in k4w.derive.registry. The pull itself: tests/bake/ubuntu/test_registry_mirror_real_containerd.py."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from types import MappingProxyType
 import pytest
 import yaml
 
-from k4w import config, derive_steps, profiles, registry
-from k4w.cluster_model import Cluster
-from k4w.profiles import Attr
+from k4w.model import config, profiles
+from k4w.derive import step_env as derive_steps, registry
+from k4w.model.cluster import Cluster
+from k4w.model.profiles import Attr
 from k4w.validate import registry_rules
 from tests.helpers import ROOT, invoke, write_config
 
@@ -293,7 +294,7 @@ def test_every_image_a_box_profile_pins_is_in_the_published_table():
 @pytest.mark.parametrize("repository", ["registry.k8s.io", "harbor.internal/k8s-proxy"])
 def test_the_kubeadm_image_model_is_what_the_pinned_kubeadm_lists(repository):
     """k4w's model of kubeadm's names (facts/upstream-images.yml) against the real kubeadm 1.37.2."""
-    from k4w import pinned_tools
+    from k4w.infra import pinned_tools
 
     version = yaml.safe_load((ROOT / "boxes" / "ubuntu-2604.yml").read_text())["kubernetes"]["version"]
     kubeadm = pinned_tools.require("kubernetes-node", "kubeadm")

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from k4w import sources
-from tests.e2e.harness.run import E2E_BOXES, SBIN
+from k4w.model import sources
+from ci.e2e.run import E2E_BOXES, SBIN
 from tests.helpers import use_sources
 
 _REPORTS: list[tuple[str, list[str]]] = []

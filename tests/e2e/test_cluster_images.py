@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, containerd_config, pinned_tools, render
-from k4w.cluster_model import Cluster
-from tests.e2e.harness import cluster_file, cluster_images, cluster_run, oci_archive, squid
-from tests.e2e.harness.phases import E2EError
+from k4w.model import config
+from k4w.derive import containerd_config
+from k4w.infra import pinned_tools
+from k4w import render
+from k4w.model.cluster import Cluster
+from ci.e2e import cluster_file, cluster_images, cluster_run, oci_archive, squid
+from ci.e2e.phases import E2EError
 from tests.helpers import invoke
 
 BOX = cluster_run.BOX

@@ -21,9 +21,9 @@ import pytest
 
 import yaml
 
-from tests.e2e.harness import BOXES, CI_BOXES, base_image, default_out, run_e2e
-from tests.e2e.harness.phases import Log, Phase
-from tests.e2e.harness.run import E2E_BOXES, E2EFailed
+from ci.e2e import BOXES, CI_BOXES, base_image, default_out, run_e2e
+from ci.e2e.phases import Log, Phase
+from ci.e2e.run import E2E_BOXES, E2EFailed
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = default_out(ROOT / "build", BOXES[0])

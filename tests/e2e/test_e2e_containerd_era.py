@@ -1,4 +1,4 @@
-"""The CI profile of the containerd era (tests/e2e/boxes/ubuntu-2404-e2e.yml): ubuntu-2404's steps on
+"""The CI profile of the containerd era (ci/e2e/boxes/ubuntu-2404-e2e.yml): ubuntu-2404's steps on
 the Debian 12 stand-in image, its real binaries from the pinned tool cache (no stand-in), and the box
 spec checks of that era."""
 
@@ -15,17 +15,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, packer_hcl, pinned_tools, profiles, render
-from k4w.bake import pins as pins_mod
-from k4w.cluster_model import Cluster
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config, profiles
+from k4w.infra import packer_hcl, pinned_tools
+from k4w import render
+from k4w.model import pins as pins_mod
+from k4w.model.cluster import Cluster
+from k4w.model.sources import REPO_ROOT as ROOT
 from k4w.verify import expect, selection
-from k4w.errors import ToolMissing
-from tests.e2e.harness import base_image, mirror
-from tests.e2e.harness.phases import E2EError
+from k4w.infra.errors import ToolMissing
+from ci.e2e import base_image, mirror
+from ci.e2e.phases import E2EError
 from tests.helpers import config_dict, system_tool, use_sources
 
-E2E_BOXES = ROOT / "tests" / "e2e" / "boxes"
+E2E_BOXES = ROOT / "ci" / "e2e" / "boxes"
 CI = yaml.safe_load((E2E_BOXES / "ubuntu-2404-e2e.yml").read_text())
 MODERN = yaml.safe_load((ROOT / "boxes" / "ubuntu-2404.yml").read_text())
 DEBIAN = yaml.safe_load((E2E_BOXES / "debian-12-e2e.yml").read_text())
@@ -65,7 +67,7 @@ def test_no_stand_in_and_only_the_hyperv_checks_are_deselected():
 
 
 def _tool_cache(root: Path, versions: dict[str, str] | None = None) -> Path:
-    """A tool cache in k4w.pinned_tools' layout holding small programs, for the packing logic alone."""
+    """A tool cache in k4w.infra.pinned_tools' layout holding small programs, for the packing logic alone."""
     programs = {"containerd": ("containerd", "containerd-shim-runc-v2", "ctr"), "runc": ("runc",),
                 "cni-plugins": ("bridge", "host-local", "loopback", "portmap"),
                 "kubernetes-node": ("kubeadm", "kubelet", "kubectl")}
@@ -118,9 +120,9 @@ def test_the_real_files_have_the_release_layouts_and_the_run_pins_their_digests(
 def test_the_runs_pins_reach_the_fetch_and_the_guests_own_check(tmp_path, monkeypatch):
     """What the run's render phase does: cluster.yml and the pins beside it -> Cluster.resolve -> the
     profile's checksums (the fetch verifies against them) and the step variables (the guest's check)."""
-    from k4w.derive_steps import step_env
-    from tests.e2e.harness import cluster_file
-    from tests.e2e.harness.run import write_pins
+    from k4w.derive.step_env import step_env
+    from ci.e2e import cluster_file
+    from ci.e2e.run import write_pins
 
     monkeypatch.setenv("K4W_TOOLS_DIR", str(_tool_cache(tmp_path / "tools")))
     served = mirror.for_profile(_ci_profile(monkeypatch), "now")
@@ -190,8 +192,8 @@ def test_the_pinned_tool_cache_answers_what_the_steps_and_the_spec_ask(tool, pro
 @pytest.mark.parametrize("box, profile", [("ubuntu-2404-e2e", CI), ("ubuntu-2604-e2e", CI_2604)])
 def test_packer_validates_the_rendered_ci_template(tmp_path, monkeypatch, box, profile):
     """Each containerd-era CI box renders through the Ubuntu template's qemu builder, as the run's
-    own one-node cluster.yml (tests/e2e/harness/cluster_file.py) has it."""
-    from tests.e2e.harness import cluster_file
+    own one-node cluster.yml (ci/e2e/cluster_file.py) has it."""
+    from ci.e2e import cluster_file
 
     use_sources(monkeypatch, box_folders=(E2E_BOXES,))
     text = cluster_file.text("http://10.0.2.2:3128", "http://127.0.0.1:1", str(tmp_path / "cache"), box)

@@ -22,13 +22,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import config, packer_hcl, render
-from k4w.cluster_model import Cluster
-from tests.e2e.harness import base_image, cluster_file, idempotence, mirror, phases, procs, report, rerun, seed_stand_ins, squid
+from k4w.model import config
+from k4w.infra import packer_hcl
+from k4w import render
+from k4w.model.cluster import Cluster
+from ci.e2e import base_image, cluster_file, idempotence, mirror, phases, procs, report, rerun, seed_stand_ins, squid
 from tests.helpers import packer_validate, system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-E2E_PROFILE = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
+E2E_PROFILE = yaml.safe_load((ROOT / "ci" / "e2e" / "boxes" / "debian-12-e2e.yml").read_text())
 UBUNTU_PROFILE = yaml.safe_load((ROOT / "boxes" / "ubuntu-1604.yml").read_text())
 UBUNTU_SPEC = ROOT / "k4w" / "verify" / "specs" / "test_ubuntu_box.py"
 
@@ -261,7 +263,7 @@ def test_apt_requests_are_apt_fetching_indexes_and_packages():
 
 
 def test_proxy_proof_fails_when_nothing_used_the_proxy():
-    from tests.e2e.harness.run import _proxy_proof
+    from ci.e2e.run import _proxy_proof
 
     with pytest.raises(phases.E2EError, match="not used"):
         _proxy_proof("", [])
@@ -273,7 +275,7 @@ def test_proxy_proof_fails_when_nothing_used_the_proxy():
 
 
 def test_proxy_proof_fails_when_the_guest_downloaded_a_component_itself():
-    from tests.e2e.harness.run import _proxy_proof
+    from ci.e2e.run import _proxy_proof
 
     good = "".join(l + "\n" for l in ACCESS_LOG.splitlines()[:5])
     component = ("1795291090.000 127.0.0.1 TCP_TUNNEL/200 480 CONNECT "
@@ -491,7 +493,7 @@ def test_report_reads_each_step_from_the_build_log():
 
 @pytest.mark.parametrize("box", ["debian-12-e2e", "ubuntu-2404-e2e", "ubuntu-2604-e2e"])
 def test_base_image_paths_in_the_profile_are_the_cache_layout_of_its_recipe(box):
-    profile = yaml.safe_load((ROOT / "tests" / "e2e" / "boxes" / f"{box}.yml").read_text())
+    profile = yaml.safe_load((ROOT / "ci" / "e2e" / "boxes" / f"{box}.yml").read_text())
     recipe = base_image.recipe_named(profile["ci_base_image"])
     q = profile["build"]["qemu"]
     link = f"base-image/{recipe.name}"
@@ -501,8 +503,8 @@ def test_base_image_paths_in_the_profile_are_the_cache_layout_of_its_recipe(box)
 
 
 def rendered_template(tmp_path) -> dict:
-    from k4w.bake import packer_cli
-    from k4w.derive_steps import step_env
+    from k4w.infra import packer_cli
+    from k4w.derive.step_env import step_env
 
     cluster = Cluster.resolve(e2e_cluster())
     template = packer_hcl.parse(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.pkr.hcl"])
@@ -626,7 +628,7 @@ def test_watchdog_stops_a_phase_whose_child_overruns(tmp_path):
 
 
 def test_dry_run_says_every_command_and_writes_nothing(tmp_path):
-    from tests.e2e.harness import run_e2e
+    from ci.e2e import run_e2e
 
     said: list[str] = []
     result = run_e2e(tmp_path / "out", dry_run=True, say=said.append)
@@ -659,7 +661,7 @@ def test_an_unjoined_kubelet_restarting_by_itself_is_expected_but_a_step_restart
 
 
 def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base_image(tmp_path):
-    from tests.e2e.harness import run_e2e
+    from ci.e2e import run_e2e
 
     said: list[str] = []
     shared = tmp_path / "e2e" / "base-image"
@@ -673,15 +675,15 @@ def test_the_containerd_era_dry_run_names_its_own_box_folder_and_the_shared_base
 
 
 def test_an_unknown_ci_box_is_refused_naming_the_ones_there_are(tmp_path):
-    from tests.e2e.harness import run_e2e
+    from ci.e2e import run_e2e
 
     with pytest.raises(phases.E2EError, match="no CI box named 'ubuntu-2404'; the e2e boxes are: debian-12-e2e, ubuntu-2404-e2e, ubuntu-2604-e2e"):
         run_e2e(tmp_path / "out", box="ubuntu-2404", dry_run=True, say=lambda text: None)
 
 
 def test_each_ci_box_has_its_own_output_folder_and_shares_one_base_image(tmp_path):
-    from tests.e2e.harness import BOXES, default_out
-    from tests.e2e.harness.run import _base_image_folder
+    from ci.e2e import BOXES, default_out
+    from ci.e2e.run import _base_image_folder
 
     assert [default_out(tmp_path, b) for b in BOXES] == [tmp_path / "e2e", tmp_path / "e2e-ubuntu-2404", tmp_path / "e2e-ubuntu-2604"]
     shared = tmp_path / "e2e" / "base-image"
@@ -706,7 +708,7 @@ class _FakeSsh:
         self.marker = None
 
     def run(self, command, phase, what, *, input=None, check=True, quiet=False):
-        from k4w import proc
+        from k4w.infra import proc
 
         if command.startswith("logger"):
             self.marker = input.strip()
@@ -729,7 +731,7 @@ class _FakeGuest:
     (0, 0, "the journal scan does not work"),
 ])
 def test_the_secret_scan_reads_the_journal_and_proves_it_can(matches, control, error):
-    from tests.e2e.harness import run as run_mod
+    from ci.e2e import run as run_mod
 
     guest = _FakeGuest(_FakeSsh(matches, control))
     credentials = squid.Credentials("k4w", "k4w!0123$e2e")
@@ -745,14 +747,14 @@ def test_the_secret_scan_reads_the_journal_and_proves_it_can(matches, control, e
 
 
 def test_a_guest_on_an_emulated_clock_is_refused_with_the_fix():
-    from tests.e2e.harness import guest
+    from ci.e2e import guest
     with pytest.raises(phases.E2EError, match=r"clock source is hpet.*tsc=reliable clocksource=tsc"):
         guest.require_fast_clock("hpet\n", "root=/dev/vda ro console=ttyS0")
     guest.require_fast_clock("tsc\n", "root=/dev/vda ro console=ttyS0 tsc=reliable clocksource=tsc")
 
 
 def test_a_guest_cpu_without_aes_ni_is_refused_and_the_default_model_has_it():
-    from tests.e2e.harness import guest
+    from ci.e2e import guest
     qemu64 = "flags\t\t: fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 syscall nx lm nopl pni cx16 hypervisor lahf_lm svm"
     with pytest.raises(phases.E2EError, match=r"lacks aes, pclmulqdq, sse4_1.*-cpu qemu64,"):
         guest.require_cpu_features(qemu64)
@@ -767,8 +769,8 @@ def test_a_guest_cpu_without_aes_ni_is_refused_and_the_default_model_has_it():
 def test_a_guest_whose_kernel_prints_nothing_is_reported_at_once_not_after_the_boot_budget(tmp_path, monkeypatch):
     # Ubuntu 26.04's kernel stopped before its console under -cpu ...,+bmi1,+bmi2: QEMU kept running
     # silently and the run waited out the whole boot budget for SSH.
-    from tests.e2e.harness import guest as guest_mod
-    from k4w import proc as proc_mod
+    from ci.e2e import guest as guest_mod
+    from k4w.infra import proc as proc_mod
 
     class NoSsh:
         def run(self, *args, **kwargs):
@@ -790,7 +792,7 @@ def test_a_guest_whose_kernel_prints_nothing_is_reported_at_once_not_after_the_b
         sleeper.stop()
 
 
-@pytest.mark.parametrize("profile", sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("profile", sorted((ROOT / "ci" / "e2e" / "boxes").glob("*.yml")), ids=lambda p: p.stem)
 def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
     # With two TCG vCPUs the kernel finds the TSCs "unsynchronized" and falls back to the HPET unless told.
     append = yaml.safe_load(profile.read_text())["build"]["qemu"]["append"].split()
@@ -798,7 +800,7 @@ def test_every_e2e_box_boots_its_kernel_on_the_tsc(profile):
 
 
 def test_the_default_suite_bakes_the_two_ci_boxes_and_ubuntu_2604_e2e_runs_on_request():
-    from tests.e2e.harness import BOXES, CI_BOXES
+    from ci.e2e import BOXES, CI_BOXES
 
     assert CI_BOXES == ("debian-12-e2e", "ubuntu-2404-e2e")
     assert set(BOXES) - set(CI_BOXES) == {"ubuntu-2604-e2e"}

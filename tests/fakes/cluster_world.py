@@ -12,7 +12,7 @@ from pathlib import Path
 
 from k4w.cluster.machines import DOTFILE_DIR
 from k4w.cluster.remote import RemoteError
-from k4w.vagrant import PROVIDER
+from k4w.infra.vagrant import PROVIDER
 
 from . import cluster_answers
 
@@ -95,7 +95,7 @@ class FakeVagrant:
         self.world.log.append("vagrant up " + " ".join(names))
         failed = cluster_answers.check_failure(self.world.scenario, "vagrant up " + " ".join(names))
         if failed:
-            from k4w.errors import K4wError
+            from k4w.infra.errors import K4wError
 
             raise K4wError(f"vagrant up failed with exit code {failed[0]}")
         for name in names:

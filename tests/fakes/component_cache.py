@@ -6,7 +6,7 @@ placeholder for each download and an index.json entry that CLAIMS the file was v
 the profile's checksum. k4w.bake.cache trusts an entry whose size, mtime and URL still match (as
 the ISO hash cache does), so the build proceeds to stage the placeholders; a real guest would
 reject every one of them. Never use this where a real guest runs (the e2e run uses real files:
-tests/e2e/harness/mirror.py).
+ci/e2e/mirror.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from k4w.bake import cache
 from k4w.bake.download import Downloaded
-from k4w.cluster_model import Cluster
+from k4w.model.cluster import Cluster
 
 
 def placeholder(url: str) -> bytes:
@@ -42,7 +42,7 @@ def seed(root: Path, cluster: Cluster, boxes: list[str] | None = None) -> list[P
 def seeded_env(folder: Path, config_file: Path) -> dict[str, str]:
     """The environment for a real `invoke build-*` run on config_file whose downloads are already
     'in the cache' (placeholders, see above): K4W_CACHE pointing at a seeded folder."""
-    from k4w import config
+    from k4w.model import config
 
     seed(folder, Cluster.resolve(config.load(config_file)))
     return {"K4W_CACHE": str(folder)}

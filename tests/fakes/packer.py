@@ -41,8 +41,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from k4w import packer_hcl, pinned_tools, tools
-from k4w.bake import packer_cli
+from k4w.infra import packer_hcl, pinned_tools, tools
+from k4w.infra import packer_cli
 
 TRANSCRIPTS = Path(__file__).parent / "packer_transcripts"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
@@ -165,7 +165,7 @@ def build(argv: list[str]) -> int:
 
 
 def real_packer(argv: list[str]) -> int:
-    """Run the real Packer the test found (k4w.tools.find before the fake went on PATH), with its plugins."""
+    """Run the real Packer the test found (k4w.infra.tools.find before the fake went on PATH), with its plugins."""
     real = os.environ.get("FAKE_PACKER_REAL")
     if not real:
         print(f"fake packer: no real packer for `packer {argv[0]}` (bash scripts/setup.sh builds the pinned one)", file=sys.stderr)
@@ -231,7 +231,7 @@ class PackerOnPath:
         monkeypatch.setenv("FAKE_PACKER_PIDS", str(self.pids_file))
         monkeypatch.setenv("FAKE_PACKER_BIN", str(self.bin))
         # The fake stands in for Packer on a Hyper-V host: the build's host check lets it run
-        # (k4w.doctor.FAKE_HYPERV_HOST_ENV, a test-only stand-in).
+        # (k4w.commands.doctor.FAKE_HYPERV_HOST_ENV, a test-only stand-in).
         monkeypatch.setenv("K4W_TEST_FAKE_HYPERV_HOST", "1")
         # A user's debug setting must not reach the build (the runner removes it).
         monkeypatch.setenv("PACKER_LOG", "1")

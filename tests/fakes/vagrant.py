@@ -1,6 +1,6 @@
 """A stand-in for the `vagrant` executable (HashiCorp Vagrant 2.x CLI), at the process boundary only.
 
-One fake serves every caller: cluster-up / cluster-reset (through k4w.vagrant and
+One fake serves every caller: cluster-up / cluster-reset (through k4w.infra.vagrant and
 VagrantRemote) and test-box / cluster-test (k4w.verify.flows). Tests install it first on PATH
 with VagrantOnPath. It appends every call to $FAKE_VAGRANT_LOG as a JSON line (argv, cwd and
 $K4W_CLUSTER_JSON), keeps machine states in $FAKE_VAGRANT_DIR/machines.json and answers:

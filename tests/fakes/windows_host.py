@@ -20,8 +20,8 @@ import re
 from testinfra import backend as backends
 from testinfra.backend import base
 
-from k4w import config, profiles
-from k4w.derive import derive_proxy
+from k4w.model import config, profiles
+from k4w.derive.values import derive_proxy
 
 K = "C:\\k"
 SERVICES = {

@@ -1,5 +1,5 @@
 """Every kubeadm timeout k4w renders, on every master box, is either a readiness wait that follows
-cluster.ready_timeout or a named bound of k4w.kubeadm_timeouts with its reason, never ready_timeout by
+cluster.ready_timeout or a named bound of k4w.model.kubeadm_timeouts with its reason, never ready_timeout by
 accident: kubeadm retries a permanent refusal (RBAC, validation) for as long as a retry bound says."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from k4w import kubeadm_timeouts, render
-from k4w.cluster_model import Cluster
-from k4w.config import parse
+from k4w.model import kubeadm_timeouts
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.model.config import parse
 from tests.helpers import ROOT
 
 # A ready_timeout no named bound equals, so a field that follows it by mistake shows.
@@ -54,7 +55,7 @@ def test_every_kubeadm_timeout_is_a_readiness_wait_or_a_named_bound(master_box):
             assert value == f"{READY_TIMEOUT}s", f"{master_box}: {path} waits for readiness but is {value}, not cluster.ready_timeout"
         else:
             assert key in kubeadm_timeouts.BOUNDED, \
-                f"{master_box}: {path} = {value} is neither a readiness wait nor a named bound in k4w/kubeadm_timeouts.py"
+                f"{master_box}: {path} = {value} is neither a readiness wait nor a named bound in k4w/model/kubeadm_timeouts.py"
             bound = kubeadm_timeouts.BOUNDED[key]
             assert bound.why and value == f"{bound.seconds}s", f"{master_box}: {path} is {value}, not its named bound {bound.seconds}s"
             assert value != f"{READY_TIMEOUT}s", f"{master_box}: {path} follows cluster.ready_timeout"

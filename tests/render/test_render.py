@@ -13,11 +13,13 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from k4w import config, packer_hcl, render
-from k4w.bake import packer_cli
-from k4w.cluster_model import Cluster
-from k4w.derive_steps import step_env
-from k4w.errors import K4wError
+from k4w.model import config
+from k4w.infra import packer_hcl
+from k4w import render
+from k4w.infra import packer_cli
+from k4w.model.cluster import Cluster
+from k4w.derive.step_env import step_env
+from k4w.infra.errors import K4wError
 from tests.helpers import ROOT, config_dict, modern_config, use_sources
 
 OUT = Path("/tmp/k4w-property-out")  # never written: render_files renders in memory

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from k4w import render
-from k4w.cluster_model import Cluster
+from k4w.model.cluster import Cluster
 from k4w.render import escape
 from tests.helpers import config_dict, invoke, start_invoke, tree_digest, write_config
 
@@ -147,7 +147,7 @@ def test_sigterm_during_the_swap_finishes_it_then_exits_143(two_renders, tmp_pat
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 143, output   # k4w.signals: 128 + SIGTERM, after the swap finished
+    assert proc.returncode == 143, output   # k4w.infra.signals: 128 + SIGTERM, after the swap finished
     assert "Traceback" not in output and "terminated (SIGTERM)" in output, output
     assert managed(out) == files_b
     assert leftovers(out) == []

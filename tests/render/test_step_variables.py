@@ -1,5 +1,5 @@
 """Step variables (docs/internals.md): every K4W_* name the guest scripts of a box read is produced
-for that box by k4w/derive_steps.py, every name produced is read, and each is spelt out in full at
+for that box by k4w/derive/step_env.py, every name produced is read, and each is spelt out in full at
 both ends, so `grep -r K4W_FLANNEL_FILE` finds the producer and the reader."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import re
 import pytest
 import yaml
 
-from k4w import config, derive, derive_steps, profiles
-from k4w.errors import ConfigError, K4wError
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config, profiles
+from k4w.derive import values as derive, step_env as derive_steps
+from k4w.infra.errors import ConfigError, K4wError
+from k4w.model.sources import REPO_ROOT as ROOT
 from tests.helpers import config_dict, use_sources
 
 GUEST = ROOT / "guest"
-E2E_BOXES = ROOT / "tests" / "e2e" / "boxes"
+E2E_BOXES = ROOT / "ci" / "e2e" / "boxes"
 # What a box build runs: each family's library and bake steps (and the Windows Setup bootstrap).
 # The cluster scripts get their K4W_* values from cluster-up, not from the box build.
 BUILD_SCRIPTS = {
@@ -100,7 +101,7 @@ def test_every_name_the_scripts_read_is_produced(boxes):
         family = profile.os_family
         required = reads(family) - table_names(family) - media_names(family) - switches(boxes, family)
         missing = required - set(produced(profile, "proxy"))
-        assert not missing, f"{name}: guest/{family} reads {sorted(missing)}, which k4w/derive_steps.py does not produce"
+        assert not missing, f"{name}: guest/{family} reads {sorted(missing)}, which k4w/derive/step_env.py does not produce"
     for family in derive_steps.FAMILIES:
         unknown = reads(family) - table_names(family) - media_names(family) - switches(boxes, family) - {
             n for p in boxes.values() if p.os_family == family for n in produced(p, "proxy")}
@@ -114,8 +115,8 @@ def test_every_profile_value_in_the_table_is_read(family):
 
 
 def test_every_produced_name_is_spelt_out_where_it_is_made(boxes):
-    """grep finds the producer: derive_steps.py, or the profile that sets it (provision_env)."""
-    source = (ROOT / "k4w" / "derive_steps.py").read_text()
+    """grep finds the producer: k4w/derive/step_env.py, or the profile that sets it (provision_env)."""
+    source = (ROOT / "k4w" / "derive" / "step_env.py").read_text()
     for profile in boxes.values():
         text = profile.path.read_text()
         for which in CONFIGS:
@@ -135,7 +136,7 @@ def test_a_component_key_without_a_name_is_refused(tmp_path, monkeypatch):
     data["components"]["nssm"]["sha1"] = "0" * 40
     (tmp_path / "windows-1803.yml").write_text(yaml.safe_dump(data))
     use_sources(monkeypatch, box_folders=(tmp_path,))
-    with pytest.raises(K4wError, match=r"components\.nssm\.sha1 reaches no guest step: name its step variable in k4w/derive_steps.py"):
+    with pytest.raises(K4wError, match=r"components\.nssm\.sha1 reaches no guest step: name its step variable in k4w/derive/step_env.py"):
         derive_steps.step_env(profiles.load("windows-1803"), parse(config_dict()))
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from k4w import gotools, pinned_tools
+from k4w.devtools import gotools
+from k4w.infra import pinned_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = ROOT / "scripts" / "build-tools"

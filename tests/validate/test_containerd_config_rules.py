@@ -9,8 +9,9 @@ import shutil
 import pytest
 import yaml
 
-from k4w import containerd_config, registry, render
-from k4w.cluster_model import Cluster
+from k4w.derive import containerd_config, registry
+from k4w import render
+from k4w.model.cluster import Cluster
 from k4w.validate import containerd_config_rules as rules
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config
 

@@ -11,7 +11,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "k4w" / "validate" / "facts"
-PROFILES = sorted((ROOT / "boxes").glob("*.yml")) + sorted((ROOT / "tests" / "e2e" / "boxes").glob("*.yml"))
+PROFILES = sorted((ROOT / "boxes").glob("*.yml")) + sorted((ROOT / "ci" / "e2e" / "boxes").glob("*.yml"))
 # <binary>-<version>[-<aspect>].yml; the others (kubeadm-config-v1beta4.yml, windows-images.yml, ...)
 # are keyed by an API version or hold facts of every version.
 VERSIONED = re.compile(r"(?P<binary>[a-z][a-z-]*?)-(?P<version>\d+\.\d+(?:\.\d+)?)(?:-[a-z-]+)?\.yml")

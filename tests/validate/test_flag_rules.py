@@ -9,10 +9,10 @@ import shutil
 import pytest
 import yaml
 
-from k4w import sources
-from k4w.cluster_model import Cluster
+from k4w.model import sources
+from k4w.model.cluster import Cluster
 from k4w.render import render_files, write_atomically
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_rules
 from tests.helpers import config_dict, invoke, use_sources, write_config
 
@@ -111,7 +111,7 @@ def _line_of(path, needle: str) -> int:
 
 
 def test_a_linux_workers_era_kubelet_flags_are_held_against_its_own_version(tmp_path):
-    """cluster-join.sh takes the era's kubelet flags from the box profile (k4w.derive.linux_kubelet_flags):
+    """cluster-join.sh takes the era's kubelet flags from the box profile (k4w.derive.values.linux_kubelet_flags):
     1.11's pause-image flag is fine for ubuntu-1604, and refused for a 1.37 box, naming the profile."""
     boxes = tmp_path / "boxes"
     shutil.copytree(ROOT / "boxes", boxes)
@@ -121,7 +121,7 @@ def test_a_linux_workers_era_kubelet_flags_are_held_against_its_own_version(tmp_
     result = invoke("validate", "--config", str(ROOT / "examples" / "cluster-modern-2022.yml"), "--out", str(tmp_path / "out"),
                     env={sources.BOX_DIRS_ENV: str(boxes)})
     assert result.returncode == 1, result.stdout + result.stderr
-    assert ("ubuntu-2404.yml kubernetes (kubelet flags of a joining worker, k4w.derive.linux_kubelet_flags): "
+    assert ("ubuntu-2404.yml kubernetes (kubelet flags of a joining worker, k4w.derive.values.linux_kubelet_flags): "
             "kubelet 1.37.2 has no flag --pod-infra-container-image") in result.stdout + result.stderr
     seed = invoke("validate", "--out", str(tmp_path / "seed-out"))
     assert seed.returncode == 0, seed.stdout + seed.stderr

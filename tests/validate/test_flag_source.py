@@ -15,9 +15,9 @@ import subprocess
 import pytest
 import yaml
 
-from k4w import pinned_tools
-from k4w.sources import REPO_ROOT as ROOT
-from k4w.validate import flag_source
+from k4w.infra import pinned_tools
+from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.devtools import flag_source
 
 GO = '''
 const (

@@ -1,6 +1,6 @@
 """Every value in a Packer template is an HCL literal that Packer reads back as the same value.
 
-The `hcl` filter (k4w.packer_hcl.literal) is checked against the real Packer: a template whose
+The `hcl` filter (k4w.infra.packer_hcl.literal) is checked against the real Packer: a template whose
 variables default to the filter's output is evaluated by the pinned `packer console`, and every value
 (quotes, backslashes, newlines, "${", "%{", control characters) comes back unchanged, never
 evaluated. The class rule (k4w.validate.hcl_template_rules) refuses a template that interpolates
@@ -15,7 +15,8 @@ import subprocess
 
 import pytest
 
-from k4w import packer_hcl, sources
+from k4w.infra import packer_hcl
+from k4w.model import sources
 from k4w.render import _environment
 from k4w.validate import hcl_template_rules
 from tests.helpers import invoke, system_tool
@@ -44,7 +45,7 @@ def test_packer_reads_every_literal_back_as_the_value(tmp_path):
 
 
 def test_a_variable_reference_is_the_one_interpolation_written(tmp_path):
-    """Step variables carry references to the sensitive proxy variables (k4w.derive_steps); only
+    """Step variables carry references to the sensitive proxy variables (k4w.derive.step_env); only
     those become ${var.x}, while the same text typed by a user stays literal."""
     text = "HTTP_PROXY=" + packer_hcl.var_ref("http_proxy") + " literal=${var.http_proxy}"
     template = tmp_path / "t.pkr.hcl"

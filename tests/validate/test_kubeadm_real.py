@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from k4w import pinned_tools, sources
-from k4w.cluster_model import Cluster
-from k4w.errors import ToolMissing
+from k4w.infra import pinned_tools
+from k4w.model import sources
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import ToolMissing
 from k4w.validate import kubeadm_real
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config
 
@@ -65,7 +66,7 @@ def test_kubeadm_refuses_a_planted_bad_value_and_a_planted_unknown_field(tmp_pat
     text = template.read_text()
     assert "  bindPort: << net.api_port | yaml >>\n" in text
     template.write_text(text.replace("  bindPort: << net.api_port | yaml >>\n", "  bindPort: 70000\n"))
-    join = copy / "k4w" / "cluster" / "join_config.py"
+    join = copy / "k4w" / "derive" / "join_config.py"
     text = join.read_text()
     assert '    registration = {"name": node_name, ' in text
     join.write_text(text.replace('    registration = {"name": node_name, ', '    registration = {"nodeNmae": node_name, "name": node_name, '))

@@ -112,7 +112,7 @@ def test_real_validate_fails_naming_the_kubeadm_config_for_an_api_without_a_tabl
     boxes.mkdir()
     data = yaml.safe_load((ROOT / "boxes" / "ubuntu-1604.yml").read_text())
     data.update(name="ubuntu-v1beta3")
-    # A release whose kubeadm reads v1beta3 (1.22-1.36; k4w.kubeadm_apis refuses the pair otherwise).
+    # A release whose kubeadm reads v1beta3 (1.22-1.36; k4w.model.kubeadm_apis refuses the pair otherwise).
     data["kubernetes"].update(kubeadm_api="kubeadm.k8s.io/v1beta3", version="1.25.16")
     (boxes / "ubuntu-v1beta3.yml").write_text(yaml.safe_dump(data))
     one_era = config_dict(**{"nodes.0.box": "ubuntu-v1beta3", "nodes.1.box": "ubuntu-v1beta3"})

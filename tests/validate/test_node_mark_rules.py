@@ -1,4 +1,4 @@
-"""k4w's node marks (k4w/node_marks.py): every rendered cluster passes k4w/validate/node_mark_rules.py, and
+"""k4w's node marks (k4w/derive/node_marks.py): every rendered cluster passes k4w/validate/node_mark_rules.py, and
 each of its rules fires on a planted defect: a Windows pod that does not tolerate the Windows taint, a k4w
 DaemonSet that selects every Windows node, a join configuration without the label or the taint, a seed-era
 kubelet.args without them. The test workloads of cluster-test's Windows pods tolerate the taint too."""
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import node_marks, render
-from k4w.cluster import join_config
-from k4w.cluster_model import Cluster
-from k4w.config import parse
+from k4w.derive import node_marks
+from k4w import render
+from k4w.derive import join_config
+from k4w.model.cluster import Cluster
+from k4w.model.config import parse
 from k4w.validate import manifest_rules, node_mark_rules
 from k4w.verify import workloads as wl
 from tests.helpers import ROOT
@@ -59,7 +60,7 @@ def test_a_windows_pod_without_the_toleration_is_refused(tmp_path):
     demo[0]["spec"]["template"]["spec"].pop("tolerations")
     assert node_mark_rules.check_pod_specs(DEMO, demo) == [
         f"{DEMO}: Deployment win-webserver selects Windows nodes but does not tolerate k4w's Windows taint "
-        "os=windows:NoSchedule (k4w/node_marks.py WINDOWS_TOLERATION)"]
+        "os=windows:NoSchedule (k4w/derive/node_marks.py WINDOWS_TOLERATION)"]
     # A toleration of another value or effect is no toleration of it either.
     demo[0]["spec"]["template"]["spec"]["tolerations"] = [{"key": "os", "operator": "Equal", "value": "linux", "effect": "NoSchedule"},
                                                            {"key": "os", "operator": "Exists", "effect": "NoExecute"}]

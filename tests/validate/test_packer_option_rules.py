@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from k4w import packer_hcl, pinned_tools
+from k4w.infra import packer_hcl, pinned_tools
 from k4w.validate import packer_option_rules
 from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
 

@@ -10,7 +10,7 @@ import datetime as dt
 
 import pytest
 
-from k4w import patch_level, profiles
+from k4w.model import patch_level, profiles
 from k4w.validate import patch_rules
 
 TODAY = dt.date(2026, 12, 2)

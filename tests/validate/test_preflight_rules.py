@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 import yaml
 
-from k4w import profiles
-from k4w.cluster_model import Cluster
+from k4w.model import profiles
+from k4w.model.cluster import Cluster
 from k4w.validate import preflight_rules
 from tests.helpers import ROOT, invoke
 

@@ -7,10 +7,10 @@ import shutil
 import pytest
 import yaml
 
-from k4w import sources
-from k4w.cluster_model import Cluster
+from k4w.model import sources
+from k4w.model.cluster import Cluster
 from k4w.render import render_files, write_atomically
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model.sources import REPO_ROOT as ROOT
 from k4w.validate import proxy_mode_rules
 from tests.helpers import invoke
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from k4w import config as config_mod, render, sources
-from k4w.cluster_model import Cluster
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config as config_mod, sources
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.model.sources import REPO_ROOT as ROOT
 
 SPECS = ROOT / "k4w" / "verify" / "specs"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from k4w.verify import discovery
 from tests.helpers import system_tool
 
@@ -69,7 +69,7 @@ def test_winrm_password_with_url_characters_survives_and_https_port_uses_tls():
 
 
 def test_winrm_url_password_is_redacted_in_printed_commands():
-    from k4w.redact import redact
+    from k4w.infra.redact import redact
 
     url = discovery.WinrmHost("w", "10.0.0.5", 5985, "vagrant", "s3cr3t").url()
     assert "s3cr3t" not in redact(f"pytest --hosts={url}")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from k4w import profiles
-from k4w.errors import K4wError
+from k4w.model import profiles
+from k4w.infra.errors import K4wError
 from k4w.verify import expect
 
 WINDOWS = profiles.load("windows-1803")

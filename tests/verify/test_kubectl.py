@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from k4w.proc import wait_for
+from k4w.infra.proc import wait_for
 from k4w.verify.kubectl import pod_ready, pod_state
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from k4w.verify import records, report, specrun
 
 

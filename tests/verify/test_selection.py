@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from k4w.errors import K4wError
+from k4w.infra.errors import K4wError
 from k4w.verify.selection import Check, deselection_reasons, skip_checks
-from k4w.profiles import Attr, Profile
+from k4w.model.profiles import Attr, Profile
 
 CHECKS = [Check("swap"), Check("kubernetes_binaries"), Check("vagrant_insecure_key", "box"), Check("kubelet", "node")]
 

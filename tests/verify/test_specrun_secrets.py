@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from k4w.proc import Runner
-from k4w.sources import REPO_ROOT
+from k4w.infra.proc import Runner
+from k4w.model.sources import REPO_ROOT
 from k4w.verify import specrun
 
 PASSWORD = "Ab3-unique-box-user-password"

@@ -11,14 +11,14 @@ import textwrap
 
 import pytest
 
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model.sources import REPO_ROOT as ROOT
 
 MODERN = ROOT / "examples" / "cluster-modern.yml"
 WINDOWS_NODE = ("worker-win", "192.168.251.21")
 
 # The rights the API server grants in a healthy cluster: (verb, resource, --as) -> allowed.
 # The modern example's Windows node runs them as HostProcess DaemonSets, whose ServiceAccounts live
-# in their own namespace (k4w.identities.HOSTPROCESS_NAMESPACE).
+# in their own namespace (k4w.derive.identities.HOSTPROCESS_NAMESPACE).
 HEALTHY = {
     "list nodes system:serviceaccount:k4w-windows-node:k4w-windows-flanneld": True,
     "list services system:serviceaccount:k4w-windows-node:k4w-windows-kube-proxy": True,

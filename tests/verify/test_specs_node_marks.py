@@ -1,4 +1,4 @@
-"""The cluster spec's check of k4w's node marks (k4w/node_marks.py), run for real against a stand-in
+"""The cluster spec's check of k4w's node marks (k4w/derive/node_marks.py), run for real against a stand-in
 kubectl that answers `get nodes` as an API server would: every worker carries k4w.io/node, a Windows
 worker also the Windows taint; a worker missing either fails, naming it; the master is not checked."""
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model.sources import REPO_ROOT as ROOT
 
 MODERN = ROOT / "examples" / "cluster-modern.yml"
 CHECK = "-k", "worker_carries_k4ws_marks"

@@ -106,7 +106,7 @@ def test_patch_level_defects_fail_their_checks_only(run_windows_spec):
 
 
 def test_the_minimum_patch_level_is_the_pinned_updates_and_1803_has_none():
-    from k4w import profiles
+    from k4w.model import profiles
     from k4w.verify import expect
 
     assert expect.minimum_ubr(profiles.load("windows-2022")) == 5622
@@ -168,8 +168,9 @@ def test_a_vm_still_on_the_boxs_winrm_key_fails_the_key_check(run_windows_spec):
 
 def test_the_spec_expects_the_services_each_era_registers():
     # The containerd era's box registers the kubelet alone, after containerd; the seed era all three
-    # in a chain after docker (k4w.derive_steps.node_services, the K4W_NODE_SERVICES of its bake).
-    from k4w import derive_steps, profiles
+    # in a chain after docker (k4w.derive.step_env.node_services, the K4W_NODE_SERVICES of its bake).
+    from k4w.derive import step_env as derive_steps
+    from k4w.model import profiles
 
     assert derive_steps.node_services(profiles.load("windows-2022")) == ["kubelet"]
     assert derive_steps.node_service_dependencies(profiles.load("windows-2022")) == {"kubelet": "containerd"}

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from k4w import profiles
-from k4w.errors import K4wError
+from k4w.model import profiles
+from k4w.infra.errors import K4wError
 from k4w.verify import throwaway
 from tests.helpers import system_tool
 

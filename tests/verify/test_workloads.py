@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from k4w import config, profiles, render
-from k4w.cluster_model import Cluster
-from k4w.errors import K4wError
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config, profiles
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.infra.errors import K4wError
+from k4w.model.sources import REPO_ROOT as ROOT
 from k4w.verify import matrix, workloads as wl
 from tests.helpers import venv_tool
 

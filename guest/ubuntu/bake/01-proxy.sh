@@ -4,7 +4,7 @@
 # /run that is gone when the build VM shuts down. So a box never carries the build's proxy or
 # its credentials; cluster-up gives each node the proxy of the cluster.yml it is brought up with.
 #
-# Env (every value computed by k4w.derive from cluster.yml; each may be empty, all must be set):
+# Env (every value computed by k4w.derive.values from cluster.yml; each may be empty, all must be set):
 # K4W_PROXY_ENV - the NAME=value pairs every downloader understands (HTTP_PROXY, https_proxy,
 #   NO_PROXY, ...; https is never copied from http), blank-separated: cluster.yml allows no blank
 #   in a proxy URL or NO_PROXY entry. Empty = no proxy.

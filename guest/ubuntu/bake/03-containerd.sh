@@ -19,9 +19,9 @@
 # Env: K4W_CONTAINERD_VERSION, K4W_CONTAINERD_FILE, K4W_CONTAINERD_SHA256 or K4W_CONTAINERD_SHA512,
 # K4W_CONTAINERD_CGROUP_DRIVER, K4W_RUNC_VERSION, K4W_RUNC_FILE, K4W_RUNC_SHA256 or K4W_RUNC_SHA512,
 # K4W_CNI_VERSION, K4W_CNI_FILE, K4W_CNI_SHA256 or K4W_CNI_SHA512, K4W_PAUSE_IMAGE,
-# K4W_CONTAINERD_CONFIG_VERSION (k4w/containerd_config.py: the config schema this containerd reads
+# K4W_CONTAINERD_CONFIG_VERSION (k4w/derive/containerd_config.py: the config schema this containerd reads
 # without migrating it),
-# K4W_REGISTRY_FILES and K4W_REGISTRY_AUTH (k4w/registry.py; empty = no mirror); PACKER_HTTP_ADDR
+# K4W_REGISTRY_FILES and K4W_REGISTRY_AUTH (k4w/derive/registry.py; empty = no mirror); PACKER_HTTP_ADDR
 # (Packer).
 K4W_STEP="03-containerd"
 set -Eeuo pipefail

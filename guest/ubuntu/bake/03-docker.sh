@@ -13,7 +13,7 @@
 # K4W_DOCKER_CGROUP_DRIVER, K4W_DOCKER_STORAGE_DRIVER; on Ubuntu also K4W_DOCKER_APT_URL,
 # K4W_DOCKER_APT_SUITE, K4W_DOCKER_APT_COMPONENT, K4W_DOCKER_GPG_URL, K4W_DOCKER_GPG_FINGERPRINT;
 # K4W_DOCKER_REGISTRY_MIRRORS (blank-separated docker.io mirror URLs for daemon.json's
-# registry-mirrors, empty = none: Docker mirrors Docker Hub only; k4w/registry.py).
+# registry-mirrors, empty = none: Docker mirrors Docker Hub only; k4w/derive/registry.py).
 K4W_STEP="03-docker"
 set -Eeuo pipefail
 trap 'echo "k4w ${K4W_STEP}: ${BASH_SOURCE[0]##*/} line ${LINENO}: \"${BASH_COMMAND}\" exited $?" >&2' ERR
@@ -35,7 +35,7 @@ k4w_require K4W_DOCKER_VERSION K4W_DOCKER_PACKAGE K4W_DOCKER_PACKAGE_VERSION \
     K4W_DOCKER_CGROUP_DRIVER K4W_DOCKER_STORAGE_DRIVER
 k4w_require_defined K4W_DOCKER_REGISTRY_MIRRORS
 registry_mirrors=""
-# k4w.config admits only these characters in a Docker mirror URL (a host, a port, IPv6 brackets; no
+# k4w.model.config admits only these characters in a Docker mirror URL (a host, a port, IPv6 brackets; no
 # credentials, no path): no JSON quoting needed. In a bracket expression ']' comes first (POSIX ERE).
 mirror_url='^https?://[][A-Za-z0-9.:_-]+/?$'
 for mirror in $K4W_DOCKER_REGISTRY_MIRRORS; do

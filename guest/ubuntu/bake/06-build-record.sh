@@ -3,7 +3,7 @@
 # <version>}} with exactly the profile's components (docs/internals.md). The testinfra box
 # spec compares it with the profile.
 #
-# Env: K4W_BOX, K4W_RELEASE_JSON (computed from the profile by k4w/derive_steps.py, so the record
+# Env: K4W_BOX, K4W_RELEASE_JSON (computed from the profile by k4w/derive/step_env.py, so the record
 # cannot drift from the profile; the Windows box writes the same record).
 K4W_STEP="06-build-record"
 set -Eeuo pipefail

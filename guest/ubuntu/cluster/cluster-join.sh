@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Join this Linux worker with kubeadm, idempotently. Run by cluster-up as root.
 # Input: K4W_NODE_NAME, K4W_NODE_IP; K4W_KUBELET_EXTRA_ARGS, the era's further kubelet flags
-# (k4w.derive.linux_kubelet_flags, from the box profile; may be empty); K4W_LIB (lib.sh beside
-# this script). The kubeadm join configuration (k4w/cluster/join_config.py: API server, token, CA
+# (k4w.derive.values.linux_kubelet_flags, from the box profile; may be empty); K4W_LIB (lib.sh beside
+# this script). The kubeadm join configuration (k4w/derive/join_config.py: API server, token, CA
 # hash, node name) comes on standard input: the token is never on a command line (sudo logs it to
 # /var/log/auth.log, and argv is visible to every process). It is written 0600 under /run (tmpfs:
 # never on disk) and deleted on exit, failure included. K4W_ROOT (default empty) is an offline

@@ -3,7 +3,7 @@
 # credentials; cluster-up gives each node the proxy of its cluster.yml (cluster-proxy.ps1).
 # - HTTP_PROXY / HTTPS_PROXY / NO_PROXY as machine environment variables, read by Go programs
 #   (docker CLI, kubelet, kube-proxy, flanneld) and curl.exe; they carry the full URLs, credentials
-#   included, because those tools need them. The pairs come ready-made from k4w.derive
+#   included, because those tools need them. The pairs come ready-made from k4w.derive.values
 #   (K4W_PROXY_ENV), so this step writes exactly those.
 # - WinHTTP and the machine-wide WinINet settings (same helper as k4w-bootstrap.ps1, which set them
 #   at first logon), from the proxies' host:port: .NET's default proxy reads WinINet, so every

@@ -11,7 +11,7 @@ if (-not $env:K4W_COMMON) { throw 'K4W_COMMON is not set: this script runs insid
 $version = Get-K4wEnv -Name 'K4W_CONTAINERD_VERSION'
 $endpoint = Get-K4wEnv -Name 'K4W_RUNTIME_ENDPOINT'
 $pauseImage = Get-K4wEnv -Name 'K4W_PAUSE_IMAGE'
-# The config schema this containerd reads without migrating it at every start (k4w/containerd_config.py).
+# The config schema this containerd reads without migrating it at every start (k4w/derive/containerd_config.py).
 $configVersion = Get-K4wEnv -Name 'K4W_CONTAINERD_CONFIG_VERSION'
 if ($configVersion -notmatch '^[1-9][0-9]*$') { throw "K4W_CONTAINERD_CONFIG_VERSION must be a config schema number, not '$configVersion'" }
 $cniBinDir = Get-K4wEnv -Name 'K4W_CNI_BIN_DIR'
@@ -35,7 +35,7 @@ $binaries = 'containerd.exe', 'ctr.exe', 'containerd-shim-runhcs-v1.exe'
 #   replaces the deprecated bin_dir since v2.1) and the flannel config (conf_dir); max_conf_num 1
 #   loads only the first config there, so no leftover file can take over (start-node.ps1 removes any);
 # - imports: containerd's conf.d drop-ins, where the image mirrors' credentials go (common.ps1
-#   Set-K4wContainerdRegistry; the CRI's registry.configs, k4w/registry.py says why);
+#   Set-K4wContainerdRegistry; the CRI's registry.configs, k4w/derive/registry.py says why);
 # - registry.config_path: the hosts.toml of each mirrored registry (docs/hosts.md at v2.3.7; no
 #   default on Windows, plugins/cri/images/plugin.go sets one on Linux only).
 $configTemplate = @'

@@ -39,7 +39,7 @@ $config = [ordered]@{
     'log-opts'   = [ordered]@{ 'max-size' = '10m'; 'max-file' = '3' }
 }
 # Docker Hub's mirrors (K4W_DOCKER_REGISTRY_MIRRORS, blank-separated; empty = none): daemon.json's
-# registry-mirrors serves docker.io only, so k4w.config refuses other registries for this era.
+# registry-mirrors serves docker.io only, so k4w.model.config refuses other registries for this era.
 $mirrors = @((Get-K4wEnv -Name 'K4W_DOCKER_REGISTRY_MIRRORS' -Optional) -split ' ' | Where-Object { $_ })
 if ($mirrors.Count -gt 0) { $config['registry-mirrors'] = $mirrors }
 $configChanged = Set-K4wFileContent -Path $daemonJson -Content (($config | ConvertTo-Json -Depth 4) + "`n")

@@ -6,7 +6,7 @@
 # manifest runs on a Windows node against this list). Images are content-addressed: containerd verifies every
 # layer's digest while pulling. The pulls go through the CRI (crictl pull, as the kubelet pulls), so
 # they take what containerd's config gives the CRI: the registry mirrors of cluster.yml (hosts.toml
-# under config_path, with their CAs, and their credentials from the drop-in; k4w/registry.py), the
+# under config_path, with their CAs, and their credentials from the drop-in; k4w/derive/registry.py), the
 # CRI's labels ("managed" on every image; "pinned" on the configured sandbox image, which the
 # kubelet's image GC then spares: containerd v2.3.7 internal/cri/server/images/image_pull.go
 # getLabels), and the build proxy in containerd's service environment (03-containerd.ps1).

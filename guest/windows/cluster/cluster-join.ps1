@@ -24,7 +24,7 @@
 #>
 [CmdletBinding()]
 param(
-    # kubeadm's join configuration (k4w/cluster/join_config.py), token inside, uploaded by
+    # kubeadm's join configuration (k4w/derive/join_config.py), token inside, uploaded by
     # cluster-up: restricted to SYSTEM and Administrators at once and deleted here, failure
     # included. A token on a command line would be visible to every process on the node and host.
     [Parameter(Mandatory = $true)][string]$ConfigFile,

@@ -5,7 +5,7 @@
 
 .DESCRIPTION
   flanneld and kube-proxy run as LocalSystem services with identities of their own
-  (k4w/identities.py). Their kubeconfigs hold a ServiceAccount token, so the file gets its own
+  (k4w/derive/identities.py). Their kubeconfigs hold a ServiceAccount token, so the file gets its own
   protected ACL, whatever its folder's, and the uploaded copy never outlives this script.
   Idempotent: a destination with the same content is left as it is (only its ACL is re-asserted).
 #>

@@ -9,7 +9,7 @@
   (Set-K4wServiceProxy: containerd on a containerd-era box, else docker), and restarts the running
   runtime whose environment changed. A containerd node also gets the image mirrors
   (K4W_REGISTRY_FILES, K4W_REGISTRY_AUTH: Set-K4wContainerdRegistry).
-  The values are the K4W_* proxy variables of the build's steps (k4w.derive_steps), read from
+  The values are the K4W_* proxy variables of the build's steps (k4w.derive.step_env), read from
   -ValuesFile, a JSON object: they may hold the proxy password, so they never appear on a command
   line, and the file is deleted once read. Machine environment variables are readable by every
   local account (Windows has no per-variable access control); a node has only the box's accounts.

@@ -14,7 +14,7 @@
 # address. Windows sends by the strong host model: a packet whose source is the cluster address only
 # leaves through routes of the interface that holds it, which has none to outside addresses unless
 # this one exists. The gateway is the host's NetNat address on the cluster switch (network.node_cidr's
-# first host, k4w/derive.py derive_network, host/network-up.ps1).
+# first host, k4w/derive/values.py derive_network, host/network-up.ps1).
 
 # Route metric of the cluster NIC's default route. Windows ranks routes by route metric plus
 # interface metric (lower wins); an automatic interface metric is at most a few dozen and a DHCP

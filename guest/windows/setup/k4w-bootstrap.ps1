@@ -3,7 +3,7 @@
 # file's name, see templates/http/windows/Autounattend.xml.j2), and prepares exactly what Packer needs to
 # take over. WinRM is opened LAST, so Packer only connects to a guest that is ready.
 # Values come as parameters from the answer file: the proxy as host:port (never credentials), and
-# from where WinRM may be reached on the management NIC (k4w.derive.winrm_remote_scope).
+# from where WinRM may be reached on the management NIC (k4w.derive.values.winrm_remote_scope).
 param(
     [string]$HttpProxy = '',
     [string]$HttpsProxy = '',

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from k4w import config as config_mod, profiles
-from k4w.errors import K4wError
+from k4w.model import config as config_mod, profiles
+from k4w.infra.errors import K4wError
 from k4w.verify import selection, specrun
 from k4w.verify.kubectl import Kubectl
-from k4w.derive import Proxy, derive_network, derive_proxy
-from k4w.redact import redact
+from k4w.derive.values import Proxy, derive_network, derive_proxy
+from k4w.infra.redact import redact
 
 BOX_FAMILIES = ("ubuntu", "windows")
 

@@ -13,9 +13,9 @@ import urllib.parse
 import pytest
 import testinfra
 
-from k4w import config as config_mod, profiles
+from k4w.model import config as config_mod, profiles
 from k4w.verify import matrix, probes, workloads as wl
-from k4w.proc import wait_for
+from k4w.infra.proc import wait_for
 from k4w.verify.kubectl import pod_ready, pod_state
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]

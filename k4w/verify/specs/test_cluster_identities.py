@@ -1,5 +1,5 @@
 """Cluster spec, identities: no node credential reads more than its own node, and flanneld and
-kube-proxy on Windows work on ServiceAccounts of their own (k4w/identities.py: their services' on the
+kube-proxy on Windows work on ServiceAccounts of their own (k4w/derive/identities.py: their services' on the
 seed era, their HostProcess DaemonSets' on the containerd era).
 
 `kubectl auth can-i ... --as` asks the API server's own authorizers (RBAC and the Node
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from k4w import identities, profiles
+from k4w.derive import identities
+from k4w.model import profiles
 from k4w.verify import expect
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]

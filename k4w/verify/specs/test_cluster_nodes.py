@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from k4w import config as config_mod, identities, node_marks, profiles
+from k4w.model import config as config_mod, profiles
+from k4w.derive import identities, node_marks
 from k4w.verify.kubectl import node_ready, pod_ready, pod_state
-from k4w.redact import redact
+from k4w.infra.redact import redact
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]
 
@@ -71,7 +72,7 @@ def test_kube_system_pods_running(kubectl):
 @pytest.mark.k4w_check("nodes")
 def test_worker_carries_k4ws_marks(worker, live_nodes):
     """The label a worker's kubelet registered with at join (k4w's Windows DaemonSets select it), and on
-    Windows the taint that keeps pods naming no OS off it (k4w/node_marks.py). One test per worker: the
+    Windows the taint that keeps pods naming no OS off it (k4w/derive/node_marks.py). One test per worker: the
     master is made by kubeadm init, not joined."""
     node = worker
     assert node.name in live_nodes, f"node {node.name} is not registered"

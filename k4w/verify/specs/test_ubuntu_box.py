@@ -12,9 +12,9 @@ import shlex
 
 import pytest
 
-from k4w import containerd_config
+from k4w.derive import containerd_config
 from k4w.verify import expect, reachability
-from k4w.redact import redact
+from k4w.infra.redact import redact
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("ubuntu")]
 
@@ -249,7 +249,7 @@ def test_containerd_effective_config_has_the_pinned_sandbox_cni_dirs_and_cgroup_
     res = as_root(f"{RUNTIME_BINARIES['containerd']} --config {CONTAINERD_CONFIG} config dump")
     dump = _ok(res, "containerd config dump")
     problems = expect.containerd_config_problems(dump, profile, effective=True)
-    # A file of an older schema is migrated again at every start (k4w/containerd_config.py).
+    # A file of an older schema is migrated again at every start (k4w/derive/containerd_config.py).
     problems += containerd_config.migration_warnings(res.stderr)
     assert not problems, "containerd config dump: " + "; ".join(problems)
 

@@ -10,17 +10,18 @@ import json
 
 import pytest
 
-from k4w import derive_steps, profiles
-from k4w import patch_level as levels
+from k4w.derive import step_env as derive_steps
+from k4w.model import profiles
+from k4w.model import patch_level as levels
 from k4w.verify import expect, reachability, winps, windows_queries as q
-from k4w.redact import redact
+from k4w.infra.redact import redact
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("windows")]
 
 K_DIR = "C:\\k"  # docs/internals.md: the box installs guest/windows/node/ into C:\k (K4W_NODE_DIR)
 RELEASE_FILE = K_DIR + "\\box-release.json"
 # Every service a box of some era registers; the profile's node_services says which this box has
-# (k4w.derive_steps.node_services: all three on the seed era, the kubelet alone on the containerd
+# (k4w.derive.step_env.node_services: all three on the seed era, the kubelet alone on the containerd
 # era, whose flanneld and kube-proxy are HostProcess DaemonSets).
 NODE_SERVICES = derive_steps.SEED_NODE_SERVICES
 # Start order <runtime> -> kubelet -> flanneld -> kube-proxy (docs/internals.md; not the 2018 order of
@@ -40,7 +41,7 @@ NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends
 # node-lib.ps1: start-node.ps1 and protect-node-folders.ps1 dot-source it from beside them.
 NODE_SCRIPTS = (K_DIR + "\\start-node.ps1", K_DIR + "\\kube-cleanup.ps1", K_DIR + "\\node-lib.ps1")
 # Inbound ports: kubelet API (kubelet --port default 10250), Flannel vxlan (UDP 4789, VXLAN_PORT in
-# k4w/derive.py), NodePort range for TCP and UDP services
+# k4w/derive/values.py), NodePort range for TCP and UDP services
 # (kube-apiserver --service-node-port-range default 30000-32767).
 FIREWALL_PORTS = (("TCP", "10250"), ("UDP", "4789"), ("TCP", "30000-32767"), ("UDP", "30000-32767"))
 FIREWALL_PROFILES = ("Domain", "Private", "Public")

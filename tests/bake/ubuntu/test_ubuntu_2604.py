@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from k4w import profiles, sources
+from k4w.model import profiles, sources
 from k4w.validate import autoinstall_rules, cgroup_rules
 from tests.bake.ubuntu.conftest import make_root, run_step
 from tests.helpers import ROOT, invoke
@@ -146,7 +146,8 @@ def test_the_containerd_step_writes_a_systemd_cgroup_config_on_a_2604_root_and_t
     import hashlib
     import subprocess
 
-    from k4w import derive_steps, pinned_tools
+    from k4w.derive import step_env as derive_steps
+    from k4w.infra import pinned_tools
     from k4w.verify import expect
     from tests.bake.ubuntu.conftest import cluster
     from tests.bake.ubuntu.test_ubuntu_containerd_era_steps import BUILDERS

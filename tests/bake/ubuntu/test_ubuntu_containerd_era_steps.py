@@ -4,7 +4,7 @@ step 01 does for that era, run for real in a sandbox root (K4W_ROOT): files, ref
 The served files are small placeholders in the real release layouts (the sandbox runs no program of
 theirs), behind a local stand-in for Packer's HTTP server, as in a build. The live half (containerd
 running with this config, its effective config, the real versions) runs in the CI bake of
-ubuntu-2404-e2e with the real binaries (tests/e2e/harness/release_files.py); the image pre-pull on Hyper-V.
+ubuntu-2404-e2e with the real binaries (ci/e2e/release_files.py); the image pre-pull on Hyper-V.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import tomllib
 import pytest
 import yaml
 
-from k4w import containerd_config, derive_steps, pinned_tools, profiles
+from k4w.derive import containerd_config, step_env as derive_steps
+from k4w.infra import pinned_tools
+from k4w.model import profiles
 from k4w.verify import expect
-from tests.e2e.harness import archives, seed_stand_ins
+from ci.e2e import archives, seed_stand_ins
 from tests.fakes import local_http
 
 from .conftest import HTTP_PROXY, HTTPS_PROXY, ROOT, cluster, make_root, run_step, snapshot
@@ -87,7 +89,7 @@ def test_containerd_runc_cni_and_config_version_4_then_idempotent_without_the_bu
     assert (root / "etc" / "cni" / "net.d").is_dir()
     text = (root / "etc" / "containerd" / "config.toml").read_text()
     config = tomllib.loads(text)
-    assert config["version"] == 4  # containerd 2.3.7's own ConfigVersion (k4w/containerd_config.py)
+    assert config["version"] == 4  # containerd 2.3.7's own ConfigVersion (k4w/derive/containerd_config.py)
     assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"] == {"sandbox": PAUSE}
     assert config["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
     # The box spec's reading of the same file agrees.

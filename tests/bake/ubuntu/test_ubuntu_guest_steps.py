@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from k4w import derive_steps
+from k4w.derive import step_env as derive_steps
 from tests.fakes import local_http
 from tests.helpers import system_tool
 
@@ -317,7 +317,7 @@ def test_debian_uses_its_own_signed_docker_without_a_third_party_repository(tmp_
 
 
 def test_docker_hubs_mirror_reaches_daemon_json_and_a_malformed_one_is_refused(tmp_path):
-    """cluster.yml's registry.mirrors.docker.io as the seed era's Docker takes it (k4w/registry.py)."""
+    """cluster.yml's registry.mirrors.docker.io as the seed era's Docker takes it (k4w/derive/registry.py)."""
     root = make_root(tmp_path, "debian-12")
     env = {k: v for k, v in DOCKER_ENV.items() if "APT" not in k and "GPG" not in k}
     res = run_step("03-docker.sh", root, **{**env, "K4W_DOCKER_PACKAGE": "docker.io",
@@ -336,7 +336,7 @@ def test_docker_hubs_mirror_reaches_daemon_json_and_a_malformed_one_is_refused(t
 @pytest.fixture
 def downloads():
     """A stand-in for Packer's HTTP server during a build: the box's components staged under
-    /components/ as build-* stages them (k4w/build_media.py names), a node tarball laid out like
+    /components/ as build-* stages them (k4w/bake/media/build_media.py names), a node tarball laid out like
     kubernetes-node-linux-amd64.tar.gz (kubernetes/node/bin/...) with its sha512, and the CNI
     tarball with its sha256. Yields the step environment; .site is the server's state."""
     node = {f"kubernetes/node/bin/{name}": f"#!/bin/sh\necho {name}\n".encode()

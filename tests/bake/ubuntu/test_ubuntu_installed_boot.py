@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w import build_media, packer_hcl, profiles
+from k4w.bake.media import build_media
+from k4w.infra import packer_hcl
+from k4w.model import profiles
 from tests.helpers import config_dict, invoke, write_config
 
 PROXY = "http://bob:s3cr%40t$x;y@proxy.corp.example:3128"

@@ -10,10 +10,11 @@ import subprocess
 import pytest
 import yaml
 
-from k4w import packer_hcl, render
-from k4w.build_media import media_name
-from k4w.derive_steps import DOCUMENTATION_KEYS, HOST_KEYS, PROFILE_VARIABLES
-from k4w.errors import K4wError
+from k4w.infra import packer_hcl
+from k4w import render
+from k4w.bake.media.build_media import media_name
+from k4w.derive.step_env import DOCUMENTATION_KEYS, HOST_KEYS, PROFILE_VARIABLES
+from k4w.infra.errors import K4wError
 from tests.helpers import system_tool
 
 from .conftest import BOX, HTTP_PROXY, HTTPS_PROXY, PROFILE, ROOT, cluster, qemu_cluster
@@ -150,7 +151,7 @@ def test_every_component_value_reaches_the_guest_under_its_table_name(ubuntu):
                 continue
             assert env[by_key[f"components.{component}.{key}"]] == str(value), (component, key)
         if spec.get("url"):
-            # The guest gets the file's name on the build media instead (k4w/build_media.py).
+            # The guest gets the file's name on the build media instead (k4w/bake/media/build_media.py).
             assert env[f"K4W_{component.upper()}_FILE"] == media_name(component, spec["url"]), component
     assert env["K4W_KUBE_VERSION"] == PROFILE_DATA["kubernetes"]["version"]
     assert env["K4W_KUBE_IMAGE_REPOSITORY"] == PROFILE_DATA["kubernetes"]["image_repository"]
@@ -258,7 +259,7 @@ def test_unknown_builder_is_refused_by_name(profile_dir, tmp_path):
 
 
 def test_missing_iso_checksum_is_refused_by_name(profile_dir, tmp_path, monkeypatch):
-    from k4w import iso
+    from k4w.bake.media import iso
 
     monkeypatch.setattr(iso, "catalogue_path", lambda: tmp_path / "empty-catalogue.yml")
     with pytest.raises(K4wError, match="the ISO sha256 is unknown"):
@@ -269,8 +270,8 @@ def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(rend
     """Packer masks sensitive variables in its output and logs; the raw URL is in one place only."""
     from tests.bake.ubuntu.conftest import cluster
 
-    from k4w.bake import packer_cli
-    from k4w.derive_steps import step_env
+    from k4w.infra import packer_cli
+    from k4w.derive.step_env import step_env
 
     resolved = cluster(HTTP_PROXY, None)
     raw = render_box(resolved)[f"packer/{BOX}.pkr.hcl"]

@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from k4w import profiles
+from k4w.model import profiles
 
 from .conftest import PROFILE
 

@@ -11,8 +11,9 @@ import tomllib
 import pytest
 import yaml
 
-from k4w import config, derive_steps, profiles
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config, profiles
+from k4w.derive import step_env as derive_steps
+from k4w.model.sources import REPO_ROOT as ROOT
 from k4w.validate import powershell_rules
 
 GUEST = ROOT / "guest" / "windows"
@@ -169,8 +170,8 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     assert steps.windows_join_script("windows-1803") == "cluster-join.ps1"
     # The socket travels in the JoinConfiguration (kubeadm refuses join flags beside --config), from
     # the profile value node.json's runtime_endpoint also comes from.
-    from k4w import profiles
-    from k4w.cluster import join_config
+    from k4w.model import profiles
+    from k4w.derive import join_config
     doc = yaml.safe_load(join_config.for_worker("windows-2022", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
                                                 join_config.SAMPLE_HASH, "w"))
     assert doc["nodeRegistration"]["criSocket"] == profiles.load("windows-2022").data.runtime.endpoint

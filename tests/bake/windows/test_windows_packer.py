@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from k4w import iso, packer_hcl, profiles
-from k4w.sources import REPO_ROOT as ROOT
-from k4w.errors import K4wError
+from k4w.bake.media import iso
+from k4w.infra import packer_hcl
+from k4w.model import profiles
+from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.errors import K4wError
 from tests.helpers import packer_validate, system_tool
 
 from windows_fixtures import BOX, HTTP_PROXY, HTTPS_PROXY, PROXY_PASSWORD, PROXY_USER, SECRET
@@ -122,7 +124,7 @@ def test_gen2_boots_uefi_with_secure_boot_and_setup_files_on_cd(render_windows):
     assert builder["secure_boot_template"] == "MicrosoftWindows"
     assert "floppy_files" not in builder  # Gen2 has no floppy controller
     names = [Path(p).name for p in builder["cd_files"]]
-    # The setup files, then the box's verified downloads that build-* stages (k4w/build_media.py).
+    # The setup files, then the box's verified downloads that build-* stages (k4w/bake/media/build_media.py).
     assert names == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1", "winrm-cert.ps1", "*"]
     assert builder["cd_files"][-1] == f"{rendered.out}/http/{BOX}/components/*"
 
@@ -220,7 +222,7 @@ def test_proxy_values_reach_every_script_and_are_masked(render_windows):
         assert _resolved(rendered, env["K4W_PROXY_ENV"]).split(" ") == [
             f"{name}={value}" for name, value in proxy.env.items() if name.isupper()]
         assert env["K4W_NO_PROXY"] == proxy.no_proxy_str
-        # WinHTTP/WinINet and Invoke-WebRequest: host:port and the credentials, split by k4w.derive.
+        # WinHTTP/WinINet and Invoke-WebRequest: host:port and the credentials, split by k4w.derive.values.
         assert env["K4W_HTTP_PROXY_HOSTPORT"] == "proxy.corp.example:3128"
         assert env["K4W_HTTPS_PROXY_HOSTPORT"] == "secure-proxy.corp.example:8443"
         assert _resolved(rendered, env["K4W_HTTP_PROXY_USER"]) == PROXY_USER

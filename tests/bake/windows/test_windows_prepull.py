@@ -1,7 +1,7 @@
 """Every image a rendered manifest runs on a Windows node is in that node's box already: the
 box's image step pulls it at bake, so a new node's first Ready needs no registry (and no minutes of
 download). The list is read from the step itself (the K4W_* variables it pulls, mapped to profile
-keys by k4w/derive_steps.py), so adding an image to a manifest and forgetting the box fails here."""
+keys by k4w/derive/step_env.py), so adding an image to a manifest and forgetting the box fails here."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import re
 import pytest
 import yaml
 
-from k4w import derive_steps, render
-from k4w.cluster_model import Cluster
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.derive import step_env as derive_steps
+from k4w import render
+from k4w.model.cluster import Cluster
+from k4w.model.sources import REPO_ROOT as ROOT
 from tests.helpers import config_dict, modern_config, write_config
 
 BAKE = ROOT / "guest" / "windows" / "bake"

@@ -74,12 +74,12 @@ def test_image_selection_and_product_key_come_from_the_profile(render_windows, p
 
 
 def test_no_proxy_argument_without_a_proxy(render_windows):
-    # only where WinRM may be reached from: the Default Switch's gateway, the host (k4w/winrm_scope.py)
+    # only where WinRM may be reached from: the Default Switch's gateway, the host (k4w/derive/winrm_scope.py)
     assert bootstrap_arguments(render_windows(2).unattend) == {"WinRmRemote": "DefaultGateway"}
 
 
 def test_winrm_on_another_management_switch_admits_the_local_subnet():
-    from k4w import winrm_scope
+    from k4w.derive import winrm_scope
 
     assert winrm_scope.remote_scope("Default Switch") == "DefaultGateway"
     assert winrm_scope.remote_scope("corp-external") == "LocalSubnet"
@@ -105,7 +105,7 @@ def test_https_proxy_is_not_copied_from_http(render_windows):
 
 def test_no_proxy_entries_that_would_break_quoting_are_refused_by_the_config(render_windows):
     """A quote or '&' in no_proxy would break the first-logon command line: refused up front."""
-    from k4w.errors import ConfigError
+    from k4w.infra.errors import ConfigError
 
     with pytest.raises(ConfigError, match="proxy.no_proxy: entries must be host names"):
         render_windows(2, http=HTTP_PROXY, no_proxy=["o'brien.corp.example", "a&b.example"])

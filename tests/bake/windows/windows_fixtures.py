@@ -8,8 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from k4w import config, derive, packer_hcl, profiles
-from k4w.sources import REPO_ROOT as ROOT
+from k4w.model import config, profiles
+from k4w.derive import values as derive
+from k4w.infra import packer_hcl
+from k4w.model.sources import REPO_ROOT as ROOT
 
 BOX = "windows-1803"
 CONTAINERD_ERA_LINUX_BOX = "ubuntu-2404"  # the Linux nodes beside a containerd-era Windows worker
@@ -54,8 +56,8 @@ class Rendered:
     def variables(self) -> dict[str, str]:
         """The template's user variables as a build gets them: the secrets from the environment
         the build runner gives Packer (StepEnv.secret_environment)."""
-        from k4w.bake import packer_cli
-        from k4w.derive_steps import step_env
+        from k4w.infra import packer_cli
+        from k4w.derive.step_env import step_env
 
         environ = step_env(profiles.load(self.box), self.cfg).secret_environment
         return packer_cli.variable_values(self.packer, environ)

@@ -1,0 +1,425 @@
+"""Where each box's installation ISO lives, its expected checksum, and checking it.
+
+The expected sha256 of an ISO is the box profile's published one (`iso.sha256`), else the
+one recorded in iso/catalogue.yml by `invoke iso-add`. A build refuses an ISO that is
+missing, has no known checksum, or does not match.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from k4w.out import files as outfiles
+from k4w.model import profiles, sources
+from k4w.infra.errors import K4wError
+from k4w.model.profiles import Profile
+
+
+def iso_dir() -> Path:
+    return sources.REPO.iso
+
+
+def catalogue_path() -> Path:
+    return sources.REPO.iso / "catalogue.yml"
+
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# 8 MiB reads keep a multi-GB hash fast without holding much memory.
+CHUNK = 8 * 1024 * 1024
+ISO_ADD_HINT = "invoke iso-add PATH"
+
+Progress = Callable[[int, int], None]  # (bytes done, total bytes)
+
+
+class IsoError(K4wError):
+    """The ISO for a box is missing, unknown or does not match its checksum."""
+
+
+def catalogue(path: Path | None = None) -> dict:
+    """{iso file name: {sha256, box, source, size}}; empty when the file does not exist yet."""
+    path = path or catalogue_path()
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def iso_path(profile: Profile) -> Path:
+    return iso_dir() / profile.data.iso.name
+
+
+def iso_sha256(profile: Profile) -> str | None:
+    """The expected sha256 of a box's ISO: the profile's published one, else the catalogue's."""
+    pinned = profile.data.iso.get("sha256")
+    if pinned:
+        return pinned
+    entry = catalogue().get(profile.data.iso.name)
+    return entry.get("sha256") if entry else None
+
+
+def expected_source(profile: Profile) -> str:
+    """Where the expected checksum comes from, for messages."""
+    if profile.data.iso.get("sha256"):
+        return f"pinned in {_rel(profile.path)} iso.sha256"
+    return f"recorded in {_rel(catalogue_path())}"
+
+
+# ------------------------------------------------------------------ hashing and its cache
+
+
+def human_size(size: int) -> str:
+    for unit, factor in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} B"
+
+
+def sha256_file(path: Path, progress: Progress | None = None) -> str:
+    """Stream the file through sha256; progress(done, total) after every chunk."""
+    total = path.stat().st_size
+    digest = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    return digest.hexdigest()
+
+
+class HashCache:
+    """sha256 of big files keyed by (absolute path, size, mtime, ctime, inode), kept in
+    OUT/cache/iso-hashes.json.
+
+    A 5 GB ISO takes about a minute to hash; it is hashed again only when it changes. On POSIX
+    any write or `touch -d` moves ctime, so a rewritten file cannot pass as the cached one; on
+    Windows ctime is the creation time, so Packer checks the ISO again against iso_checksum too.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / "cache" / "iso-hashes.json"
+
+    @staticmethod
+    def _key(path: Path) -> tuple[str, dict]:
+        st = path.stat()
+        return str(path.resolve()), {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                                     "inode": st.st_ino}
+
+    def _load(self) -> dict:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def lookup(self, path: Path) -> str | None:
+        key, ident = self._key(path)
+        with self._lock:
+            entry = self._load().get(key)
+        if entry and all(entry.get(name) == value for name, value in ident.items()):
+            return entry.get("sha256")
+        return None
+
+    def store(self, path: Path, sha256: str) -> None:
+        key, ident = self._key(path)
+        with self._lock:
+            data = self._load()
+            data[key] = {**ident, "sha256": sha256}
+            outfiles.write_file(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def sha256(self, path: Path, progress: Progress | None = None) -> str:
+        cached = self.lookup(path)
+        if cached:
+            return cached
+        value = sha256_file(path, progress)
+        self.store(path, value)
+        return value
+
+
+# ------------------------------------------------------------------ the check before a build
+
+
+@dataclass(frozen=True)
+class IsoCheck:
+    """What was (or, in a dry run, would be) verified for one box's ISO."""
+
+    box: str
+    name: str
+    path: Path
+    expected: str | None
+    source: str  # where `expected` comes from
+    mode: str  # "local": verified file; "remote": Packer downloads from url and verifies
+    url: str | None = None
+    actual: str | None = None
+    cached: bool = False
+    size: int | None = None
+
+    def describe(self) -> str:
+        if self.mode == "remote":
+            return (
+                f"{self.path} is absent; Packer downloads {self.url} and verifies it against "
+                f"sha256 {self.expected} ({self.source})"
+            )
+        size = f" ({human_size(self.size)})" if self.size is not None else ""
+        how = "cached hash" if self.cached else "sha256"
+        return f"{self.path}{size}: {how} matches {self.expected} ({self.source})"
+
+
+def _remote_fallback(profile: Profile) -> str | None:
+    """The profile's download URL when Packer may fetch the ISO itself (published url + pinned sha256)."""
+    iso = profile.data.iso
+    url = iso.get("url")
+    pinned = iso.get("sha256")
+    if url and isinstance(url, str) and url.startswith(("http://", "https://")) and pinned and SHA256.match(str(pinned).lower()):
+        return url
+    return None
+
+
+def check_iso(
+    profile: Profile,
+    out: Path,
+    iso: Path | None = None,
+    *,
+    progress: Progress | None = None,
+    hash_it: bool = True,
+    expected_sha256: str | None = None,
+    write_cache: bool = True,
+) -> IsoCheck:
+    """Verify a box's ISO before Packer starts; raise IsoError with what to do.
+
+    hash_it=False checks everything but the hash itself (a cached mismatch still fails).
+    write_cache=False (a dry run) hashes without recording the result under OUT.
+    expected_sha256 overrides the profile's and the catalogue's value.
+    """
+    box = profile.name
+    name = profile.data.iso.name
+    path = Path(iso).expanduser().resolve() if iso else iso_path(profile)
+    # A caller that made the image itself (the CI end-to-end base disk) knows its checksum.
+    expected = expected_sha256 or iso_sha256(profile)
+    source = "given by the caller that made the image" if expected_sha256 else expected_source(profile)
+    if expected is not None:
+        shown, expected = expected, str(expected).strip().lower()
+        if not SHA256.match(expected):
+            raise IsoError(
+                f"box {box}: the expected sha256 of {name} ({source}) is {shown!r}, not a sha256 "
+                f"(64 hex digits). Fix it, or record the ISO you have with: {ISO_ADD_HINT} --box {box}"
+            )
+
+    if not path.is_file():
+        url = _remote_fallback(profile)
+        if url and not iso:
+            return IsoCheck(box, name, path, expected, source, "remote", url=url)
+        if iso and path.exists():
+            raise IsoError(f"box {box}: --iso {path} is not a file (a folder or a device): name the ISO file itself")
+        if iso:
+            raise IsoError(f"box {box}: --iso {path} does not exist")
+        raise IsoError(
+            f"box {box}: ISO not found: {path}\n"
+            f"  Put {name} in {path.parent}/ (k4w never downloads Windows ISOs: the licence forbids"
+            f" redistribution), or register a copy you have elsewhere with: {ISO_ADD_HINT} --box {box}\n"
+            f"  A build can also use it in place: --iso PATH"
+        )
+    if expected is None:
+        raise IsoError(
+            f"box {box}: no known sha256 for {name}: neither {_rel(profile.path)} (iso.sha256) nor "
+            f"{_rel(catalogue_path())} lists it. Record the ISO you have with: {ISO_ADD_HINT.replace('PATH', str(path))}"
+        )
+
+    cache = HashCache(out)
+    size = path.stat().st_size
+    cached = cache.lookup(path)
+    if not hash_it:
+        if cached and cached != expected:
+            raise IsoError(_mismatch(box, path, expected, source, cached))
+        return IsoCheck(box, name, path, expected, source, "local", actual=cached, cached=bool(cached), size=size)
+    actual = cached or (cache.sha256(path, progress) if write_cache else sha256_file(path, progress))
+    if actual != expected:
+        raise IsoError(_mismatch(box, path, expected, source, actual))
+    return IsoCheck(box, name, path, expected, source, "local", actual=actual, cached=bool(cached), size=size)
+
+
+def _mismatch(box: str, path: Path, expected: str, source: str, actual: str) -> str:
+    return (
+        f"box {box}: ISO checksum mismatch for {path}\n"
+        f"  expected sha256 {expected} ({source})\n"
+        f"  actual   sha256 {actual}\n"
+        f"  The file is incomplete, corrupt, or a different image. Download it again, or if this is"
+        f" the image you mean to use, record it with: {ISO_ADD_HINT} --box {box}"
+    )
+
+
+# ------------------------------------------------------------------ invoke iso-add
+
+
+@dataclass(frozen=True)
+class IsoAdded:
+    name: str
+    box: str
+    sha256: str
+    size: int
+    target: Path
+    placed: str  # what happened to the file: "in place", "hard-linked", "already present", "copy needed"
+    note: str
+
+
+def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = None, today: _dt.date | None = None) -> IsoAdded:
+    """Record an ISO's sha256 in iso/catalogue.yml and make it available as iso/<profile iso.name>.
+
+    The file is hard-linked into iso/ when it is on the same filesystem (instant, no extra
+    space). Across filesystems it is NOT copied: a silent multi-GB copy doubles disk use and
+    takes minutes, and storing a machine-specific path in the tracked catalogue would break
+    for everyone else. The message says how to copy it, or to build with --iso PATH.
+    """
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise IsoError(f"iso-add: {path} is not a file")
+    profile = profile_for(path, box)
+    name = profile.data.iso.name
+    target = iso_dir() / name
+    # A different size is a different image: say so before minutes of hashing. (A pinned profile
+    # hashes first, so its more telling mismatch message wins.)
+    if (not profile.data.iso.get("sha256") and target.exists() and not os.path.samefile(target, path)
+            and target.stat().st_size != path.stat().st_size):
+        raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (nothing was changed)")
+    # Before minutes of hashing, and before anything is written: media Setup cannot install from
+    # unattended (wrong image, a key it needs) are refused here rather than two hours into a build.
+    images_note = _images_note(profile, path)
+    sha = sha256_file(path, progress)
+    pinned = profile.data.iso.get("sha256")
+    if pinned and str(pinned).lower() != sha:
+        raise IsoError(
+            f"iso-add: {path} has sha256 {sha}, but {_rel(profile.path)} pins {pinned} for {name}."
+            f" This is not the image box {profile.name} is built from."
+        )
+    size = path.stat().st_size
+    date = (today or _dt.date.today()).isoformat()
+    origin = "" if path.name == name else f" from {path.name}"
+    entry = {"sha256": sha, "box": profile.name, "source": f"added by iso-add on {date}{origin}", "size": size}
+    previous = catalogue().get(name)
+    # All or nothing: place the file first (it refuses a different image already there), then
+    # record it; if recording fails, take back the link this call made.
+    placed, note = _place(path, target, sha)
+    try:
+        _write_catalogue_entry(name, entry)
+    except BaseException:
+        if placed == "hard-linked":
+            target.unlink(missing_ok=True)
+        raise
+    if previous and previous.get("sha256") != sha:
+        note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
+    warning = label_warning(path, profile)
+    if warning:
+        note += f"\n  warning: {warning}"
+    note += images_note
+    return IsoAdded(name, profile.name, sha, size, target, placed, note)
+
+
+# ISO 9660 primary volume descriptor: sector 16 (2048-byte sectors), type 1, "CD001"; the volume
+# identifier is 32 bytes at offset 40 (ECMA-119 section 8.4). UDF-only media still carry it.
+PVD_OFFSET = 16 * 2048
+# What each family's install media call themselves: Microsoft's images are labelled like
+# CCSA_X64FRE_EN-US_DV5 (X64FRE = x64 free build); Canonical's like "Ubuntu-Server 16.04.7 LTS amd64".
+LABEL_HINTS = {"windows": re.compile(r"X64FRE", re.I), "ubuntu": re.compile(r"ubuntu", re.I)}
+
+
+def volume_label(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        fh.seek(PVD_OFFSET)
+        pvd = fh.read(72)
+    if len(pvd) < 72 or pvd[0] != 1 or pvd[1:6] != b"CD001":
+        return None
+    return pvd[40:72].decode("ascii", "replace").strip()
+
+
+def label_warning(path: Path, profile: Profile) -> str | None:
+    """A hint, not a verdict: the checksum decides. It catches the wrong file early."""
+    label = volume_label(path)
+    hint = LABEL_HINTS.get(profile.os_family)
+    if label is None:
+        return f"{path.name} has no ISO 9660 volume descriptor; is it an ISO image?"
+    if hint and not hint.search(label):
+        return f"its volume label is '{label}', which does not look like {profile.os_family} install media for {profile.name}"
+    return None
+
+
+def _images_note(profile: Profile, path: Path) -> str:
+    """iso-add's view of the ISO's images (k4w/bake/media/iso_images.py): a line for the report, or a refusal."""
+    if not profile.is_windows:
+        return ""
+    from k4w.bake.media import iso_images  # it builds on this module's IsoError
+
+    try:
+        verdict = iso_images.verify(profile, path, file_name=path.name)
+    except iso_images.ImagesUnavailable as exc:
+        return f"\n  warning: the ISO's images were not checked here ({exc}); every build checks them before Packer starts"
+    except iso_images.ImagesRefused as exc:
+        raise IsoError(f"iso-add: {exc}\n  Nothing was recorded or linked.") from exc
+    return f"\n  images: {verdict.summary()}\n  (image list from {verdict.origin})"
+
+
+def profile_for(path: Path, box: str | None) -> Profile:
+    if box:
+        return profiles.load(box)
+    matches = [p for p in (profiles.load(n) for n in profiles.available()) if p.data.get("iso", {}).get("name") == path.name]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(f"{n} ({profiles.load(n).data.iso.name})" for n in profiles.available())
+    why = "several profiles use" if matches else "no box profile uses"
+    raise IsoError(f"iso-add: {why} the file name {path.name}; say which box it is for with --box (boxes: {known})")
+
+
+def _place(path: Path, target: Path, sha: str) -> tuple[str, str]:
+    if target.exists() and target.resolve() == path:
+        return "in place", f"{target} recorded"
+    if target.exists():
+        if os.path.samefile(target, path):
+            return "already present", f"{target} is already this file"
+        if sha256_file(target) == sha:
+            return "already present", f"{target} already holds the same image"
+        raise IsoError(f"iso-add: {target} exists and is a different image; move it away first (nothing was changed)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(path, target)
+    except OSError as exc:
+        return "copy needed", (
+            f"{path} is on another filesystem ({exc.strerror}), so it was not linked into {target.parent}.\n"
+            f"  Copy it there:   copy \"{path}\" \"{target}\"   (or: cp \"{path}\" \"{target}\")\n"
+            f"  or build with it where it is: --iso \"{path}\""
+        )
+    return "hard-linked", f"{target} hard-linked to {path} (no extra disk space)"
+
+
+def _write_catalogue_entry(name: str, entry: dict) -> None:
+    """Update one entry and keep the comment header at the top of the file."""
+    header = []
+    path = catalogue_path()
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("#"):
+                break
+            header.append(line)
+    data = catalogue()
+    data[name] = entry
+    body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(header + [body.rstrip("\n")]) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(sources.REPO.root))
+    except ValueError:
+        return str(path)
