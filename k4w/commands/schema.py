@@ -1,8 +1,8 @@
 """`invoke schema`: the cluster.yml reference page and its JSON Schema, both generated from the
-config model (k4w.config.Config), so the page a user reads, the schema an editor checks cluster.yml
+config model (k4w.model.config.Config), so the page a user reads, the schema an editor checks cluster.yml
 against and the loader cannot drift apart.
 
-Each field's description is the docstring under it in k4w/config.py; a field without one stops the
+Each field's description is the docstring under it in k4w/model/config.py; a field without one stops the
 generation, naming it. `invoke schema --check` (and tests/commands/test_cluster_schema.py) fails
 when the committed files differ from what this module builds.
 """
@@ -20,9 +20,11 @@ from pathlib import Path
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
-from .. import outfiles, sources, ui
-from ..config import Config
-from ..errors import K4wError
+from ..infra import ui
+from ..model import sources
+from ..out import files as outfiles
+from ..model.config import Config
+from ..infra.errors import K4wError
 
 SCHEMA_FILE = Path("docs/reference/cluster.schema.json")
 REFERENCE_FILE = Path("docs/reference/cluster-yml.md")
@@ -100,7 +102,7 @@ def _models_in(annotation) -> Iterator[type[BaseModel]]:
 
 
 def _source_of(model: type[BaseModel]) -> str:
-    """The file that defines MODEL, relative to the repository when it is in it (k4w/config.py)."""
+    """The file that defines MODEL, relative to the repository when it is in it (k4w/model/config.py)."""
     path = Path(inspect.getsourcefile(model) or model.__module__).resolve()
     return path.relative_to(sources.REPO_ROOT).as_posix() if path.is_relative_to(sources.REPO_ROOT) else str(path)
 

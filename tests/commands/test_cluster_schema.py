@@ -15,11 +15,11 @@ from invoke import Config as InvokeConfig, Context
 from invoke.exceptions import Exit
 
 import tasks
-from k4w import config, sources
+from k4w.model import config, sources
 from k4w.commands import schema
-from k4w.config import Strict
+from k4w.model.config import Strict
 from k4w.defaults import DEFAULTS
-from k4w.errors import ConfigError, K4wError
+from k4w.infra.errors import ConfigError, K4wError
 from tests.helpers import ROOT
 
 # cluster.yml and every example config: what users copy, and what their editors open.
@@ -108,7 +108,7 @@ def test_check_refuses_a_stale_or_missing_file_naming_it(tmp_path, capsys):
     assert caught.value.code == 1
     err = " ".join(capsys.readouterr().err.split())
     assert (f"{tmp_path / schema.SCHEMA_FILE}, {reference}: missing, or other than what the config model "
-            "(k4w/config.py) gives now; run `invoke schema` and commit the result") in err, err
+            "(k4w/model/config.py) gives now; run `invoke schema` and commit the result") in err, err
 
 
 def test_dry_run_writes_nothing_then_the_task_writes_both_files(tmp_path, capsys):
