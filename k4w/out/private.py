@@ -30,8 +30,8 @@ from typing import TextIO
 
 import yaml
 
-from k4w.model import documents
-from k4w.out import files as outfiles
+from k4w.infra import documents
+from k4w.infra import files as outfiles
 from k4w.infra import proc
 from k4w.infra.errors import K4wError
 
