@@ -5,7 +5,7 @@ of the Packer provisioner that runs them (docs/internals.md, "Step variables"). 
 the one place that names those variables and computes their values; the Packer templates only
 serialise the result (`<< step_env.environment_vars | json >>`). Every name is spelt out here
 and in the script that reads it, so `grep -r K4W_FLANNEL_FILE` finds both ends, and
-tests/render/test_step_variables.py checks that a box gets exactly the names its scripts read.
+tests/derive/test_step_variables.py checks that a box gets exactly the names its scripts read.
 """
 
 from __future__ import annotations
