@@ -1,7 +1,7 @@
 <#
 .SYNOPSIS
   Print, as JSON, the Windows images an installation ISO holds and the media facts that decide
-  whether Setup needs a product key. Run by k4w (k4w/bake/media/iso_images.py) before a Windows build, by
+  whether Setup needs a product key. Run by k4w (k4w/media/iso_images.py) before a Windows build, by
   `invoke iso-add` and by `invoke doctor`, on the Hyper-V host.
 
 .DESCRIPTION

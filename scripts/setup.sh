@@ -10,7 +10,7 @@ trap 'echo "setup.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 cd "$(dirname "$0")/.."
 
-# Every apt package k4w.infra.tools.INSTALL names is here (tests/cli/test_tools.py checks it).
+# Every apt package k4w.infra.tools.INSTALL names is here (tests/infra/test_tools.py checks it).
 APT_PACKAGES=(
   vagrant shellcheck debconf-utils cloud-init ruby
   qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools

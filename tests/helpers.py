@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.infra import tools
 from k4w.infra.errors import ToolMissing
 

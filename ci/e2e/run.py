@@ -47,14 +47,15 @@ from typing import Callable
 
 import yaml
 
-from k4w.model import config, profiles, sources
+from k4w.model import config, profiles
+from k4w.infra import sources
 from k4w.infra import packer_hcl, tools, ui
 from k4w import render
 from k4w.bake import build_box, catalogue, fetch
 from k4w.infra import packer_cli
 from k4w.model import pins
 from k4w.derive.step_env import step_env
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 from k4w.verify import flows

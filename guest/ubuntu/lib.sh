@@ -223,7 +223,7 @@ k4w_component_file() {
     [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
         k4w_die "${component}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
     # K4W_MEDIA_URL_PATH: /components/ where the server also serves preseed.cfg from OUT/http/<box>/,
-    # / where it serves the build media folder alone (k4w.bake.media.build_media.served_folder).
+    # / where it serves the build media folder alone (k4w.media.build_media.served_folder).
     url="http://${PACKER_HTTP_ADDR}${K4W_MEDIA_URL_PATH}${name}"
     mkdir -p "$(dirname "$target")"
     part="${target}.part"

@@ -9,7 +9,7 @@ $ProgressPreference = 'SilentlyContinue'
 
 # The step variables of every component the box installs from the build CD, as
 # k4w/derive/step_env.py names them (PROFILE_VARIABLES and MEDIA_VARIABLES;
-# tests/render/test_step_variables.py checks both lists name the same variables). A value the
+# tests/derive/test_step_variables.py checks both lists name the same variables). A value the
 # profile leaves null is not set at all.
 $script:K4wComponents = [ordered]@{
     kubernetes = @{ Version = 'K4W_KUBERNETES_VERSION'; File = 'K4W_KUBERNETES_FILE'; Sha256 = 'K4W_KUBERNETES_SHA256'; Sha512 = 'K4W_KUBERNETES_SHA512' }

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from k4w.infra import filelock, ui
-from k4w.bake.media.build_media import file_name, safe_segment as _safe
-from k4w.model.cluster import Cluster
+from k4w.media.build_media import file_name, safe_segment as _safe
+from k4w.derive.cluster import Cluster
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
 from k4w.infra.redact import redact
 from k4w.model import pins
-from .download import Downloaded
+from k4w.infra.download import Downloaded
 
 CACHE_ENV = "K4W_CACHE"
 MANIFEST = "index.json"

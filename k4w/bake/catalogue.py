@@ -15,8 +15,9 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from k4w.model import documents
-from k4w.out import state as out_state, files as outfiles
+from k4w.infra import documents
+from k4w.out import state as out_state
+from k4w.infra import files as outfiles
 from k4w.infra import proc
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile

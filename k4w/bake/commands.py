@@ -7,8 +7,8 @@ from pathlib import Path
 from rich.console import Console
 
 from k4w.model import config as config_mod, profiles
-from k4w.bake.media import iso as iso_mod
-from k4w.model.cluster import Cluster
+from k4w.media import iso as iso_mod
+from k4w.derive.cluster import Cluster
 from k4w.derive.values import derive_proxy
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact

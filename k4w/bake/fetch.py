@@ -1,6 +1,6 @@
 """`invoke fetch`: download every component the configured boxes need into the host cache, once.
 
-Each file goes through k4w.bake.download (the cluster's proxy, Range resume, verify-or-delete)
+Each file goes through k4w.infra.download (the cluster's proxy, Range resume, verify-or-delete)
 into the layout of k4w.bake.cache. A component with neither a profile checksum nor a user pin
 is refused with the `invoke pin` command that fixes it; the others still download. A failure
 of one file never stops the others; the run fails at the end, naming each.
@@ -17,12 +17,12 @@ from pathlib import Path
 from rich.console import Console
 
 from k4w.infra import ui
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.values import Proxy
 from k4w.infra.errors import K4wError
-from k4w.bake.media.iso import human_size
+from k4w.media.iso import human_size
 from . import cache
-from .download import DownloadError, Expected, download
+from k4w.infra.download import DownloadError, Expected, download
 from .progress import FilesProgress
 
 # Four downloads at once: a box's four or five components overlap their latency (GitHub's

@@ -6,7 +6,7 @@ build that another refuses (README.md, Boxes). The refusals, in the order they a
 - Packer is missing, too old, or lacks a plugin or a CD authoring tool the templates need;
 - a validator of `invoke validate` rejects the render;
 - per box: the ISO is missing, has no known sha256 or does not match it; a Windows ISO's images
-  cannot be installed unattended (k4w.bake.media.iso_images); a download has no checksum.
+  cannot be installed unattended (k4w.media.iso_images); a download has no checksum.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Iterable, Iterator
 
 from rich.console import Console
 
-from k4w.bake.media import iso as iso_mod
-from k4w.bake.media import build_media, iso_images
+from k4w.media import iso as iso_mod
+from k4w.media import build_media, iso_images
 from k4w import render, validate
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
-from k4w.infra import packer_cli
+from k4w.infra import host, packer_cli
 from k4w.model import pins
 from .progress import hash_progress
 
@@ -76,9 +76,7 @@ def host_problems(templates: Iterable[dict]) -> list[str]:
     """What this host lacks to run the templates' Hyper-V builders: Windows, Hyper-V, elevation."""
     if not needs_hyperv(templates):
         return []
-    from k4w.commands import doctor  # doctor imports this package: load it when first needed
-
-    return [f"{chk.name}: {chk.detail}. Fix: {chk.fix}" for chk in doctor.host_checks()
+    return [f"{chk.name}: {chk.detail}. Fix: {chk.fix}" for chk in host.host_checks()
             if not chk.ok and chk.required_for("build")]
 
 

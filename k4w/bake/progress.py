@@ -18,7 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from k4w.bake.media.iso import human_size
+from k4w.media.iso import human_size
 from k4w.infra.redact import redact
 from .transcript import BuildState, Event
 

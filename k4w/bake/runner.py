@@ -23,14 +23,15 @@ from urllib.parse import unquote, urlsplit
 
 from rich.console import Console
 
-from k4w.bake.media import iso as iso_mod
-from k4w.bake.media import build_media, iso_images
-from k4w.out import files as outfiles
+from k4w.media import iso as iso_mod
+from k4w.media import build_media, iso_images
+from k4w.infra import files as outfiles
 from k4w.infra import packer_hcl, proc
-from k4w.model import profiles, sources
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.derive import registry
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import step_env
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError

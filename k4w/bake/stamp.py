@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k4w.infra import packer_hcl
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.model.profiles import Profile
 
 # Folders of the repository whose files reach the box through the template.

@@ -1,5 +1,5 @@
 """The shapes of the API objects k4w reads from a cluster it did not create (k4w.cluster.facts,
-k4w.cluster.existing), held at the boundary by k4w.model.documents.parse.
+k4w.cluster.existing), held at the boundary by k4w.infra.documents.parse.
 
 Only the fields k4w reads are declared; the rest of each object is ignored. Names and types follow
 the Kubernetes API (kubernetes/kubernetes@v1.37.2: staging/src/k8s.io/api/core/v1/types.go, apps/v1,

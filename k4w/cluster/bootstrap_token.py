@@ -32,7 +32,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from k4w.model import documents
+from k4w.infra import documents
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import ApiError, Client
 from k4w.infra.redact import register_secret

@@ -36,11 +36,11 @@ from typing import Annotated
 import yaml
 from pydantic import AfterValidator, StrictStr
 
-from k4w.model import documents
+from k4w.infra import documents
 from k4w.derive import identities, node_marks
 from k4w.out import private
 from k4w.infra import ui
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import ApiError, Client, Credentials, load_kubeconfig
 from ..render import hostprocess

@@ -22,8 +22,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k4w.model import documents
-from k4w.model.cluster import Cluster
+from k4w.infra import documents
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import ApiError, Client
 from k4w.model.version_skew import skew_problem
@@ -78,7 +78,7 @@ class Facts:
 
 
 def answer(api: Client, model: type[M.Shape], path: str, optional: bool = False):
-    """GET path held to model (k4w.model.documents.parse): a wrong shape is one line naming the URL and the
+    """GET path held to model (k4w.infra.documents.parse): a wrong shape is one line naming the URL and the
     field. optional: None when the API server says 404."""
     data = api.get_optional(path) if optional else api.get(path)
     return None if data is None else documents.parse(model, data, f"GET {api.creds.server}{path}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from k4w.model import documents, sources
+from k4w.infra import documents, sources
 from k4w.out import state as out_state
 from k4w.infra import proc
 from k4w.infra.errors import K4wError

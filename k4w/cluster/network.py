@@ -13,7 +13,7 @@ import platform
 
 from k4w.render import packer_http
 from k4w.infra import proc, ui
-from k4w.model import sources
+from k4w.infra import sources
 from ..render import escape
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import StrictInt, StrictStr
 
-from k4w.model import documents
+from k4w.infra import documents
 from k4w.infra.errors import K4wError
 from .api_models import Shape
 

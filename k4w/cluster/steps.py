@@ -22,7 +22,8 @@ from typing import Callable
 from k4w.derive import values as derive, step_env as derive_steps, identities
 from k4w.out import private
 from k4w.infra import proc, ui
-from k4w.model import profiles, sources
+from k4w.model import profiles
+from k4w.infra import sources
 from ..render import escape
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError

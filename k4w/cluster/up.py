@@ -12,8 +12,8 @@ import hashlib
 from pathlib import Path
 
 from k4w.infra import proc, ui
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from . import steps as S

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from invoke.exceptions import Exit
 
-from k4w.out import files as outfiles, lock as outlock
+from k4w.infra import files as outfiles
+from k4w.out import lock as outlock
 from k4w import render as render_mod, validate as validate_mod
 from k4w.infra import signals, ui
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.defaults import DEFAULTS  # noqa: F401 (k4w.commands.cli.DEFAULTS, as before)
 from k4w.infra.errors import K4wError
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import re
@@ -15,19 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from k4w.bake.media import iso, iso_images
+from k4w.media import iso, iso_images
 from k4w.infra import packer_hcl, proc, ui
+from k4w.infra.host import FAKE_HYPERV_HOST_ENV, STAGES, Check, _is_windows, _powershell, host_checks  # noqa: F401 (doctor.X, as before)
 from k4w.render import packer_http
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.model import pins
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 from k4w.infra.tools import INSTALL
 from k4w.infra.tools import find as find_tool
 
-STAGES = ("validate", "build", "cluster")
 # Free space a build needs: a Windows VHDX grows to ~25 GB plus the exported box; Ubuntu ~8 GB.
 DISK_GB = {"windows": 45, "linux": 12}
 MIN_VAGRANT = (2, 2, 0)  # hyperv provider linked_clone / vm_integration_services
@@ -69,18 +68,6 @@ NTLM_FIX = ("install HashiCorp's Vagrant 2.4.0 or newer from its own installer, 
             "[provider_sect] activates both default and legacy (hashicorp/vagrant#13076)")
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    stages: tuple[str, ...] = STAGES
-
-    def required_for(self, stage: str) -> bool:
-        return stage in self.stages
-
-
 def _version(text: str) -> tuple[int, ...] | None:
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(x) for x in m.groups()) if m else None
@@ -91,41 +78,6 @@ def _tool_version(cmd: list[str]) -> str:
         return proc.run(cmd, timeout=30).output.strip()
     except (OSError, K4wError) as exc:
         return str(exc)
-
-
-def _powershell(script: str) -> tuple[int, str]:
-    result = proc.run(["powershell.exe", "-NoProfile", "-NonInteractive", "-Command", script], timeout=60)
-    return result.returncode, result.output.strip()
-
-
-# Test-only stand-in (README.md, Verification): the orchestration tests run `invoke build-*` on
-# Linux against the fake packer (tests/fakes/packer.py), which needs no Hyper-V. Set to 1, the
-# host counts as a ready Hyper-V host. On a real host it only lets Packer start and fail with
-# "Failed creating Hyper-V driver".
-FAKE_HYPERV_HOST_ENV = "K4W_TEST_FAKE_HYPERV_HOST"
-
-
-def _is_windows() -> bool:
-    return platform.system() == "Windows"
-
-
-def host_checks() -> list[Check]:
-    """Whether this host can run Hyper-V: Windows, Hyper-V enabled, an elevated terminal."""
-    if os.environ.get(FAKE_HYPERV_HOST_ENV) == "1":
-        return [Check("Hyper-V host", True, f"test stand-in ({FAKE_HYPERV_HOST_ENV}=1): not checked", stages=("build", "cluster"))]
-    if not _is_windows():
-        return [Check("Hyper-V host", False, f"this is {platform.system()}, not Windows: boxes and the cluster cannot be built here",
-                      "run build and cluster tasks on a Windows 10/11 host with Hyper-V; render, validate and plan work anywhere",
-                      stages=("build", "cluster"))]
-    checks = []
-    is_admin = bool(ctypes.windll.shell32.IsUserAnAdmin())  # type: ignore[attr-defined]
-    checks.append(Check("Administrator rights", is_admin, "elevated" if is_admin else "not elevated",
-                        "start the terminal with 'Run as administrator' (Hyper-V cmdlets need it)", stages=("build", "cluster")))
-    code, out = _powershell("(Get-WindowsOptionalFeature -Online -FeatureName Microsoft-Hyper-V-All).State")
-    checks.append(Check("Hyper-V enabled", code == 0 and "Enabled" in out, out or f"exit {code}",
-                        "Enable-WindowsOptionalFeature -Online -FeatureName Microsoft-Hyper-V -All, then reboot",
-                        stages=("build", "cluster")))
-    return checks
 
 
 def tool_checks(out: Path) -> list[Check]:
@@ -244,7 +196,7 @@ def iso_checks(cluster: Cluster) -> list[Check]:
 
 
 def _image_check(box: str, prof, path: Path) -> Check:
-    """Whether Setup can install the profile's image from this ISO unattended (k4w/bake/media/iso_images.py)."""
+    """Whether Setup can install the profile's image from this ISO unattended (k4w/media/iso_images.py)."""
     name = f"ISO images for {box}"
     try:
         verdict = iso_images.verify(prof, path)
@@ -365,10 +317,10 @@ class Answer:
 
 
 def ask(url: str, proxy) -> Answer:
-    """HEAD url through the cluster's proxy, exactly as the build's downloads go (k4w.bake.download:
+    """HEAD url through the cluster's proxy, exactly as the build's downloads go (k4w.infra.download:
     the proxy of cluster.yml with its credentials, never the host's environment, NO_PROXY honoured);
     a server that refuses HEAD (405, 501) is asked for its first byte instead."""
-    from k4w.bake import download
+    from k4w.infra import download
 
     opener = download._opener(url, proxy)
     for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):

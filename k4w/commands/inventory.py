@@ -22,11 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from k4w.out import files as outfiles
+from k4w.infra import files as outfiles
 from k4w.infra import ui
 from k4w.infra.errors import K4wError
 from k4w.cluster.machines import DOTFILE_DIR
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.vagrant import PROVIDER
 
 INVENTORY = Path("inventory") / "hosts.yaml"

@@ -6,13 +6,13 @@ import contextlib
 import datetime as dt
 from pathlib import Path
 
-from k4w.bake.media import build_media, iso
+from k4w.media import build_media, iso
 from k4w.derive import step_env as derive_steps, identities, registry
 from k4w.infra import packer_hcl, ui
 from k4w.model import patch_level
 from k4w.bake import fetch, gate
 from k4w.infra import packer_cli
-from k4w.model.cluster import RUNTIMES, Cluster
+from k4w.derive.cluster import RUNTIMES, Cluster
 from k4w.model.profiles import Profile
 
 

@@ -90,7 +90,7 @@ def worker_document(box: str, api_server: str, token: str, ca_hash: str, node_na
 def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None = None) -> str:
     """The YAML text of a worker's join configuration, refused when kubeadm's field table of the
     worker's API does not accept it. installation: the k4w.io/installation label value (k4w.cluster.state)."""
-    from k4w.validate import kubeadm_rules
+    from k4w.model import kubeadm_fields as kubeadm_rules
 
     api = profiles.load(box).data.kubernetes.kubeadm_api
     text = yaml.safe_dump(worker_document(box, api_server, token, ca_hash, node_name, installation), sort_keys=False)

@@ -5,7 +5,7 @@ of the Packer provisioner that runs them (docs/internals.md, "Step variables"). 
 the one place that names those variables and computes their values; the Packer templates only
 serialise the result (`<< step_env.environment_vars | json >>`). Every name is spelt out here
 and in the script that reads it, so `grep -r K4W_FLANNEL_FILE` finds both ends, and
-tests/render/test_step_variables.py checks that a box gets exactly the names its scripts read.
+tests/derive/test_step_variables.py checks that a box gets exactly the names its scripts read.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import base64
 import json
 from dataclasses import dataclass
 
-from k4w.bake.media import build_media as media
+from k4w.media import build_media as media
 from k4w.derive import containerd_config, registry
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.model.config import Config
 from k4w.derive.values import Proxy, apt_proxy_conf, derive_proxy, proxy_env
 from k4w.infra.errors import K4wError
@@ -137,7 +137,7 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_WINDOWS_UPDATE_UBR": FromProfile("components.windows_update.ubr", (WINDOWS,)),
 }
 
-# Step variable -> the component whose build-media file name it holds (k4w.bake.media.build_media.media_name):
+# Step variable -> the component whose build-media file name it holds (k4w.media.build_media.media_name):
 # where the guest finds the verified file that build-* staged in OUT/http/<box>/components/, on
 # the build CD (Windows) or Packer's HTTP server (Ubuntu). Set when the profile gives the
 # component a url.
@@ -270,7 +270,7 @@ DOCUMENTATION_KEYS = ("checksum_source", "released")
 # `sha256_url` into the host cache; the guest gets the file from the build media instead
 # (MEDIA_VARIABLES) and checks it against the digest the profile pins.
 HOST_KEYS = ("url", "sha256_url")
-# Component keys that name the file on the build media (k4w.bake.media.build_media.media_name), which reaches
+# Component keys that name the file on the build media (k4w.media.build_media.media_name), which reaches
 # the guest as the media variable, never as a value of its own.
 MEDIA_KEYS = ("media_file",)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from k4w.out import files as outfiles
+from k4w.infra import files as outfiles
 
 # msvcrt locks a byte range, and other processes cannot read locked bytes. The lock sits on one
 # byte far past a holder's note, so a refused caller can still read who holds it.

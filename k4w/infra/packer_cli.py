@@ -7,12 +7,14 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from k4w.infra import packer_hcl, pinned_tools, proc, tools
-from k4w.derive.values import Proxy
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
+
+if TYPE_CHECKING:  # annotations only: infra sits below derive, which makes the Proxy
+    from k4w.derive.values import Proxy
 from k4w.infra.tools import INSTALL
 
 PACKER = "packer"
@@ -39,7 +41,7 @@ ADK_OSCDIMG = Path(r"C:\Program Files (x86)\Windows Kits\10\Assessment and Deplo
 # it floods the progress view and can echo provisioner environment values.
 ENV_REMOVED = ("PACKER_LOG", "PACKER_LOG_PATH")
 # The proxy variables Packer's downloads read (Go's net/http ProxyFromEnvironment: either case).
-# cluster.yml alone decides them, as for every host-side download (k4w/bake/download.py): the
+# cluster.yml alone decides them, as for every host-side download (k4w/infra/download.py): the
 # host's own values are dropped, cluster.yml's set.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 # Packer reaches the build VM over WinRM at the address the management switch's DHCP gave it,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model import sources
+from k4w.infra import sources
 
 LOCK_FILE = sources.REPO_ROOT / "tools" / "lock.yml"
 

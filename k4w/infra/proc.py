@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from k4w.out import files as outfiles
+from k4w.infra import files as outfiles
 from k4w.infra import tools, ui
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact

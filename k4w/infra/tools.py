@@ -15,7 +15,7 @@ PINNED = {"packer": "packer"}
 
 # The command that installs each program. The apt packages named here are the ones
 # scripts/setup.sh installs (APT_PACKAGES), which sets up a whole Debian/Ubuntu machine at once;
-# tests/cli/test_tools.py holds the two lists together.
+# tests/infra/test_tools.py holds the two lists together.
 INSTALL = {
     # Packer 1.9.4 or later with its hyperv/qemu/vagrant plugins (docs/packer.md). On Linux,
     # scripts/setup.sh builds the pinned 1.9.4 and the plugins into the cache (scripts/build-tools).

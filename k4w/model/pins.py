@@ -25,7 +25,7 @@ import yaml
 
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Attr, Profile
-from k4w.bake.download import Downloaded, Expected, download
+from k4w.infra.download import Downloaded, Expected, download
 
 PINS_FILE = "k4w-pins.yml"
 HEADER = """\

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from k4w.model import kubeadm_apis, sources
+from k4w.model import kubeadm_apis
+from k4w.infra import sources
 from k4w.infra.errors import K4wError
 
 # Keys every profile must carry, because config validation and rendering depend on them.

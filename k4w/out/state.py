@@ -1,4 +1,4 @@
-"""The shapes of files k4w wrote under --out and reads back in a later command (k4w.model.documents.parse):
+"""The shapes of files k4w wrote under --out and reads back in a later command (k4w.infra.documents.parse):
 a file edited by hand, truncated or from another k4w is one line naming it and the field, not a
 traceback where it is used. Only the fields read back are declared."""
 

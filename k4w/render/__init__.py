@@ -22,13 +22,14 @@ from pathlib import Path
 
 import jinja2
 
-from k4w.bake.media import build_media, iso
+from k4w.media import build_media, iso
 from k4w.derive import identities, node_marks, winrm_scope
 from k4w.model import kubeadm_timeouts, profiles
-from k4w.out import files as outfiles, lock as outlock, private
+from k4w.infra import files as outfiles
+from k4w.out import lock as outlock, private
 from k4w.infra import packer_hcl, pinned_tools, ui
 from k4w.render import packer_http
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import secret_env_name, step_env
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret

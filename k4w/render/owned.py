@@ -14,12 +14,12 @@ import os
 from pathlib import Path, PurePosixPath
 
 from k4w.infra.errors import K4wError
-from k4w.out.files import LinkRefused
+from k4w.infra.files import LinkRefused
 
 MANIFEST = ".k4w-render.json"
 VERSION = 1
 # What `invoke build` itself writes inside a rendered folder: the verified components it stages
-# for Packer's HTTP server, OUT/http/<box>/components/ (k4w.bake.media.build_media.FOLDER).
+# for Packer's HTTP server, OUT/http/<box>/components/ (k4w.media.build_media.FOLDER).
 BUILD_WRITES = (("http", "*", "components"),)
 
 

@@ -14,8 +14,8 @@ from typing import Callable
 
 from k4w.derive import values as derive
 from k4w.infra import packer_hcl, proc
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError, ToolMissing
 from k4w.infra.tools import require
 
@@ -228,7 +228,7 @@ def manifests(cluster: Cluster, out: Path) -> Result:
 
 def kubeadm_config(cluster: Cluster, out: Path) -> Result:
     res = Result("kubeadm config", "fields of kubeadm's types at the pinned API")
-    from . import kubeadm_rules
+    from k4w.model import kubeadm_fields as kubeadm_rules
 
     path = out / "kubeadm" / "kubeadm-config.yaml"
     res.checked.append(_rel(path))
@@ -450,7 +450,7 @@ def _would_check_unattend(cluster: Cluster, out: Path, rendered: Collection[str]
 
 
 def _would_check_kubeadm_config(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
-    from . import kubeadm_rules
+    from k4w.model import kubeadm_fields as kubeadm_rules
 
     return [f"# in this process: every field of {out / 'kubeadm' / 'kubeadm-config.yaml'} against "
             f"{kubeadm_rules.table_path(cluster.kube.kubeadm_api)}",

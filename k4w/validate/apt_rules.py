@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 LIBRARY = Path("guest/ubuntu/lib.sh")
 # A package-manager command where bash reads a command: a line start, after ; & | ( $( or a

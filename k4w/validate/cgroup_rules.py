@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 # Ways to ask systemd or the kernel for the v1 hierarchy (systemd's kernel-command-line options and
 # its environment override); none has an effect on 26.04, so any of them is a v1 assumption.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 FACTS = Path(__file__).resolve().parent / "facts" / "published-checksums.yml"
 CHECKSUM_KEYS = ("sha256", "sha512", "sha256_url")

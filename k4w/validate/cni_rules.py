@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 FACTS = Path(__file__).resolve().parent / "facts" / "cni-plugin-versions.yml"
 # flannel's Windows CNI plugin always delegates with host-local IPAM for the node's subnet.

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from k4w.derive import registry
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import container_runtime
 
 FACTS = Path(__file__).parent / "facts"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.values import linux_kubelet_flags
 
 FACTS = Path(__file__).resolve().parent / "facts"

@@ -203,7 +203,7 @@ def _script_text(name: str, data: dict, cluster) -> str | None:
         return str(data[name])
     guest = cluster.sources.guest if cluster is not None else None
     if guest is None:
-        from k4w.model import sources
+        from k4w.infra import sources
         guest = sources.REPO.guest
     found = sorted(Path(guest).rglob(name))
     return found[0].read_text(encoding="utf-8") if found else None

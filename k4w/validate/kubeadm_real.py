@@ -31,7 +31,7 @@ from k4w.derive import values as derive
 from k4w.infra import pinned_tools, proc
 from k4w.model import profiles
 from k4w.derive import join_config
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 TOOL, PROGRAM = "kubernetes-node", "kubeadm"
 # The kubeadm API the pinned kubeadm (1.37) reads and writes: its only one (k4w.model.kubeadm_apis).

@@ -51,7 +51,7 @@ class Expected:
 def check_manifests(out_dir, cluster=None) -> list[str]:
     """Every problem found in OUT/manifests, OUT/kubeadm and OUT/nodes (empty = all good).
 
-    With cluster (a k4w.model.cluster.Cluster) the artifacts are compared with its derived values
+    With cluster (a k4w.derive.cluster.Cluster) the artifacts are compared with its derived values
     and Kubernetes era; without it, with the kubeadm config and vagrant/cluster.json, so
     cross-artifact agreement is still checked.
     """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).resolve().parent / "facts"

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from k4w.derive import identities
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from .flag_rules import _configmap_value, _facts
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"

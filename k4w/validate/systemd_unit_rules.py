@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 
 from k4w.out import private
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 
 # Names that carry a proxy URL (which may hold user:password) or a secret outright.
 CREDENTIAL_NAME = re.compile(r"(?i)(^|_)(proxy|pass|password|passwd|token|secret|auth|credentials?|apikey)($|_)")

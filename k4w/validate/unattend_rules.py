@@ -11,7 +11,7 @@ while Packer waits for WinRM forever. These rules catch the classic mistakes bef
 - a partition layout that does not fit the Hyper-V generation (GPT with EFI+MSR for Gen2,
   MBR with an active system partition for Gen1) or an InstallTo that points elsewhere;
 - an image selected by anything but the box profile's choice: /IMAGE/NAME with iso.image_name,
-  or /IMAGE/INDEX with iso.index when the profile names no image (k4w/bake/media/iso_images.py checks that
+  or /IMAGE/INDEX with iso.index when the profile names no image (k4w/media/iso_images.py checks that
   choice against the ISO itself before a build);
 - leading or trailing whitespace in any value (Setup compares values literally);
 - PlainText passwords, or encoded ones with the wrong suffix;

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
-from k4w.out import files as outfiles
+from k4w.infra import files as outfiles
 from k4w.model import profiles
 from k4w import render
 from k4w.infra import ui
 from ..bake import catalogue
 from ..cluster.machines import cluster_vagrant, load_cluster
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from k4w.infra.proc import Runner

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from k4w.model import documents
+from k4w.infra import documents
 from k4w.out import state as out_state
 from ..bake import catalogue
 from . import specrun

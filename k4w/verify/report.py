@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from k4w.out import files as outfiles
+from k4w.infra import files as outfiles
 from k4w.infra.redact import redact
 from . import specrun
 

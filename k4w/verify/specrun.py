@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 

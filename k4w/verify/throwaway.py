@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from k4w.model import documents
+from k4w.infra import documents
 from k4w.out import state as out_state
 from ..bake import catalogue
 from k4w.infra.errors import K4wError

@@ -13,11 +13,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k4w.model import config, profiles, sources
-from k4w.bake.media import iso_images
+from k4w.model import config, profiles
+from k4w.infra import sources
+from k4w.media import iso_images
 from k4w import validate
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT
 from tests.fakes import component_cache
 from tests.fakes.packer import PackerOnPath
 from tests.helpers import use_sources

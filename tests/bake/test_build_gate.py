@@ -98,7 +98,7 @@ def test_a_validator_this_host_cannot_run_is_named_not_a_refusal(tmp_path, monke
     from k4w import render
     from k4w.infra import tools
     from k4w.bake import gate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
 
     cluster = Cluster.load(write_config(tmp_path / "cluster.yml", config_dict()))
     render.render(cluster, tmp_path / "out")

@@ -8,8 +8,8 @@ import shutil
 
 import yaml
 
-from k4w.model import sources
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra import sources
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.fakes import local_http
 from tests.helpers import config_dict, invoke, write_config
 

@@ -22,11 +22,11 @@ from rich.console import Console
 from k4w.model import config, profiles
 from k4w.infra import packer_hcl
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue
 from k4w.infra import packer_cli
 from k4w.bake.transcript import plan_steps
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import gone_within, system_tool
 
 from .conftest import PROXY, PROXY_PASSWORD

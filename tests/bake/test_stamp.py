@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from k4w.bake.media import iso
+from k4w.media import iso
 from k4w.model import profiles
 from k4w import render
 from k4w.bake import stamp

@@ -78,7 +78,7 @@ def test_a_link_at_a_folder_render_owns_is_refused_naming_it_and_its_target_kept
 def test_a_render_replaces_its_own_render_and_keeps_what_a_build_staged(tmp_path):
     out = tmp_path / "out"
     assert invoke("render", "--out", str(out)).returncode == 0
-    staged = out / "http" / "ubuntu-1604" / "components" / "kubelet"  # k4w.bake.media.build_media.stage's place
+    staged = out / "http" / "ubuntu-1604" / "components" / "kubelet"  # k4w.media.build_media.stage's place
     staged.parent.mkdir(parents=True)
     staged.write_text("x")
     result = invoke("render", "--out", str(out))

@@ -32,7 +32,7 @@ import termios  # noqa: E402
 
 import pytest  # noqa: E402
 
-from k4w.model.cluster import Cluster  # noqa: E402
+from k4w.derive.cluster import Cluster  # noqa: E402
 from tests.helpers import config_dict, write_config  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

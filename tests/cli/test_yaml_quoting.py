@@ -13,7 +13,7 @@ import shutil
 import pytest
 import yaml
 
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.render import _environment, escape
 from k4w.validate import yaml_template_rules
 from tests.helpers import ROOT, config_dict, invoke, write_config

@@ -12,7 +12,7 @@ import yaml
 from k4w.model import config as config_mod
 from k4w import render
 from k4w.cluster import up as up_mod
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from tests.fakes.cluster_world import FakeClock, FakeWorld
 from tests.helpers import config_dict
 

@@ -19,7 +19,7 @@ import yaml
 
 from k4w import render
 from k4w.cluster import bootstrap_token, existing, facts
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from tests.cluster import real_control_plane as cp
 from tests.cluster.test_existing_real_api import COLLECTIONS

@@ -7,7 +7,8 @@ import re
 
 import yaml
 
-from k4w.model import config as config_mod, sources
+from k4w.model import config as config_mod
+from k4w.infra import sources
 from k4w.cluster import network
 from k4w.cluster.machines import cluster_nic_mac, mac_with
 from k4w.validate import powershell_rules as powershell

@@ -12,7 +12,7 @@ import yaml
 
 from k4w.model import version_skew
 from k4w.cluster import existing, facts as facts_mod
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import ApiError, Credentials

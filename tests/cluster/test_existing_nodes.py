@@ -20,7 +20,7 @@ from k4w.derive import node_marks
 from k4w import render
 from k4w.cluster import existing
 from k4w.cluster import up as up_mod
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import ApiError, Credentials

@@ -19,7 +19,7 @@ import yaml
 
 from k4w import render
 from k4w.cluster import bootstrap_token, existing, facts as facts_mod
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import Client

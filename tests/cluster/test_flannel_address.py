@@ -10,7 +10,7 @@ import yaml
 
 from k4w import render
 from k4w.cluster import flannel_address
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from tests.helpers import ROOT, config_dict
 

@@ -1,6 +1,6 @@
 """Every document k4w reads and did not just write (the API answers of cluster.existing, its own state
 files under --out), in a shape it does not expect, ends in one line naming the source and the field:
-a K4wError, never a traceback from the code that uses the document (k4w.model.documents, k4w.cluster.api_models).
+a K4wError, never a traceback from the code that uses the document (k4w.infra.documents, k4w.cluster.api_models).
 
 The table feeds each hostile shape to the reader of that document; the shapes are those a cluster
 k4w did not make, a proxy in the way, or a hand-edited or truncated file can give."""

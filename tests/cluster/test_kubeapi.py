@@ -106,7 +106,7 @@ else:
 @pytest.fixture
 def icacls(tmp_path, monkeypatch):
     """A stand-in icacls first on PATH that lists an ACL (what FAKE_ICACLS_EXTRA adds to the owner's), and the
-    Windows ACL branch of k4w.out.private switched on, as tests/cli/test_private_files.py does for writes."""
+    Windows ACL branch of k4w.out.private switched on, as tests/out/test_private_files.py does for writes."""
     import os
     import sys
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.validate import manifest_rules as checks
 from k4w.infra.errors import K4wError
 from tests.cluster.conftest import LINUX_ONLY_VXLAN, render_to

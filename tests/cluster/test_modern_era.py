@@ -141,7 +141,7 @@ def test_a_profile_without_flannel_manifest_fails_the_render_naming_the_key(tmp_
 def test_the_runtime_component_decides_the_kubelet_cgroup_driver(tmp_path):
     """kube.cgroup_driver reads the master's runtime component: containerd when the profile has
     one (the modern era), else docker (the seed era), and the missing-key problem names it."""
-    from k4w.model.cluster import kube_era
+    from k4w.derive.cluster import kube_era
     from k4w.model.profiles import Attr, Profile
 
     def profile(components: dict) -> Profile:

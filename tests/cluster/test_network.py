@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from k4w.model import config as config_mod, sources
+from k4w.model import config as config_mod
+from k4w.infra import sources
 from k4w.cluster import network
 from k4w.infra.errors import K4wError
 from k4w.validate import powershell_rules as powershell

@@ -184,7 +184,7 @@ def test_a_containerd_node_gets_the_mirrors_and_their_credentials_in_the_same_pr
     mirrors (hosts.toml tree and credentials drop-in) with the proxy, never on a command line."""
     import base64
 
-    from k4w.model import sources
+    from k4w.infra import sources
     from tests.cluster.conftest import render_to
     from tests.helpers import MODERN_BOXES, modern_config
 
@@ -336,9 +336,9 @@ def test_cluster_up_refuses_a_gen1_windows_box(tmp_path, monkeypatch):
 
     from k4w.model import profiles
     from k4w.cluster import up as up_module
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
     from k4w.infra.errors import K4wError
-    from k4w.model.sources import REPO_ROOT
+    from k4w.infra.sources import REPO_ROOT
     from tests.helpers import config_dict, use_sources, write_config
 
     folder = tmp_path / "boxes"
@@ -430,7 +430,7 @@ def test_an_add_on_that_does_not_roll_out_fails_cluster_up_by_name_and_a_rerun_w
 
 
 def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch):
-    from k4w.model import sources
+    from k4w.infra import sources
     from tests.cluster.conftest import render_to
     from tests.helpers import MODERN_BOXES, modern_config
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from k4w.model import sources
+from k4w.infra import sources
 from ci.e2e.run import E2E_BOXES, SBIN
 from tests.helpers import use_sources
 

@@ -18,7 +18,7 @@ from k4w.model import config
 from k4w.derive import containerd_config
 from k4w.infra import pinned_tools
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from ci.e2e import cluster_file, cluster_images, cluster_run, oci_archive, squid
 from ci.e2e.phases import E2EError
 from tests.helpers import invoke

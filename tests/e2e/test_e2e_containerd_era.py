@@ -19,8 +19,8 @@ from k4w.model import config, profiles
 from k4w.infra import packer_hcl, pinned_tools
 from k4w import render
 from k4w.model import pins as pins_mod
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.verify import expect, selection
 from k4w.infra.errors import ToolMissing
 from ci.e2e import base_image, mirror

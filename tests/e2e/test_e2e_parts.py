@@ -25,7 +25,7 @@ import yaml
 from k4w.model import config
 from k4w.infra import packer_hcl
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from ci.e2e import base_image, cluster_file, idempotence, mirror, phases, procs, report, rerun, seed_stand_ins, squid
 from tests.helpers import packer_validate, system_tool
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from k4w.bake import cache
-from k4w.bake.download import Downloaded
-from k4w.model.cluster import Cluster
+from k4w.infra.download import Downloaded
+from k4w.derive.cluster import Cluster
 
 
 def placeholder(url: str) -> bytes:

@@ -17,7 +17,7 @@ from k4w.model import config
 from k4w.infra import packer_hcl
 from k4w import render
 from k4w.infra import packer_cli
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import step_env
 from k4w.infra.errors import K4wError
 from tests.helpers import ROOT, config_dict, modern_config, use_sources

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.render import escape
 from tests.helpers import config_dict, invoke, start_invoke, tree_digest, write_config
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from k4w.model import profiles
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import checksum_rules
 from tests.helpers import config_dict, use_sources, write_config
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import cni_rules
 from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
 

@@ -11,7 +11,7 @@ import yaml
 
 from k4w.derive import containerd_config, registry
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import containerd_config_rules as rules
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config
 

@@ -9,10 +9,10 @@ import shutil
 import pytest
 import yaml
 
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.render import render_files, write_atomically
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import flag_rules
 from tests.helpers import config_dict, invoke, use_sources, write_config
 

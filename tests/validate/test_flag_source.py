@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from k4w.infra import pinned_tools
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.devtools import flag_source
 
 GO = '''

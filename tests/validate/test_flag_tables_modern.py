@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.render import render_files, write_atomically
 from k4w.validate import flag_rules, manifest_rules
 from tests.helpers import config_dict, modern_config, write_config

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import hostprocess_rules, manifest_rules, powershell_rules as powershell, powershell_snippets
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import MODERN_ENV, config_dict, invoke, modern_config, write_config
 
 DAEMONSETS = Path("manifests") / "windows-containerd" / "windows-node-daemonsets.yaml"

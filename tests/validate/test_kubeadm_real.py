@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from k4w.infra import pinned_tools
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import ToolMissing
 from k4w.validate import kubeadm_real
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.validate import kubeadm_rules
+from k4w.model import kubeadm_fields as kubeadm_rules
 from tests.helpers import MODERN_BOXES, ROOT, config_dict, invoke, modern_config, write_config
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"

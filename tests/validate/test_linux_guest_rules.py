@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k4w import validate
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import apt_rules, systemd_unit_rules
 from tests.helpers import ROOT
 

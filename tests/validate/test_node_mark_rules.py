@@ -14,7 +14,7 @@ import yaml
 from k4w.derive import node_marks
 from k4w import render
 from k4w.derive import join_config
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.config import parse
 from k4w.validate import manifest_rules, node_mark_rules
 from k4w.verify import workloads as wl

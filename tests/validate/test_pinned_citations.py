@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 # upstream -> how it is cited (GitHub repository and Go module path), and where the boxes pin it
 # (keys of a box profile; each value's first x.y.z is the version).

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from k4w.model import profiles
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import preflight_rules
 from tests.helpers import ROOT, invoke
 

@@ -110,7 +110,7 @@ def test_the_projects_powershell_has_no_51_pitfall():
 def test_validate_reports_a_planted_pitfall_in_a_script(tmp_path, monkeypatch):
     from k4w.model import config
     from k4w import validate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
 
     cluster = Cluster.resolve(config.load(ROOT / "cluster.yml"))
     scratch = use_sources(monkeypatch, root=tmp_path)
@@ -124,7 +124,7 @@ def test_validate_reports_a_planted_pitfall_in_a_script(tmp_path, monkeypatch):
 
 def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp_path):
     from k4w import render, validate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
 
     cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"

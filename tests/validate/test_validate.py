@@ -53,7 +53,7 @@ def test_packer_validate_rejects_an_option_its_builder_does_not_have(tmp_path):
     """The validators are not rubber stamps: the pinned Packer with the real hyperv plugin decodes
     every option of the rendered HCL2, so an option the builder lacks fails validate, named."""
     from k4w import render, validate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
 
     cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
@@ -87,7 +87,7 @@ def test_host_scripts_are_parsed_and_linted_like_guest_scripts(tmp_path, monkeyp
     string in Python that nothing parsed)."""
     from k4w.model import config
     from k4w import validate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
 
     cfg = config.load(ROOT / "cluster.yml")
     cluster = Cluster.resolve(cfg)

@@ -11,7 +11,8 @@ import shutil
 import pytest
 import yaml
 
-from k4w.model import profiles, sources
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.validate import windows_image_rules
 from tests.helpers import ROOT, invoke
 

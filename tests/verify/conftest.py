@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from k4w.model import config as config_mod, sources
+from k4w.model import config as config_mod
+from k4w.infra import sources
 from k4w import render
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 SPECS = ROOT / "k4w" / "verify" / "specs"
 

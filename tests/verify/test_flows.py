@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from k4w import render
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.infra.errors import K4wError
 from k4w.verify import flows
 from tests.fakes.vagrant import VagrantOnPath

@@ -11,7 +11,7 @@ import json
 import subprocess
 
 from k4w.infra.proc import Runner
-from k4w.model.sources import REPO_ROOT
+from k4w.infra.sources import REPO_ROOT
 from k4w.verify import specrun
 
 PASSWORD = "Ab3-unique-box-user-password"

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 MODERN = ROOT / "examples" / "cluster-modern.yml"
 WINDOWS_NODE = ("worker-win", "192.168.251.21")

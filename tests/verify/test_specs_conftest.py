@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 UBUNTU = ["test_ubuntu_box.py"]
 WINDOWS = ["test_windows_box.py"]

@@ -11,9 +11,9 @@ import pytest
 
 from k4w.model import config, profiles
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.verify import matrix, workloads as wl
 from tests.helpers import venv_tool
 

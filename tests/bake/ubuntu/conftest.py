@@ -15,10 +15,10 @@ from k4w.derive import step_env as derive_steps
 from k4w.infra import packer_hcl
 from k4w import render
 from k4w.infra import packer_cli
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from tests.helpers import use_sources
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 STEPS = ROOT / "guest" / "ubuntu" / "bake"
 PROFILE = ROOT / "boxes" / "ubuntu-1604.yml"
 BOX = "ubuntu-1604"

@@ -32,7 +32,7 @@ import yaml
 from k4w.model import config
 from k4w.derive import containerd_config, step_env as derive_steps, registry
 from k4w.infra import pinned_tools
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import registry_rules
 from tests.fakes import oci_registry
 

@@ -12,7 +12,8 @@ import shutil
 import pytest
 import yaml
 
-from k4w.model import profiles, sources
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.validate import autoinstall_rules, cgroup_rules
 from tests.bake.ubuntu.conftest import make_root, run_step
 from tests.helpers import ROOT, invoke

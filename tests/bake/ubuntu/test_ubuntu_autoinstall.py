@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from k4w.infra import packer_hcl
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import autoinstall_rules
 from tests.helpers import config_dict, invoke, modern_config, system_tool, tree_digest, write_config
 
@@ -156,7 +156,7 @@ def test_a_seed_subiquity_would_refuse_fails_validate_naming_the_key(tmp_path):
 def test_cloud_init_judges_the_file_itself(tmp_path):
     """The real cloud-init: a user-data whose cloud-config part has a wrong type fails, naming the key."""
     from k4w import validate
-    from k4w.model.cluster import Cluster
+    from k4w.derive.cluster import Cluster
     from k4w.model import config
 
     out = tmp_path / "out"

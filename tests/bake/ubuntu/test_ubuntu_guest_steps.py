@@ -336,7 +336,7 @@ def test_docker_hubs_mirror_reaches_daemon_json_and_a_malformed_one_is_refused(t
 @pytest.fixture
 def downloads():
     """A stand-in for Packer's HTTP server during a build: the box's components staged under
-    /components/ as build-* stages them (k4w/bake/media/build_media.py names), a node tarball laid out like
+    /components/ as build-* stages them (k4w/media/build_media.py names), a node tarball laid out like
     kubernetes-node-linux-amd64.tar.gz (kubernetes/node/bin/...) with its sha512, and the CNI
     tarball with its sha256. Yields the step environment; .site is the server's state."""
     node = {f"kubernetes/node/bin/{name}": f"#!/bin/sh\necho {name}\n".encode()

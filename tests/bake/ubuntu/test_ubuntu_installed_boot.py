@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.bake.media import build_media
+from k4w.media import build_media
 from k4w.infra import packer_hcl
 from k4w.model import profiles
 from tests.helpers import config_dict, invoke, write_config

@@ -12,7 +12,7 @@ import yaml
 
 from k4w.infra import packer_hcl
 from k4w import render
-from k4w.bake.media.build_media import media_name
+from k4w.media.build_media import media_name
 from k4w.derive.step_env import DOCUMENTATION_KEYS, HOST_KEYS, PROFILE_VARIABLES
 from k4w.infra.errors import K4wError
 from tests.helpers import system_tool
@@ -151,7 +151,7 @@ def test_every_component_value_reaches_the_guest_under_its_table_name(ubuntu):
                 continue
             assert env[by_key[f"components.{component}.{key}"]] == str(value), (component, key)
         if spec.get("url"):
-            # The guest gets the file's name on the build media instead (k4w/bake/media/build_media.py).
+            # The guest gets the file's name on the build media instead (k4w/media/build_media.py).
             assert env[f"K4W_{component.upper()}_FILE"] == media_name(component, spec["url"]), component
     assert env["K4W_KUBE_VERSION"] == PROFILE_DATA["kubernetes"]["version"]
     assert env["K4W_KUBE_IMAGE_REPOSITORY"] == PROFILE_DATA["kubernetes"]["image_repository"]
@@ -259,7 +259,7 @@ def test_unknown_builder_is_refused_by_name(profile_dir, tmp_path):
 
 
 def test_missing_iso_checksum_is_refused_by_name(profile_dir, tmp_path, monkeypatch):
-    from k4w.bake.media import iso
+    from k4w.media import iso
 
     monkeypatch.setattr(iso, "catalogue_path", lambda: tmp_path / "empty-catalogue.yml")
     with pytest.raises(K4wError, match="the ISO sha256 is unknown"):

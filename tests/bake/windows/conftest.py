@@ -10,8 +10,8 @@ import yaml
 
 from k4w.model import profiles
 from k4w import render
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import use_sources
 
 from windows_fixtures import BOX, BOX_USER_SECRET, SECRET, Rendered, cluster_config

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import checksum_rules
 from tests.helpers import config_dict, invoke, write_config
 

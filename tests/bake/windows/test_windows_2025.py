@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import unattend_rules
 from tests.helpers import invoke
 

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate.powershell_rules import parse
 
 from k4w.validate.ps51_rules import _walk   # the rules' own pre-order walk of the syntax tree

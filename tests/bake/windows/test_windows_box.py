@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate.powershell_rules import parse_text_errors
 from tests.helpers import system_tool
 

@@ -13,7 +13,7 @@ import yaml
 
 from k4w.model import config, profiles
 from k4w.derive import step_env as derive_steps
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate import powershell_rules
 
 GUEST = ROOT / "guest" / "windows"

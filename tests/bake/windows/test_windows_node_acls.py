@@ -12,7 +12,7 @@ from pathlib import PureWindowsPath
 import pytest
 
 from k4w.derive import identities
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate.powershell_rules import parse
 
 SPEC = ROOT / "k4w" / "verify" / "specs" / "test_windows_box.py"

@@ -13,7 +13,7 @@ import re
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.bake.windows.windows_ps_static import calls
 from tests.helpers import MODERN_ENV, invoke, modern_config, write_config
 

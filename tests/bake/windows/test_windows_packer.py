@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from k4w.bake.media import iso
+from k4w.media import iso
 from k4w.infra import packer_hcl
 from k4w.model import profiles
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.infra.errors import K4wError
 from tests.helpers import packer_validate, system_tool
 
@@ -124,7 +124,7 @@ def test_gen2_boots_uefi_with_secure_boot_and_setup_files_on_cd(render_windows):
     assert builder["secure_boot_template"] == "MicrosoftWindows"
     assert "floppy_files" not in builder  # Gen2 has no floppy controller
     names = [Path(p).name for p in builder["cd_files"]]
-    # The setup files, then the box's verified downloads that build-* stages (k4w/bake/media/build_media.py).
+    # The setup files, then the box's verified downloads that build-* stages (k4w/media/build_media.py).
     assert names == ["Autounattend.xml", "k4w-bootstrap.ps1", "common.ps1", "winrm-scope.ps1", "winrm-cert.ps1", "*"]
     assert builder["cd_files"][-1] == f"{rendered.out}/http/{BOX}/components/*"
 

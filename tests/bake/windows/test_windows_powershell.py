@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from k4w.validate.powershell_rules import lint_errors, parse_errors, parse_text_errors
 
 from windows_ps_static import download_problems, verified_downloads

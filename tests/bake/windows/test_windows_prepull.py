@@ -12,8 +12,8 @@ import yaml
 
 from k4w.derive import step_env as derive_steps
 from k4w import render
-from k4w.model.cluster import Cluster
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import config_dict, modern_config, write_config
 
 BAKE = ROOT / "guest" / "windows" / "bake"

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 GUEST = ROOT / "guest" / "windows"
 

@@ -11,7 +11,7 @@ import yaml
 from k4w.model import config, profiles
 from k4w.derive import values as derive
 from k4w.infra import packer_hcl
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 
 BOX = "windows-1803"
 CONTAINERD_ERA_LINUX_BOX = "ubuntu-2404"  # the Linux nodes beside a containerd-era Windows worker

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # k4w/model/sources.py -> the checkout
+REPO_ROOT = Path(__file__).resolve().parents[2]  # k4w/infra/sources.py -> the checkout
 # Extra box profile folders, searched before boxes/ (os.pathsep-separated). Child processes
 # (a testinfra spec run, a nested invoke) inherit it, so they resolve the same boxes.
 BOX_DIRS_ENV = "K4W_BOX_DIRS"

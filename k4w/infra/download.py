@@ -17,13 +17,15 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from k4w.infra import filelock
-from k4w.derive import noproxy
-from k4w.derive.values import Proxy
+from k4w.infra import noproxy
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
+
+if TYPE_CHECKING:  # annotations only: infra sits below derive, which makes the Proxy
+    from k4w.derive.values import Proxy
 
 # 1 MiB reads: progress stays smooth on slow proxies without a syscall per few KB.
 CHUNK = 1024 * 1024

@@ -16,7 +16,7 @@ import yaml
 
 from k4w.model import config, profiles
 from k4w.derive import step_env as derive_steps, registry
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Attr
 from k4w.validate import registry_rules
 from tests.helpers import ROOT, invoke, write_config

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from k4w.bake.download import DownloadError, Expected, download
+from k4w.infra.download import DownloadError, Expected, download
 from k4w.derive.values import Proxy
 from tests.fakes import local_http
 

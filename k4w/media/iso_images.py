@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k4w.infra import proc
-from k4w.model import sources
-from k4w.bake.media.iso import IsoError, _rel
+from k4w.infra import sources
+from k4w.media.iso import IsoError, _rel
 from k4w.model.profiles import Profile
 
 SCRIPT = "iso-images.ps1"
@@ -302,7 +302,7 @@ def verify(profile: Profile, iso_path: Path, file_name: str | None = None) -> Ve
 
 
 def preflight_build(profile: Profile, checked, say) -> None:
-    """The build's check before Packer: checked is the runner's k4w.bake.media.iso.IsoCheck; say(line) reports.
+    """The build's check before Packer: checked is the runner's k4w.media.iso.IsoCheck; say(line) reports.
 
     Only Windows boxes built from a local ISO: Linux installers have no image index or key page.
     """

@@ -8,8 +8,9 @@ import shutil
 import pytest
 import yaml
 
-from k4w.model import kubeadm_apis, sources
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.model import kubeadm_apis
+from k4w.infra import sources
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import invoke
 
 

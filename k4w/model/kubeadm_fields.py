@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-FACTS = Path(__file__).resolve().parent / "facts"
+FACTS = Path(__file__).resolve().parents[1] / "validate" / "facts"  # kubeadm's field tables sit with the other facts
 # Go's time.ParseDuration syntax (metav1.Duration unmarshals with it): "4m0s", "900s", "1h30m".
 DURATION = re.compile(r"[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h)([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))*")
 SCALARS = {"string": str, "bool": bool, "map": dict, "object": dict}

@@ -9,7 +9,7 @@ import yaml
 
 from k4w.model import profiles
 from k4w import render
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from tests.helpers import ROOT
 

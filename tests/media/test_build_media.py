@@ -1,4 +1,4 @@
-"""The build media: how each verified download reaches its guest (k4w/bake/media/build_media.py), and the
+"""The build media: how each verified download reaches its guest (k4w/media/build_media.py), and the
 refusals that keep a guest from ever needing the internet or an unpinned digest."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from k4w.bake.media import build_media
+from k4w.media import build_media
 from k4w.model import config, profiles
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import step_env
 from tests.bake.conftest import edited_boxes
 from tests.helpers import ROOT, invoke
@@ -78,7 +78,7 @@ def test_a_component_checked_only_against_a_published_file_is_refused_before_the
 
 
 def test_packer_serves_the_answer_file_folder_only_to_an_installer_that_fetches_it(tmp_path):
-    from k4w.bake.media import build_media
+    from k4w.media import build_media
     from k4w.model import profiles
 
     preseed, autoinstall = profiles.load("ubuntu-1604"), profiles.load("ubuntu-2404")

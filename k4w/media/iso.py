@@ -19,8 +19,9 @@ from typing import Callable
 
 import yaml
 
-from k4w.out import files as outfiles
-from k4w.model import profiles, sources
+from k4w.infra import files as outfiles
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
 
@@ -354,10 +355,10 @@ def label_warning(path: Path, profile: Profile) -> str | None:
 
 
 def _images_note(profile: Profile, path: Path) -> str:
-    """iso-add's view of the ISO's images (k4w/bake/media/iso_images.py): a line for the report, or a refusal."""
+    """iso-add's view of the ISO's images (k4w/media/iso_images.py): a line for the report, or a refusal."""
     if not profile.is_windows:
         return ""
-    from k4w.bake.media import iso_images  # it builds on this module's IsoError
+    from k4w.media import iso_images  # it builds on this module's IsoError
 
     try:
         verdict = iso_images.verify(profile, path, file_name=path.name)

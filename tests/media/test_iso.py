@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 
-from k4w.bake.media import iso
+from k4w.media import iso
 from k4w.model import profiles
 from k4w.bake import commands
 from k4w.infra.errors import K4wError

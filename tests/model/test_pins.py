@@ -7,7 +7,8 @@ import hashlib
 import pytest
 import yaml
 
-from k4w.model import profiles, sources
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.model import pins
 from k4w.infra.errors import K4wError
 from tests.fakes import local_http

@@ -16,9 +16,9 @@ import pytest
 from k4w.commands import doctor
 from k4w.infra import packer_hcl
 from k4w.render import packer_http
-from k4w.model import sources
+from k4w.infra import sources
 from k4w.cluster import network
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import powershell_rules as powershell
 from tests.helpers import config_dict, invoke, write_config
 

@@ -22,10 +22,11 @@ import pytest
 import yaml
 
 from k4w.commands import doctor
-from k4w.bake.media import iso, iso_images
-from k4w.model import profiles, sources
+from k4w.media import iso, iso_images
+from k4w.model import profiles
+from k4w.infra import sources
 from k4w.infra import tools
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from k4w.validate import powershell_rules as powershell
 from tests.bake.conftest import ISO_IMAGES, repo  # noqa: F401 - the build tests' miniature repository
 from tests.fakes import component_cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k4w.derive.noproxy import bypasses
+from k4w.infra.noproxy import bypasses
 from tests.bake.test_fetch import _config, _fetch, _profiles, _site_files
 from tests.fakes import local_http
 

@@ -12,7 +12,7 @@ import yaml
 from k4w.model import config, profiles
 from k4w.derive import values as derive, step_env as derive_steps
 from k4w.infra.errors import ConfigError, K4wError
-from k4w.model.sources import REPO_ROOT as ROOT
+from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import config_dict, use_sources
 
 GUEST = ROOT / "guest"

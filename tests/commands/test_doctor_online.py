@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from k4w.commands import doctor
-from k4w.model import sources
-from k4w.model.cluster import Cluster
+from k4w.infra import sources
+from k4w.derive.cluster import Cluster
 from k4w.model.config import load
 from tests.fakes import local_http
 from tests.helpers import config_dict, invoke, write_config

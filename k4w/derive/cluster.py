@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from k4w.model import config as config_mod, profiles, sources as sources_mod
+from k4w.model import config as config_mod, profiles
+from k4w.infra import sources as sources_mod
 from k4w.derive import registry
 from k4w.model.config import Config
 from k4w.derive.values import Network, Proxy, derive_network, derive_proxy

@@ -13,7 +13,7 @@ import yaml
 
 from k4w.derive import join_config
 from k4w.infra.errors import K4wError
-from k4w.validate import kubeadm_rules
+from k4w.model import kubeadm_fields as kubeadm_rules
 from tests.helpers import MODERN_BOXES, ROOT
 
 # A kubeadm flag that carries a join secret (kubeadm join --help, 1.11 and current).
