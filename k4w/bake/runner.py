@@ -153,7 +153,7 @@ def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, is
           iso_sha256: str | None, console: Console) -> BoxPlan:
     box = profile.name
     key = packer_hcl.rel_path(box)
-    template = packer_hcl.parse(rendered[key], f"rendered {key}")
+    template = packer_hcl.parse(rendered[key], f"rendered {key}", root=(out / key).parent)
     stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
     plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
                    iso_sha256=iso_sha256)

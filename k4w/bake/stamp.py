@@ -3,7 +3,7 @@
 Inputs: the rendered Packer template, the rendered installer answers in http/<box>/ (with
 placeholder secrets, so rotating the Administrator password does not force a rebuild),
 every file under guest/ or vagrant/box/ that the template references (folders
-recursively), the box profile, and the ISO's expected sha256. The record keeps each input's
+recursively; the render ships them in packer/, named here by their checkout path), the box profile, and the ISO's expected sha256. The record keeps each input's
 hash too, so a rebuild can say what changed.
 """
 
@@ -62,6 +62,25 @@ def referenced_files(template: dict, root: Path | None = None) -> list[Path]:
     return sorted(paths)
 
 
+# The rendered folder of the templates, their path.root, as a key prefix of render_files.
+SHIPPED_IN = "packer"
+
+
+def shipped_files(template: dict, rendered: dict[str, str]) -> dict[str, str]:
+    """{checkout-relative name: text} of the rendered copies the template (parsed with root
+    SHIPPED_IN) names under the folders of REFERENCED_DIRS, folders expanded."""
+    found: dict[str, str] = {}
+    for text in _strings(template):
+        rel = text.removeprefix(SHIPPED_IN + "/")
+        if rel == text or not any(rel == d or rel.startswith(d + "/") for d in REFERENCED_DIRS):
+            continue
+        folder = text.rstrip("/") + "/"
+        for key, content in rendered.items():
+            if key == text or key.startswith(folder):
+                found[key.removeprefix(SHIPPED_IN + "/")] = content
+    return found
+
+
 @dataclass(frozen=True)
 class Stamp:
     sha256: str
@@ -86,6 +105,10 @@ def compute(box: str, profile: Profile, rendered: dict[str, str], iso_sha256: st
     for rel, text in rendered.items():
         if rel.startswith(f"http/{box}/"):
             inputs[rel] = _sha(text.encode())
+    # The checkout's files the template names ship beside it in packer/ (k4w.render.shipped_sources):
+    # each is an input under its checkout name, hashed as rendered.
+    for rel, text in shipped_files(packer_hcl.parse(template_text, template_key, root=SHIPPED_IN), rendered).items():
+        inputs[rel] = _sha(text.encode("utf-8"))
     for path in referenced_files(packer_hcl.parse(template_text, template_key), root):
         inputs[path.resolve().relative_to(root.resolve()).as_posix()] = _sha(path.read_bytes())
     inputs[f"profile:{profile.path.name}"] = _sha(profile.path.read_bytes())

@@ -12,6 +12,7 @@ Packer does.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
@@ -32,9 +33,21 @@ def rel_path(box: str) -> str:
 # \\ \" \n \r \t and \uNNNN for the other control characters; "${" and "%{" open an
 # interpolation or a directive, so a literal one is written "$${" / "%%{".
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# A reference to a Packer input variable inside a value (k4w.derive.step_env._packer_ref): the one
-# thing the hcl filter writes as an interpolation. NUL never occurs in a value k4w.model.config accepts.
+# A reference to a Packer input variable inside a value (k4w.derive.step_env._packer_ref), or to the
+# template's own folder (PATH_ROOT): the only things the hcl filter writes as interpolations. NUL
+# never occurs in a value k4w.model.config accepts.
 VAR_REF = re.compile(r"\x00var\.([a-z_][a-z0-9_]*)\x00")
+_REF = re.compile(r"\x00(var\.[a-z_][a-z0-9_]*|path\.root)\x00")
+# Where a rendered path starts when the file ships in --out: Packer's path.root, the folder of the
+# template it reads (hashicorp/packer@v1.9.4 hcl2template/parser.go: Basedir is the template's
+# filepath.Dir; types.packer_config.go EvalContext: path.root = Basedir). A relative path in a
+# template is taken from the directory Packer runs in, not the template's (the shell provisioner
+# stats `script` as given, provisioner/shell/provisioner.go Prepare), so a path that is to survive
+# the folder being moved or handed on starts here, as chef/bento's templates do.
+PATH_ROOT = "\x00path.root\x00"
+PATH_ROOT_EXPR = "${path.root}"
+# --out as the templates name it: they sit in OUT/packer/ (rel_path), so path.root/.. is OUT.
+OUT_FROM_ROOT = PATH_ROOT + "/.."
 
 
 def var_ref(name: str) -> str:
@@ -44,16 +57,33 @@ def var_ref(name: str) -> str:
     return f"\x00var.{name}\x00"
 
 
+def referenced_variables(text: str) -> list[str]:
+    """The input variables a value refers to (var_ref markers), in order."""
+    return VAR_REF.findall(text)
+
+
+def environment_locals(environment_vars: list[str]) -> dict:
+    """A box's step environment as its template's two locals: "plain", the entries that name no
+    input variable, and "secret", those that do (a proxy URL, a credential), with "referenced", the
+    variables these name. Packer 1.9.4 does not carry a variable's sensitivity into a value built
+    from it (no marks: hcl2template/parser.go filterVarsFromLogs masks the strings of a sensitive
+    variable's or local's value), so the template declares the second local sensitive itself."""
+    plain = [item for item in environment_vars if not referenced_variables(item)]
+    secret = [item for item in environment_vars if referenced_variables(item)]
+    referenced = sorted({name for item in secret for name in referenced_variables(item)})
+    return {"plain": plain, "secret": secret, "referenced": referenced}
+
+
 def _hcl_string(text: str) -> str:
     return '"' + "".join(_split_refs(text)) + '"'
 
 
 def _split_refs(text: str) -> list[str]:
-    """text as HCL template pieces: literals escaped, variable markers as interpolations."""
+    """text as HCL template pieces: literals escaped, reference markers as interpolations."""
     pieces, last = [], 0
-    for match in VAR_REF.finditer(text):
+    for match in _REF.finditer(text):
         pieces.append(_hcl_literal(text[last:match.start()]))
-        pieces.append("${var." + match.group(1) + "}")
+        pieces.append("${" + match.group(1) + "}")
         last = match.end()
     pieces.append(_hcl_literal(text[last:]))
     return pieces
@@ -93,10 +123,13 @@ def literal(value) -> str:
 _PARSE_OPTIONS = hcl2.SerializationOptions(strip_string_quotes=True, explicit_blocks=False, with_comments=False)
 
 
-def parse(text: str, name: str = "template") -> dict:
-    """A rendered template as {"required_plugins", "variables", "sensitive-variables", "builders",
-    "provisioners", "post-processors"}; each builder carries "type" and "name" (its source labels).
-    K4wError when it is not HCL2."""
+def parse(text: str, name: str = "template", root: Path | str | None = None) -> dict:
+    """A rendered template as {"required_plugins", "variables", "sensitive-variables", "locals",
+    "sensitive-locals", "builders", "provisioners", "post-processors"}; each builder carries "type"
+    and "name" (its source labels). A value that is a reference to locals (local.x, or concat() of
+    several) reads as the locals' value, as Packer gives it to the plugin. root: the folder the
+    template sits in (Packer's path.root); given, a path that starts with ${path.root} reads as the
+    path it names. K4wError when it is not HCL2."""
     try:
         tree = hcl2.loads(text, serialization_options=_PARSE_OPTIONS)
     except Exception as exc:  # python-hcl2 raises lark's exceptions, whose classes vary by version
@@ -111,21 +144,84 @@ def parse(text: str, name: str = "template") -> dict:
             variables[var_name] = body.get("default")
             if body.get("sensitive") is True:
                 sensitive.append(var_name)
+    local_values: dict = {}
+    sensitive_locals = []
+    for block in tree.get("locals", []):
+        local_values.update(block)
+    for block in tree.get("local", []):
+        for local_name, body in block.items():
+            local_values[local_name] = body.get("expression")
+            if body.get("sensitive") is True:
+                sensitive_locals.append(local_name)
     builders = []
     for block in tree.get("source", []):
         for kind, named in block.items():
             for source_name, body in named.items():
                 builders.append({"type": kind, "name": source_name, **body})
     build = (tree.get("build") or [{}])[0]
+
+    def evaluated(value):
+        return _with_root(_with_locals(value, local_values, name), root)
+
     return {
         "required_plugins": plugins,
         "variables": variables,
         "sensitive-variables": sensitive,
+        "locals": local_values,
+        "sensitive-locals": sensitive_locals,
         "description": build.get("description"),
-        "builders": builders,
-        "provisioners": _typed(build.get("provisioner", [])),
-        "post-processors": _typed(build.get("post-processor", [])),
+        "builders": evaluated(builders),
+        "provisioners": evaluated(_typed(build.get("provisioner", []))),
+        "post-processors": evaluated(_typed(build.get("post-processor", []))),
     }
+
+
+# The expressions k4w's templates write that are not literals: one local, or the concatenation of
+# several lists held in locals (concat is Packer's, hcl2template/functions.go at v1.9.4).
+_LOCAL = re.compile(r"^\$\{local\.([A-Za-z_][A-Za-z0-9_-]*)\}$")
+_CONCAT_LOCALS = re.compile(r"^\$\{concat\(\s*(local\.[A-Za-z_][A-Za-z0-9_-]*(?:\s*,\s*local\.[A-Za-z_][A-Za-z0-9_-]*)*)\s*\)\}$")
+
+
+def _with_locals(value, local_values: dict, name: str):
+    if isinstance(value, list):
+        return [_with_locals(item, local_values, name) for item in value]
+    if isinstance(value, dict):
+        return {key: _with_locals(item, local_values, name) for key, item in value.items()}
+    if not isinstance(value, str):
+        return value
+    match = _LOCAL.match(value)
+    if match:
+        return _local(match.group(1), local_values, name)
+    match = _CONCAT_LOCALS.match(value)
+    if match:
+        joined: list = []
+        for ref in match.group(1).split(","):
+            joined.extend(_local(ref.strip().removeprefix("local."), local_values, name))
+        return joined
+    return value
+
+
+def _local(local_name: str, local_values: dict, name: str):
+    if local_name not in local_values:
+        raise K4wError(f"{name}: local.{local_name} is used but not defined")
+    return local_values[local_name]
+
+
+def _with_root(value, root: Path | str | None):
+    """${path.root}/x as the path it names under root (normalised, '/'-separated as Packer makes it)."""
+    if root is None:
+        return value
+    if isinstance(value, list):
+        return [_with_root(item, root) for item in value]
+    if isinstance(value, dict):
+        return {key: _with_root(item, root) for key, item in value.items()}
+    if isinstance(value, str) and value.startswith(PATH_ROOT_EXPR):
+        rest = value[len(PATH_ROOT_EXPR):]
+        base = str(root).replace("\\", "/")
+        joined = posixpath.normpath(base + rest)
+        # normpath drops a trailing "/", which means "the folder's contents" to the file provisioner.
+        return joined + "/" if rest.endswith("/") and not joined.endswith("/") else joined
+    return value
 
 
 def _typed(blocks: list[dict]) -> list[dict]:
@@ -133,7 +229,9 @@ def _typed(blocks: list[dict]) -> list[dict]:
 
 
 def load(path: Path) -> dict:
-    return parse(Path(path).read_text(encoding="utf-8"), Path(path).name)
+    """The template at path; its ${path.root} is path's folder, as for `packer build path`."""
+    path = Path(path)
+    return parse(path.read_text(encoding="utf-8"), path.name, root=path.parent)
 
 
 _ENV_DEFAULT = re.compile(r'^\$\{env\("([A-Za-z_][A-Za-z0-9_]*)"\)\}$')

@@ -90,25 +90,88 @@ def _fail(message: str) -> None:
 
 
 def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
+    """The paths a Packer template names, each written from the template's own folder
+    (packer_hcl.PATH_ROOT: Packer's path.root, OUT/packer/), never from the checkout or --out as
+    absolute paths, so the rendered folder can be moved or handed on and still validates and builds
+    where it lands. The checkout's guest/ and vagrant/ files a template names ship beside it, in
+    OUT/packer/guest/ and OUT/packer/vagrant/ (shipped_sources)."""
     repo = cluster.sources
+    base = out / packer_hcl.rel_path("x").rsplit("/", 1)[0]
+
+    def from_root(path: Path) -> str:
+        # A path that shares no folder with --out but the drive's root (an ISO folder when --out
+        # is elsewhere) stays absolute: a climb to the root would name the same folders, less legibly.
+        if Path(os.path.commonpath([path, base])) == Path(path.anchor):
+            return str(path)
+        return packer_hcl.PATH_ROOT + "/" + Path(os.path.relpath(path, base)).as_posix()
+
     paths = {
-        "root": str(repo.root),
-        "out": str(out),
-        "guest": str(repo.guest),
-        "vagrant": str(repo.vagrant),
-        "boxes": str(out / "boxes"),
-        "logs": str(out / "logs"),
-        "http": str(out / "http" / box) if box else None,
+        "out": from_root(out),
+        "guest": packer_hcl.PATH_ROOT + "/" + SHIPPED["guest"],
+        "vagrant": packer_hcl.PATH_ROOT + "/" + SHIPPED["vagrant"],
+        "boxes": from_root(out / "boxes"),
+        "logs": from_root(out / "logs"),
+        "http": from_root(out / "http" / box) if box else None,
         "http_served": None,
         "iso": None,
         "iso_sha256": None,
     }
     if box:
         prof = cluster.profile(box)
-        paths["http_served"] = str(build_media.served_folder(out, prof))
-        paths["iso"] = str(iso.iso_path(prof))
+        paths["http_served"] = from_root(build_media.served_folder(out, prof))
+        # The ISO does not ship (gigabytes, and a Windows ISO may not be handed on): named by the
+        # way from the template to iso/, which holds for the default --out build inside the checkout.
+        paths["iso"] = from_root(iso.iso_path(prof))
         paths["iso_sha256"] = iso.iso_sha256(prof)
     return paths
+
+
+# The checkout's folders whose files a Packer template names, by the folder of OUT/packer/ they are
+# copied to, so the template names them ${path.root}/guest/..., ${path.root}/vagrant/....
+SHIPPED = {"guest": "guest", "vagrant": "vagrant"}
+
+
+def shipped_sources(template_text: str, name: str, repo) -> dict[str, str]:
+    """The files of the checkout a rendered Packer template names (folders whole), as rendered
+    files under packer/: what `packer validate` and `packer build` read besides the template."""
+    files: dict[str, str] = {}
+    parsed = packer_hcl.parse(template_text, name)
+    prefix = packer_hcl.PATH_ROOT_EXPR + "/"
+    for text in _strings([parsed["builders"], parsed["provisioners"], parsed["post-processors"]]):
+        if not text.startswith(prefix):
+            continue
+        rel = text[len(prefix):]
+        top = rel.split("/", 1)[0]
+        if top not in SHIPPED.values():
+            continue
+        source = repo.root / rel.rstrip("/")
+        if source.is_dir():
+            found = sorted(p for p in source.rglob("*") if p.is_file())
+        elif source.is_file():
+            found = [source]
+        else:
+            raise K4wError(f"{name} names {rel}, which is not in the checkout ({source})")
+        for path in found:
+            files[f"packer/{path.relative_to(repo.root).as_posix()}"] = path.read_bytes().decode("utf-8")
+    return files
+
+
+def _strings(value) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _verbatim(rel: str) -> bool:
+    """A shipped copy of a checkout file, written byte for byte (no newline translation on a
+    Windows host: a bash script with CRLF line ends fails in the guest)."""
+    parts = rel.split("/")
+    return len(parts) > 2 and parts[0] == "packer" and parts[1] in SHIPPED.values()
 
 
 def secrets_path(out: Path, box: str) -> Path:
@@ -296,6 +359,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
             "step_env": step_env(prof, cfg),
         }
+        extra["packer_env"] = packer_hcl.environment_locals(extra["step_env"].environment_vars)
         packer_template = templates / "packer" / f"{prof.os_family}{packer_hcl.SUFFIX}.j2"
         if not packer_template.is_file():
             raise K4wError(f"box {box_name}: no Packer template templates/packer/{prof.os_family}{packer_hcl.SUFFIX}.j2 "
@@ -303,6 +367,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         # Found first: an unknown installer kind is reported as such, not as a missing Packer partial.
         installer_templates = http_templates(templates, prof)
         emit(packer_template, packer_hcl.rel_path(box_name), **extra)
+        files.update(shipped_sources(files[packer_hcl.rel_path(box_name)], packer_hcl.rel_path(box_name), cluster.sources))
         for tpl in installer_templates:
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 
@@ -473,10 +538,18 @@ def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> N
         target.parent.mkdir(parents=True, exist_ok=True)
         opener = private.open_private if rel.split("/", 1)[0] in PRIVATE else outfiles.open_for_write
         with outfiles.naming(target), opener(target, within=folder) as fh:
-            fh.write(text)
+            if _verbatim(rel):
+                fh.flush()
+                fh.buffer.write(text.encode("utf-8"))
+            else:
+                fh.write(text)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
+        if _verbatim(rel) and text.startswith("#!"):
+            # A script stays runnable as its checkout copy is (a shell-local provisioner runs it
+            # directly); still its owner's alone, as every file under packer/ (PRIVATE).
+            target.chmod(0o700)
 
 
 def render(cluster: Cluster, out: Path) -> dict[str, str]:

@@ -411,7 +411,7 @@ def boxes() -> list[str]:
 
 def test_box_and_vm_go_where_the_runner_looks(rendered, boxes):
     for box in boxes:
-        template = packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"])
+        template = packer_hcl.parse(rendered[f"packer/{box}.pkr.hcl"], root=OUT / "packer")
         outputs = [pp.get("output") for pp in template.get("post-processors", []) if isinstance(pp, dict) and pp.get("type") == "vagrant"]
         assert outputs == [f"{OUT}/boxes/.partial/{box}-{{{{.Provider}}}}.box"], box
         for builder in template["builders"]:

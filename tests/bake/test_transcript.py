@@ -20,10 +20,10 @@ REAL = FIXTURES / "packer-1.6.6"
 
 WINDOWS_TEMPLATE = {
     "provisioners": [
-        {"type": "powershell", "scripts": ["/r/guest/windows/bake/base.ps1"]},
+        {"type": "powershell", "scripts": ["/o/packer/guest/windows/bake/base.ps1"]},
         {"type": "windows-restart"},
-        {"type": "file", "source": "/r/guest/windows/node/", "destination": "C:/k/"},
-        {"type": "powershell", "scripts": ["/r/guest/windows/bake/docker.ps1"]},
+        {"type": "file", "source": "/o/packer/guest/windows/node/", "destination": "C:/k/"},
+        {"type": "powershell", "scripts": ["/o/packer/guest/windows/bake/docker.ps1"]},
     ]
 }
 

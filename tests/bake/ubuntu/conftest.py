@@ -107,14 +107,16 @@ def render_box(tmp_path):
 
 
 @pytest.fixture
-def ubuntu(render_box):
-    """ubuntu(http=None, https=None) -> (packer template dict, preseed text) for ubuntu-1604."""
+def ubuntu(render_box, tmp_path):
+    """ubuntu(http=None, https=None) -> (packer template dict, preseed text) for ubuntu-1604; its
+    paths as Packer reads them from the template's folder in render_box's out."""
 
     def _ubuntu(http=None, https=None):
         resolved = cluster(http, https)
         files = render_box(resolved)
         environ = derive_steps.step_env(resolved.profile(BOX), resolved.config).secret_environment
-        return resolve_user_variables(packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"]), environ), files[f"http/{BOX}/preseed.cfg"]
+        template = packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"], root=tmp_path / "out" / "packer")
+        return resolve_user_variables(template, environ), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

@@ -114,16 +114,18 @@ def test_boot_line_stays_short(ubuntu):
 # ------------------------------------------------------------------ provisioning
 
 
-def test_provisioners_follow_the_profiles_order_after_the_library_upload(ubuntu):
+def test_provisioners_follow_the_profiles_order_after_the_library_upload(ubuntu, tmp_path):
     template, _ = ubuntu()
     first = template["provisioners"][0]
+    # The scripts ship in the rendered folder (OUT/packer/guest/), copies of the checkout's guest/.
+    shipped = tmp_path / "out" / "packer"
     assert first == {
         "type": "file",
-        "source": str(ROOT / "guest" / "ubuntu" / "lib.sh"),
+        "source": str(shipped / "guest" / "ubuntu" / "lib.sh"),
         "destination": env_of(shell_steps(template)[0])["K4W_LIB"],
     }
     scripts = [p["script"] for p in shell_steps(template)]
-    assert scripts == [str(ROOT / "guest" / "ubuntu" / "bake" / s) for s in PROFILE_DATA["provision"]]
+    assert scripts == [str(shipped / "guest" / "ubuntu" / "bake" / s) for s in PROFILE_DATA["provision"]]
     assert len(template["provisioners"]) == len(PROFILE_DATA["provision"]) + 1
 
 
@@ -214,7 +216,7 @@ def test_box_goes_to_the_partial_folder_with_the_family_vagrantfile(ubuntu, tmp_
     (post,) = ubuntu()[0]["post-processors"]
     assert post["type"] == "vagrant"
     assert post["output"] == f"{tmp_path / 'out' / 'boxes'}/.partial/{BOX}-{{{{.Provider}}}}.box"
-    assert post["vagrantfile_template"] == str(ROOT / "vagrant" / "box" / "ubuntu.Vagrantfile")
+    assert post["vagrantfile_template"] == str(tmp_path / "out" / "packer" / "vagrant" / "box" / "ubuntu.Vagrantfile")
 
 
 # ------------------------------------------------------------------ the CI (qemu) branch

@@ -18,24 +18,29 @@ OWN_SCRIPTS = sorted([*STEPS.glob("*.sh"), STEPS.parent / "lib.sh"])
 STEP_SCRIPTS = [p for p in OWN_SCRIPTS if p.name != "lib.sh"]
 
 
-def packer_validate(template_text: str, tmp_path) -> subprocess.CompletedProcess:
-    path = tmp_path / "template.pkr.hcl"
-    path.write_text(template_text)
-    return helpers.packer_validate(path, cwd=tmp_path)
+def packer_validate(files: dict[str, str], box: str, tmp_path) -> subprocess.CompletedProcess:
+    """The template with the folder it ships in (packer/: its guest scripts and Vagrantfile), written
+    elsewhere than where it was rendered for, validated from yet another directory."""
+    folder = tmp_path / "handed-on"
+    for rel, text in files.items():
+        if rel.startswith("packer/"):
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(text.encode("utf-8"))
+    return helpers.packer_validate(folder / "packer" / f"{box}.pkr.hcl", cwd=tmp_path)
 
 
 @pytest.mark.tools
 @pytest.mark.parametrize("http,https", [(None, None), (HTTP_PROXY, None), (HTTP_PROXY, HTTPS_PROXY)])
 def test_packer_validates_the_hyperv_template(tmp_path, http, https):
-    text = render.render_files(cluster(http, https), tmp_path / "out")[f"packer/{BOX}.pkr.hcl"]
-    res = packer_validate(text, tmp_path)
+    files = render.render_files(cluster(http, https), tmp_path / "out")
+    res = packer_validate(files, BOX, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.tools
 def test_packer_validates_the_qemu_template(profile_dir, tmp_path):
-    text = render.render_files(qemu_cluster(), tmp_path / "out")["packer/debian-12-ci.pkr.hcl"]
-    res = packer_validate(text, tmp_path)
+    files = render.render_files(qemu_cluster(), tmp_path / "out")
+    res = packer_validate(files, "debian-12-ci", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

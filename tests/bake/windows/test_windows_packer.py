@@ -107,7 +107,9 @@ def test_every_guest_script_is_run_and_exists(render_windows):
         rendered = render_windows(2, box=box)
         scripts = [Path(p["script"]) for p in rendered.packer["provisioners"] if p["type"] == "powershell"]
         for script in scripts:
-            assert script.is_file(), script
+            # Packer reads it from the rendered folder (OUT/packer/guest/), a copy of the checkout's guest/.
+            shipped = script.relative_to(rendered.out).as_posix()
+            assert shipped in rendered.files and (ROOT / shipped.removeprefix("packer/")).is_file(), script
         run |= {s.name for s in scripts}
         node = [p for p in rendered.packer["provisioners"] if p["type"] == "file" and p["source"].endswith("/node/")]
         assert node and node[0]["destination"] == "C:\\k\\"
@@ -171,7 +173,9 @@ def test_the_box_post_processor_writes_a_partial_box_with_the_windows_vagrantfil
     [post] = rendered.packer["post-processors"]
     assert post["type"] == "vagrant"
     assert post["output"] == f"{rendered.out}/boxes/.partial/{BOX}-{{{{.Provider}}}}.box"
-    assert post["vagrantfile_template"] == str(ROOT / "vagrant" / "box" / "windows.Vagrantfile")
+    # Shipped in the rendered folder beside the template (k4w.render.shipped_sources).
+    assert post["vagrantfile_template"] == str(rendered.out / "packer" / "vagrant" / "box" / "windows.Vagrantfile")
+    assert rendered.files["packer/vagrant/box/windows.Vagrantfile"] == (ROOT / "vagrant" / "box" / "windows.Vagrantfile").read_text()
 
 
 def test_iso_checksum_is_the_known_sha256_and_never_none(render_windows, profile_dir):

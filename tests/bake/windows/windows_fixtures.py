@@ -38,7 +38,7 @@ class Rendered:
 
     @property
     def packer(self) -> dict:
-        return packer_hcl.parse(self.packer_text)
+        return packer_hcl.parse(self.packer_text, root=self.out / "packer")
 
     @property
     def unattend(self) -> str:
