@@ -22,7 +22,7 @@ from tests.helpers import ROOT
 ORDER = (
     "defaults",   # k4w/defaults.py: Invoke's defaults, read by tasks.py at start-up
     "infra",      # processes, tools, files, locks, console, redaction, signals, errors, downloads, packer, vagrant
-    "out",        # the --out folder: its lock, its state, private files
+    "outdir",     # the --out folder: its lock, its state, private files
     "model",      # cluster.yml validated once, box profiles, pins, version facts
     "media",      # ISOs, their image indexes, the build media a bake serves
     "derive",     # values derived once from the model, and the resolved Cluster

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from k4w.infra import documents
-from k4w.out import state as out_state
+from k4w.outdir import state as out_state
 from k4w.infra import files as outfiles
 from k4w.infra import proc
 from k4w.infra.errors import K4wError
@@ -74,7 +74,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def read_record(out: Path, box: str) -> dict | None:
     """The last build's record; None when there is none or it is not JSON (the box is then rebuilt).
-    JSON of another shape is one line naming the field (k4w.out.state.BuildRecord)."""
+    JSON of another shape is one line naming the field (k4w.outdir.state.BuildRecord)."""
     path = record_path(out, box)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

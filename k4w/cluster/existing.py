@@ -38,7 +38,7 @@ from pydantic import AfterValidator, StrictStr
 
 from k4w.infra import documents
 from k4w.derive import identities, node_marks
-from k4w.out import private
+from k4w.outdir import private
 from k4w.infra import ui
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
@@ -218,7 +218,7 @@ class Record:
             self.save()
 
     def save(self) -> None:
-        # One rename, never through a link, owner-only with the ACL NTFS needs (k4w.out.private): it names
+        # One rename, never through a link, owner-only with the ACL NTFS needs (k4w.outdir.private): it names
         # what k4w changed in the user's cluster, which only its owner's cluster-reset should act on.
         private.write_private(self.path, json.dumps(self.data, indent=2) + "\n")
 

@@ -11,7 +11,7 @@ certificate from files only, so inline *-data is written into a private temporar
 0700, files 0600), loaded and deleted at once. A kubeconfig, client key or token file that others may read is
 refused, as ssh refuses such a private key (the ACL on Windows).
 
-Hostile input: every file is read bounded (k4w.out.private.read_bounded; YAML without aliases), each
+Hostile input: every file is read bounded (k4w.outdir.private.read_bounded; YAML without aliases), each
 request has one deadline for the whole of it, and only a 2xx JSON object is an answer: a redirect
 or a web page from something in front of the API server is refused, never followed.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.out import private
+from k4w.outdir import private
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 
@@ -127,7 +127,7 @@ def _current_context(doc: dict, path: Path) -> str:
 def load_kubeconfig(path: str | Path) -> Credentials:
     """The current context's server, CA and user credentials; refused with the reason when the file
     is missing, unreadable, readable by others or uses what this client does not do (exec plugins,
-    skipped TLS verification). Every file is read with k4w.out.private.read_bounded: a FIFO, a device or
+    skipped TLS verification). Every file is read with k4w.outdir.private.read_bounded: a FIFO, a device or
     a huge file named here is refused, never waited on or read whole."""
     path = Path(path).expanduser()
     try:

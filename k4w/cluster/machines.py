@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from k4w.infra import documents, sources
-from k4w.out import state as out_state
+from k4w.outdir import state as out_state
 from k4w.infra import proc
 from k4w.infra.errors import K4wError
 from k4w.infra.vagrant import PROVIDER, Vagrant

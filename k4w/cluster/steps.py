@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from k4w.derive import values as derive, step_env as derive_steps, identities
-from k4w.out import private
+from k4w.outdir import private
 from k4w.infra import proc, ui
 from k4w.model import profiles
 from k4w.infra import sources

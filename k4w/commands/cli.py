@@ -18,7 +18,7 @@ from pathlib import Path
 from invoke.exceptions import Exit
 
 from k4w.infra import files as outfiles
-from k4w.out import lock as outlock
+from k4w.outdir import lock as outlock
 from k4w import render as render_mod, validate as validate_mod
 from k4w.infra import signals, ui
 from k4w.infra import sources

@@ -46,7 +46,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from k4w.derive import containerd_config
-from k4w.out import private
+from k4w.outdir import private
 from k4w.model.config import MAX_CA_BYTES, REGISTRY_ENDPOINT, Config, RegistryMirror
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Attr, Profile

@@ -105,7 +105,7 @@ def naming(path: Path) -> Iterator[None]:
 def write_file(path: Path, text: str, *, within: Path | None = None, mode: int = 0o644,
                secure: Callable[[Path], None] | None = None) -> None:
     """Replace path with text in one rename. A link at path is refused, not written through.
-    secure(temp file) runs before any text is written (k4w.out.private gives it the owner-only ACL)."""
+    secure(temp file) runs before any text is written (k4w.outdir.private gives it the owner-only ACL)."""
     path = Path(path)
     refuse_links(path, within)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import yaml
 from cryptography import x509
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
-from k4w.out import private
+from k4w.outdir import private
 from k4w.model import profiles
 from k4w.model.version_skew import skew_problem
 from k4w.infra.errors import ConfigError, K4wError

@@ -26,7 +26,7 @@ from k4w.media import build_media, iso
 from k4w.derive import identities, node_marks, winrm_scope
 from k4w.model import kubeadm_timeouts, profiles
 from k4w.infra import files as outfiles
-from k4w.out import lock as outlock, private
+from k4w.outdir import lock as outlock, private
 from k4w.infra import packer_hcl, pinned_tools, ui
 from k4w.render import packer_http
 from k4w.derive.cluster import Cluster
@@ -38,7 +38,7 @@ from . import escape, hostprocess, owned
 # The folders of --out that render owns. boxes/, logs/, secrets/ and state survive a render.
 MANAGED = ("packer", "http", "vagrant", "manifests", "kubeadm", "nodes")
 # The rendered folders whose files may hold a credential, so every file in them is owner-only
-# (k4w.out.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
+# (k4w.outdir.private): preseed.cfg and user-data the apt proxy, Autounattend.xml the Administrator
 # password (base64, which is no protection). The Packer templates read their secrets from the
 # environment and hold none; they stay private should a template ever inline one.
 PRIVATE = ("packer", "http")
@@ -226,7 +226,7 @@ def load_secrets(out: Path, box: str) -> dict:
     if data is None:
         data = _new_secrets()
     # Written even when it exists: a file left readable by others (mode 0644, an inherited
-    # Windows ACL) is tightened by every render (k4w.out.private).
+    # Windows ACL) is tightened by every render (k4w.outdir.private).
     private.write_private(path, json.dumps(data), within=out)
     for value in data.values():
         register_secret(value)
@@ -531,7 +531,7 @@ def scratch_copy(files: dict[str, str]) -> Iterator[Path]:
 
 def _write_tree(files: dict[str, str], folder: Path, durable: bool = False) -> None:
     """Write files into a fresh folder; those under PRIVATE are restricted to this user before
-    their text is written (k4w.out.private). durable: fsync each file, so that a committed render
+    their text is written (k4w.outdir.private). durable: fsync each file, so that a committed render
     survives a power cut whole."""
     for rel, text in files.items():
         target = folder / rel

@@ -29,7 +29,7 @@ import yaml
 
 from k4w.derive import containerd_config, registry
 from k4w.infra import pinned_tools
-from k4w.out import private
+from k4w.outdir import private
 from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import container_runtime
 from k4w.model.profiles import Profile

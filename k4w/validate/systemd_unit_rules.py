@@ -21,7 +21,7 @@ import re
 import stat
 from pathlib import Path
 
-from k4w.out import private
+from k4w.outdir import private
 from k4w.derive.cluster import Cluster
 
 # Names that carry a proxy URL (which may hold user:password) or a secret outright.

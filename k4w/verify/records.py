@@ -11,7 +11,7 @@ import datetime as dt
 from pathlib import Path
 
 from k4w.infra import documents
-from k4w.out import state as out_state
+from k4w.outdir import state as out_state
 from ..bake import catalogue
 from . import specrun
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k4w.infra import documents
-from k4w.out import state as out_state
+from k4w.outdir import state as out_state
 from ..bake import catalogue
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile

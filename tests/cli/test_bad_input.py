@@ -84,6 +84,6 @@ def test_an_endless_or_huge_config_is_refused_after_the_limit(source, tmp_path):
             fh.truncate(2 << 30)
     result = invoke("render", "--config", path, "--out", str(tmp_path / "out"), memory_mb=600, timeout=60)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    # A device is refused as one before a byte is read (k4w.out.private.read_bounded); it once read 1 MiB + 1 of it.
+    # A device is refused as one before a byte is read (k4w.outdir.private.read_bounded); it once read 1 MiB + 1 of it.
     says = "is a device, not a regular file" if source == "/dev/zero" else "larger than 1024 KiB"
     assert says in result.stderr and path in result.stderr, result.stderr

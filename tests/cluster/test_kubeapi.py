@@ -106,11 +106,11 @@ else:
 @pytest.fixture
 def icacls(tmp_path, monkeypatch):
     """A stand-in icacls first on PATH that lists an ACL (what FAKE_ICACLS_EXTRA adds to the owner's), and the
-    Windows ACL branch of k4w.out.private switched on, as tests/out/test_private_files.py does for writes."""
+    Windows ACL branch of k4w.outdir.private switched on, as tests/outdir/test_private_files.py does for writes."""
     import os
     import sys
 
-    from k4w.out import private
+    from k4w.outdir import private
 
     bin_dir, calls = tmp_path / "bin", tmp_path / "icacls-calls.jsonl"
     bin_dir.mkdir()

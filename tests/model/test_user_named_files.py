@@ -1,4 +1,4 @@
-"""Every file a user or a kubeconfig names is read the bounded way (k4w.out.private.read_bounded): a named
+"""Every file a user or a kubeconfig names is read the bounded way (k4w.outdir.private.read_bounded): a named
 pipe, /dev/zero and a huge file planted at each such key give a message naming the path, at once,
 instead of a hang, a MemoryError or minutes of parsing.
 
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from k4w.model import config
-from k4w.out import private
+from k4w.outdir import private
 from k4w.derive import registry
 from k4w.infra.errors import K4wError
 from k4w.cluster.kubeapi import load_kubeconfig
@@ -163,13 +163,13 @@ def test_a_mirror_ca_that_is_a_pipe_stops_the_cli_with_a_message(tmp_path):
 
 def test_user_named_files_are_read_only_through_the_bounded_reader():
     """The class rule over the source: the modules that read a path a user or a kubeconfig names open
-    no file themselves; they call k4w.out.private.read_bounded (and load YAML from text it returned)."""
+    no file themselves; they call k4w.outdir.private.read_bounded (and load YAML from text it returned)."""
     direct = re.compile(r"\bopen\(|\.read_text\(|\.read_bytes\(|yaml\.(safe_)?load\(\s*(fh|f|handle|path)")
     offenders = [f"{name}:{n}: {line.strip()}"
                  for name in ("k4w/model/config.py", "k4w/cluster/kubeapi.py", "k4w/derive/registry.py")
                  for n, line in enumerate((ROOT / name).read_text().splitlines(), 1)
                  if direct.search(line) and not line.lstrip().startswith("#")]
-    assert offenders == [], "read user-named files with k4w.out.private.read_bounded:\n" + "\n".join(offenders)
+    assert offenders == [], "read user-named files with k4w.outdir.private.read_bounded:\n" + "\n".join(offenders)
 
 
 def test_the_reader_gives_a_regular_file_whole_and_refuses_a_folder(tmp_path):

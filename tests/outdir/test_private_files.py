@@ -1,6 +1,6 @@
 """Credential files are readable by their owner only, on every write, through the real CLI:
 mode 0600 here, and on Windows the icacls call (checked at the process boundary with a stand-in
-icacls that records its argv); and no credential bypasses k4w.out.private."""
+icacls that records its argv); and no credential bypasses k4w.outdir.private."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from k4w.out import private
+from k4w.outdir import private
 from k4w.render import escape
 from tests.helpers import ROOT, config_dict, invoke, write_config
 
@@ -102,10 +102,10 @@ def test_an_icacls_failure_stops_the_render_naming_the_file_and_out_is_untouched
 
 
 def test_no_credential_write_bypasses_k4w_private():
-    """The class check: an owner-only mode written anywhere but k4w/out/private.py is a credential
+    """The class check: an owner-only mode written anywhere but k4w/outdir/private.py is a credential
     write that would get no Windows ACL (os.chmod(0o600) does nothing on NTFS)."""
     owner_only = re.compile(r"0o[0-7]?[46]00\b|S_IRUSR|S_IWUSR")
     offenders = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
                  for path in sorted((ROOT / "k4w").rglob("*.py")) if path.name != "private.py"
                  for n, line in enumerate(path.read_text().splitlines(), 1) if owner_only.search(line)]
-    assert offenders == [], "write credentials with k4w.out.private.write_private/open_private:\n" + "\n".join(offenders)
+    assert offenders == [], "write credentials with k4w.outdir.private.write_private/open_private:\n" + "\n".join(offenders)

@@ -10,7 +10,7 @@ into it, and the file then replaces the old one by a rename, which keeps the new
 mode. So a file that existed with looser rights (mode 0644, an inherited ACL) is tightened by
 every write, and the credential is never readable by others, not even for a moment.
 Every write of a credential goes through write_private or open_private (a test holds the source
-to that: tests/out/test_private_files.py).
+to that: tests/outdir/test_private_files.py).
 
 Reading is the other half. A file a user (or a kubeconfig) names is read with read_bounded only: a
 regular file of at most a stated size, opened so that a FIFO never blocks, so /dev/zero, a named
