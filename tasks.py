@@ -170,7 +170,7 @@ def inventory(c, config=None, out=None, dry_run=False):
 @user_errors
 def schema(c, check=False, dry_run=False):
     """Write docs/reference/cluster.schema.json and cluster-yml.md (the cluster.yml reference) from the config model."""
-    from k4w.model import sources
+    from k4w.infra import sources
     from k4w.commands import schema as schema_mod
 
     if check:

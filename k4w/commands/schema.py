@@ -21,8 +21,8 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from ..infra import ui
-from ..model import sources
-from ..out import files as outfiles
+from ..infra import sources
+from ..infra import files as outfiles
 from ..model.config import Config
 from ..infra.errors import K4wError
 

@@ -94,7 +94,7 @@ def test_a_full_or_read_only_disk_names_the_file(errno_, reason, tmp_path, monke
 
 HOLDER = """
 import sys, time
-from k4w.out import lock as outlock
+from k4w.outdir import lock as outlock
 with outlock.hold(sys.argv[1], "invoke build-windows --out " + sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()

@@ -15,7 +15,8 @@ from invoke import Config as InvokeConfig, Context
 from invoke.exceptions import Exit
 
 import tasks
-from k4w.model import config, sources
+from k4w.infra import sources
+from k4w.model import config
 from k4w.commands import schema
 from k4w.model.config import Strict
 from k4w.defaults import DEFAULTS

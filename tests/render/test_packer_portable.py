@@ -16,7 +16,7 @@ import pytest
 
 from k4w import render
 from k4w.infra import packer_hcl
-from k4w.model.cluster import Cluster
+from k4w.derive.cluster import Cluster
 from tests.helpers import ROOT, packer_validate
 
 CONFIGS = [ROOT / "cluster.yml", *sorted((ROOT / "examples").glob("cluster-modern*.yml"))]
