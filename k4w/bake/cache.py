@@ -32,7 +32,7 @@ from ..build_media import file_name, safe_segment as _safe
 from ..cluster_model import Cluster
 from ..config import Config
 from ..errors import K4wError
-from ..profiles import Profile
+from ..profiles import CHECKSUM_KEYS, Profile
 from ..redact import redact
 from . import pins
 from .download import Downloaded
@@ -122,7 +122,7 @@ def profile_items(profile: Profile, mirror: str | None) -> list[Item]:
 def _checksum(profile: Profile, name: str, spec) -> pins.Checksum | None:
     """The strongest checksum the profile gives (a user pin included, pins.apply put it there),
     with its source: the profile's checksum_source (the pins file for a pin), else the key."""
-    key = next((k for k in pins.PROFILE_KEYS if spec.get(k)), None)
+    key = next((k for k in CHECKSUM_KEYS if spec.get(k)), None)
     if key is None:
         return None
     return pins.Checksum(key, str(spec[key]), str(spec.get("checksum_source") or f"{profile.path.name} components.{name}.{key}"))

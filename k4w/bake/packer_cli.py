@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import packer_hcl, pinned_tools, proc, tools
-from ..derive import Proxy
+from ..derive import Proxy, proxy_env
 from ..errors import K4wError
 from ..redact import redact
 from ..tools import INSTALL
@@ -61,14 +61,12 @@ def build_command(template: Path, packer: str = PACKER) -> list[str]:
     return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", str(template)]
 
 
-def proxy_env(proxy: Proxy) -> dict[str, str]:
-    """cluster.yml's proxy as Packer's environment (empty without one): Packer downloads the
-    Ubuntu ISO itself when iso/ has none."""
-    env = dict(proxy.env)
-    if proxy.enabled:
-        no_proxy = ",".join([*PRIVATE_RANGES, *(n for n in proxy.no_proxy if n not in PRIVATE_RANGES)])
-        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy)
-    return env
+def packer_proxy_env(proxy: Proxy) -> dict[str, str]:
+    """The resolved model's proxy (k4w.cluster_model.Cluster.proxy) as Packer's environment, empty
+    without one: Packer downloads the Ubuntu ISO itself when iso/ has none. NO_PROXY leads with the
+    private ranges (PRIVATE_RANGES says why)."""
+    no_proxy = [*PRIVATE_RANGES, *(n for n in proxy.no_proxy if n not in PRIVATE_RANGES)]
+    return proxy_env(proxy.http, proxy.https, ",".join(no_proxy) if proxy.enabled else None)
 
 
 def variable_values(template: dict, environ: dict[str, str]) -> dict[str, str]:
@@ -86,7 +84,7 @@ def plugin_env(packer: str | None = None) -> dict[str, str]:
 
 def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None = None,
               base: dict[str, str] | None = None) -> dict[str, str]:
-    """Packer's whole environment. proxy: proxy_env(cluster.proxy); the host's own proxy
+    """Packer's whole environment. proxy: packer_proxy_env(cluster.proxy); the host's own proxy
     variables never reach Packer."""
     env = dict(os.environ if base is None else base)
     for name in ENV_REMOVED + PROXY_VARIABLES:

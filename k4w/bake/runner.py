@@ -27,7 +27,6 @@ from .. import iso as iso_mod
 from .. import build_media, iso_images, outfiles, packer_hcl, proc, profiles, registry, render, sources
 from ..cluster_model import Cluster
 from ..derive_steps import step_env
-from ..config import Config
 from ..errors import K4wError
 from ..profiles import Profile
 from ..redact import redact, register_secret
@@ -111,7 +110,7 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
             f"box {', '.join(unused)} is not used by any node in the config, so it is not rendered "
             f"(boxes in use: {', '.join(cfg.boxes())})"
         )
-    _register_proxy_secrets(cfg)
+    _register_proxy_secrets(cluster)
     if not dry_run:
         render.render(cluster, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
@@ -126,16 +125,16 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
 # ------------------------------------------------------------------ deciding what to do
 
 
-def _register_proxy_secrets(cfg: Config) -> None:
+def _register_proxy_secrets(cluster: Cluster) -> None:
     """Proxy passwords are redacted even where they appear outside a URL (a guest may echo one)."""
+    cfg = cluster.config
     # The registry mirrors' credentials too (cluster.yml registry.mirrors), and the base64 drop-in
     # that carries them to the guest (k4w.derive_steps).
-    mirror_urls = [mirror.endpoint for mirror in cfg.registry.mirrors.values()]
     auth = registry.auth_toml(cfg)
     if auth:
         register_secret(base64.b64encode(auth.encode("utf-8")).decode("ascii"))
-    for url in (cfg.proxy.http, cfg.proxy.https, *mirror_urls):
-        password = urlsplit(url).password if url else None
+    mirror_passwords = [urlsplit(mirror.endpoint).password for mirror in cfg.registry.mirrors.values()]
+    for password in (*cluster.proxy.passwords, *mirror_passwords):
         if password:
             for form in {password, unquote(password)}:
                 register_secret(form)
@@ -211,7 +210,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"this host: {line}")
         for line in _verdict(decision.validation, "every validator of `invoke validate` accepts the render"):
             _say(console, f"validate: {line}")
-    proxy = packer_cli.proxy_env(cluster.proxy)
+    proxy = packer_cli.packer_proxy_env(cluster.proxy)
     for plan in plans:
         box = plan.box
         _say(console, f"== {box}")
@@ -236,7 +235,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
         _say(console, f"    then staged in {build_media.folder(out, box)} for {build_media.delivery(plan.profile)}; "
                       "the guest checks each hash again")
         secret_sources = {name: f"{cluster.config_file or 'cluster.yml'} proxy"
-                          for name in step_env(plan.profile, cluster.config).secret_environment}
+                          for name in step_env(plan.profile, cluster).secret_environment}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
@@ -423,14 +422,14 @@ class _Builder:
         _remove_partial(partial, box)
         try:
             # The templates read every secret from Packer's environment, none is in packer/*.pkr.hcl.
-            secrets = step_env(plan.profile, self.cluster.config).secret_environment
+            secrets = step_env(plan.profile, self.cluster).secret_environment
             secret_files = {k: f"{self.cluster.config_file or 'cluster.yml'} proxy" for k in secrets}
             if plan.profile.is_windows:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
                 secret_files[ADMIN_PASSWORD_ENV] = str(out / "secrets" / f"{box}.json")
             packer = packer_cli.packer_path() or packer_cli.PACKER
             init, cmd = packer_cli.init_command(plan.template_path, packer), packer_cli.build_command(plan.template_path, packer)
-            proxy = packer_cli.proxy_env(self.cluster.proxy)
+            proxy = packer_cli.packer_proxy_env(self.cluster.proxy)
             env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")

@@ -22,6 +22,7 @@ from typing import Callable
 from .. import derive, derive_steps, identities, private, proc, profiles, sources, ui
 from ..render import escape
 from ..config import Config
+from ..derive import Proxy
 from ..errors import K4wError
 from ..bake.catalogue import BOX_PREFIX
 from ..kubeapi import ApiError
@@ -76,6 +77,7 @@ class Context:
     host: Callable[[str], tuple[int, str]]
     clock: Clock
     state: State
+    proxy: Proxy  # the resolved model's (k4w.cluster_model.Cluster.proxy), what each node gets
     dry_run: bool = False
     poll_seconds: float = 5.0
     started: float = 0.0
@@ -449,13 +451,13 @@ def step_node_proxy(ctx: Context) -> None:
         # (containerd boxes; the box carries no credentials): the same private file.
         registry_values = derive_steps.node_registry_variables(ctx.cfg, profiles.load(m.box))
         if m.is_windows:
-            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS), **registry_values}
+            values = {**derive_steps.node_proxy_variables(ctx.proxy, derive_steps.WINDOWS), **registry_values}
             common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-proxy.ps1")
             values_file = upload_secret(ctx, m, json.dumps(values), "proxy.json")
             ctx.remote.run(m, f"& {escape.ps(script)} -ValuesFile {escape.ps(values_file)} -Common {escape.ps(common)}")
         else:
-            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU), **registry_values}
+            values = {**derive_steps.node_proxy_variables(ctx.proxy, derive_steps.UBUNTU), **registry_values}
             wanted = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE", *registry_values)
             text = "".join(f"{name}={shlex.quote(values[name])}\n" for name in wanted)
             upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")

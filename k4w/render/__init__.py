@@ -288,7 +288,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "box": box,
             "paths": _paths(cluster, out, box_name),
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
-            "step_env": step_env(prof, cfg),
+            "step_env": step_env(prof, cluster),
         }
         packer_template = templates / "packer" / f"{prof.os_family}{packer_hcl.SUFFIX}.j2"
         if not packer_template.is_file():

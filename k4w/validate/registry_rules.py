@@ -29,7 +29,6 @@ import yaml
 
 from .. import containerd_config, pinned_tools, private, registry
 from ..cluster_model import Cluster
-from ..derive_steps import container_runtime
 from ..profiles import Profile
 
 FACTS = Path(__file__).parent / "facts"
@@ -131,7 +130,7 @@ def box_images(profile: Profile) -> list[str]:
     kube = data.get("kubernetes") or {}
     names = []
     if not profile.is_windows and kube.get("version"):
-        names += kubeadm_images(str(kube["version"]), str(kube.get("image_repository") or "registry.k8s.io"))
+        names += kubeadm_images(profile.kubernetes_version, str(kube.get("image_repository") or "registry.k8s.io"))
     names += [str(kube[key]) for key in ("pause_image", "flannel_image", "flannel_cni_plugin_image") if kube.get(key)]
     names += [str(image) for image in (data.get("images") or {}).values() if image]
     hostprocess = (data.get("hostprocess") or {}).get("image")
@@ -209,7 +208,7 @@ def check(cluster: Cluster, out: Path | None = None) -> tuple[list[str], list[st
     problems: list[str] = []
     if not cfg.registry.mirrors:
         return ["no registry.mirrors in this config"], []
-    runtimes = {container_runtime(profile): box for box, profile in cluster.profiles.items()}
+    runtimes = {profile.container_runtime: box for box, profile in cluster.profiles.items()}
     if "containerd" in runtimes:
         version = str(cluster.profile(runtimes["containerd"]).data.components.containerd.version)
         files = registry.certs_d(cfg)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from k4w import config, derive_steps, profiles
+from k4w.cluster_model import Cluster
 from k4w.sources import REPO_ROOT as ROOT
 from k4w.validate import powershell_rules
 
@@ -19,7 +20,7 @@ GUEST = ROOT / "guest" / "windows"
 PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
 FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / f"containerd-{PROFILE['components']['containerd']['version']}-config.yml").read_text())
 CONTAINERD = (GUEST / "bake" / "03-containerd.ps1").read_text()
-STEP_ENV = derive_steps.step_env(profiles.load("windows-2022"), config.load(ROOT / "cluster.yml")).env
+STEP_ENV = derive_steps.step_env(profiles.load("windows-2022"), Cluster.resolve(config.load(ROOT / "cluster.yml"))).env
 START_NODE = (GUEST / "node-containerd" / "start-node.ps1").read_text()
 HOSTPROCESS = GUEST / "hostprocess"
 START_FLANNELD = (HOSTPROCESS / "start-flanneld.ps1").read_text()

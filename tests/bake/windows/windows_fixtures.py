@@ -55,9 +55,10 @@ class Rendered:
         """The template's user variables as a build gets them: the secrets from the environment
         the build runner gives Packer (StepEnv.secret_environment)."""
         from k4w.bake import packer_cli
+        from k4w.cluster_model import Cluster
         from k4w.derive_steps import step_env
 
-        environ = step_env(profiles.load(self.box), self.cfg).secret_environment
+        environ = step_env(profiles.load(self.box), Cluster.resolve(self.cfg)).secret_environment
         return packer_cli.variable_values(self.packer, environ)
 
     def env(self, script: str) -> dict[str, str]:
