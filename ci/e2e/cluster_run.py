@@ -34,7 +34,7 @@ from k4w.cluster.machines import Machine, load_cluster, mac_with
 from k4w.cluster.remote import RemoteError
 from k4w.cluster.state import STATE_FILE
 from k4w.cluster.up import make_context
-from k4w.model.config import Config
+from k4w.derive.cluster import Cluster
 from k4w.verify.kubectl import pod_ready
 from . import cluster_file, cluster_images, guest as guest_mod, oci_archive
 from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
@@ -194,14 +194,14 @@ def poll(what: str, phase: Phase, check: Callable[[], tuple[bool, str]], interva
         time.sleep(interval)
 
 
-def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path, box_file: Path, image, build_cfg,
+def run(report: ClusterReport, phases: Phases, log: Log, model: Cluster, out: Path, box_file: Path, image, build_cfg,
         workdir: Path, stack: contextlib.ExitStack, started: list[int], keep: bool, netplan: bool = False) -> None:
     """The cluster steps on a fresh guest of box_file, filling report as they go (a failed run keeps
     what was measured); raises E2EError naming the step that failed. netplan: the guest has netplan
     (the Ubuntu image), so cluster-up's own step_cluster_ip (cluster-ip.sh) sets the node address."""
     cluster = load_cluster(out)
     master = cluster.master
-    node = next(n for n in cfg.nodes if n.name == master.name)
+    node = next(n for n in model.config.nodes if n.name == master.name)
     net = networking(out)
     remote: GuestRemote | None = None
     # A fresh guest: no state of an earlier run's cluster applies to it.
@@ -245,7 +245,7 @@ def run(report: ClusterReport, phases: Phases, log: Log, cfg: Config, out: Path,
         remote = GuestRemote(guest.ssh, log)
         remote.phase = ph
         # cluster-up's context, its remote the guest's SSH (the Vagrant driver is never called here).
-        ctx = make_context(cfg, out, dry_run=False, remote=remote)
+        ctx = make_context(model, out, dry_run=False, remote=remote)
         ph.note = f"{node.memory} MiB, {node.cpus} vCPUs, cluster NIC on {network}"
 
     with step("cluster import") as ph:

@@ -331,7 +331,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"])
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
         template["variables"] = packer_cli.variable_values(
-            template, step_env(cluster.profile(box), cluster.config).secret_environment)
+            template, step_env(cluster.profile(box), cluster).secret_environment)
         ph.note = f"{len(files)} artifacts"
 
     with phases.phase("fetch", BUDGETS["fetch"]) as ph:
@@ -407,7 +407,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         bake_guest.close()
         # The cluster runs the box's own binaries: whatever of them the bake had as stand-ins, it has too.
         result.cluster.stand_ins = list(result.stand_ins or [])
-        cluster_run.run(result.cluster, phases, log, cfg, out, result.box_file, image, build_cfg, workdir, stack, started, keep,
+        cluster_run.run(result.cluster, phases, log, cluster, out, result.box_file, image, build_cfg, workdir, stack, started, keep,
                         netplan=recipe_of(profile).netplan)
 
 

@@ -36,6 +36,7 @@ from k4w.model.profiles import Profile
 from k4w.infra.redact import redact
 from k4w.model import pins
 from k4w.infra.download import Downloaded
+from k4w.model.profiles import CHECKSUM_KEYS
 
 CACHE_ENV = "K4W_CACHE"
 MANIFEST = "index.json"
@@ -122,7 +123,7 @@ def profile_items(profile: Profile, mirror: str | None) -> list[Item]:
 def _checksum(profile: Profile, name: str, spec) -> pins.Checksum | None:
     """The strongest checksum the profile gives (a user pin included, pins.apply put it there),
     with its source: the profile's checksum_source (the pins file for a pin), else the key."""
-    key = next((k for k in pins.PROFILE_KEYS if spec.get(k)), None)
+    key = next((k for k in CHECKSUM_KEYS if spec.get(k)), None)
     if key is None:
         return None
     return pins.Checksum(key, str(spec[key]), str(spec.get("checksum_source") or f"{profile.path.name} components.{name}.{key}"))

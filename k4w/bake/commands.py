@@ -6,10 +6,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from k4w.model import config as config_mod, profiles
+from k4w.model import profiles
 from k4w.media import iso as iso_mod
 from k4w.derive.cluster import Cluster
-from k4w.derive.values import derive_proxy
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 from k4w.bake import cache, fetch as fetch_mod
@@ -68,14 +67,15 @@ def pin_component(config_file: str, box: str, component: str, replace: bool = Fa
     """invoke pin BOX COMPONENT: download on this host through cluster.yml's proxy, show URL,
     size and sha256, and record them as the user's pin next to the config."""
     console = console or Console()
-    cfg = config_mod.load(config_file)
+    cluster = Cluster.load(config_file)
+    cfg, proxy = cluster.config, cluster.proxy
     profile = profiles.load(box)
     spec = (profile.data.get("components") or {}).get(component) or {}
     path = pins.pins_path(config_file)
     if dry_run:
         if not spec.get("url"):
             raise K4wError(f"box {box} has no downloaded component '{component}'")
-        console.print(redact(f"would download {spec['url']} through {derive_proxy(cfg).http or 'no proxy'}, "
+        console.print(redact(f"would download {spec['url']} through {proxy.http or 'no proxy'}, "
                              f"show its size and sha256, record them in {path} and keep the file in the component cache "
                              f"{cache.cache_dir(cfg, config_file)}"), markup=False, highlight=False)
         return None
@@ -92,7 +92,7 @@ def pin_component(config_file: str, box: str, component: str, replace: bool = Fa
             kept.append(cache.adopt(root, item, got))
 
     with download_progress(console, f"{box} {component}") as progress:
-        result = pins.pin(profile, component, config_file, derive_proxy(cfg), replace=replace, progress=progress,
+        result = pins.pin(profile, component, config_file, proxy, replace=replace, progress=progress,
                           source_url=source, keep=keep)
     for line in (f"url     {result.url}", f"size    {result.size} bytes ({iso_mod.human_size(result.size)})",
                  f"sha256  {result.sha256}", result.note, *(f"cached  {path} (invoke fetch will not download it again)" for path in kept)):

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 from rich.console import Console
 
 from k4w.media import iso as iso_mod
-from k4w.media import build_media, iso_images
+from k4w.media import build_media
 from k4w.infra import files as outfiles
 from k4w.infra import packer_hcl, proc
 from k4w.model import profiles
@@ -32,8 +32,8 @@ from k4w.infra import sources
 from k4w.derive import registry
 from k4w import render
 from k4w.derive.cluster import Cluster
+from k4w.derive.values import Proxy, proxy_env
 from k4w.derive.step_env import step_env
-from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
 from k4w.infra.redact import redact, register_secret
@@ -118,7 +118,7 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
             f"box {', '.join(unused)} is not used by any node in the config, so it is not rendered "
             f"(boxes in use: {', '.join(cfg.boxes())})"
         )
-    _register_proxy_secrets(cfg)
+    _register_proxy_secrets(cluster)
     if not dry_run:
         render.render(cluster, out)
     # Placeholder secrets: the stamp must not change when the Administrator password rotates.
@@ -133,16 +133,24 @@ def build_boxes(cluster: Cluster, boxes: list[str], out: Path, force: bool = Fal
 # ------------------------------------------------------------------ deciding what to do
 
 
-def _register_proxy_secrets(cfg: Config) -> None:
+def packer_proxy_env(proxy: Proxy) -> dict[str, str]:
+    """The resolved model's proxy (k4w.derive.cluster.Cluster.proxy) as Packer's environment, empty
+    without one: Packer downloads the Ubuntu ISO itself when iso/ has none. NO_PROXY leads with the
+    private ranges (packer_cli.PRIVATE_RANGES says why)."""
+    no_proxy = [*packer_cli.PRIVATE_RANGES, *(n for n in proxy.no_proxy if n not in packer_cli.PRIVATE_RANGES)]
+    return proxy_env(proxy.http, proxy.https, ",".join(no_proxy) if proxy.enabled else None)
+
+
+def _register_proxy_secrets(cluster: Cluster) -> None:
     """Proxy passwords are redacted even where they appear outside a URL (a guest may echo one)."""
+    cfg = cluster.config
     # The registry mirrors' credentials too (cluster.yml registry.mirrors), and the base64 drop-in
     # that carries them to the guest (k4w.derive.step_env).
-    mirror_urls = [mirror.endpoint for mirror in cfg.registry.mirrors.values()]
     auth = registry.auth_toml(cfg)
     if auth:
         register_secret(base64.b64encode(auth.encode("utf-8")).decode("ascii"))
-    for url in (cfg.proxy.http, cfg.proxy.https, *mirror_urls):
-        password = urlsplit(url).password if url else None
+    mirror_passwords = [urlsplit(mirror.endpoint).password for mirror in cfg.registry.mirrors.values()]
+    for password in (*cluster.proxy.passwords, *mirror_passwords):
         if password:
             for form in {password, unquote(password)}:
                 register_secret(form)
@@ -218,7 +226,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"this host: {line}")
         for line in _verdict(decision.validation, "every validator of `invoke validate` accepts the render"):
             _say(console, f"validate: {line}")
-    proxy = packer_cli.proxy_env(cluster.proxy)
+    proxy = packer_proxy_env(cluster.proxy)
     for plan in plans:
         box = plan.box
         _say(console, f"== {box}")
@@ -243,7 +251,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
         _say(console, f"    then staged in {build_media.folder(out, box)} for {build_media.delivery(plan.profile)}; "
                       "the guest checks each hash again")
         secret_sources = {name: f"{cluster.config_file or 'cluster.yml'} proxy"
-                          for name in step_env(plan.profile, cluster.config).secret_environment}
+                          for name in step_env(plan.profile, cluster).secret_environment}
         if plan.profile.is_windows:
             secrets_file = out / "secrets" / f"{box}.json"
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
@@ -430,14 +438,14 @@ class _Builder:
         _remove_partial(partial, box)
         try:
             # The templates read every secret from Packer's environment, none is in packer/*.pkr.hcl.
-            secrets = step_env(plan.profile, self.cluster.config).secret_environment
+            secrets = step_env(plan.profile, self.cluster).secret_environment
             secret_files = {k: f"{self.cluster.config_file or 'cluster.yml'} proxy" for k in secrets}
             if plan.profile.is_windows:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
                 secret_files[ADMIN_PASSWORD_ENV] = str(out / "secrets" / f"{box}.json")
             packer = packer_cli.packer_path() or packer_cli.PACKER
             init, cmd = packer_cli.init_command(plan.template_path, packer), packer_cli.build_command(plan.template_path, packer)
-            proxy = packer_cli.proxy_env(self.cluster.proxy)
+            proxy = packer_proxy_env(self.cluster.proxy)
             env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:
                 log.write(f"# k4w build {box} started {started.isoformat(timespec='seconds')}\n")

@@ -27,6 +27,7 @@ from k4w.infra import sources
 from ..render import escape
 from k4w.model.config import Config
 from k4w.infra.errors import K4wError
+from k4w.derive.values import Proxy
 from ..bake.catalogue import BOX_PREFIX
 from k4w.cluster.kubeapi import ApiError
 from k4w.infra.redact import redact, register_secret
@@ -81,6 +82,7 @@ class Context:
     host: Callable[[str], tuple[int, str]]
     clock: Clock
     state: State
+    proxy: Proxy  # the resolved model's (k4w.derive.cluster.Cluster.proxy), what each node gets
     dry_run: bool = False
     poll_seconds: float = 5.0
     started: float = 0.0
@@ -454,13 +456,13 @@ def step_node_proxy(ctx: Context) -> None:
         # (containerd boxes; the box carries no credentials): the same private file.
         registry_values = derive_steps.node_registry_variables(ctx.cfg, profiles.load(m.box))
         if m.is_windows:
-            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.WINDOWS), **registry_values}
+            values = {**derive_steps.node_proxy_variables(ctx.proxy, derive_steps.WINDOWS), **registry_values}
             common = upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")
             script = upload_windows(ctx, m, sources.REPO.guest / "windows" / "cluster" / "cluster-proxy.ps1")
             values_file = upload_secret(ctx, m, json.dumps(values), "proxy.json")
             ctx.remote.run(m, f"& {escape.ps(script)} -ValuesFile {escape.ps(values_file)} -Common {escape.ps(common)}")
         else:
-            values = {**derive_steps.node_proxy_variables(ctx.cfg, derive_steps.UBUNTU), **registry_values}
+            values = {**derive_steps.node_proxy_variables(ctx.proxy, derive_steps.UBUNTU), **registry_values}
             wanted = ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE", *registry_values)
             text = "".join(f"{name}={shlex.quote(values[name])}\n" for name in wanted)
             upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")

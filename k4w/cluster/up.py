@@ -14,7 +14,6 @@ from pathlib import Path
 from k4w.infra import proc, ui
 from k4w.infra import sources
 from k4w.derive.cluster import Cluster
-from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
@@ -62,10 +61,11 @@ def _dry_answers(cluster) -> dict[str, str]:
     }
 
 
-def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
+def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
                  poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
-    """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
-    copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
+    """model: the resolved cluster.yml (its config and proxy). artifacts: where the rendered files are
+    read; OUT itself unless a dry run passes a scratch copy of its in-memory render
+    (render.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
     artifacts = Path(artifacts) if artifacts else out
     cluster = load_cluster(artifacts)
@@ -81,7 +81,7 @@ def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=Non
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
     clock = clock or S.Clock()
-    return S.Context(cfg=cfg, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
+    return S.Context(cfg=model.config, proxy=model.proxy, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts)
 
 
@@ -111,7 +111,7 @@ def cluster_up(cluster: Cluster, out: Path, dry_run: bool = False, validate: boo
             raise K4wError("the rendered artifacts in " + str(out) + " fail their checks; fix these first:\n"
                            + "\n".join(f"  - {p}" for p in problems))
     api = deps.pop("api", None)
-    ctx = make_context(cluster.config, out, dry_run, artifacts=artifacts, **deps)
+    ctx = make_context(cluster, out, dry_run, artifacts=artifacts, **deps)
     existing = None
     if cluster.config.joins_existing:   # a cluster k4w did not make: its facts first, before any VM
         from . import existing
@@ -240,7 +240,7 @@ def cluster_reset(cluster: Cluster, out: Path, dry_run: bool = False, **deps) ->
     It works after a config change too: that is when cluster-up sends you here. On a cluster k4w did
     not make, the Node objects and objects it recorded are deleted through the API, nothing else."""
     api = deps.pop("api", None)
-    ctx = make_context(cluster.config, out, dry_run, config_changed_ok=True, **deps)
+    ctx = make_context(cluster, out, dry_run, config_changed_ok=True, **deps)
     not_running = S.machines_not_running(ctx)
     if not_running and not dry_run:
         raise K4wError(f"cluster-reset needs the VMs running; not running: {', '.join(not_running)} (run `invoke cluster-up`)")

@@ -275,10 +275,11 @@ def disk_check(cluster: Cluster, out: Path) -> Check:
                  "free space or point --out at a bigger disk", ("build",))
 
 
-def proxy_checks(cfg: Config, config_file: Path | str = "cluster.yml") -> list[Check]:
-    """config_file: the --config the user gave, named in the fix."""
+def proxy_checks(cluster: Cluster) -> list[Check]:
+    """Can this host reach the resolved model's proxy? The fix names the --config the user gave."""
+    config_file = cluster.config_file or "cluster.yml"
     checks = []
-    for label, url in (("http", cfg.proxy.http), ("https", cfg.proxy.https)):
+    for label, url in (("http", cluster.proxy.http), ("https", cluster.proxy.https)):
         if not url:
             continue
         parts = urlsplit(url)
@@ -383,7 +384,7 @@ def run(cluster: Cluster, out: Path, online: bool = False) -> list[Check]:
     """online: also ask every download URL (url_checks); doctor is offline otherwise."""
     cfg = cluster.config
     return [*out_checks(out), *host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
-            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cfg, cluster.config_file or "cluster.yml"),
+            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cluster),
             *(url_checks(cluster) if online else [])]
 
 

@@ -7,12 +7,12 @@ import datetime as dt
 from pathlib import Path
 
 from k4w.media import build_media, iso
-from k4w.derive import step_env as derive_steps, identities, registry
+from k4w.derive import identities, registry
 from k4w.infra import packer_hcl, ui
 from k4w.model import patch_level
 from k4w.bake import fetch, gate
 from k4w.infra import packer_cli
-from k4w.derive.cluster import RUNTIMES, Cluster
+from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
 
 
@@ -30,14 +30,14 @@ def box_versions(profile: Profile, today: dt.date | None = None) -> dict[str, st
     data = profile.data
     kube = data.get("kubernetes") or {}
     components = data.get("components") or {}
-    runtime = next((name for name in RUNTIMES if name in components), None)
+    runtime = profile.container_runtime
     # Windows runs flanneld.exe (a component); Linux runs the image of the manifest (kubernetes.flannel_image).
     flannel = (components.get("flannel") or {}).get("version") or _image_tag(kube.get("flannel_image"))
     iso_info = data.get("iso") or {}
     return {
         "Kubernetes": str(kube.get("version") or "-"),
         "kubeadm API": str(kube.get("kubeadm_api") or "-").rpartition("/")[2],
-        "container runtime": f"{runtime} {components[runtime].get('version', '?')}" if runtime else "-",
+        "container runtime": f"{runtime} {components[runtime].get('version', '?')}" if runtime in components else "-",
         "Flannel": str(flannel or "-"),
         "CNI plugins": str((components.get("cni") or {}).get("version") or "-"),
         "ISO": str(iso_info.get("name") or "-"),
@@ -125,7 +125,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     # What each Windows node's era starts: its runtime and the kubelet as services, then flanneld and
     # kube-proxy as services (seed era) or as the recipe's HostProcess DaemonSets (containerd era).
     win_profiles = {n.box: cluster.profile(n.box) for n in cfg.nodes if cluster.profile(n.box).is_windows}
-    chains = sorted({f"{derive_steps.container_runtime(p)} -> kubelet" + (
+    chains = sorted({f"{p.container_runtime} -> kubelet" + (
         "; flanneld and kube-proxy as HostProcess DaemonSets" if identities.runs_hostprocess(p) else " -> flanneld -> kube-proxy")
         for p in win_profiles.values()})
     windows_chain = f" ({'; '.join(chains)})" if chains else ""

@@ -3,10 +3,13 @@
 A command loads its config file into a Cluster at its entry point and hands that object down.
 Rendering, planning, validation, the build and cluster-up then read the same validated config,
 the same box profiles, the same derived network and proxy and the same Kubernetes era, and no
-stage re-loads or re-derives any of them.
+stage re-loads or re-derives any of them. The proxy is Cluster.proxy; a box's Kubernetes version and
+container runtime are Profile.kubernetes_version and Profile.container_runtime, the cluster's are
+Kube.version / version_tag / minor and Kube.runtime (tests/config/test_one_source.py names a module
+that works one of them out again).
 
-Named cluster_model, not cluster: k4w.cluster is the cluster-up stage; this is the data it and
-every other stage work from.
+It sits in derive/, not model/: it holds what is derived from cluster.yml and the box profiles,
+the data k4w.cluster (the cluster-up stage) and every other stage work from.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from k4w.model.config import Config
 from k4w.derive.values import Network, Proxy, derive_network, derive_proxy
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
+from k4w.model.version_skew import minor as version_minor
 
 
 @dataclass(frozen=True)
 class Kube:
     """Era-dependent Kubernetes facts, taken from the master's profile."""
 
-    version: str
+    version: str  # without a leading "v" (Profile.kubernetes_version), e.g. 1.37.2
     kubeadm_api: str
     os_label: str
     pause_image: str
@@ -46,9 +50,15 @@ class Kube:
     # era's kubeadm config, which leaves it to kube-proxy's default.
     kube_proxy_mode: str | None = None
 
+    @property
+    def version_tag(self) -> str:
+        """The version as Kubernetes' release tags and kubeadm's kubernetesVersion spell it: v1.37.2."""
+        return f"v{self.version}"
 
-# The container runtimes a profile may name under components:, in the order kube_era looks for them.
-RUNTIMES = ("containerd", "docker")
+    @property
+    def minor(self) -> tuple[int, int]:
+        """(major, minor), e.g. (1, 37): what API and flag rules compare against."""
+        return version_minor(self.version)
 
 
 def kube_era(master: Profile) -> Kube:
@@ -56,9 +66,9 @@ def kube_era(master: Profile) -> Kube:
     data = master.data
     k = data.kubernetes
     components = data.get("components", {})
-    runtime = next((name for name in RUNTIMES if name in components), "docker")
+    runtime = master.container_runtime
     return Kube(
-        version=k.version,
+        version=master.kubernetes_version,
         kubeadm_api=k.kubeadm_api,
         os_label=k.node_os_label,
         pause_image=k.get("pause_image", ""),

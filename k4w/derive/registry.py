@@ -300,8 +300,7 @@ def apply(profile: Profile, cfg: Config) -> Profile:
     Any other box is returned as it is: containerd reaches the mirror through hosts.toml (module
     docstring)."""
     kube = profile.data.get("kubernetes") or {}
-    # containerd boxes as derive_steps.container_runtime tells them (that module imports this one).
-    if "containerd" in (profile.data.get("components") or {}):
+    if profile.container_runtime == "containerd":
         return profile
     # Only the Kubernetes images' own registry: any other (windows-1803's Docker Hub pause image)
     # keeps its name and is mirrored by the runtime (hosts.toml, or Docker's registry-mirrors).

@@ -13,15 +13,19 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from k4w.media import build_media as media
 from k4w.derive import containerd_config, registry
 from k4w.infra import sources
 from k4w.model.config import Config
-from k4w.derive.values import Proxy, apt_proxy_conf, derive_proxy, proxy_env
+from k4w.derive.values import Proxy, apt_proxy_conf, proxy_env
 from k4w.infra.errors import K4wError
 from k4w.infra.packer_hcl import var_ref as hcl_var_ref
 from k4w.model.profiles import Profile
+
+if TYPE_CHECKING:  # the resolved model: k4w.derive.cluster imports what this module does, never this module
+    from k4w.derive.cluster import Cluster
 
 UBUNTU = "ubuntu"
 WINDOWS = "windows"
@@ -50,7 +54,7 @@ def node_services(profile: Profile) -> list[str]:
 def node_service_dependencies(profile: Profile) -> dict[str, str]:
     """Each service a box registers -> the one it starts after (08-node-services.ps1 DependOnService):
     the container runtime first, then the service before it."""
-    order = [container_runtime(profile), *node_services(profile)]
+    order = [profile.container_runtime, *node_services(profile)]
     return dict(zip(order[1:], order[:-1]))
 
 
@@ -82,7 +86,7 @@ PROFILE_VARIABLES: dict[str, FromProfile] = {
     "K4W_PAUSE_IMAGE": FromProfile("kubernetes.pause_image"),
     "K4W_KUBE_CRI_SOCKET": FromProfile("kubernetes.cri_socket", (UBUNTU,)),
     # For the containerd era: the runtime's endpoint and the CNI folders (which runtime a box has is
-    # K4W_CONTAINER_RUNTIME, derived from its components by container_runtime below).
+    # K4W_CONTAINER_RUNTIME, derived from its components by Profile.container_runtime).
     "K4W_RUNTIME_ENDPOINT": FromProfile("runtime.endpoint", (WINDOWS,)),
     "K4W_CNI_BIN_DIR": FromProfile("runtime.cni_bin_dir", (WINDOWS,)),
     "K4W_CNI_CONF_DIR": FromProfile("runtime.cni_conf_dir", (WINDOWS,)),
@@ -195,8 +199,9 @@ _FAMILY_CONSTANTS = {
 }
 
 
-def step_env(profile: Profile, cfg: Config) -> StepEnv:
-    """Every variable the guest steps of this box read, with its value."""
+def step_env(profile: Profile, cluster: Cluster) -> StepEnv:
+    """Every variable the guest steps of this box read, with its value: the proxy as the resolved
+    model derived it (cluster.proxy), the mirrors from its config."""
     family = profile.os_family
     if family not in FAMILIES:
         raise K4wError(f"{profile.path}: no guest steps for os_family {family!r} (known: {', '.join(FAMILIES)})")
@@ -211,23 +216,17 @@ def step_env(profile: Profile, cfg: Config) -> StepEnv:
     env["K4W_RELEASE_JSON"] = json.dumps(release_record(profile))
     # Which runtime the box has (docker or containerd): the service that gets the build's proxy
     # and the node services start after, on both families.
-    env["K4W_CONTAINER_RUNTIME"] = container_runtime(profile)
+    env["K4W_CONTAINER_RUNTIME"] = profile.container_runtime
     # The `version` of the config.toml 03-containerd writes (k4w/derive/containerd_config.py says why). Set
     # for every box, as the family's steps read it; empty on a Docker box, which writes no such file.
     env["K4W_CONTAINERD_CONFIG_VERSION"] = (str(containerd_config.CONFIG_VERSION)
                                             if env["K4W_CONTAINER_RUNTIME"] == "containerd" else "")
     secrets: dict[str, str] = {}
-    env.update(_proxy_variables(derive_proxy(cfg), family, secrets))
-    env.update(_registry_variables(cfg, profile, secrets))
+    env.update(_proxy_variables(cluster.proxy, family, secrets))
+    env.update(_registry_variables(cluster.config, profile, secrets))
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
-
-
-def container_runtime(profile: Profile) -> str:
-    """The container runtime a box installs, by era: containerd when the profile pins it, else
-    Docker (the 2018 stack)."""
-    return "containerd" if "containerd" in (profile.data.get("components") or {}) else "docker"
 
 
 def release_record(profile: Profile) -> dict:
@@ -382,7 +381,7 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
     Each is set for every box, empty when there is nothing to write, so a step also removes what an
     earlier build wrote. A Docker box never gets credentials: k4w.model.config refuses them for that era."""
     docker = {"K4W_DOCKER_REGISTRY_MIRRORS": " ".join(registry.docker_registry_mirrors(cfg))}
-    if container_runtime(profile) == "docker":
+    if profile.container_runtime == "docker":
         return {**docker, "K4W_REGISTRY_FILES": "", "K4W_REGISTRY_AUTH": ""}
     auth = registry.auth_toml(cfg)
     if auth:
@@ -396,11 +395,12 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
     }
 
 
-def node_proxy_variables(cfg: Config, family: str) -> dict[str, str]:
+def node_proxy_variables(proxy: Proxy, family: str) -> dict[str, str]:
     """The proxy variables a family's steps read, with real values in place of Packer's
-    references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved."""
+    references: what cluster-up gives a node's cluster-proxy script, where no Packer is involved.
+    proxy: the resolved model's (k4w.derive.cluster.Cluster.proxy)."""
     secrets: dict[str, str] = {}
-    env = _proxy_variables(derive_proxy(cfg), family, secrets)
+    env = _proxy_variables(proxy, family, secrets)
     steps = StepEnv(env=env, secrets=secrets)
     return {name: steps.resolved(text) for name, text in env.items()}
 
@@ -409,7 +409,7 @@ def node_registry_variables(cfg: Config, profile: Profile) -> dict[str, str]:
     """The image mirrors as cluster-up gives them to a containerd node's cluster-proxy script (the
     box carries the bake's hosts.toml files but no credentials): real values, no Packer references.
     Nothing for a Docker box, whose daemon.json mirror the bake wrote and which holds no secret."""
-    if container_runtime(profile) == "docker":
+    if profile.container_runtime == "docker":
         return {}
     secrets: dict[str, str] = {}
     env = _registry_variables(cfg, profile, secrets)

@@ -124,6 +124,11 @@ class Proxy:
         return self.https_server.host_port if self.https else None
 
     @property
+    def passwords(self) -> tuple[str, ...]:
+        """The URLs' passwords as written (percent-encoded), for the redaction list."""
+        return tuple(server.password for server in (self.http_server, self.https_server) if server and server.password)
+
+    @property
     def has_credentials(self) -> bool:
         return any(server and server.user for server in (self.http_server, self.https_server))
 

@@ -7,14 +7,12 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from k4w.infra import packer_hcl, pinned_tools, proc, tools
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 
-if TYPE_CHECKING:  # annotations only: infra sits below derive, which makes the Proxy
-    from k4w.derive.values import Proxy
 from k4w.infra.tools import INSTALL
 
 PACKER = "packer"
@@ -63,15 +61,6 @@ def build_command(template: Path, packer: str = PACKER) -> list[str]:
     return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", str(template)]
 
 
-def proxy_env(proxy: Proxy) -> dict[str, str]:
-    """cluster.yml's proxy as Packer's environment (empty without one): Packer downloads the
-    Ubuntu ISO itself when iso/ has none."""
-    env = dict(proxy.env)
-    if proxy.enabled:
-        no_proxy = ",".join([*PRIVATE_RANGES, *(n for n in proxy.no_proxy if n not in PRIVATE_RANGES)])
-        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy)
-    return env
-
 
 def variable_values(template: dict, environ: dict[str, str]) -> dict[str, str]:
     """A parsed template's input variables as Packer gives them for a build with environ."""
@@ -88,7 +77,7 @@ def plugin_env(packer: str | None = None) -> dict[str, str]:
 
 def build_env(out: Path, secrets: dict[str, str], proxy: dict[str, str] | None = None,
               base: dict[str, str] | None = None) -> dict[str, str]:
-    """Packer's whole environment. proxy: proxy_env(cluster.proxy); the host's own proxy
+    """Packer's whole environment. proxy: packer_proxy_env(cluster.proxy); the host's own proxy
     variables never reach Packer."""
     env = dict(os.environ if base is None else base)
     for name in ENV_REMOVED + PROXY_VARIABLES:

@@ -116,7 +116,3 @@ def command(argv: list[str] | str) -> None:
 
     text = argv if isinstance(argv, str) else shlex.join(argv)
     say(f"$ {text}", style="cyan")
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty()

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from k4w.outdir import private
 from k4w.model import profiles
-from k4w.model.version_skew import skew_problem
 from k4w.infra.errors import ConfigError, K4wError
+from k4w.model import config_rules
 
 # http(s)://[userinfo@]host:port[/], matched whole (re.fullmatch: a trailing newline never slips
 # through). Tools in the guests (apt, WinHTTP, Docker) accept nothing else, and a missing port
@@ -419,6 +419,22 @@ class RegistryMirror(Strict):
             raise ValueError(f"CA file {path}: {problem}; give the mirror's CA certificate(s) in PEM")
         return str(path)
 
+    @property
+    def host(self) -> str:
+        """host[:port] as containerd keys its hosts.toml folders and credentials: lower case."""
+        m = REGISTRY_ENDPOINT.fullmatch(self.endpoint)
+        return m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
+
+    @property
+    def userinfo(self) -> str | None:
+        """user:password of the endpoint, None for an anonymous mirror."""
+        return REGISTRY_ENDPOINT.fullmatch(self.endpoint)["userinfo"]
+
+    @property
+    def path(self) -> str:
+        """The repository prefix after the host ('' for none), e.g. /k8s-proxy."""
+        return REGISTRY_ENDPOINT.fullmatch(self.endpoint)["path"]
+
     @model_validator(mode="after")
     def _scheme_rules(self) -> "RegistryMirror":
         m = REGISTRY_ENDPOINT.fullmatch(self.endpoint)
@@ -525,140 +541,12 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _cluster_rules(self) -> "Config":
-        problems: list[str] = []
-        masters = [n for n in self.nodes if n.role == "master"]
-        if self.cluster.existing:
-            # The existing cluster has its control plane; k4w only adds workers to it.
-            problems += [f"nodes[{i}].role: master is not allowed with cluster.existing (the cluster at "
-                         f"{self.cluster.existing} has its own control plane); list only workers"
-                         for i, n in enumerate(self.nodes) if n.role == "master"]
-        elif len(masters) != 1:
-            problems.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
-        gateway = self.hyperv.cluster_gateway or next(self.network.node_cidr.hosts())
-        if gateway not in self.network.node_cidr:
-            problems.append(f"hyperv.cluster_gateway: {gateway} is outside network.node_cidr {self.network.node_cidr}")
-        # Flannel leases each node a /24 (its SubnetLen default) out of pod_cidr.
-        subnets = 2 ** (24 - self.network.pod_cidr.prefixlen)
-        if subnets < len(self.nodes):
-            problems.append(
-                f"network.pod_cidr: {self.network.pod_cidr} holds {subnets} /24 node subnets, fewer than the "
-                f"{len(self.nodes)} nodes; use a larger range"
-            )
-        seen_names: dict[str, int] = {}
-        seen_ips: dict[str, int] = {}
-        for i, node in enumerate(self.nodes):
-            where = f"nodes[{i}]"
-            if node.name in seen_names:
-                problems.append(f"{where}.name: '{node.name}' is already used by nodes[{seen_names[node.name]}]")
-            seen_names.setdefault(node.name, i)
-            if str(node.ip) in seen_ips:
-                problems.append(f"{where}.ip: {node.ip} is already used by nodes[{seen_ips[str(node.ip)]}]")
-            seen_ips.setdefault(str(node.ip), i)
-            net = self.network.node_cidr
-            if node.ip not in net:
-                problems.append(f"{where}.ip: {node.ip} is outside network.node_cidr {net}")
-            elif node.ip in (net.network_address, net.broadcast_address):
-                problems.append(f"{where}.ip: {node.ip} is the network or broadcast address of {net}")
-            elif node.ip == gateway:
-                problems.append(f"{where}.ip: {node.ip} is reserved for the host gateway on the cluster switch")
-            try:
-                profile = profiles.load(node.box)
-            except K4wError as exc:
-                known = ", ".join(profiles.available())
-                # A profile that exists but is broken says what is wrong with it, not "unknown".
-                problems.append(f"{where}.box: unknown box '{node.box}' (known boxes: {known})" if str(exc).startswith("unknown box")
-                                else f"{where}.box: {exc}")
-                continue
-            data = profile.data
-            if profile.is_windows and node.name.isdigit():
-                # Microsoft, unattend reference "Microsoft-Windows-Shell-Setup | ComputerName": a name
-                # that DnsValidateName refuses, e.g. one of digits only, cannot be used.
-                problems.append(f"{where}.name: '{node.name}' is digits only, which Windows refuses as a computer name "
-                                "(ComputerName must pass DnsValidateName); add a letter")
-            if node.role == "master" and profile.is_windows:
-                problems.append(f"{where}.role: a Windows node cannot be the master (kubeadm control plane is Linux only)")
-            if node.memory < data.min_memory_mb:
-                problems.append(f"{where}.memory: {node.memory} MiB is too small for {node.box}; it needs at least {data.min_memory_mb} MiB")
-            if self.network.backend == "vxlan" and not data.supports_vxlan:
-                problems.append(
-                    f"network.backend: vxlan is not supported by box {node.box} (nodes[{i}]); "
-                    f"Flannel vxlan on Windows needs Server 2019 (17763.379+), use host-gw"
-                )
-            if self.network.backend == "host-gw" and data.get("supports_host_gw") is False:
-                problems.append(
-                    f"network.backend: host-gw is not supported by box {node.box} (nodes[{i}]); its node recipe "
-                    f"runs Flannel vxlan only (Windows host-gw bugs are closed wontfix upstream), use vxlan"
-                )
-        problems += self._version_skew_rules()
-        problems += self._registry_rules()
+        # Rules between fields, and between the nodes and their boxes (k4w.model.config_rules): one error
+        # of many lines, which _explain splits and gives each its line in the file.
+        problems = config_rules.problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self
-
-    def _version_skew_rules(self) -> list[str]:
-        """Every worker's kubelet within the version-skew policy of the master's API server: a seed-era
-        box (1.11) beside a containerd-era master (1.37) would be planned and built, then never join."""
-        masters = [n for n in self.nodes if n.role == "master"]
-        if len(masters) != 1:
-            return []  # no master here (cluster.existing: k4w.cluster.facts checks the real API server)
-        try:
-            apiserver = str(profiles.load(masters[0].box).data.kubernetes.version)
-        except (K4wError, AttributeError):
-            return []  # an unknown box is reported with its node
-        problems = []
-        for i, node in enumerate(self.nodes):
-            if node.role == "master":
-                continue
-            try:
-                kubelet = str(profiles.load(node.box).data.kubernetes.version)
-            except (K4wError, AttributeError):
-                continue
-            problem = skew_problem(f"{apiserver} (the master's box {masters[0].box})", kubelet, f"{node.name}'s box {node.box}")
-            if problem:
-                problems.append(f"nodes[{i}].box: {problem}; pick boxes of one era")
-        return problems
-
-    def _registry_rules(self) -> list[str]:
-        problems: list[str] = []
-        by_host: dict[str, tuple[str, RegistryMirror]] = {}
-        for upstream, mirror in self.registry.mirrors.items():
-            m = REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)
-            host = m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
-            if host in by_host:
-                other, seen = by_host[host]
-                # containerd keys credentials by host and k4w ships one CA per host folder.
-                if (seen.ca, REGISTRY_ENDPOINT.fullmatch(seen.endpoint)["userinfo"], seen.plain_http) != (mirror.ca, m["userinfo"], mirror.plain_http):
-                    problems.append(f"registry.mirrors.{upstream}: its mirror host {host} is also {other}'s, with another ca, "
-                                    "credentials or plain_http; one host has one of each")
-            by_host.setdefault(host, (upstream, mirror))
-        if not self.registry.mirrors:
-            return problems
-        for box in self.boxes():
-            try:
-                data = profiles.load(box).data
-            except K4wError:
-                continue  # reported with the node above
-            if "docker" not in (data.get("components") or {}):
-                continue
-            kube_registry = str((data.get("kubernetes") or {}).get("image_repository") or "registry.k8s.io").split("/")[0]
-            for upstream, mirror in self.registry.mirrors.items():
-                if upstream not in ("docker.io", kube_registry):
-                    problems.append(
-                        f"registry.mirrors.{upstream}: box {box} runs Docker, which mirrors docker.io only (daemon.json "
-                        f"registry-mirrors), and k4w points kubeadm's imageRepository at a {kube_registry} mirror; "
-                        f"{upstream} cannot be mirrored there: remove it, or use containerd-era boxes")
-                elif mirror.ca or mirror.plain_http or REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)["userinfo"] is not None:
-                    problems.append(
-                        f"registry.mirrors.{upstream}: box {box} runs Docker, for which k4w writes no certs.d CA, "
-                        "insecure-registries entry or docker login: give the seed era a public-CA https mirror "
-                        "without credentials, or use containerd-era boxes")
-                elif upstream == "docker.io" and REGISTRY_ENDPOINT.fullmatch(mirror.endpoint)["path"].strip("/"):
-                    # moby registry/config.go ValidateMirror refuses a path ("invalid mirror: path, query,
-                    # or fragment at end of the URI").
-                    problems.append(
-                        f"registry.mirrors.docker.io: box {box} runs Docker, whose registry-mirrors takes a mirror "
-                        "host without a path; give the mirror's own host, or use containerd-era boxes")
-        return problems
 
     @property
     def joins_existing(self) -> bool:

@@ -15,6 +15,7 @@ validateSupportedVersion:
 from __future__ import annotations
 
 from k4w.infra.errors import K4wError
+from k4w.model.version_skew import minor as version_minor
 
 GROUP = "kubeadm.k8s.io/"
 COMMON_GO = "k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/util/config/common.go (validateSupportedVersion)"
@@ -32,15 +33,10 @@ READ_BY = {
 EXPERIMENTAL = {"v1"}
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = str(version).lstrip("v").split(".")[:2]
-    return int(major), int(minor)
-
-
 def problem(api: str, kubernetes_version: str) -> str | None:
     """Why kubeadm of that Kubernetes version cannot read a config of that API; None when it can."""
     name = str(api).removeprefix(GROUP)
-    k8s = _minor(kubernetes_version)
+    k8s = version_minor(str(kubernetes_version))
     shown = ".".join(map(str, k8s))
     if not str(api).startswith(GROUP) or (name not in READ_BY and name not in EXPERIMENTAL):
         return f"{api!r} is not a kubeadm config API ({', '.join(GROUP + n for n in READ_BY)})"

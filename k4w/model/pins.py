@@ -26,6 +26,7 @@ import yaml
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Attr, Profile
 from k4w.infra.download import Downloaded, Expected, download
+from k4w.model.profiles import CHECKSUM_KEYS
 
 PINS_FILE = "k4w-pins.yml"
 HEADER = """\
@@ -34,9 +35,6 @@ HEADER = """\
 # (`invoke pin ... --replace` does, and says so). Check a value against a second source you
 # trust before you build with it. Keep this file next to the cluster.yml it belongs to.
 """
-# Checksum keys a profile may carry for a component, strongest first. sha256_url is a
-# checksum file published beside the download (only where a source shows it exists).
-PROFILE_KEYS = ("sha256", "sha512", "sha256_url")
 # The ones a guest can check its file against: a digest known at render time. A published checksum
 # file (sha256_url) is read by the host's fetch only.
 GUEST_KEYS = ("sha256", "sha512")
@@ -113,7 +111,7 @@ def checksum_for(profile: Profile, component: str, pins: dict) -> Checksum | Non
     """The profile's checksum of a component, else the user's pin, else None."""
     own = (profile.data.get("components") or {}).get(component) or {}
     spec = (apply(profile, pins).data.get("components") or {}).get(component) or {}
-    for key in PROFILE_KEYS:
+    for key in CHECKSUM_KEYS:
         if spec.get(key):
             source = f"{profile.path.name} components.{component}.{key}" if own.get(key) else spec["checksum_source"]
             return Checksum(key, str(spec[key]), source)
@@ -192,7 +190,7 @@ def pin(profile: Profile, component: str, config_file: str | Path, proxy, replac
         raise K4wError(f"box {profile.name} has no downloaded component '{component}' (components with a URL: {known})")
     url = str(spec["url"])
     pins = load(config_file)
-    published = next((k for k in PROFILE_KEYS if spec.get(k)), None)
+    published = next((k for k in CHECKSUM_KEYS if spec.get(k)), None)
     expected = None
     if published in ("sha256", "sha512"):
         expected = Expected(published, str(spec[published]))

@@ -20,6 +20,13 @@ from k4w.infra.errors import K4wError
 # Keys every profile must carry, because config validation and rendering depend on them.
 REQUIRED = ("name", "os_family", "node_os", "min_memory_mb", "supports_vxlan", "kubernetes")
 
+# The container runtimes a profile may name under components:, in the order container_runtime looks for them.
+RUNTIMES = ("containerd", "docker")
+# Checksum keys a profile may carry for a component, strongest first: any one of them proves a download
+# is the file we meant (README.md, Boxes: a download without one is refused). sha256_url is a checksum
+# file published beside the download (only where a source shows it exists).
+CHECKSUM_KEYS = ("sha256", "sha512", "sha256_url")
+
 
 class Attr(dict):
     """A dict whose keys read as attributes, so templates can write box.docker.version."""
@@ -53,6 +60,21 @@ class Profile:
     @property
     def is_windows(self) -> bool:
         return self.data.node_os == "windows"
+
+    @property
+    def kubernetes_version(self) -> str:
+        """kubernetes.version as kubeadm's and the kubelet's own version numbers are compared: without
+        a leading "v" (1.37.2). The one place that reads the key: kubeadm's kubernetesVersion is
+        k4w.derive.cluster.Kube.version_tag, the minor k4w.derive.cluster.Kube.minor."""
+        return str(self.data.kubernetes.version).removeprefix("v")
+
+    @property
+    def container_runtime(self) -> str:
+        """The container runtime the box installs, by era: containerd when the profile pins it, else
+        Docker (the 2018 stack, also for a profile that pins neither). The service that gets the
+        build's proxy, the one the node services start after, the kubelet's cgroup driver's owner."""
+        components = self.data.get("components") or {}
+        return next((name for name in RUNTIMES if name in components), "docker")
 
     @property
     def installer_kind(self) -> str | None:
@@ -124,17 +146,3 @@ def build_timeout_minutes(profile: Profile) -> float:
     """The overall limit of one box build (build.timeout_minutes, else the default of its OS)."""
     value = (profile.data.get("build") or {}).get("timeout_minutes")
     return float(value) if value is not None else float(DEFAULT_BUILD_TIMEOUT_MINUTES[profile.data.node_os])
-
-
-# Any one of these proves a download is the file we meant (README.md, Boxes: a download without one is refused).
-CHECKSUM_KEYS = ("sha256", "sha256_url", "sha512")
-
-
-def unpinned_components(profile: Profile) -> list[str]:
-    """Components a build would download without a way to verify them; each message names the key."""
-    return [
-        f"{profile.path.name}: components.{name} ({component.get('version', '?')}) has no {', '.join(CHECKSUM_KEYS)}; "
-        f"pin a verified value before building"
-        for name, component in (profile.data.get("components") or {}).items()
-        if component.get("url") and not any(component.get(k) for k in CHECKSUM_KEYS)
-    ]

@@ -357,7 +357,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "box": box,
             "paths": _paths(cluster, out, box_name),
             "secrets": secrets_for(box_name) if secrets_for else PLACEHOLDER_SECRETS,
-            "step_env": step_env(prof, cfg),
+            "step_env": step_env(prof, cluster),
         }
         extra["packer_env"] = packer_hcl.environment_locals(extra["step_env"].environment_vars)
         packer_template = templates / "packer" / f"{prof.os_family}{packer_hcl.SUFFIX}.j2"

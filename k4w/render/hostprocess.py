@@ -71,12 +71,11 @@ def context(cluster, folder: str, profs: list[Profile], guest: Path) -> HostProc
         if not path.is_file():
             raise K4wError(f"{path} is missing: the Windows node DaemonSets run it")
         scripts[name] = path.read_text(encoding="utf-8")
-    version = str(cluster.kube.version).lstrip("v")
     return HostProcessContext(
         namespace=identities.HOSTPROCESS_NAMESPACE,
         configmap=identities.HOSTPROCESS_CONFIGMAP,
         image=str(image),
-        minor=".".join(version.split(".")[:2]),
+        minor=".".join(map(str, cluster.kube.minor)),
         node_dir=NODE_DIR,
         daemonsets={d.identity.component: d for d in identities.HOSTPROCESS_DAEMONSETS},
         scripts=scripts,

@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from k4w.derive.cluster import Cluster
+from k4w.model.profiles import CHECKSUM_KEYS
 
 FACTS = Path(__file__).resolve().parent / "facts" / "published-checksums.yml"
-CHECKSUM_KEYS = ("sha256", "sha512", "sha256_url")
 
 
 def published_patterns() -> list[re.Pattern]:

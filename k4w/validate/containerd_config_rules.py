@@ -22,7 +22,6 @@ import yaml
 
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
-from k4w.derive.step_env import container_runtime
 
 FACTS = Path(__file__).parent / "facts"
 STEP_VARIABLE = "K4W_CONTAINERD_CONFIG_VERSION"
@@ -91,7 +90,7 @@ def drop_in_problems(auth: str, wanted: int, containerd_version: str) -> list[st
 def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
     checked: list[str] = []
     problems: list[str] = []
-    boxes = [p for p in cluster.profiles.values() if container_runtime(p) == "containerd"]
+    boxes = [p for p in cluster.profiles.values() if p.container_runtime == "containerd"]
     for profile in boxes:
         version = str(profile.data.components.containerd.version)
         try:

@@ -182,7 +182,7 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         folder = out / "nodes" / node.name
         if not folder.is_dir():
             continue
-        versions = {"kubelet": str(profile.data.kubernetes.version), "kube-proxy": str(profile.data.kubernetes.version),
+        versions = {"kubelet": profile.kubernetes_version, "kube-proxy": profile.kubernetes_version,
                     "flanneld": str(((profile.data.get("components") or {}).get("flannel") or {}).get("version", ""))}
         for name, binary in ARGS_FILES.items():
             if (folder / name).is_file():
@@ -192,7 +192,7 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
     for manifest, key, binary, profile in _daemonset_args(cluster, out):
         where = f"{manifest.relative_to(out).as_posix()} ConfigMap {key}"
         checked.append(where)
-        versions = {"kube-proxy": str(profile.data.kubernetes.version),
+        versions = {"kube-proxy": profile.kubernetes_version,
                     "flanneld": str(((profile.data.get("components") or {}).get("flannel") or {}).get("version", ""))}
         uses = [Use(binary, m.group(1), f"{where}:{n}") for n, line in enumerate(_configmap_value(manifest, key).splitlines(), 1)
                 if (m := FLAG.match(line.strip())) and line.strip().startswith("-")]
@@ -204,7 +204,7 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
             where = f"{profile.path.name} kubernetes (kubelet flags of a joining worker, k4w.derive.values.linux_kubelet_flags)"
             checked.append(where)
             judge([Use("kubelet", m.group(1), where) for flag in flags for m in FLAG.finditer(flag.split("=", 1)[0])],
-                  {"kubelet": str(profile.data.kubernetes.version)}, "linux")
+                  {"kubelet": profile.kubernetes_version}, "linux")
     for path in sorted((out / "kubeadm").glob("*.yaml")):
         checked.append(f"kubeadm/{path.name}")
         judge(_kubeadm_config(path), {"kubelet": k8s}, "linux")

@@ -293,8 +293,8 @@ def check_schema_at_cluster_minor(path: Path, docs: list[dict], cluster) -> list
         from kubernetes_validate import utils as kv_utils
     except ImportError as exc:
         raise ToolMissing("kubernetes-validate", INSTALL["kubernetes-validate"]) from exc
-    major, minor = str(cluster.kube.version).lstrip("v").split(".")[:2]
-    if (int(major), int(minor)) < HOSTPROCESS_GA:
+    major, minor = cluster.kube.minor
+    if (major, minor) < HOSTPROCESS_GA:
         return [f"{path.name}: the master's profile pins Kubernetes {cluster.kube.version}, whose API server has no stable "
                 f"HostProcess pods (GA in {'.'.join(map(str, HOSTPROCESS_GA))}, KEP 1981): a Windows box with hostprocess: "
                 "needs a master of its own era"]

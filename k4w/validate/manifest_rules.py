@@ -25,6 +25,7 @@ from .args_file import read_args
 from k4w.derive.values import VXLAN_PORT, VXLAN_VNI
 from k4w.infra.errors import ToolMissing
 from k4w.infra.tools import INSTALL
+from k4w.model.version_skew import minor as version_minor
 
 # apps/v1 (DaemonSet, Deployment) is GA since 1.9 and rbac/v1 since 1.8: all exist in 1.11 and today.
 ALLOWED_API_VERSIONS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1")
@@ -326,11 +327,6 @@ def _selects(selector: dict, label: str | None, os_name: str) -> bool:
 PAUSE_FLAG_GONE = (1, 34)
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = (version.lstrip("v").split(".") + ["0"])[:2]
-    return int(major), int(minor)
-
-
 def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     node = node_dir.name
     where = f"nodes/{node}"
@@ -375,7 +371,7 @@ def check_windows_node(node_dir: Path, exp: Expected) -> list[str]:
     if not hostprocess:
         problems += _check_service_files(files, exp, node, node_ip, kubelet, where)
     version = str((info or {}).get("kubernetes_version") or "")
-    if version and _minor(version) >= PAUSE_FLAG_GONE:
+    if version and version_minor(version) >= PAUSE_FLAG_GONE:
         if "--pod-infra-container-image" in kubelet:
             problems.append(f"{where}/kubelet.args: --pod-infra-container-image is rendered for kubelet {version}, which has no "
                             "such flag from 1.34 on: the pause image belongs in containerd's pinned_images.sandbox only")

@@ -61,9 +61,9 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
         if not profile.is_windows or profile.node_recipe:
             continue
         checked.append(profile.path.name)
-        path = facts_path(str(profile.data.kubernetes.version))
+        path = facts_path(profile.kubernetes_version)
         if not path.is_file():
-            problems.append(f"{profile.path.name}: no facts for kubeadm {profile.data.kubernetes.version}'s Windows preflight "
+            problems.append(f"{profile.path.name}: no facts for kubeadm {profile.kubernetes_version}'s Windows preflight "
                             f"({path.name}): read its SystemVerification spec at the tag before joining without skipping it")
             continue
         problems += check_box(profile, yaml.safe_load(path.read_text(encoding="utf-8")))

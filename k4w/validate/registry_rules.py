@@ -31,7 +31,6 @@ from k4w.derive import containerd_config, registry
 from k4w.infra import pinned_tools
 from k4w.outdir import private
 from k4w.derive.cluster import Cluster
-from k4w.derive.step_env import container_runtime
 from k4w.model.profiles import Profile
 
 FACTS = Path(__file__).parent / "facts"
@@ -133,7 +132,7 @@ def box_images(profile: Profile) -> list[str]:
     kube = data.get("kubernetes") or {}
     names = []
     if not profile.is_windows and kube.get("version"):
-        names += kubeadm_images(str(kube["version"]), str(kube.get("image_repository") or "registry.k8s.io"))
+        names += kubeadm_images(profile.kubernetes_version, str(kube.get("image_repository") or "registry.k8s.io"))
     names += [str(kube[key]) for key in ("pause_image", "flannel_image", "flannel_cni_plugin_image") if kube.get(key)]
     names += [str(image) for image in (data.get("images") or {}).values() if image]
     hostprocess = (data.get("hostprocess") or {}).get("image")
@@ -211,7 +210,7 @@ def check(cluster: Cluster, out: Path | None = None) -> tuple[list[str], list[st
     problems: list[str] = []
     if not cfg.registry.mirrors:
         return ["no registry.mirrors in this config"], []
-    runtimes = {container_runtime(profile): box for box, profile in cluster.profiles.items()}
+    runtimes = {profile.container_runtime: box for box, profile in cluster.profiles.items()}
     if "containerd" in runtimes:
         version = str(cluster.profile(runtimes["containerd"]).data.components.containerd.version)
         files = registry.certs_d(cfg)

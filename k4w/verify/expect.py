@@ -49,11 +49,6 @@ def component(profile: Profile, name: str, key: str = "version") -> str:
     return str(value)
 
 
-def kubernetes_version(profile: Profile) -> str:
-    """The one Kubernetes version of a box: `kubernetes.version` (what kubeadm/kubelet report)."""
-    return str(profile.data.kubernetes.version).lstrip("v")
-
-
 def release_document(profile: Profile) -> dict:
     """The build record the box writes inside the guest (docs/internals.md, Profile conventions):
     exactly the profile's components, as the build record outside the guest lists them. A Windows
@@ -122,13 +117,6 @@ def linux_cni_plugins(profile: Profile) -> tuple[str, ...]:
     """The CNI plugins the box's CNI release puts in /opt/cni/bin."""
     version = tuple(int(part) for part in (reported_version(component(profile, "cni")) or "0.0.0").split("."))
     return tuple(p for p in LINUX_CNI_PLUGINS if p != "flannel" or version < CNI_WITHOUT_FLANNEL)
-
-
-def container_runtime(profile: Profile) -> str:
-    """The box's container runtime, by era (k4w.derive.step_env.container_runtime)."""
-    from k4w.derive.step_env import container_runtime as runtime
-
-    return runtime(profile)
 
 
 def containerd_config_problems(text: str, profile: Profile, effective: bool = False) -> list[str]:

@@ -99,7 +99,7 @@ def test_cluster_up_adds_each_missing_box_once_then_boots_every_vm_at_once(five)
     cluster, out, fake = five
     write_box_catalogues(out)
     fake.scenario({"boot_seconds": BOOT, "box_add_seconds": 1.0})
-    ctx = up_mod.make_context(cluster.config, out, dry_run=False, host=lambda s: (0, ""), clock=FakeClock())
+    ctx = up_mod.make_context(cluster, out, dry_run=False, host=lambda s: (0, ""), clock=FakeClock())
     S.step_up(ctx)
     argvs = [a for a in fake.argvs() if a[0] in ("box", "up")]
     adds = [a for a in argvs if a[:2] == ["box", "add"]]
@@ -115,7 +115,7 @@ def test_cluster_up_adds_each_missing_box_once_then_boots_every_vm_at_once(five)
 
 def test_a_box_that_was_never_built_stops_cluster_up_before_any_vm_boots(five):
     cluster, out, fake = five
-    ctx = up_mod.make_context(cluster.config, out, dry_run=False, host=lambda s: (0, ""), clock=FakeClock())
+    ctx = up_mod.make_context(cluster, out, dry_run=False, host=lambda s: (0, ""), clock=FakeClock())
     with pytest.raises(K4wError, match=r"box ubuntu-1604 is not built: .*boxes/ubuntu-1604.json does not exist.*"
                                        r"Run `invoke build-ubuntu` first"):
         S.step_up(ctx)

@@ -123,7 +123,7 @@ def test_the_seed_era_gets_docker_hubs_mirror_in_daemon_json_and_kubeadms_images
                                      base=SEED, proxy=False))
     cluster = Cluster.resolve(cfg)
     for box in ("ubuntu-1604", "windows-1803"):
-        env = derive_steps.step_env(cluster.profile(box), cfg).env
+        env = derive_steps.step_env(cluster.profile(box), cluster).env
         assert env["K4W_DOCKER_REGISTRY_MIRRORS"] == "https://hub-mirror.corp.example"
         assert env["K4W_REGISTRY_FILES"] == env["K4W_REGISTRY_AUTH"] == ""  # no containerd on this era
     assert cluster.kube.image_repository == "k8s-mirror.corp.example"
@@ -149,7 +149,7 @@ def test_containerd_gets_hosts_toml_per_upstream_the_ca_beside_it_and_the_creden
     assert 'password = "s3cr@t"' in auth  # percent-decoding undone for containerd
     # The internal mirrors go around the proxy; a name under a public-looking domain is the user's call.
     assert registry.no_proxy_hosts(cfg) == ["harbor.internal", "registry-lab", "10.20.0.5"]  # by upstream name
-    env = derive_steps.step_env(Cluster.resolve(cfg).profile("windows-2025"), cfg)
+    env = derive_steps.step_env((resolved := Cluster.resolve(cfg)).profile("windows-2025"), resolved)
     assert env.env["K4W_REGISTRY_AUTH"] != "" and "registry_auth" in env.secrets
     assert "s3cr" not in " ".join(env.env.values())
 

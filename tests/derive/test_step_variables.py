@@ -13,6 +13,7 @@ from k4w.model import config, profiles
 from k4w.derive import values as derive, step_env as derive_steps
 from k4w.infra.errors import ConfigError, K4wError
 from k4w.infra.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
 from tests.helpers import config_dict, use_sources
 
 GUEST = ROOT / "guest"
@@ -42,6 +43,11 @@ def parse(data: dict) -> config.Config:
     return config.parse(yaml.safe_dump(data, sort_keys=False))
 
 
+def resolved(data: dict) -> Cluster:
+    """The resolved model of a config, which step_env takes its proxy from."""
+    return Cluster.resolve(parse(data))
+
+
 def reads(family: str) -> set[str]:
     names, own = set(), set()
     for script in BUILD_SCRIPTS[family]:
@@ -61,7 +67,7 @@ def boxes() -> dict[str, profiles.Profile]:
 
 
 def produced(profile: profiles.Profile, which: str) -> dict[str, str]:
-    return derive_steps.step_env(profile, parse(CONFIGS[which])).env
+    return derive_steps.step_env(profile, resolved(CONFIGS[which])).env
 
 
 def table_names(family: str) -> set[str]:
@@ -136,8 +142,9 @@ def test_a_component_key_without_a_name_is_refused(tmp_path, monkeypatch):
     data["components"]["nssm"]["sha1"] = "0" * 40
     (tmp_path / "windows-1803.yml").write_text(yaml.safe_dump(data))
     use_sources(monkeypatch, box_folders=(tmp_path,))
+    cluster = resolved(config_dict())
     with pytest.raises(K4wError, match=r"components\.nssm\.sha1 reaches no guest step: name its step variable in k4w/derive/step_env.py"):
-        derive_steps.step_env(profiles.load("windows-1803"), parse(config_dict()))
+        derive_steps.step_env(profiles.load("windows-1803"), cluster)
 
 
 # ------------------------------------------------------------------ the proxy: derived once, passed as data
@@ -149,16 +156,16 @@ def _resolve(steps: derive_steps.StepEnv, value: str) -> str:
 
 @pytest.mark.parametrize("box", ["ubuntu-1604", "windows-1803"])
 def test_credentials_reach_the_environment_only_as_packer_references(boxes, box):
-    steps = derive_steps.step_env(boxes[box], parse(CONFIGS["proxy"]))
+    steps = derive_steps.step_env(boxes[box], resolved(CONFIGS["proxy"]))
     assert steps.secrets and all("S3cret" not in value for value in steps.env.values())
     assert "S3cret" in "".join(_resolve(steps, value) for value in steps.env.values())
 
 
 def test_the_guests_get_the_derived_proxy_values(boxes):
-    cfg = parse(CONFIGS["proxy"])
-    proxy = derive.derive_proxy(cfg)
-    ubuntu = derive_steps.step_env(boxes["ubuntu-1604"], cfg)
-    windows = derive_steps.step_env(boxes["windows-1803"], cfg)
+    cluster = resolved(CONFIGS["proxy"])
+    proxy = cluster.proxy
+    ubuntu = derive_steps.step_env(boxes["ubuntu-1604"], cluster)
+    windows = derive_steps.step_env(boxes["windows-1803"], cluster)
     pairs = {box: dict(p.split("=", 1) for p in _resolve(steps, steps.env["K4W_PROXY_ENV"]).split(" "))
              for box, steps in (("ubuntu", ubuntu), ("windows", windows))}
     assert pairs["ubuntu"] == proxy.env
@@ -175,9 +182,9 @@ def test_the_guests_get_the_derived_proxy_values(boxes):
 
 
 def test_a_proxy_without_credentials_has_world_readable_files_and_no_credential_variables(boxes):
-    cfg = parse(config_dict(**{"proxy.http": "http://proxy.corp.example:3128"}))
-    assert derive_steps.step_env(boxes["ubuntu-1604"], cfg).env["K4W_PROXY_FILE_MODE"] == "0644"
-    windows = derive_steps.step_env(boxes["windows-1803"], cfg)
+    cluster = resolved(config_dict(**{"proxy.http": "http://proxy.corp.example:3128"}))
+    assert derive_steps.step_env(boxes["ubuntu-1604"], cluster).env["K4W_PROXY_FILE_MODE"] == "0644"
+    windows = derive_steps.step_env(boxes["windows-1803"], cluster)
     assert set(windows.secrets) == {"http_proxy"}
     assert not {"K4W_HTTP_PROXY_USER", "K4W_HTTP_PROXY_PASSWORD"} & set(windows.env)
 

@@ -132,7 +132,7 @@ def test_the_runs_pins_reach_the_fetch_and_the_guests_own_check(tmp_path, monkey
     write_pins(cluster_yml, served.pins)
     cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
     profile = cluster.profile("ubuntu-2404-e2e")
-    env = step_env(profile, cluster.config).env
+    env = step_env(profile, cluster).env
     for name in ("containerd", "runc", "cni", "kubernetes"):
         assert profile.data.components[name].sha256 == served.digests[name]
         assert env[f"K4W_{name.upper()}_SHA256"] == served.digests[name]
@@ -247,8 +247,8 @@ def test_the_spec_reads_the_config_the_step_writes(monkeypatch):
 def test_the_cni_plugins_expected_follow_the_cni_release(monkeypatch):
     assert "flannel" not in expect.linux_cni_plugins(_profile(monkeypatch, "ubuntu-2404"))
     assert "flannel" in expect.linux_cni_plugins(_profile(monkeypatch, "ubuntu-1604"))
-    assert expect.container_runtime(_profile(monkeypatch, "ubuntu-2404-e2e")) == "containerd"
-    assert expect.container_runtime(_profile(monkeypatch, "debian-12-e2e")) == "docker"
+    assert _profile(monkeypatch, "ubuntu-2404-e2e").container_runtime == "containerd"
+    assert _profile(monkeypatch, "debian-12-e2e").container_runtime == "docker"
 
 
 def test_the_spec_asks_the_runtime_binaries_where_step_03_installs_them():

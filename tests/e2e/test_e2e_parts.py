@@ -510,7 +510,7 @@ def rendered_template(tmp_path) -> dict:
     template = packer_hcl.parse(render.render_files(cluster, tmp_path / "out")["packer/debian-12-e2e.pkr.hcl"])
     # As the harness does: the variables' values as Packer's build gets them from the environment.
     template["variables"] = packer_cli.variable_values(
-        template, step_env(cluster.profile("debian-12-e2e"), cluster.config).secret_environment)
+        template, step_env(cluster.profile("debian-12-e2e"), cluster).secret_environment)
     return template
 
 

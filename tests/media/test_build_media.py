@@ -25,7 +25,7 @@ def test_every_download_of_every_box_has_a_media_name_its_guest_is_told():
     cluster = _cluster()
     for box, profile in cluster.profiles.items():
         names = build_media.box_files(profile)
-        env = step_env(profile, cluster.config).env
+        env = step_env(profile, cluster).env
         assert names and all(env[f"K4W_{c.upper()}_FILE"] == name for c, name in names.items()), box
         assert not any(k.endswith("_URL") and k.startswith(("K4W_KUBERNETES", "K4W_CNI", "K4W_FLANNEL")) for k in env), box
         if profile.is_windows:

@@ -131,7 +131,7 @@ def test_every_artifact_agrees_on_cidrs_dns_and_node_ips(cfg):
     # NO_PROXY in every box build (the NAME=value pairs the guest writes) carries the pod,
     # service and node CIDRs
     for box in cfg.boxes():
-        env = _env(packer_hcl.parse(files[packer_hcl.rel_path(box)]), step_env(cluster.profile(box), cfg).secret_environment)
+        env = _env(packer_hcl.parse(files[packer_hcl.rel_path(box)]), step_env(cluster.profile(box), cluster).secret_environment)
         pairs = dict(pair.split("=", 1) for pair in env["K4W_PROXY_ENV"].split())
         no_proxy = pairs.get("NO_PROXY", "").split(",")
         if cfg.proxy.http or cfg.proxy.https:

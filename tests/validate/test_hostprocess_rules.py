@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from k4w.derive.cluster import Cluster
+from k4w.model import profiles
+from k4w.derive.cluster import kube_era
 from k4w.validate import hostprocess_rules, manifest_rules, powershell_rules as powershell, powershell_snippets
 from k4w.infra.sources import REPO_ROOT as ROOT
 from tests.helpers import MODERN_ENV, config_dict, invoke, modern_config, write_config
@@ -219,7 +221,7 @@ def test_a_containerd_box_under_a_seed_master_is_refused_for_its_api_server(tmp_
     # And the manifest rule behind it: the 1.11 API server has no hostProcess field, so it would drop it
     # and run the pods as plain containers.
     _, out = modern
-    seed_master = SimpleNamespace(kube=SimpleNamespace(version="1.11.10"))
+    seed_master = SimpleNamespace(kube=kube_era(profiles.load("ubuntu-1604")))  # Kubernetes 1.11.10
     problems = hostprocess_rules.check_schema_at_cluster_minor(out / DAEMONSETS, _docs(out / DAEMONSETS), seed_master)
     assert len(problems) == 1 and "whose API server has no stable HostProcess pods (GA in 1.26" in problems[0]
 

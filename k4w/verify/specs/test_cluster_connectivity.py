@@ -142,7 +142,7 @@ def _finished(kubectl, namespace: str, name: str, timeout: int) -> dict:
 def test_a_nano_server_pod_uses_its_token_configmap_and_emptydir(windows_box, endpoints, kubectl):
     """Nano Server runs as ContainerUser, which opens its mounts with its own identity: a node
     folder ACL that admits only SYSTEM and Administrators denies it every volume. (One pod for the
-    cluster: cluster_model refuses Windows nodes with different Nano Server images.)"""
+    cluster: k4w.derive.cluster refuses Windows nodes with different Nano Server images.)"""
     pod = _finished(kubectl, wl.NAMESPACE, wl.VOLUME_CHECK, WINDOWS_POD_TIMEOUT)
     log = kubectl.run("logs", "-n", wl.NAMESPACE, wl.VOLUME_CHECK, check=False).stdout.strip()
     assert pod["status"]["phase"] == "Succeeded", (

@@ -12,7 +12,7 @@ import pytest
 
 from k4w.derive import identities
 from k4w.model import profiles
-from k4w.verify import expect
+from k4w.model.version_skew import minor
 
 pytestmark = [pytest.mark.infra, pytest.mark.k4w_spec("cluster")]
 
@@ -24,11 +24,6 @@ NODE_SELECTORS_FROM = (1, 32)
 # What flannel's annotations on a node say once flanneld has registered its lease (flannel-io/flannel
 # pkg/subnet/kube/annotations.go, "public-ip" under the flannel.alpha.coreos.com prefix).
 FLANNEL_PUBLIC_IP = "flannel.alpha.coreos.com/public-ip"
-
-
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = version.lstrip("v").split(".")[:2]
-    return int(major), int(minor)
 
 
 def can_i(kubectl, *args: str) -> bool:
@@ -45,10 +40,10 @@ def can_i(kubectl, *args: str) -> bool:
 
 @pytest.mark.k4w_check("identities")
 def test_a_node_credential_cannot_list_every_node(kubectl, cluster_cfg):
-    version = expect.kubernetes_version(profiles.load(cluster_cfg.master.box))
+    version = profiles.load(cluster_cfg.master.box).kubernetes_version
     node = cluster_cfg.nodes[-1].name
     as_node = (f"--as=system:node:{node}", "--as-group=system:nodes")
-    if _minor(version) >= NODE_SELECTORS_FROM:
+    if minor(version) >= NODE_SELECTORS_FROM:
         assert not can_i(kubectl, "list", "nodes", *as_node), (
             f"node {node}'s credentials may list every node: a binding to the system:nodes group widens what every "
             "kubelet may read (the Node authorizer alone allows its own node only)")

@@ -191,7 +191,7 @@ KUBE_VERSION_COMMANDS = {
 @pytest.mark.k4w_check("kubernetes_binaries")
 @pytest.mark.parametrize("binary", sorted(KUBE_VERSION_COMMANDS))
 def test_kubernetes_binary_version(host, profile, binary):
-    wanted = expect.kubernetes_version(profile)
+    wanted = profile.kubernetes_version
     out = _ok(host.run(KUBE_VERSION_COMMANDS[binary]), f"{binary} version")
     assert expect.reported_version(out) == wanted, f"{binary} reports {out.strip()!r}, profile pins {wanted}"
 
@@ -202,7 +202,7 @@ def test_kubeadm_reports_the_pinned_release_in_full(host, profile):
     # version.Info of k8s.io/component-base set at link time): a real build of the release, not a
     # program that only prints a version line.
     out = _ok(host.run("kubeadm version -o json"), "kubeadm version -o json")
-    problems = expect.kubeadm_version_problems(out, expect.kubernetes_version(profile))
+    problems = expect.kubeadm_version_problems(out, profile.kubernetes_version)
     assert not problems, "kubeadm version -o json: " + "; ".join(problems)
 
 
@@ -293,7 +293,7 @@ def _assert_proxy_env(found: dict[str, str], proxy, where: str):
 @pytest.mark.k4w_check("proxy")
 def test_service_proxy_dropins(host, proxy, profile):
     # The box's own runtime (docker or containerd, by era) and the kubelet.
-    for service in (expect.container_runtime(profile), "kubelet"):
+    for service in (profile.container_runtime, "kubelet"):
         _check_proxy_dropin(host, proxy, PROXY_DROPIN.format(service=service))
 
 

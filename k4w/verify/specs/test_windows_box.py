@@ -235,7 +235,7 @@ def _version_of(host, exe: str, arguments: list[str]) -> str:
 @pytest.mark.k4w_check("kubernetes_binaries")
 @pytest.mark.parametrize("binary", sorted(KUBE_BINARIES))
 def test_kubernetes_binary_version(host, profile, binary):
-    wanted = expect.kubernetes_version(profile)
+    wanted = profile.kubernetes_version
     output = _version_of(host, f"{K_DIR}\\{binary}", KUBE_BINARIES[binary])
     assert expect.reported_version(output) == wanted, f"{binary} reports {output.strip()!r}, profile pins {wanted}"
 
@@ -289,7 +289,7 @@ def test_firewall_profiles_enabled(host):
 
 @pytest.mark.k4w_check("defender")
 def test_defender_exclusions(host, profile):
-    runtime = "containerd" if "containerd" in expect.components(profile) else "docker"
+    runtime = profile.container_runtime
     found = _query(host, q.defender_exclusions(), "Defender preferences")
     if not found["installed"]:
         # 10-defender-exclusions.ps1: no Defender means no real-time scan to exclude from; that
@@ -413,7 +413,7 @@ def _acl_problems(row: dict, protected: bool) -> list[str]:
 
 @pytest.mark.k4w_check("folder_acls")
 def test_node_folders_are_system_and_administrators_only(host, profile):
-    containerd = "containerd" in expect.components(profile)
+    containerd = profile.container_runtime == "containerd"
     paths = [*PROTECTED_FOLDERS, *ADMIN_ONLY_CHILDREN, *(CONTAINERD_FOLDERS if containerd else ())]
     rows = {r["path"]: r for r in winps.as_list(_query(host, q.folder_acls(paths), "folder ACLs"))}
     problems = [p for path in paths for p in _acl_problems(rows[path], protected=path in PROTECTED_FOLDERS + CONTAINERD_FOLDERS)]

@@ -81,7 +81,7 @@ def cluster(proxy_http=None, proxy_https=None, nodes=None) -> Cluster:
 def step_env(http=None, https=None) -> dict[str, str]:
     """The environment ubuntu-1604's steps get with this proxy, as Packer hands it to them
     (its ${var.x} references resolved)."""
-    steps = derive_steps.step_env(profiles.load(BOX), cluster(http, https).config)
+    steps = derive_steps.step_env(profiles.load(BOX), cluster(http, https))
     return {name: steps.resolved(value) for name, value in steps.env.items()}
 
 
@@ -114,9 +114,8 @@ def ubuntu(render_box, tmp_path):
     def _ubuntu(http=None, https=None):
         resolved = cluster(http, https)
         files = render_box(resolved)
-        environ = derive_steps.step_env(resolved.profile(BOX), resolved.config).secret_environment
-        template = packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"], root=tmp_path / "out" / "packer")
-        return resolve_user_variables(template, environ), files[f"http/{BOX}/preseed.cfg"]
+        environ = derive_steps.step_env(resolved.profile(BOX), resolved).secret_environment
+        return resolve_user_variables(packer_hcl.parse(files[f"packer/{BOX}.pkr.hcl"], root=tmp_path / "out" / "packer"), environ), files[f"http/{BOX}/preseed.cfg"]
 
     return _ubuntu
 

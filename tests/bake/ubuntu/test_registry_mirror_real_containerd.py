@@ -57,7 +57,7 @@ def mirrored_cluster(folder: Path, mirror: oci_registry.Registry) -> Cluster:
 
 def guest_env(cluster: Cluster) -> dict[str, str]:
     """ubuntu-2604's (examples/cluster-modern.yml's Linux box) step variables as the guest receives them (Packer's references resolved)."""
-    steps = derive_steps.step_env(cluster.profile("ubuntu-2604"), cluster.config)
+    steps = derive_steps.step_env(cluster.profile("ubuntu-2604"), cluster)
     return {name: steps.resolved(value) for name, value in steps.env.items() if name.startswith("K4W_") and name != "K4W_LIB"}
 
 

@@ -155,7 +155,7 @@ def test_the_containerd_step_writes_a_systemd_cgroup_config_on_a_2604_root_and_t
     from tests.fakes import local_http
 
     profile = profiles.load(BOX)
-    env = {k: v for k, v in derive_steps.step_env(profile, cluster().config).env.items() if k.startswith("K4W_") and k != "K4W_LIB"}
+    env = {k: v for k, v in derive_steps.step_env(profile, cluster()).env.items() if k.startswith("K4W_") and k != "K4W_LIB"}
     assert env["K4W_CONTAINERD_CGROUP_DRIVER"] == "systemd"
     files, digests = {}, {}
     for component, build in BUILDERS.items():

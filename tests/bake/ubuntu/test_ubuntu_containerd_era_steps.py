@@ -38,7 +38,7 @@ BUILDERS = {"containerd": lambda version: archives.tar_gz({f"bin/{name}": PLACEH
 
 def step_env() -> dict[str, str]:
     """ubuntu-2404's real step variables (names and values from its profile), without the proxy."""
-    env = derive_steps.step_env(profiles.load("ubuntu-2404"), cluster().config).env
+    env = derive_steps.step_env(profiles.load("ubuntu-2404"), cluster()).env
     # K4W_LIB is where Packer uploads lib.sh; run here, each step finds it beside itself.
     return {name: value for name, value in env.items() if name.startswith("K4W_") and name != "K4W_LIB"}
 

@@ -152,7 +152,7 @@ def test_the_build_proxy_never_reaches_the_disk_only_a_runtime_docker_drop_in(tm
 def test_a_node_gets_the_proxy_on_disk_readable_only_by_root_and_the_value_file_is_deleted(tmp_path):
     root = make_root(tmp_path)
     run_step("01-proxy.sh", root, **proxy_step_env(HTTP_PROXY, HTTPS_PROXY))  # the build's runtime drop-in
-    values = derive_steps.node_proxy_variables(cluster(HTTP_PROXY, HTTPS_PROXY).config, "ubuntu")
+    values = derive_steps.node_proxy_variables(cluster(HTTP_PROXY, HTTPS_PROXY).proxy, "ubuntu")
     node_env = {name: values[name] for name in ("K4W_PROXY_ENV", "K4W_APT_PROXY_CONF", "K4W_PROXY_FILE_MODE")}
     step_01 = proxy_step_env(HTTP_PROXY, HTTPS_PROXY)
     assert node_env == {name: step_01[name] for name in node_env}  # the values Packer gives step 01

@@ -281,7 +281,7 @@ def test_proxy_credentials_reach_the_guest_only_through_sensitive_variables(rend
     assert template["sensitive-variables"] == ["http_proxy", "https_proxy"]
     # Not in the file: from the environment the build runner gives Packer.
     assert HTTP_PROXY not in raw
-    environ = step_env(resolved.profile(BOX), resolved.config).secret_environment
+    environ = step_env(resolved.profile(BOX), resolved).secret_environment
     assert packer_cli.variable_values(template, environ)["http_proxy"] == HTTP_PROXY
     assert all(HTTP_PROXY not in item for step in shell_steps(template) for item in step["environment_vars"])
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from k4w.infra.sources import REPO_ROOT as ROOT
+from k4w.model.profiles import CHECKSUM_KEYS
 from k4w.validate.powershell_rules import parse_text_errors
 from tests.helpers import system_tool
 
@@ -22,7 +23,6 @@ GUEST = ROOT / "guest" / "windows"
 # What the Packer build runs or uploads: Setup bootstrap, bake steps, the shared library.
 BOX_BUILD_SCRIPTS = sorted([*(GUEST / "setup").glob("*.ps1"), *(GUEST / "bake").glob("*.ps1"), GUEST / "common.ps1"])
 VAGRANTFILE = ROOT / "vagrant" / "box" / "windows.Vagrantfile"
-CHECKSUM_KEYS = ("sha256", "sha256_url", "sha512")
 # Components whose checksum could not be found published anywhere (see the profile comments):
 # the build must refuse them until someone pins a verified value.
 UNPINNED = {"flannel"}  # Flannel publishes no checksum for flanneld.exe: the user pins it (invoke pin)

@@ -14,13 +14,14 @@ import yaml
 from k4w.model import config, profiles
 from k4w.derive import step_env as derive_steps
 from k4w.infra.sources import REPO_ROOT as ROOT
+from k4w.derive.cluster import Cluster
 from k4w.validate import powershell_rules
 
 GUEST = ROOT / "guest" / "windows"
 PROFILE = yaml.safe_load((ROOT / "boxes" / "windows-2022.yml").read_text())
 FACTS = yaml.safe_load((ROOT / "k4w" / "validate" / "facts" / f"containerd-{PROFILE['components']['containerd']['version']}-config.yml").read_text())
 CONTAINERD = (GUEST / "bake" / "03-containerd.ps1").read_text()
-STEP_ENV = derive_steps.step_env(profiles.load("windows-2022"), config.load(ROOT / "cluster.yml")).env
+STEP_ENV = derive_steps.step_env(profiles.load("windows-2022"), Cluster.resolve(config.load(ROOT / "cluster.yml"))).env
 START_NODE = (GUEST / "node-containerd" / "start-node.ps1").read_text()
 HOSTPROCESS = GUEST / "hostprocess"
 START_FLANNELD = (HOSTPROCESS / "start-flanneld.ps1").read_text()

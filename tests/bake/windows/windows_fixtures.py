@@ -58,8 +58,9 @@ class Rendered:
         the build runner gives Packer (StepEnv.secret_environment)."""
         from k4w.infra import packer_cli
         from k4w.derive.step_env import step_env
+        from k4w.derive.cluster import Cluster
 
-        environ = step_env(profiles.load(self.box), self.cfg).secret_environment
+        environ = step_env(profiles.load(self.box), Cluster.resolve(self.cfg)).secret_environment
         return packer_cli.variable_values(self.packer, environ)
 
     def env(self, script: str) -> dict[str, str]:
