@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 _MARKERS = ("e2e", "tools", "infra")
+_MARKS_PROPERTY = "k4w marks"
 _E2E_PROPERTY = "k4w e2e report"  # tests/e2e/conftest.py's e2e_report fixture
 _E2E_REPORTS: list[tuple[str, list[str]]] = []
 _STARTED = time.monotonic()
@@ -60,6 +61,8 @@ def pytest_collection_modifyitems(session, config, items):
     # A worker's collection order is the order in which the controller hands out the modules.
     distributed = _worker(config)
     items.sort(key=lambda item: (item.get_closest_marker("e2e") is None) == distributed)
+    for item in items:  # the report's keywords also hold folder names (tests/e2e): say which are marks
+        item.user_properties.append((_MARKS_PROPERTY, [name for name in _MARKERS if item.get_closest_marker(name)]))
 
 
 def _shared_folder(tmp_path_factory) -> Path:
@@ -93,7 +96,7 @@ def shellcheck_memo(tmp_path_factory):
 def pytest_runtest_logreport(report):
     """Every phase's time goes to the test's folder and its markers; a test counts once, at teardown."""
     folder = os.path.dirname(report.location[0]) or "."
-    markers = [name for name in _MARKERS if name in report.keywords] or ["(none)"]
+    markers = next((marks for name, marks in report.user_properties if name == _MARKS_PROPERTY), None) or ["(none)"]
     for kind, names in (("folder", [folder]), ("marker", markers)):
         for name in names:
             entry = _SECONDS[kind][name]
