@@ -281,8 +281,10 @@ def test_record_carries_git_revision_and_dirty_flag(repo, fake_packer, console, 
     assert record["git"] == {"commit": head, "dirty": True}
 
 
-def _signal_when(ready, signum: int, timeout: float = 20) -> threading.Thread:
-    """A started thread that sends signum to this process once ready() holds, or never."""
+def _signal_when(ready, signum: int, timeout: float = 120) -> threading.Thread:
+    """A started thread that sends signum to this process once ready() holds, or never. The wait
+    is long because a loaded machine (the suite on both cores beside a QEMU bake) starts the fake
+    Packer and its plugin slowly: 20 s once ran out before the partial box appeared."""
 
     def send():
         deadline = time.monotonic() + timeout

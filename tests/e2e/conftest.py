@@ -2,7 +2,9 @@
 
 The bake prints its phase-timing table and findings in a terminal-summary section of its
 own, so they are in the CI output whether it passed or failed (pytest shows a passing
-test's captured output nowhere).
+test's captured output nowhere). The lines travel in the test's report (user_properties) and
+tests/conftest.py prints them: under xdist only the controller prints a summary, and it loads no
+conftest below tests/. tests/conftest.py also orders the bakes.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from k4w.infra import sources
 from ci.e2e.run import E2E_BOXES, SBIN
 from tests.helpers import use_sources
 
-_REPORTS: list[tuple[str, list[str]]] = []
+# tests/conftest.py prints the user_properties of this name.
+_PROPERTY = "k4w e2e report"
 
 
 @pytest.fixture
-def e2e_report():
+def e2e_report(request):
     """e2e_report(title, lines): print these lines in the 'k4w e2e' summary section."""
 
     def add(title: str, lines: list[str]) -> None:
-        _REPORTS.append((title, list(lines)))
+        request.node.user_properties.append((_PROPERTY, (title, list(lines))))
 
     return add
 
@@ -41,16 +44,3 @@ def sbin_on_path(monkeypatch):
     lacks: search them too, as the harness does (run.SBIN)."""
     folders = os.environ.get("PATH", "").split(os.pathsep)
     monkeypatch.setenv("PATH", os.pathsep.join(folders + [f for f in SBIN.split(":") if f not in folders]))
-
-
-def pytest_collection_modifyitems(session, config, items):
-    # The bake takes about a quarter of an hour: run it after everything else, so the fast
-    # suite reports first. Order among the others is unchanged.
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    for title, lines in _REPORTS:
-        terminalreporter.section(f"k4w e2e: {title}")
-        for line in lines:
-            terminalreporter.write_line(line)
