@@ -74,7 +74,7 @@ def _shared_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def shellcheck_memo(tmp_path_factory):
     """`shellcheck` first on PATH, for this process and every program it starts: tests/tool_memo.py."""
-    from k4w import tools
+    from k4w.infra import tools
 
     real = tools.find("shellcheck")
     if real is None:  # tests name the install command themselves (tests.helpers.system_tool)
