@@ -339,12 +339,12 @@ def proxy_checks(cfg: Config, config_file: Path | str = "cluster.yml") -> list[C
 def out_checks(out: Path) -> list[Check]:
     """doctor reads --out without its lock: a render killed mid-swap shows as a failure, not as
     templates of two renders."""
-    from . import render
+    from .out import swap
 
-    record = render.swap_pending(out)
+    record = swap.swap_pending(out)
     if record is None:
         return []
-    return [Check("--out", False, render.pending_swap_message(record), f"invoke render --out {out}")]
+    return [Check("--out", False, swap.pending_swap_message(record), f"invoke render --out {out}")]
 
 
 # ------------------------------------------------------------------ online: do the profiles' URLs still answer?

@@ -64,7 +64,7 @@ def _dry_answers(cluster) -> dict[str, str]:
 def make_context(cfg: Config, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
                  poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """artifacts: where the rendered files are read; OUT itself unless a dry run passes a scratch
-    copy of its in-memory render (render.scratch_copy), so that it writes nothing under OUT."""
+    copy of its in-memory render (k4w.out.swap.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
     artifacts = Path(artifacts) if artifacts else out
     cluster = load_cluster(artifacts)

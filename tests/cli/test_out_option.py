@@ -15,7 +15,8 @@ from invoke import Config, Context
 from invoke.exceptions import Exit
 
 import tasks
-from k4w import cli, render
+from k4w import cli
+from k4w.out import swap
 from tests.fakes import component_cache
 from tests.helpers import ROOT, invoke
 
@@ -129,7 +130,7 @@ def test_racing_renders_each_finish_or_are_refused_and_out_ends_whole(tmp_path):
     assert any(r.returncode == 0 for r in results)
     assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} >= {
         "packer/ubuntu-1604.pkr.hcl", "packer/windows-1803.pkr.hcl", "vagrant/cluster.json"}
-    assert not any(p.name.startswith((".render-", ".old-", render.SWAP_RECORD)) for p in out.iterdir())
+    assert not any(p.name.startswith((".render-", ".old-", swap.SWAP_RECORD)) for p in out.iterdir())
 
 
 # ------------------------------------------------------------------ logs

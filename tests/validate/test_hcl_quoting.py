@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from k4w import packer_hcl, sources
-from k4w.render import _environment
+from k4w.render.templates import environment as _environment
 from k4w.validate import hcl_template_rules
 from tests.helpers import invoke, system_tool
 

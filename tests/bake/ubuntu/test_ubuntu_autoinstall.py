@@ -155,7 +155,7 @@ def test_a_seed_subiquity_would_refuse_fails_validate_naming_the_key(tmp_path):
 
 def test_cloud_init_judges_the_file_itself(tmp_path):
     """The real cloud-init: a user-data whose cloud-config part has a wrong type fails, naming the key."""
-    from k4w import validate
+    from k4w.validate import cloud_config_rules
     from k4w.cluster_model import Cluster
     from k4w import config
 
@@ -164,10 +164,10 @@ def test_cloud_init_judges_the_file_itself(tmp_path):
     seed = out / "http" / BOX / "user-data"
     seed.write_text("#cloud-config\nhostname: 5\nautoinstall:\n  version: 1\n")
     cluster = Cluster.resolve(config.parse(yaml.safe_dump(mixed_config())))
-    res = validate.cloud_configs(cluster, out)
+    res = cloud_config_rules.run(cluster, out)
     assert res.checked and res.problems and "hostname: 5 is not of type 'string'" in res.problems[0]
     seed.write_text("#cloud-config\nhostname: box\nautoinstall:\n  version: 1\n")
-    assert validate.cloud_configs(cluster, out).ok
+    assert cloud_config_rules.run(cluster, out).ok
 
 
 @pytest.mark.parametrize("kind, message", [

@@ -1,0 +1,1 @@
+"""Writing the --out folder: the atomic swap of the folders a render owns (swap)."""
