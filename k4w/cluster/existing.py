@@ -42,10 +42,15 @@ from k4w.outdir import private
 from k4w.infra import ui
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
-from k4w.cluster.kubeapi import ApiError, Client, Credentials, load_kubeconfig
-from ..render import hostprocess
+from k4w.cluster.kubeapi import ApiError, Client, load_kubeconfig
 from k4w.model.version_skew import minor
-from . import api_models as M, bootstrap_token, facts as facts_mod, flannel_address
+from k4w.render import hostprocess
+from k4w.cluster import api_models as M
+from k4w.cluster import facts as facts_mod
+from k4w.cluster import flannel_address
+from k4w.cluster import steps as S
+# Re-exported: callers and tests name them existing.X, as before the API reads moved to existing_api.
+from k4w.cluster.existing_api import cluster_info, endpoint, join_parameters, join_token, node_conditions  # noqa: F401
 
 RECORD_FILE = "existing-cluster.json"
 # The seed era's token-Secret identities (services on the node); the containerd era's HostProcess
@@ -444,42 +449,6 @@ def apply(api: Client, docs: list[dict], record: Record) -> list[str]:
     return said
 
 
-def join_token(api: Client, record: Record) -> dict[str, str]:
-    """{api, token, hash} for join_config: a fresh recorded token, the CA hash and the endpoint nodes
-    discover (cluster-info's server, the cluster's controlPlaneEndpoint)."""
-    ca_hash = bootstrap_token.ca_cert_hash(api)
-    token = bootstrap_token.create(api, labels={node_marks.INSTALLATION_LABEL: record.installation} if record.installation else None)
-    record.add("Secret", f"/api/v1/namespaces/{bootstrap_token.NAMESPACE}/secrets/{token.secret_name}",
-               f"Secret {bootstrap_token.NAMESPACE}/{token.secret_name} (bootstrap token, expires {token.expiration})", shared=False)
-    return {"api": endpoint(api), "token": token.value, "hash": ca_hash}
-
-
-def join_parameters(ctx) -> dict[str, str]:
-    """steps.join_parameters for a cluster k4w did not make; a dry run creates nothing."""
-    if ctx.dry_run:
-        ui.say("would create a bootstrap token Secret kube-system/bootstrap-token-<id> (TTL 1 h) through the API "
-               "and read the CA hash from kube-public/cluster-info")
-        return {"api": endpoint(ctx.api), "token": "abcdef.0123456789abcdef", "hash": "sha256:" + "0" * 64}
-    return join_token(ctx.api, ctx.record)
-
-
-def endpoint(api: Client) -> str:
-    """host:port of the API server as cluster-info gives it to joining nodes; the kubeconfig's without one."""
-    kubeconfig = cluster_info(api)
-    if kubeconfig is None or not kubeconfig.clusters:
-        return api.creds.host_port
-    return Credentials(server=kubeconfig.clusters[0].cluster.server, ca_pem=b"").host_port
-
-
-def cluster_info(api: Client) -> M.ClusterInfoKubeconfig | None:
-    """kube-public/cluster-info's kubeconfig held to its shape (a server that is an https URL); None without it."""
-    where = "ConfigMap kube-public/cluster-info"
-    cm = facts_mod.answer(api, M.ConfigMap, bootstrap_token.CLUSTER_INFO, optional=True)
-    text = ((cm and cm.data) or {}).get("kubeconfig")
-    value = documents.yaml_value(text, f"{where} kubeconfig") if text else None
-    return None if value is None else documents.parse(M.ClusterInfoKubeconfig, value, f"{where} kubeconfig")
-
-
 def daemonsets(api: Client) -> list[dict]:
     """Every DaemonSet of the cluster, held to what _stays_off_windows and the CNI row read of it."""
     path = "/apis/apps/v1/daemonsets"
@@ -550,18 +519,6 @@ def remove(api: Client, out: Path, dry_run: bool = False) -> list[str]:
     return said
 
 
-def node_conditions(api: Client) -> dict[str, dict]:
-    """{node: its Ready condition}, as steps.node_conditions reads them through kubectl."""
-    result = {}
-    path = "/api/v1/nodes"
-    data = api.get(path)
-    documents.parse(M.NodeList, data, f"GET {api.creds.server}{path}")
-    for item in data.get("items") or []:
-        ready = next((c for c in (item.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
-        result[item["metadata"]["name"]] = ready
-    return result
-
-
 # ------------------------------------------------------------------ cluster-up and cluster-reset
 
 def prepare(ctx, cluster: Cluster, api: Client | None = None) -> None:
@@ -627,8 +584,6 @@ def join_step(ctx, m, step) -> None:
 
 def step_list(info) -> list:
     """The recorded steps of a join-only cluster-up (steps.step_list without the master's)."""
-    from . import steps as S
-
     def joined(step):
         return lambda ctx, m: join_step(ctx, m, step)
 

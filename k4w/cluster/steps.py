@@ -34,6 +34,7 @@ from k4w.infra.redact import redact, register_secret
 from k4w.infra.vagrant import PROVIDER
 from k4w.cluster import bootstrap_token
 from k4w.derive import join_config
+from k4w.cluster import existing_api
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -173,9 +174,7 @@ def node_conditions(ctx: Context) -> dict[str, dict]:
     """{node name: its Ready condition} from `kubectl get nodes -o json` on the master (from the API
     of a cluster k4w did not make)."""
     if ctx.api is not None:
-        from . import existing
-
-        return existing.node_conditions(ctx.api)
+        return existing_api.node_conditions(ctx.api)
     raw = kubectl(ctx, "get nodes -o json")
     try:
         items = json.loads(raw or "{}").get("items", [])
@@ -247,11 +246,9 @@ def delete_join_tokens(ctx: Context, m: Machine) -> None:
 
 def join_parameters(ctx: Context) -> dict[str, str]:
     """A fresh, short-lived join token from the master, parsed (never executed as a string); for a
-    cluster k4w did not make, a bootstrap token made through its API (k4w.cluster.existing)."""
+    cluster k4w did not make, a bootstrap token made through its API (k4w.cluster.existing_api)."""
     if ctx.api is not None:
-        from . import existing
-
-        return existing.join_parameters(ctx)
+        return existing_api.join_parameters(ctx)
     out = ctx.remote.run(ctx.cluster.master, f"sudo kubeadm token create --print-join-command --ttl {TOKEN_TTL}")
     match = _JOIN.search(out)
     if not match:

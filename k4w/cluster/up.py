@@ -65,7 +65,7 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
                  poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """model: the resolved cluster.yml (its config and proxy). artifacts: where the rendered files are
     read; OUT itself unless a dry run passes a scratch copy of its in-memory render
-    (render.scratch_copy), so that it writes nothing under OUT."""
+    (k4w.outdir.swap.scratch_copy), so that it writes nothing under OUT."""
     out = Path(out).resolve()
     artifacts = Path(artifacts) if artifacts else out
     cluster = load_cluster(artifacts)

@@ -25,6 +25,7 @@ from k4w.infra import sources
 from k4w.derive.cluster import Cluster
 from k4w.defaults import DEFAULTS  # noqa: F401 (k4w.commands.cli.DEFAULTS, as before)
 from k4w.infra.errors import K4wError
+from k4w.outdir import swap
 
 
 
@@ -49,7 +50,7 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
     uses_out: the task works in --out. Then an --out no command could write is refused here,
     naming it, and a real run holds the --out lock until the task returns (outlock): a second
     k4w command on the same folder is refused, told who holds it, and the task sees the managed
-    folders whole (render.finish_swap). A dry run writes nothing, so it takes no lock.
+    folders whole (k4w.outdir.swap.finish_swap). A dry run writes nothing, so it takes no lock.
     """
     k4w = c.config.k4w
     chosen_out = k4w.out if out is None else out
@@ -69,10 +70,10 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
             _TASK_CLUSTER.set((s.config, Cluster.load(s.config)))
             holds.enter_context(outlock.hold(s.out))
             # A render that crashed after its commit is finished before this task reads --out.
-            render_mod.finish_swap(s.out)
-        elif render_mod.swap_pending(s.out):
+            swap.finish_swap(s.out)
+        elif swap.swap_pending(s.out):
             # A dry run reads --out without the lock, and finishes nothing: say what it sees.
-            ui.say(f"warning: {render_mod.pending_swap_message(render_mod.swap_pending(s.out))}", style="yellow")
+            ui.say(f"warning: {swap.pending_swap_message(swap.swap_pending(s.out))}", style="yellow")
     return s
 
 
@@ -189,7 +190,7 @@ def cluster_up(cluster: Cluster, s: Settings, files: dict[str, str]) -> None:
     if not s.dry_run:
         cluster_stage.cluster_up(cluster, s.out)
         return
-    with render_mod.scratch_copy(files) as artifacts:
+    with swap.scratch_copy(files) as artifacts:
         cluster_stage.cluster_up(cluster, s.out, dry_run=True, artifacts=artifacts)
 
 

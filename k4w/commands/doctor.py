@@ -296,11 +296,12 @@ def out_checks(out: Path) -> list[Check]:
     """doctor reads --out without its lock: a render killed mid-swap shows as a failure, not as
     templates of two renders."""
     from k4w import render
+    from k4w.outdir import swap
 
-    record = render.swap_pending(out)
+    record = swap.swap_pending(out)
     if record is None:
         return []
-    return [Check("--out", False, render.pending_swap_message(record), f"invoke render --out {out}")]
+    return [Check("--out", False, swap.pending_swap_message(record), f"invoke render --out {out}")]
 
 
 # ------------------------------------------------------------------ online: do the profiles' URLs still answer?

@@ -15,9 +15,12 @@ keep the lock timeout and the bounded first-boot wait.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 LIBRARY = Path("guest/ubuntu/lib.sh")
 # A package-manager command where bash reads a command: a line start, after ; & | ( $( or a
@@ -75,3 +78,15 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
     library = root / LIBRARY
     problems += library_problems(library.read_text(encoding="utf-8"), str(LIBRARY))
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("apt commands (guest scripts)", "k4w_apt: bounded lock and first-boot waits", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every apt command of the guest scripts goes through lib.sh's k4w_apt "
+            "(k4w/validate/apt_rules.py)"]

@@ -6,17 +6,21 @@ Hyper-V host, an hour into a build. schemas/autoinstall-schema*.json are that sc
 canonical/subiquity at each installer's tag (the .source.yml beside each), so the same check runs here
 with the `jsonschema` package. Each seed is held against the schema of the subiquity release on its
 box's ISO (the profile's installer.subiquity; none: autoinstall-schema.json, subiquity 24.04.4). The
-cloud-config part of the same file is cloud-init's to judge (`cloud-init schema`, k4w/validate/__init__.py).
+cloud-config part of the same file is cloud-init's to judge (`cloud-init schema`, k4w/validate/cloud_config_rules.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
+
+from k4w.derive.cluster import Cluster
+from .result import USER_DATA, Result, matching, rel
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 SCHEMA = SCHEMAS / "autoinstall-schema.json"
@@ -127,3 +131,36 @@ def _message(error) -> str:
     if isinstance(error.instance, (dict, list)) and error.validator not in ("additionalProperties", "required"):
         return f"breaks the schema's {error.validator!r} rule ({error.validator_value!r})"
     return error.message
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def _subiquity_release(cluster: Cluster, seed: Path) -> str | None:
+    """The subiquity release of the box whose seed this is (OUT/http/<box>/user-data): its profile's
+    installer.subiquity, None (the default schema) for a profile that names none."""
+    prof = cluster.profiles.get(seed.parent.name)
+    release = ((prof.data.get("installer") or {}).get("subiquity")) if prof else None
+    return None if release is None else str(release)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("autoinstall (user-data)", "subiquity's autoinstall-schema.json + jsonschema")
+    for seed in sorted(out.glob(USER_DATA)):
+        res.checked.append(rel(seed))
+        text, release = seed.read_text(encoding="utf-8"), _subiquity_release(cluster, seed)
+        res.problems += [f"{rel(seed)}: {p}" for p in check_user_data(text, release)]
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    lines = []
+    for seed in matching(rendered, out, USER_DATA):
+        release = _subiquity_release(cluster, seed)
+        try:
+            origin = source(release)
+        except (OSError, UnknownRelease):
+            lines.append(f"# in this process: {seed} autoinstall section: no vendored schema of subiquity {release} (the real run fails)")
+            continue
+        lines.append(f"# in this process: {seed} autoinstall section against {origin['repository']} {origin['path']} at {origin['tag']}")
+    return lines

@@ -15,11 +15,14 @@ v1 layout no longer brings it back. A box profile that says so (cgroup_v2_only: 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 # Ways to ask systemd or the kernel for the v1 hierarchy (systemd's kernel-command-line options and
 # its environment override); none has an effect on 26.04, so any of them is a v1 assumption.
@@ -82,3 +85,15 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         problems += _marker_problems(scripts, "in a guest script that cgroup-v2-only boxes run")
         problems += _kubeadm_driver_problems(out)
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("cgroup v2 only boxes", "runtime cgroup drivers and rendered files against the unified hierarchy", check(cluster, out))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each cgroup_v2_only box's cgroup drivers, its rendered files, the Ubuntu guest "
+            f"scripts and {out / 'kubeadm' / 'kubeadm-config.yaml'} against the v2-only hierarchy"]

@@ -10,12 +10,15 @@ exist, each with its source; any other sha256_url is refused.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import CHECKSUM_KEYS
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).resolve().parent / "facts" / "published-checksums.yml"
 
@@ -46,3 +49,14 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
                 problems.append(f"{where}: components.{component}.sha256_url {url} is not a checksum file upstream is known "
                                 f"to publish (k4w/validate/facts/published-checksums.yml); pin the value with its source instead")
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("box profile checksums", "sources and published-checksum facts", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every profile checksum names its source; no unpublished checksum file is used"]

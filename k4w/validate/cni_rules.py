@@ -11,12 +11,15 @@ the 0.x results carry no per-interface IPs); the seed recipe's 2018 win-overlay/
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).resolve().parent / "facts" / "cni-plugin-versions.yml"
 # flannel's Windows CNI plugin always delegates with host-local IPAM for the node's subnet.
@@ -103,3 +106,15 @@ def flannel_plugin_releases(cluster: Cluster) -> list[str]:
             problems.append(f"{profile.path.name}: components.flannel_cni is {windows!r}, but the Linux nodes install {image}: "
                             "pin one flannel CNI plugin release for both")
     return problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("Windows CNI versions", "the pinned CNI plugins' supported versions at their tags", check(cluster, out))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: cniVersion of {out / r} against k4w/validate/facts/cni-plugin-versions.yml"
+            for r in sorted(rendered) if PurePosixPath(r).match("nodes/*/cni.conf")]

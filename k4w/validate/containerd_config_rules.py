@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).parent / "facts"
 STEP_VARIABLE = "K4W_CONTAINERD_CONFIG_VERSION"
@@ -107,3 +110,15 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         problems += literal_problems(scripts)
         checked.append(f"{len(scripts)} guest scripts: no literal containerd config version")
     return checked, list(dict.fromkeys(problems))  # the drop-in is the same for every box
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("containerd config versions", "each pinned containerd's ConfigVersion (facts/containerd-<version>-config.yml)", check(cluster, out))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: K4W_CONTAINERD_CONFIG_VERSION in {out / 'packer'}/<containerd box>.pkr.hcl, the registry "
+            "credentials drop-in and the guest scripts against k4w/validate/facts/containerd-<version>-config.yml"]

@@ -9,11 +9,16 @@ complete, escaped literal, so one rule closes the class: in templates/packer/**/
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import jinja2
 
+from k4w.derive.cluster import Cluster
+from ..render.templates import environment
+
 from . import quoting_rules
+from .result import Result
 
 HCL_TEMPLATES = "packer/**/*.pkr.hcl.j2"
 QUOTING_FILTERS = ("hcl",)
@@ -28,3 +33,17 @@ def hcl_templates(templates: Path) -> list[Path]:
 def check(env: jinja2.Environment, templates: Path) -> tuple[list[str], list[str]]:
     """(templates checked, problems), each problem 'templates/<path>:<line>: why'."""
     return quoting_rules.check(env, templates, hcl_templates(templates), QUOTING_FILTERS, WHY)
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("Packer templates (sources)", "every value quoted (| hcl)")
+    templates = cluster.sources.templates
+    res.checked, res.problems = check(environment(templates), templates)
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every value in a Packer template goes through the quoting hcl filter"]

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from k4w.derive import values as derive
 from k4w.infra import pinned_tools, proc
 from k4w.model import profiles
 from k4w.derive import join_config
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
 
 TOOL, PROGRAM = "kubernetes-node", "kubeadm"
 # The kubeadm API the pinned kubeadm (1.37) reads and writes: its only one (k4w.model.kubeadm_apis).
@@ -160,3 +162,25 @@ def _dry_run(kubeadm: Path, config: Config, path: Path, folder: Path, outcome: O
         manifests = len(re.findall(r'^\[dryrun\] Would write file "/etc/kubernetes/manifests/', result.output, re.M))
         outcome.notes.append(f"{config.label}: kubeadm init --dry-run ran every phase (preflight ignored: this host is "
                              f"no node), {manifests} static Pod manifests")
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    """The containerd era's kubeadm configs through the real pinned kubeadm."""
+    res = Result("kubeadm config (real kubeadm)", "kubeadm config validate + init --dry-run, the pinned kubeadm")
+    outcome = check(cluster, out)
+    res.checked, res.problems, res.notes = outcome.checked, outcome.problems, outcome.notes
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    kubeadm = pinned_tools.binary(TOOL, PROGRAM) or Path(PROGRAM)
+    lines = []
+    for config in configs(cluster, out):
+        path = out / config.label if config.init else Path(f"$TMP/<{config.label}>.yaml")
+        lines.append(shlex.join(validate_command(kubeadm, path)))
+        if config.init:
+            lines.append(f"{DRY_RUN_DIR_ENV}=$TMP/dry-run " + shlex.join(dry_run_command(kubeadm, path)))
+    return lines or ["# no kubeadm v1beta4 config in this cluster: nothing for the real kubeadm to read"]

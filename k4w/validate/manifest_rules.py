@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from k4w.derive.values import VXLAN_PORT, VXLAN_VNI
 from k4w.infra.errors import ToolMissing
 from k4w.infra.tools import INSTALL
 from k4w.model.version_skew import minor as version_minor
+from k4w.validate.result import Result
+from k4w.validate.result import rel
+from k4w.derive.cluster import Cluster
 
 # apps/v1 (DaemonSet, Deployment) is GA since 1.9 and rbac/v1 since 1.8: all exist in 1.11 and today.
 ALLOWED_API_VERSIONS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1")
@@ -500,3 +504,19 @@ def _load_json(path: Path, problems: list[str]):
     except json.JSONDecodeError as exc:
         problems.append(f"{path.parent.name}/{path.name}: not valid JSON: {exc}")
     return None
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("Kubernetes manifests and node configs", "kubernetes-validate + structural rules")
+    res.checked = [rel(p) for p in sorted((out / "manifests").rglob("*.yaml"))]
+    res.checked += [rel(p) for p in sorted((out / "kubeadm").glob("*"))]
+    res.checked += [rel(p) for p in sorted((out / "nodes").rglob("*")) if p.is_file()]
+    res.problems = check_manifests(out, cluster)
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: kubernetes-validate and agreement rules on {out / d}" for d in ("manifests", "kubeadm", "nodes")]

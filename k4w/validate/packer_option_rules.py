@@ -10,6 +10,7 @@ option listed there that a template sets is checked, in every rendered template.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,6 +18,11 @@ import yaml
 
 from k4w.infra import packer_hcl
 from k4w.infra.errors import K4wError
+from k4w.derive.cluster import Cluster
+from k4w.validate.result import PACKER_TEMPLATES
+from k4w.validate.result import Result
+from k4w.validate.result import matching
+from k4w.validate.result import rel
 
 FACTS = Path(__file__).resolve().parent / "facts" / "packer-hyperv-enums.yml"
 HYPERV_BUILDERS = ("hyperv-iso", "hyperv-vmcx")
@@ -63,3 +69,18 @@ def check(out: Path) -> tuple[list[str], list[str]]:
         except K4wError as exc:
             problems.append(str(exc))
     return [str(t) for t in templates], problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("Packer options", "the hyperv builders' own choices and windows-restart at the tags")
+    checked, res.problems = check(out)
+    res.checked = [rel(Path(c)) for c in checked]
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: enumerated hyperv options of {t} against k4w/validate/facts/packer-hyperv-enums.yml, and windows-restart check_registry"
+            for t in matching(rendered, out, PACKER_TEMPLATES)]

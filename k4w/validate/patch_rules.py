@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +34,8 @@ import yaml
 from k4w.model import patch_level
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).resolve().parent / "facts" / "windows-servicing.yml"
 MAX_REASON_AGE_DAYS = 62
@@ -116,3 +119,15 @@ def check(cluster: Cluster, today: dt.date | None = None) -> tuple[list[str], li
         checked.append(profile.path.name)
         problems += check_box(profile, today)
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("Windows patch level", "a pinned cumulative update, or a dated reason, per serviced Windows build", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each Windows box of a serviced build (k4w/validate/facts/windows-servicing.yml) pins "
+            "its cumulative update or a no_windows_update reason dated within the last 62 days"]

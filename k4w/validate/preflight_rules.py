@@ -10,12 +10,15 @@ file runs a preflight k4w has not read, which is refused rather than assumed to 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).resolve().parent / "facts"
 
@@ -68,3 +71,15 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
             continue
         problems += check_box(profile, yaml.safe_load(path.read_text(encoding="utf-8")))
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("kubeadm Windows preflight", "kubeadm's SystemVerification spec at the tag", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each seed-recipe Windows box's build and Docker version against "
+            "k4w/validate/facts/kubeadm-<minor>-windows-preflight.yml"]

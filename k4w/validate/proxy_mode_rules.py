@@ -16,6 +16,7 @@ DaemonSet for every node of that recipe, so the rule reads them there, once per 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
@@ -23,6 +24,8 @@ import yaml
 from k4w.derive import identities
 from k4w.derive.cluster import Cluster
 from .flag_rules import _configmap_value, _facts
+from . import flag_rules
+from .result import Result
 
 V1BETA4 = "kubeadm.k8s.io/v1beta4"
 PROXY_CONFIG = ("kubeproxy.config.k8s.io/v1alpha1", "KubeProxyConfiguration")
@@ -104,3 +107,23 @@ def check(cluster: Cluster, out: Path) -> tuple[list[str], list[str]]:
         checked.append(f"{where} (kube-proxy mode)")
         problems += _windows_args(text, where, str(kube.version))
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    """Every flag of the pinned binaries (flag_rules), and kube-proxy's mode, which is a value of a flag
+    (Windows) or of its config (Linux), held against the same tables: one validator, here because this
+    module builds on flag_rules."""
+    res = Result("flags of the pinned binaries", "flag tables from upstream source")
+    res.checked, res.problems = flag_rules.check(cluster, out)
+    checked, problems = check(cluster, out)
+    res.checked += checked
+    res.problems += problems
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: every kubelet, kube-proxy, flanneld and kubeadm flag in {out / 'nodes'}, "
+            f"{out / 'kubeadm'} and guest/ against k4w/validate/facts/, and kube-proxy's explicit mode"]

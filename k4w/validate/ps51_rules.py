@@ -32,10 +32,14 @@ Sources of the differences (one line each, the rule names them):
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from k4w.derive.cluster import Cluster
+from . import powershell_rules, powershell_snippets
 from .powershell_rules import parse
+from .result import Result, rel
 
 # Verb-Noun: the shape of a cmdlet (or an advanced function) name.
 _CMDLET = re.compile(r"^[A-Za-z]+-[A-Za-z0-9]+$")
@@ -679,3 +683,35 @@ def check_files(paths: list[Path]) -> dict[Path, list[str]]:
     return {path: [str(f) for f in sorted(set(check_source(source, functions, function_output=False) + outputs[path]),
                                           key=lambda f: (f.line, f.col, f.rule))]
             for path, source in sources.items()}
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def _powershell_files(repo) -> list[Path]:
+    return sorted(repo.guest.rglob("*.ps1")) + sorted(repo.host.rglob("*.ps1"))
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    """Every PowerShell script, and the PowerShell inline in the rendered artifacts: the parse catches
+    syntax errors; the lint what PowerShell refuses but the grammar allows; the 5.1 rules what runs
+    but differs from PowerShell 7."""
+    res = Result("PowerShell scripts", "tree-sitter-powershell + Windows PowerShell 5.1 rules")
+    scripts = _powershell_files(cluster.sources)
+    pitfalls = check_files(scripts)
+    for script in scripts:
+        res.checked.append(rel(script))
+        found = powershell_rules.parse_errors(script) + powershell_rules.lint_errors(script) + pitfalls[script]
+        res.problems += [f"{rel(script)}:{p}" for p in found]
+    functions = defined_functions([script.read_bytes() for script in scripts])
+    for where, snippet in powershell_snippets.rendered(out):
+        res.checked.append(where)
+        found = powershell_rules.parse_text_errors(snippet) + check_text(snippet, functions)
+        res.problems += [f"{where}:{p}" for p in found]
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    names = [str(p) for p in _powershell_files(cluster.sources)]
+    return [f"# in this process: parse and lint {name}, with the Windows PowerShell 5.1 rules" for name in names] + \
+        ["# in this process: the same on the PowerShell inline in the rendered Packer templates and Autounattend.xml"]

@@ -22,6 +22,7 @@ import re
 import subprocess
 import tempfile
 import tomllib
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from k4w.infra import pinned_tools
 from k4w.outdir import private
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).parent / "facts"
 UPSTREAM_IMAGES = FACTS / "upstream-images.yml"
@@ -247,3 +250,19 @@ def check(cluster: Cluster, out: Path | None = None) -> tuple[list[str], list[st
                 problems.append(f"the internal mirror {host} is not in NO_PROXY")
         checked.append("internal mirrors in NO_PROXY")
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("registry mirrors", "containerd's hosts.toml keys at the tag; the pinned containerd (config dump)",
+                      check(cluster, out))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    if not cluster.config.registry.mirrors:
+        return []
+    return ["# in this process: the mirrors' hosts.toml against k4w/validate/facts/containerd-<version>-hosts.yml, every "
+            "pulled image's upstream name against k4w/validate/facts/upstream-images.yml",
+            "containerd --config <temporary config importing the credentials drop-in> config dump"]

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Collection
 from pathlib import Path
 
 from k4w.outdir import private
 from k4w.derive.cluster import Cluster
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 # Names that carry a proxy URL (which may hold user:password) or a secret outright.
 CREDENTIAL_NAME = re.compile(r"(?i)(^|_)(proxy|pass|password|passwd|token|secret|auth|credentials?|apikey)($|_)")
@@ -114,3 +117,15 @@ def tree_problems(root: Path, secrets: list[str]) -> list[str]:
             if any(s in text for s in secrets):
                 problems.append(f"{rel}: the unit text itself holds a credential")
     return problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("systemd units (guest scripts, templates)", "no credential in Environment= (D-Bus readable)", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every Environment= a guest script or template writes into a systemd unit names "
+            "no proxy or credential variable (k4w/validate/systemd_unit_rules.py)"]

@@ -28,9 +28,14 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 from lxml import etree
+
+from k4w.derive.cluster import Cluster
+from .result import Result, rel
 
 NS = "urn:schemas-microsoft-com:unattend"
 PASSES = ("windowsPE", "offlineServicing", "generalize", "specialize", "auditSystem", "auditUser", "oobeSystem")
@@ -458,3 +463,32 @@ def _check_proxy(components, proxy: ExpectedProxy) -> list[str]:
 
 
 __all__ = ["check_unattend", "bootstrap_arguments", "expected_proxy", "ExpectedProxy", "COMPONENT_PASSES", "SETTING_PASSES"]
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def _windows_boxes(cluster: Cluster) -> list[str]:
+    return [box for box, prof in cluster.profiles.items() if prof.is_windows]
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("Autounattend.xml", "lxml + structural rules")
+    for box in _windows_boxes(cluster):
+        prof = cluster.profile(box)
+        path = out / "http" / box / "Autounattend.xml"
+        res.checked.append(rel(path))
+        if not path.is_file():
+            res.problems.append(f"{rel(path)}: not rendered")
+            continue
+        build = prof.data.get("build", {})
+        problems = check_unattend(
+            path.read_text(encoding="utf-8"), int(build.get("generation", 2)), int(prof.data.iso.index), proxy=cluster.proxy,
+            image_name=prof.data.iso.get("image_name"),
+        )
+        res.problems += [f"{rel(path)}: {p}" for p in problems]
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return [f"# in this process: structural rules on {out / 'http' / box / 'Autounattend.xml'}" for box in _windows_boxes(cluster)]

@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from k4w.infra import proc
+from k4w.derive.cluster import Cluster
+from k4w.infra.tools import require
+from k4w.validate.result import Result
+from k4w.validate.result import rel
+from k4w.validate.result import tool
 
 SHIM = Path(__file__).with_name("vagrant_hyperv_shim.rb")
 SUCCESS = "Vagrantfile validated successfully."   # hashicorp/vagrant@v2.3.4 templates/locales/en.yml, vagrant.commands.validate.success
@@ -91,3 +98,29 @@ def validate(vagrant: str, vagrant_dir: Path, cluster_json: Path) -> Outcome:
     else:
         outcome.validated = [m["name"] for m in linux]
     return outcome
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    """Vagrant's own validate, Hyper-V provider, on the cluster Vagrantfile with OUT's cluster.json."""
+    res = Result("cluster Vagrantfile", "vagrant validate (hyperv provider)")
+    vagrant = require("vagrant")
+    vagrantfile, cluster_json = cluster.sources.vagrant / "Vagrantfile", out / "vagrant" / "cluster.json"
+    res.checked.append(f"{rel(vagrantfile)} with {rel(cluster_json)}")
+    if not cluster_json.is_file():
+        res.problems.append(f"{rel(cluster_json)}: not rendered")
+        return res
+    outcome = validate(vagrant, vagrantfile.parent, cluster_json)
+    res.problems += outcome.problems
+    res.notes += [outcome.note] if outcome.note else []
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    env = environment(Path("$TMP"), Path("$TMP") / "cluster.json")
+    shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k != "PATH")
+    return [f"# in {cluster.sources.vagrant}, with $TMP a throwaway folder: $TMP/vagrant.d/Vagrantfile is "
+            f"{SHIM} and $TMP/cluster.json is {out / 'vagrant' / 'cluster.json'} without its Windows machines",
+            f"env {shown} {shlex.join(argv(tool('vagrant')))}"]

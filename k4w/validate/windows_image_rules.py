@@ -15,6 +15,7 @@ images.nanoserver (04-container-images.ps1), so there the nanoserver tag decides
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,6 +24,8 @@ import yaml
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
+from k4w.validate.result import Result
+from k4w.validate.result import from_check
 
 FACTS = Path(__file__).resolve().parent / "facts" / "windows-images.yml"
 # The guest step that pulls kubernetes.pause_image from its registry (the other era builds it).
@@ -87,3 +90,15 @@ def check(cluster: Cluster) -> tuple[list[str], list[str]]:
         checked.append(profile.path.name)
         problems += check_box(profile, lambda image: registry.upstream_image(image, cluster.config))
     return checked, problems
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    return from_check("Windows container images", "image tags, WIM NAMEs and pause manifest entries per Windows build", check(cluster))
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: each Windows box's images, iso.image_name and pulled pause image against its "
+            "guest.os_build (k4w/validate/facts/windows-images.yml)"]

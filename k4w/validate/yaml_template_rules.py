@@ -10,11 +10,16 @@ fail(...) call (the mechanism: quoting_rules).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import jinja2
 
+from k4w.derive.cluster import Cluster
+from ..render.templates import environment
+
 from . import quoting_rules
+from .result import Result
 
 # The rendered files that are YAML: by name, and cloud-init's NoCloud seeds (user-data and
 # meta-data, which cloud-init reads as YAML; cloudinit/sources/DataSourceNoCloud.py).
@@ -31,3 +36,17 @@ def yaml_templates(templates: Path) -> list[Path]:
 def check(env: jinja2.Environment, templates: Path) -> tuple[list[str], list[str]]:
     """(templates checked, problems), each problem 'templates/<path>:<line>: why'."""
     return quoting_rules.check(env, templates, yaml_templates(templates), QUOTING_FILTERS, WHY)
+
+
+# ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
+
+
+def run(cluster: Cluster, out: Path) -> Result:
+    res = Result("YAML templates", "every value quoted (| yaml)")
+    templates = cluster.sources.templates
+    res.checked, res.problems = check(environment(templates), templates)
+    return res
+
+
+def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[str]:
+    return ["# in this process: every value in a YAML template goes through the quoting yaml filter"]

@@ -17,6 +17,7 @@ from invoke.exceptions import Exit
 import tasks
 from k4w.commands import cli
 from k4w import render
+from k4w.outdir import swap
 from tests.fakes import component_cache
 from tests.helpers import ROOT, invoke
 
@@ -130,7 +131,7 @@ def test_racing_renders_each_finish_or_are_refused_and_out_ends_whole(tmp_path):
     assert any(r.returncode == 0 for r in results)
     assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} >= {
         "packer/ubuntu-1604.pkr.hcl", "packer/windows-1803.pkr.hcl", "vagrant/cluster.json"}
-    assert not any(p.name.startswith((".render-", ".old-", render.SWAP_RECORD)) for p in out.iterdir())
+    assert not any(p.name.startswith((".render-", ".old-", swap.SWAP_RECORD)) for p in out.iterdir())
 
 
 # ------------------------------------------------------------------ logs

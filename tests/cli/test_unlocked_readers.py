@@ -1,5 +1,5 @@
 """Every command that reads --out without its lock reports a render swap a killed process left
-unfinished (k4w.render.swap_pending), and changes nothing: doctor, and each task's --dry-run.
+unfinished (k4w.outdir.swap.swap_pending), and changes nothing: doctor, and each task's --dry-run.
 
 The commands are found, not listed: every task of tasks.py that has an --out option. A task added
 later is covered without a change here."""
@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 import tasks
-from k4w import render
+from k4w.outdir import swap
 from tests.helpers import config_dict, invoke, tree_digest, write_config
 
 # Positional arguments of the tasks that have them: a value the task accepts before it reads --out.
@@ -50,7 +50,7 @@ def killed_swap(tmp_path_factory):
     (staging / "packer").mkdir(parents=True)
     (out / ".old-killed").mkdir()
     (out / "packer").rename(out / ".old-killed" / "packer")
-    (out / render.SWAP_RECORD).write_text('{"staging": ".render-killed", "trash": ".old-killed", "fresh": ["packer"]}\n')
+    (out / swap.SWAP_RECORD).write_text('{"staging": ".render-killed", "trash": ".old-killed", "fresh": ["packer"]}\n')
     return config, out
 
 
@@ -62,4 +62,4 @@ def test_a_reader_without_the_lock_reports_the_unfinished_swap_and_changes_nothi
     output = " ".join((result.stdout + result.stderr).split())   # a table may wrap the message
     assert "Traceback" not in output, output
     assert "holds an unfinished render" in output and f"invoke render --out {out}" in output, (command, output)
-    assert tree_digest(out) == before and (out / render.SWAP_RECORD).is_file()
+    assert tree_digest(out) == before and (out / swap.SWAP_RECORD).is_file()

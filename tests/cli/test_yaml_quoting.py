@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from k4w.infra import sources
-from k4w.render import _environment, escape
+from k4w.render import escape
+from k4w.render.templates import environment as _environment
 from k4w.validate import yaml_template_rules
 from tests.helpers import ROOT, config_dict, invoke, write_config
 

@@ -15,6 +15,8 @@ import pytest
 
 from k4w import render
 from k4w.derive.cluster import Cluster
+from k4w.infra import files as outfiles
+from k4w.outdir import swap
 from k4w.render import escape
 from tests.helpers import config_dict, invoke, start_invoke, tree_digest, write_config
 
@@ -25,11 +27,11 @@ PROXY = f"http://bob:{PROXY_PASSWORD}@proxy.corp.example:3128"
 def managed(out: Path) -> dict[str, str]:
     """The managed folders' files and their text."""
     return {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8") for p in sorted(out.rglob("*"))
-            if p.is_file() and p.relative_to(out).parts[0] in render.MANAGED}
+            if p.is_file() and p.relative_to(out).parts[0] in swap.MANAGED}
 
 
 def leftovers(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name.startswith((".render-", ".old-", render.SWAP_RECORD, f".{render.SWAP_RECORD}")))
+    return sorted(p.name for p in out.iterdir() if p.name.startswith((".render-", ".old-", swap.SWAP_RECORD, f".{swap.SWAP_RECORD}")))
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def test_a_crash_in_the_middle_of_the_swap_is_finished_by_the_next_command(two_r
     monkeypatch.undo()
     mixed = managed(out)
     assert mixed != before and mixed != files_b  # the test really interrupted a swap
-    assert (out / render.SWAP_RECORD).is_file()
+    assert (out / swap.SWAP_RECORD).is_file()
 
     # Any task that holds --out finishes the committed swap before it reads; test-box then
     # stops at its first check (no box here), after the swap is complete.
@@ -95,14 +97,14 @@ def test_ctrl_c_during_the_swap_still_leaves_the_whole_new_render(two_renders, m
 def test_a_failure_before_the_commit_leaves_out_as_it_was(two_renders, monkeypatch):
     out, _, files_b = two_renders
     before = tree_digest(out)
-    real = render.outfiles.write_file
+    real = outfiles.write_file
 
     def full_disk(path, *args, **kwargs):
-        if path.name == render.SWAP_RECORD:
+        if path.name == swap.SWAP_RECORD:
             raise OSError(28, "No space left on device", str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(render.outfiles, "write_file", full_disk)
+    monkeypatch.setattr(outfiles, "write_file", full_disk)
     with pytest.raises(OSError):
         render.write_atomically(files_b, out)
     assert tree_digest(out) == before
@@ -142,7 +144,7 @@ def test_sigterm_during_the_swap_finishes_it_then_exits_143(two_renders, tmp_pat
     env = {"PYTHONPATH": str(site), "K4W_TEST_SLOW_SWAP": str(out)}
     proc = start_invoke("render", "--config", str(config_b), "--out", str(out), env=env)
     deadline = time.monotonic() + 120
-    while not (out / render.SWAP_RECORD).exists():  # committed: the folders are being switched
+    while not (out / swap.SWAP_RECORD).exists():  # committed: the folders are being switched
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
@@ -163,7 +165,7 @@ def test_doctor_and_dry_runs_report_a_swap_a_killed_render_left(two_renders, mon
         result = invoke(*task, "--config", str(config_b), "--out", str(out))
         output = result.stdout + result.stderr
         assert "holds an unfinished render" in output and f"invoke render --out {out}" in output, (task, output)
-    assert (out / render.SWAP_RECORD).is_file()  # readers without the lock change nothing
+    assert (out / swap.SWAP_RECORD).is_file()  # readers without the lock change nothing
 
 
 # ------------------------------------------------------------------ the secrets file

@@ -17,7 +17,7 @@ import pytest
 
 from k4w.infra import packer_hcl
 from k4w.infra import sources
-from k4w.render import _environment
+from k4w.render.templates import environment as _environment
 from k4w.validate import hcl_template_rules
 from tests.helpers import invoke, system_tool
 

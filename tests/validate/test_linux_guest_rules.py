@@ -19,11 +19,11 @@ def _cluster() -> Cluster:
 
 
 def test_the_real_guest_scripts_and_templates_pass_both_rules():
-    for check in (validate.unit_credentials, validate.apt_locks):
+    for check in (systemd_unit_rules.run, apt_rules.run):
         result = check(_cluster(), Path("unused"))
         assert result.ok, result.problems
         assert "guest/ubuntu/lib.sh" in result.checked and "guest/ubuntu/bake/07-cleanup.sh" in result.checked
-    assert "templates/kubeadm/api/v1beta4.yaml.j2" in validate.unit_credentials(_cluster(), Path("unused")).checked
+    assert "templates/kubeadm/api/v1beta4.yaml.j2" in systemd_unit_rules.run(_cluster(), Path("unused")).checked
 
 
 def test_the_unit_rule_refuses_the_drop_in_k4w_wrote_before():

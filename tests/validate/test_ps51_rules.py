@@ -117,7 +117,7 @@ def test_validate_reports_a_planted_pitfall_in_a_script(tmp_path, monkeypatch):
     (tmp_path / "guest").mkdir()
     (tmp_path / "host").mkdir()
     (tmp_path / "guest" / "join.ps1").write_text(CASES["exitcode-without-handle"][0])
-    result = validate.powershell_scripts(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
+    result = ps51_rules.run(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
     assert not result.ok
     assert any(p.startswith("guest/join.ps1:3:5: [exitcode-without-handle]") for p in result.problems), result.problems
 
@@ -129,7 +129,7 @@ def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp
     cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
     render.render(cluster, out)
-    clean = validate.powershell_scripts(cluster, out)
+    clean = ps51_rules.run(cluster, out)
     assert clean.ok, clean.problems
     assert any("Autounattend.xml" in c and "CommandLine" in c for c in clean.checked)
 
@@ -140,7 +140,7 @@ def test_validate_reads_the_powershell_rendered_into_autounattend_and_packer(tmp
                                                      'provisioner "powershell" {\n    inline = ["a.exe && b.exe"]', 1))
     snippets = dict(powershell_snippets.rendered(out))
     assert any("inline" in where for where in snippets)
-    broken = validate.powershell_scripts(cluster, out)
+    broken = ps51_rules.run(cluster, out)
     assert any("CommandLine" in p and "[ps6-variable]" in p for p in broken.problems), broken.problems
     assert any("inline" in p and "[pipeline-chain]" in p for p in broken.problems), broken.problems
 

@@ -54,14 +54,15 @@ def test_packer_validate_rejects_an_option_its_builder_does_not_have(tmp_path):
     every option of the rendered HCL2, so an option the builder lacks fails validate, named."""
     from k4w import render, validate
     from k4w.derive.cluster import Cluster
+    from k4w.validate import packer_rules
 
     cluster = Cluster.load(ROOT / "cluster.yml")
     out = tmp_path / "out"
     render.render(cluster, out)
     tpl = out / "packer" / "ubuntu-1604.pkr.hcl"
-    assert validate.packer_templates(cluster, out).ok
+    assert packer_rules.run(cluster, out).ok
     tpl.write_text(tpl.read_text().replace("  headless ", "  headless_typo = true\n  headless ", 1))
-    result = validate.packer_templates(cluster, out)
+    result = packer_rules.run(cluster, out)
     assert not result.ok and 'An argument named "headless_typo" is not expected here' in " ".join(result.problems), result.problems
 
 
@@ -88,17 +89,18 @@ def test_host_scripts_are_parsed_and_linted_like_guest_scripts(tmp_path, monkeyp
     from k4w.model import config
     from k4w import validate
     from k4w.derive.cluster import Cluster
+    from k4w.validate import ps51_rules
 
     cfg = config.load(ROOT / "cluster.yml")
     cluster = Cluster.resolve(cfg)
-    real = validate.powershell_scripts(cluster, tmp_path / "out")
+    real = ps51_rules.run(cluster, tmp_path / "out")
     assert "host/network-up.ps1" in real.checked and real.ok, real.problems
 
     scratch = use_sources(monkeypatch, root=tmp_path)
     (tmp_path / "guest").mkdir()
     (tmp_path / "host").mkdir()
     (tmp_path / "host" / "network-up.ps1").write_text('Write-Host "at $Gateway: now"\nif ($x {\n')
-    broken = validate.powershell_scripts(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
+    broken = ps51_rules.run(dataclasses.replace(cluster, sources=scratch), tmp_path / "out")
     assert broken.checked == ["host/network-up.ps1"]
     assert any("syntax error" in p or "missing" in p for p in broken.problems), broken.problems
     assert any("invalid variable" in p for p in broken.problems), broken.problems

@@ -158,16 +158,17 @@ def test_cloud_init_judges_the_file_itself(tmp_path):
     from k4w import validate
     from k4w.derive.cluster import Cluster
     from k4w.model import config
+    from k4w.validate import cloud_config_rules
 
     out = tmp_path / "out"
     (out / "http" / BOX).mkdir(parents=True)
     seed = out / "http" / BOX / "user-data"
     seed.write_text("#cloud-config\nhostname: 5\nautoinstall:\n  version: 1\n")
     cluster = Cluster.resolve(config.parse(yaml.safe_dump(mixed_config())))
-    res = validate.cloud_configs(cluster, out)
+    res = cloud_config_rules.run(cluster, out)
     assert res.checked and res.problems and "hostname: 5 is not of type 'string'" in res.problems[0]
     seed.write_text("#cloud-config\nhostname: box\nautoinstall:\n  version: 1\n")
-    assert validate.cloud_configs(cluster, out).ok
+    assert cloud_config_rules.run(cluster, out).ok
 
 
 @pytest.mark.parametrize("kind, message", [
