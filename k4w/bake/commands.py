@@ -8,6 +8,7 @@ from rich.console import Console
 
 from k4w.model import profiles
 from k4w.media import iso as iso_mod
+from k4w.media import iso_add as iso_add_mod
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
@@ -42,16 +43,16 @@ def build(cluster: Cluster, out: Path, *, node_os: str | None = None, iso: str |
     return build_boxes(cluster, boxes, Path(out), force, dry_run, isos=isos, console=console)
 
 
-def add_iso(path: str, box: str | None = None, console: Console | None = None) -> iso_mod.IsoAdded:
+def add_iso(path: str, box: str | None = None, console: Console | None = None) -> iso_add_mod.IsoAdded:
     """invoke iso-add PATH [--box BOX]: hash with a progress bar, record, link, report."""
     console = console or Console()
     file = Path(path).expanduser()
     if not file.is_file():
         raise K4wError(f"iso-add: {file} is not a file")
     # Refuse a wrong --box or an unknown file name before minutes of hashing.
-    iso_mod.profile_for(file.resolve(), box)
+    iso_add_mod.profile_for(file.resolve(), box)
     with hash_progress(console, file.name, file.stat().st_size) as progress:
-        added = iso_mod.iso_add(file, box, progress=progress)
+        added = iso_add_mod.iso_add(file, box, progress=progress)
     lines = [
         f"recorded {added.name} for box {added.box} in {iso_mod.catalogue_path()}",
         f"  sha256 {added.sha256} ({iso_mod.human_size(added.size)})",

@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 
-from k4w.media import iso
+from k4w.media import iso, iso_add
 from k4w.model import profiles
 from k4w.bake import commands
 from k4w.infra.errors import K4wError
@@ -131,7 +131,7 @@ def test_iso_add_records_checksum_keeps_header_and_links(repo, tmp_path):
     repo.isos["windows-1803"].unlink()
     source = tmp_path / "en_windows_server_version_1803_x64_dvd.iso"
     source.write_bytes(b"licensed image " * 1000)
-    added = iso.iso_add(source, box="windows-1803", today=dt.date(2024, 5, 1))
+    added = iso_add.iso_add(source, box="windows-1803", today=dt.date(2024, 5, 1))
 
     text = (repo.root / "iso" / "catalogue.yml").read_text()
     assert text.startswith("# test ISO catalogue header: must survive iso-add.\n")
@@ -150,21 +150,21 @@ def test_iso_add_guesses_the_box_from_the_file_name(repo, tmp_path):
     source = tmp_path / "windows-server-1803.iso"
     source.write_bytes(b"another image")
     repo.isos["windows-1803"].unlink()
-    assert iso.iso_add(source).box == "windows-1803"
+    assert iso_add.iso_add(source).box == "windows-1803"
 
 
 def test_iso_add_needs_box_for_an_unknown_name(repo, tmp_path):
     source = tmp_path / "mystery.iso"
     source.write_bytes(b"?")
     with pytest.raises(iso.IsoError, match="--box"):
-        iso.iso_add(source)
+        iso_add.iso_add(source)
 
 
 def test_iso_add_refuses_an_image_that_contradicts_the_profile(repo, tmp_path):
     source = tmp_path / "ubuntu.iso"
     source.write_bytes(b"a different ubuntu")
     with pytest.raises(iso.IsoError, match="pins"):
-        iso.iso_add(source, box="ubuntu-1604")
+        iso_add.iso_add(source, box="ubuntu-1604")
 
 
 def test_iso_add_across_filesystems_says_how_to_copy(repo, tmp_path, monkeypatch):
@@ -175,8 +175,8 @@ def test_iso_add_across_filesystems_says_how_to_copy(repo, tmp_path, monkeypatch
     def cross_device(src, dst):
         raise OSError(18, "Invalid cross-device link")  # EXDEV, as from D:\ to C:\
 
-    monkeypatch.setattr(iso.os, "link", cross_device)
-    added = iso.iso_add(source, box="windows-1803")
+    monkeypatch.setattr(iso_add.os, "link", cross_device)
+    added = iso_add.iso_add(source, box="windows-1803")
     assert added.placed == "copy needed"
     assert f'--iso "{source}"' in added.note and str(added.target) in added.note
     assert not added.target.exists()
@@ -196,7 +196,7 @@ def test_iso_add_changes_nothing_when_another_image_is_in_the_way(repo, tmp_path
     source = tmp_path / "windows-server-1803.iso"
     source.write_bytes(_iso_image("CCSA_X64FRE_EN-US_DV5", b"a newer image"))
     with pytest.raises(iso.IsoError, match="different image; move it away first \\(nothing was changed\\)"):
-        iso.iso_add(source, box="windows-1803")
+        iso_add.iso_add(source, box="windows-1803")
     assert (repo.root / "iso" / "catalogue.yml").read_bytes() == catalogue_before
 
 
@@ -208,9 +208,9 @@ def test_iso_add_takes_back_its_link_when_the_catalogue_cannot_be_written(repo, 
     def full_disk(name, entry):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(iso, "_write_catalogue_entry", full_disk)
+    monkeypatch.setattr(iso_add, "_write_catalogue_entry", full_disk)
     with pytest.raises(OSError):
-        iso.iso_add(source, box="windows-1803")
+        iso_add.iso_add(source, box="windows-1803")
     assert not (repo.root / "iso" / "windows-server-1803.iso").exists()
 
 

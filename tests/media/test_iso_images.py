@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from k4w.commands import doctor
-from k4w.media import iso, iso_images
+from k4w.media import iso, iso_add, iso_images
 from k4w.model import profiles
 from k4w.infra import sources
 from k4w.infra import tools
@@ -349,7 +349,7 @@ def test_iso_add_refuses_an_index_beyond_the_media_and_changes_nothing(tmp_path)
 def test_iso_add_records_volume_licence_media_and_reports_the_image(repo, tmp_path):
     repo.isos["windows-1803"].unlink()
     source = _fake_iso(tmp_path / "windows-server-1803.iso", "SSS_X64FREV_EN-US_DV9")
-    added = iso.iso_add(source, box="windows-1803")
+    added = iso_add.iso_add(source, box="windows-1803")
     assert added.placed == "hard-linked"
     assert "images: image 2" in added.note and "volume licence media" in added.note
     assert "windows-server-1803-vl.json" in added.note  # it says the list was a recorded stand-in
@@ -359,7 +359,7 @@ def test_iso_add_without_a_way_to_read_images_warns_and_records(repo, tmp_path, 
     monkeypatch.delenv(iso_images.FIXTURE_ENV)
     monkeypatch.setattr(iso_images.platform, "system", lambda: "Linux")
     repo.isos["windows-1803"].unlink()
-    added = iso.iso_add(_fake_iso(tmp_path / "windows-server-1803.iso", "SSS_X64FRE_EN-US_DV9"), box="windows-1803")
+    added = iso_add.iso_add(_fake_iso(tmp_path / "windows-server-1803.iso", "SSS_X64FRE_EN-US_DV9"), box="windows-1803")
     assert "warning: the ISO's images were not checked here" in added.note and "Hyper-V host" in added.note
     assert yaml.safe_load((repo.root / "iso" / "catalogue.yml").read_text())["windows-server-1803.iso"]
 
