@@ -43,7 +43,7 @@ from .phases import E2EError, Log, Phase, Phases, PhaseTimeout
 # one CI runs (on the Debian 12 image); ubuntu-2604-e2e runs on Ubuntu 26.04 itself.
 BOX = "ubuntu-2404-e2e"
 BOXES = (BOX, "ubuntu-2604-e2e")
-# Per step, in seconds, from the runs quoted in the README (TCG, 2 shared cores), with margin. The first
+# Per step, in seconds, from the runs quoted in docs/development.md (TCG, 2 shared cores), with margin. The first
 # runs (emulated HPET clock, qemu64 CPU): images 18-20 s, boot 100-140 s, import 505-536 s, and kubeadm
 # init never saw a healthy API server. With the TSC and the CPU features (guest.py): images 25 s, boot
 # 81 s, import 310 s, address 4 s, init 234 s, manifests until node Ready 245 s, untaint 19 s (third

@@ -5,7 +5,7 @@ Kubernetes 1.11 and CNI plugins 0.6.0 cannot be built with current Go, and CI's 
 the package registries (not dl.k8s.io or GitHub). So for this era the end-to-end run serves files
 with the same names and the same inner layout, whose programs are small shell scripts that answer
 the version queries the box step and the box spec make with the pinned version. They are NOT
-Kubernetes or CNI: nothing in them can run a node. The README and the run's report.json
+Kubernetes or CNI: nothing in them can run a node. docs/verification.md and the run's report.json
 (`stand_ins: [...]`) name them as stand-ins. The containerd era has none: its CI box gets the real
 binaries built from the Go module proxy (release_files.py).
 

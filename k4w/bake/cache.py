@@ -73,7 +73,7 @@ def cache_dir(cfg: Config, config_file: str | Path | None, option: str | None = 
 
 def mirror_url(url: str, mirror: str | None) -> str:
     """<mirror>/<host>/<path of url>[?query]: one folder per original host, so a mirror holds
-    files from several publishers without clashes (README, "Downloads")."""
+    files from several publishers without clashes (docs/downloads.md "Downloads")."""
     if not mirror:
         return url
     parts = urllib.parse.urlsplit(url)

@@ -1,7 +1,7 @@
 """What stops a box build before Packer starts, decided in one place.
 
 The real build, its dry run and `invoke plan` all call decide(), so none of them promises a
-build that another refuses (README.md, Boxes). The refusals, in the order they are checked:
+build that another refuses (docs/hyperv-host.md "Boxes"). The refusals, in the order they are checked:
 - this host cannot run the templates' Hyper-V builders (not Windows, Hyper-V off, not elevated);
 - Packer is missing, too old, or lacks a plugin or a CD authoring tool the templates need;
 - a validator of `invoke validate` rejects the render;
@@ -153,7 +153,7 @@ def _guest_digest_problems(profile: Profile, config_file) -> list[str]:
 
 def unchecked_iso(template: dict, expected: str) -> list[str]:
     """Hyper-V builders whose iso_checksum is not the sha256 k4w verified: Packer must check the
-    ISO again itself, because the hash cache trusts a file's size and times (README.md, Boxes)."""
+    ISO again itself, because the hash cache trusts a file's size and times (docs/hyperv-host.md "Boxes")."""
     want = f"sha256:{expected}"
     return [
         f"the rendered template's builder {b.get('name') or b['type']} has iso_checksum {b.get('iso_checksum')!r}, "

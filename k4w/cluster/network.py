@@ -1,6 +1,6 @@
 """`invoke network-up`: the cluster switch, its host gateway address and its NetNat, on Hyper-V.
 
-README.md "First cluster on Hyper-V". The work is host/network-up.ps1 (idempotent, validated like
+docs/hyperv-host.md "First cluster on Hyper-V". The work is host/network-up.ps1 (idempotent, validated like
 every other .ps1); this module derives its parameters from the config and runs it through
 powershell.exe, the invocation on standard input with every value escaped by the `ps` filter's
 function, so no value is ever interpolated into PowerShell code.

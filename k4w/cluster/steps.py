@@ -42,7 +42,7 @@ from .state import State
 
 LINUX_DIR = "/tmp/k4w"              # where scripts and manifests are uploaded on Linux guests
 WINDOWS_DIR = "C:\\k4w"             # ... and on Windows guests
-WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box <-> cluster-up"
+WINDOWS_CONFIG_DIR = "C:\\k\\config"  # docs/internals.md "Windows box"
 WINRM_SCOPE_SCRIPT = "C:\\k\\winrm-scope.ps1"  # guest/windows/node/winrm-scope.ps1, installed by the bake
 KUBECTL = "kubectl"                 # on the master as user vagrant, who gets ~/.kube/config from cluster-init.sh
 TOKEN_TTL = "1h"                    # join tokens live just long enough for this run

@@ -66,7 +66,7 @@ def settings(c, config: str | None = None, out: str | None = None, dry_run: bool
         outfiles.check_out(s.out, repository=sources.REPO.root)
         holds = _TASK_HOLDS.get()
         if holds is not None and not s.dry_run:
-            # A bad or missing config is refused before --out or its lock exist (README, "--out").
+            # A bad or missing config is refused before --out or its lock exist (docs/output-folder.md "--out").
             _TASK_CLUSTER.set((s.config, Cluster.load(s.config)))
             holds.enter_context(outlock.hold(s.out))
             # A render that crashed after its commit is finished before this task reads --out.

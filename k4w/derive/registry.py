@@ -79,7 +79,7 @@ class Mirror:
         host = m["host"].lower() + (f":{int(m['port'])}" if m["port"] else "")
         ca_pem = cls.read_ca(spec.ca) if spec.ca else None
         # containerd sends the user and password as given, so the percent-encoding cluster.yml
-        # needs (README, cluster.yml) is undone here.
+        # needs (docs/registry-mirrors.md) is undone here.
         user = unquote(m["user"]) if m["userinfo"] is not None else None
         password = unquote(m["password"]) if m["userinfo"] is not None else None
         return cls(upstream=upstream, scheme=m["scheme"], host=host, path=m["path"].rstrip("/"),
@@ -196,7 +196,7 @@ def auth_toml(cfg: Config) -> str:
             seen.setdefault(mirror.host, mirror)
     if not seen:
         return ""
-    lines = ["# k4w: registry mirror credentials from cluster.yml (owner-only; README \"Registry mirrors\")",
+    lines = ["# k4w: registry mirror credentials from cluster.yml (owner-only; docs/registry-mirrors.md)",
              f"version = {containerd_config.CONFIG_VERSION}"]
     for host, mirror in seen.items():
         lines += ["", f"[{CRI_IMAGES}.registry.configs.{_toml_string(host)}.auth]",
@@ -214,7 +214,7 @@ def encode_files(files: dict[str, str]) -> str:
 def no_proxy_hosts(cfg: Config) -> list[str]:
     """Mirror hosts that must be reached around the proxy: private or loopback addresses, names
     with no dot, and names under a suffix that is never public. A mirror under a company domain
-    is the user's to list in proxy.no_proxy (README "Registry mirrors")."""
+    is the user's to list in proxy.no_proxy (docs/registry-mirrors.md)."""
     return list(dict.fromkeys(mirror.name for mirror in mirrors(cfg) if mirror.reached_directly))
 
 

@@ -6,7 +6,7 @@ vEthernet (Default Switch) address, whose subnet changes at every host boot), so
 firewall keyword DefaultGateway admits the host and nothing else: not the other VMs on that switch,
 whose pods are masqueraded to their node's address. On any other management switch (an External
 switch on a corporate LAN) the gateway is a router, not the host, and LocalSubnet is the narrowest
-scope that still admits the host; the README says what that leaves open.
+scope that still admits the host; docs/security.md "Windows node security" says what that leaves open.
 """
 
 from __future__ import annotations

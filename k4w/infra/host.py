@@ -33,7 +33,7 @@ def _powershell(script: str) -> tuple[int, str]:
     return result.returncode, result.output.strip()
 
 
-# Test-only stand-in (README.md, Verification): the orchestration tests run `invoke build-*` on
+# Test-only stand-in (docs/verification.md): the orchestration tests run `invoke build-*` on
 # Linux against the fake packer (tests/fakes/packer.py), which needs no Hyper-V. Set to 1, the
 # host counts as a ready Hyper-V host. On a real host it only lets Packer start and fail with
 # "Failed creating Hyper-V driver".

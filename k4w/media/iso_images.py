@@ -9,8 +9,8 @@ ISO, the image and what to set in the box profile.
 
 The image list is data (Media), read in one of two ways:
 - on a Windows host, host/iso-images.ps1 (Mount-DiskImage, Get-WindowsImage) prints it as JSON;
-- K4W_ISO_IMAGES_FIXTURE names a recorded JSON file instead: a test stand-in (README.md,
-  Verification), so the decision can be shown on hosts that cannot mount an ISO.
+- K4W_ISO_IMAGES_FIXTURE names a recorded JSON file instead: a test stand-in
+  (docs/verification.md), so the decision can be shown on hosts that cannot mount an ISO.
 The decision (check) takes that data and the profile, nothing else.
 """
 

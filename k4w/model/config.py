@@ -89,8 +89,8 @@ class Cluster(Strict):
     """Seconds cluster-up (and kubeadm, for the control plane) waits for something to become ready, e.g. every node
     Ready."""
     # The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray): k4w then makes no
-    # master and only joins the nodes to it (k4w/cluster/existing.py; README "Add Windows nodes to
-    # your own cluster"). Relative to the current folder, ~ expanded; read only by cluster-up/plan.
+    # master and only joins the nodes to it (k4w/cluster/existing.py; docs/existing-cluster.md).
+    # Relative to the current folder, ~ expanded; read only by cluster-up/plan.
     existing: str | None = None
     """The admin kubeconfig of a cluster k4w did not create (kubeadm, kubespray). k4w then makes no master and joins the
     nodes, all workers, to that cluster. Relative to the current folder, ~ expanded. null: k4w creates the cluster."""
@@ -361,7 +361,7 @@ def _pem_certificates_problem(data: bytes) -> str | None:
 
 
 class RegistryMirror(Strict):
-    """One upstream registry's mirror (README "Registry mirrors"). The credentials, when the mirror
+    """One upstream registry's mirror (docs/registry-mirrors.md). The credentials, when the mirror
     needs them, are the endpoint's user:password@, like proxy.http's: redacted everywhere, and in
     the guests only in containerd's registry auth file (owner-only; an ACL on Windows)."""
 

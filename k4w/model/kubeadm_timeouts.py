@@ -30,8 +30,8 @@ class Bound:
 
 
 # kubernetesAPICall: kubeadm 1.37's 1 min default failed `kubeadm init` on a 2-vCPU master under TCG
-# (README, sixth ubuntu-2404-e2e run: the admin binding's first API answer came later than 60 s). The
-# whole `kubeadm init`, that wait included, took 234 to 399 s in the passing TCG runs (README;
+# (docs/development.md, sixth ubuntu-2404-e2e run: the admin binding's first API answer came later than 60 s). The
+# whole `kubeadm init`, that wait included, took 234 to 399 s in the passing TCG runs (docs/development.md;
 # ci/e2e/cluster_run.py BUDGETS), so 10 min is that longest run and half again, rounded up.
 # A permanent refusal of any call then fails `kubeadm init` after 10 min, not after ready_timeout
 # (15 min by default, 25 in the e2e harness, up to 2 h).

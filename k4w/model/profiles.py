@@ -23,7 +23,7 @@ REQUIRED = ("name", "os_family", "node_os", "min_memory_mb", "supports_vxlan", "
 # The container runtimes a profile may name under components:, in the order container_runtime looks for them.
 RUNTIMES = ("containerd", "docker")
 # Checksum keys a profile may carry for a component, strongest first: any one of them proves a download
-# is the file we meant (README.md, Boxes: a download without one is refused). sha256_url is a checksum
+# is the file we meant (docs/hyperv-host.md "Boxes": a download without one is refused). sha256_url is a checksum
 # file published beside the download (only where a source shows it exists).
 CHECKSUM_KEYS = ("sha256", "sha512", "sha256_url")
 

@@ -1,4 +1,4 @@
-"""Check every rendered artifact with the program that will consume it (README.md, Verification).
+"""Check every rendered artifact with the program that will consume it (docs/verification.md).
 
 The rules, in the order a run shows them. Each names its module of this package, which exports
 `run(cluster, out) -> Result` (the check of a rendered OUT) and, beside it, `would_run(cluster, out,

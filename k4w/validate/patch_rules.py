@@ -73,7 +73,7 @@ def _update_problems(where: str, update, provision: list) -> list[str]:
 def _reason_problems(where: str, none, today: dt.date) -> list[str]:
     if not isinstance(none, dict) or not str(none.get("reason") or "").strip():
         return [f"{where}: a supported Windows build with no components.windows_update and no no_windows_update.reason: "
-                f"pin its cumulative update (KB, ubr, released, url; README \"Patching\") or say why none is pinned"]
+                f"pin its cumulative update (KB, ubr, released, url; docs/modern-stack.md \"Patching\") or say why none is pinned"]
     when = patch_level.as_date(none.get("date"))
     if when is None:
         return [f"{where}: no_windows_update.date is not a date (YYYY-MM-DD): the day someone last looked for an update"]

@@ -60,7 +60,7 @@ def release_document(profile: Profile) -> dict:
 def minimum_ubr(profile: Profile) -> int | None:
     """The patch level a Windows box must have reached: the UBR its pinned cumulative update brings
     (components.windows_update.ubr) or, with none pinned, its ISO's (iso.ubr: k4w/model/patch_level.py);
-    None for a box that records neither (windows-1803: README "Patching")."""
+    None for a box that records neither (windows-1803: docs/modern-stack.md "Patching")."""
     from k4w.model.patch_level import level
 
     found = level(profile)

@@ -19,7 +19,7 @@ from tests.fakes.cluster_world import FakeClock
 from tests.fakes.vagrant import VagrantOnPath
 from tests.helpers import config_dict
 
-# Boot seconds per VM: Windows is the slowest, as on Hyper-V (README: ~2 min Ubuntu, ~5 min Windows).
+# Boot seconds per VM: Windows is the slowest, as on Hyper-V (docs/hyperv-host.md "First cluster on Hyper-V").
 BOOT = {"master": 1.0, "worker-a": 1.5, "worker-b": 2.0, "worker-c": 1.0, "worker-win": 3.0}
 SLOWEST, TOTAL = max(BOOT.values()), sum(BOOT.values())
 # Python start-up of the fake, five processes on a loaded CI box: generous, still far below TOTAL.

@@ -1,4 +1,4 @@
-"""The fast parts of `invoke e2e --cluster`, run in CI (the cluster itself is not: see README):
+"""The fast parts of `invoke e2e --cluster`, run in CI (the cluster itself is not: see docs/development.md):
 the image names are exactly what the pinned kubeadm lists for our rendered config plus what the rendered
 Flannel manifest runs, each at the version its pinned tool is built at; every command those manifests
 run exists in its image; and an archive is what the real containerd imports, under the exact name."""

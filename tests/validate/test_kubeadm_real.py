@@ -21,7 +21,7 @@ from k4w.validate import kubeadm_real
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config
 
 MODERN = ROOT / "examples" / "cluster-modern.yml"
-# What a repository copy needs for `invoke validate` to render and check everything (README.md's layout).
+# What a repository copy needs for `invoke validate` to render and check everything (docs/architecture.md "Folders").
 REPOSITORY = ("boxes", "examples", "guest", "host", "iso", "k4w", "scripts", "templates", "tools", "vagrant", ".ci",
               "tasks.py", "pyproject.toml", "cluster.yml")
 

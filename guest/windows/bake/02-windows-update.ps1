@@ -1,5 +1,5 @@
 # 02-windows-update.ps1 - install the profile's pinned cumulative update (components.windows_update)
-# from the build CD, so the box leaves the bake at a known patch level (README "Patching"). The
+# from the build CD, so the box leaves the bake at a known patch level (docs/modern-stack.md "Patching"). The
 # restart marker that follows in the profile lets Windows finish the install; 11-box-release.ps1
 # then records the UBR reached and fails a box below K4W_WINDOWS_UPDATE_UBR.
 #

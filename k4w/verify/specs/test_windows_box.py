@@ -523,7 +523,7 @@ def test_release_file_records_the_running_patch_level(release, patch_level):
 def test_patch_level_reaches_the_profiles_cumulative_update(patch_level, profile):
     assert patch_level["build"] == int(profile.data.guest.os_build)
     minimum = expect.minimum_ubr(profile)
-    if minimum is not None:  # windows-1803 records no patch level (README "Patching") and refuses none
+    if minimum is not None:  # windows-1803 records no patch level (docs/modern-stack.md "Patching") and refuses none
         assert patch_level["ubr"] >= minimum, (
             f"Windows is at {patch_level['build']}.{patch_level['ubr']}, below {patch_level['build']}.{minimum} "
             f"that the profile's patch level ({levels.level(profile).origin}) brings")
