@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,8 +111,9 @@ def containerd(tmp_path, baked):
     if os.geteuid() != 0:
         pytest.fail("this test runs the real containerd, which needs root (CI runs the suite as root)")
     root, mirrored, _ = baked
-    run = tmp_path / "containerd"
-    run.mkdir()
+    # Its sockets need a short path: a Unix socket's is at most 107 bytes (sun_path), and under
+    # xdist tmp_path grows by popen-gwN/, which put containerd.sock.ttrpc past it.
+    run = Path(tempfile.mkdtemp(prefix="k4w-ctrd-"))
     config_file = run / "config.toml"
     config_file.write_text(daemon_config((root / "etc" / "containerd" / "config.toml").read_text(), root, run))
     binary = pinned_tools.require("containerd", "containerd")
@@ -135,6 +137,8 @@ def containerd(tmp_path, baked):
             daemon.kill()
             daemon.wait(timeout=30)
         log.close()
+        shutil.copy(run / "containerd.log", tmp_path / "containerd.log")  # kept with the test's files
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def kubeadm_pull(socket: Path, repository: str) -> subprocess.CompletedProcess:
