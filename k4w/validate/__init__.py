@@ -40,33 +40,33 @@ class Validator:
         return self.rule().would_run(cluster, out, rendered)
 
 
-VALIDATORS: list[Validator] = [Validator(module) for module in (
-    "packer_rules",             # packer init + packer validate
-    "packer_option_rules",      # the hyperv builders' enumerated options, windows-restart
-    "preseed_rules",            # debconf-set-selections --checkonly
-    "cloud_config_rules",       # cloud-init schema on user-data
-    "autoinstall_rules",        # subiquity's autoinstall schema
-    "shellcheck_rules",         # shellcheck on every bash script
-    "ps51_rules",               # PowerShell parse, lint and the 5.1 rules
-    "unattend_rules",           # Autounattend.xml
-    "manifest_rules",           # kubernetes-validate and agreement of manifests and node configs
-    "kubeadm_config_rules",     # kubeadm config fields, every worker's join configuration
-    "kubeadm_real",             # the real pinned kubeadm on the containerd era's configs
-    "proxy_mode_rules",         # the pinned binaries' flags and kube-proxy's mode
-    "checksum_rules",           # box profile checksums name their source
-    "preflight_rules",          # kubeadm's Windows SystemVerification
-    "cni_rules",                # Windows cniVersion
-    "windows_image_rules",      # Windows container images per build
-    "patch_rules",              # Windows patch level
-    "cgroup_rules",             # cgroup v2 only boxes
-    "registry_rules",           # registry mirrors' hosts.toml, containerd config dump
-    "containerd_config_rules",  # containerd config versions
-    "systemd_unit_rules",       # no credential in a unit's Environment=
-    "apt_rules",                # apt through k4w_apt
-    "yaml_template_rules",      # every YAML template value quoted
-    "hcl_template_rules",       # every Packer template value quoted
-    "vagrantfile_rules",        # ruby -c on the Vagrantfiles
-    "vagrant_rules",            # vagrant validate on the cluster Vagrantfile
+VALIDATORS: list[Validator] = [Validator(name, module) for name, module in (
+    ("packer_templates", "packer_rules"),  # packer init + packer validate
+    ("packer_enums", "packer_option_rules"),  # the hyperv builders' enumerated options, windows-restart
+    ("preseeds", "preseed_rules"),  # debconf-set-selections --checkonly
+    ("cloud_configs", "cloud_config_rules"),  # cloud-init schema on user-data
+    ("autoinstall_seeds", "autoinstall_rules"),  # subiquity's autoinstall schema
+    ("shell_scripts", "shellcheck_rules"),  # shellcheck on every bash script
+    ("powershell_scripts", "ps51_rules"),  # PowerShell parse, lint and the 5.1 rules
+    ("unattend_files", "unattend_rules"),  # Autounattend.xml
+    ("manifests", "manifest_rules"),  # kubernetes-validate and agreement of manifests and node configs
+    ("kubeadm_config", "kubeadm_config_rules"),  # kubeadm config fields, every worker's join configuration
+    ("real_kubeadm", "kubeadm_real"),  # the real pinned kubeadm on the containerd era's configs
+    ("pinned_flags", "proxy_mode_rules"),  # the pinned binaries' flags and kube-proxy's mode
+    ("checksum_sources", "checksum_rules"),  # box profile checksums name their source
+    ("windows_preflight", "preflight_rules"),  # kubeadm's Windows SystemVerification
+    ("cni_versions", "cni_rules"),  # Windows cniVersion
+    ("windows_images", "windows_image_rules"),  # Windows container images per build
+    ("windows_patch_level", "patch_rules"),  # Windows patch level
+    ("cgroup_v2", "cgroup_rules"),  # cgroup v2 only boxes
+    ("registry_mirrors", "registry_rules"),  # registry mirrors' hosts.toml, containerd config dump
+    ("containerd_config_versions", "containerd_config_rules"),  # containerd config versions
+    ("unit_credentials", "systemd_unit_rules"),  # no credential in a unit's Environment=
+    ("apt_locks", "apt_rules"),  # apt through k4w_apt
+    ("yaml_templates", "yaml_template_rules"),  # every YAML template value quoted
+    ("hcl_templates", "hcl_template_rules"),  # every Packer template value quoted
+    ("vagrantfiles", "vagrantfile_rules"),  # ruby -c on the Vagrantfiles
+    ("cluster_vagrantfile", "vagrant_rules"),  # vagrant validate on the cluster Vagrantfile
 )]
 
 
@@ -78,9 +78,9 @@ def validate_all(cluster: Cluster, out: Path, report: Callable[[Result], None] |
         try:
             res = validator.check(cluster, Path(out))
         except ToolMissing as exc:
-            res = Result(validator.module, exc.tool, problems=[str(exc)], missing_tool=exc.tool)
+            res = Result(validator.name, exc.tool, problems=[str(exc)], missing_tool=exc.tool)
         except K4wError as exc:
-            res = Result(validator.module, "-", problems=[str(exc)])
+            res = Result(validator.name, "-", problems=[str(exc)])
         res.seconds = time.monotonic() - started
         results.append(res)
         if report:
