@@ -113,17 +113,20 @@ def system_tool(name: str) -> str:
         pytest.fail(str(missing), pytrace=False)
 
 
-def packer_validate(template: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def packer_validate(template: Path, env: dict | None = None, cwd: Path | None = None,
+                    variables: dict | None = None) -> subprocess.CompletedProcess:
     """`packer init` then `packer validate` of a rendered template, as `invoke validate` runs them:
     the Packer k4w finds (the pinned cache's first) with its plugins (k4w.infra.packer_cli.plugin_env).
-    The result of the first that fails, else of validate."""
+    variables: given to validate as -var name=value, as a build gives them. The result of the
+    first that fails, else of validate."""
     from k4w.infra import packer_cli
 
     packer = system_tool("packer")
     full_env = {**os.environ, **packer_cli.plugin_env(packer), "CHECKPOINT_DISABLE": "1", **(env or {})}
+    given = [arg for name, value in (variables or {}).items() for arg in ("-var", f"{name}={value}")]
     for action in ("init", "validate"):
-        result = subprocess.run([packer, action, str(template)], capture_output=True, text=True, env=full_env, cwd=cwd,
-                                timeout=120)
+        result = subprocess.run([packer, action, *(given if action == "validate" else []), str(template)],
+                                capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
         if result.returncode != 0:
             break
     return result

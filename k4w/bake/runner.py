@@ -57,6 +57,10 @@ class BuildFailed(K4wError):
         super().__init__(message)
 
 
+# The input variable of templates/packer/*.pkr.hcl.j2 that names the ISO to install from.
+ISO_PATH_VARIABLE = "iso_path"
+
+
 @dataclass
 class BoxPlan:
     box: str
@@ -74,6 +78,15 @@ class BoxPlan:
     @property
     def target(self) -> gate.Target:
         return gate.Target(self.profile, self.template, self.iso_override, self.iso_sha256)
+
+    @property
+    def packer_variables(self) -> dict[str, str]:
+        """The input variables the build gives Packer on its command line: --iso as iso_path, so
+        Packer installs from the file the gate verified, not from iso/ (the template's default).
+        Absolute: Packer runs in --out, not where the user named the file."""
+        if self.iso_override is None:
+            return {}
+        return {ISO_PATH_VARIABLE: os.path.abspath(self.iso_override)}
 
 
 @dataclass
@@ -165,6 +178,9 @@ def _plan(profile: Profile, out: Path, rendered: dict[str, str], force: bool, is
     stamp = stamp_mod.compute(box, profile, rendered, iso_mod.iso_sha256(profile))
     plan = BoxPlan(box, profile, out / key, template, stamp, up_to_date=False, reason="", iso_override=iso_override,
                    iso_sha256=iso_sha256)
+    if iso_override is not None and ISO_PATH_VARIABLE not in (template.get("variables") or {}):
+        raise K4wError(f"box {box}: --iso names an ISO, but its template {out / key} installs from none "
+                       f"(no input variable {ISO_PATH_VARIABLE}; build.builder {(profile.data.get('build') or {}).get('builder', 'hyperv-iso')})")
     record = catalogue.read_record(out, box)
     existing = out / "boxes" / record["box_file"] if record and record.get("box_file") else None
     plan.existing_box = existing
@@ -257,7 +273,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             _say(console, f"  secrets: would rotate {secrets_file} and re-render {out / 'http' / box}/ with the new password")
             secret_sources[ADMIN_PASSWORD_ENV] = str(secrets_file)
         _say(console, "  run:")
-        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path), out, secret_sources, proxy,
+        for line in packer_cli.describe_command(packer_cli.build_command(plan.template_path, variables=plan.packer_variables), out, secret_sources, proxy,
                                                 first=packer_cli.init_command(plan.template_path)):
             _say(console, f"    {line}")
         minutes = profiles.build_timeout_minutes(plan.profile)
@@ -444,7 +460,8 @@ class _Builder:
                 secrets[ADMIN_PASSWORD_ENV] = render.load_secrets(out, box)["admin_password"]
                 secret_files[ADMIN_PASSWORD_ENV] = str(out / "secrets" / f"{box}.json")
             packer = packer_cli.packer_path() or packer_cli.PACKER
-            init, cmd = packer_cli.init_command(plan.template_path, packer), packer_cli.build_command(plan.template_path, packer)
+            init = packer_cli.init_command(plan.template_path, packer)
+            cmd = packer_cli.build_command(plan.template_path, packer, plan.packer_variables)
             proxy = packer_proxy_env(self.cluster.proxy)
             env = packer_cli.build_env(out, secrets, proxy)
             with outfiles.open_for_write(log_path, within=out) as log:

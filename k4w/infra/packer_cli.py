@@ -55,10 +55,27 @@ def init_command(template: Path, packer: str = PACKER) -> list[str]:
     return [packer, "init", str(template)]
 
 
-def build_command(template: Path, packer: str = PACKER) -> list[str]:
+def build_command(template: Path, packer: str = PACKER, variables: dict[str, str] | None = None) -> list[str]:
+    """variables: input variables given as -var name=value, which win over a default and a
+    PKR_VAR_ value (packer_hcl.VAR_ENV_PREFIX says where); never a secret (the command line is
+    logged and others can read it), those come from the environment."""
     # -force: replace a stale packer-vm/<box> left by an earlier run.
     # -on-error=cleanup: delete the VM on failure; the full log is kept in OUT/logs.
-    return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", str(template)]
+    given = [arg for name, value in (variables or {}).items() for arg in ("-var", f"{name}={value}")]
+    return [packer, "build", "-machine-readable", "-force", "-on-error=cleanup", *given, str(template)]
+
+
+def given_variables(argv: list[str]) -> dict[str, str]:
+    """The -var name=value (or -var=name=value) pairs of a Packer command line; the value is all
+    after the first "=" (hashicorp/packer@v1.9.4 command/flag-kv/flag.go, the -var flag of command/cli.go)."""
+    values: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        pair = argv[i + 1] if arg in ("-var", "--var") and i + 1 < len(argv) else \
+            arg.split("=", 1)[1] if arg.startswith(("-var=", "--var=")) else None
+        if pair is not None and "=" in pair:
+            name, value = pair.split("=", 1)
+            values[name] = value
+    return values
 
 
 

@@ -215,6 +215,11 @@ def _with_root(value, root: Path | str | None):
         return [_with_root(item, root) for item in value]
     if isinstance(value, dict):
         return {key: _with_root(item, root) for key, item in value.items()}
+    if isinstance(value, str) and (chosen := _COALESCE.match(value)) and chosen.group(2).startswith(PATH_ROOT_EXPR):
+        # coalesce(var.x, "${path.root}/..."): the fallback path as the path it names.
+        fallback = _unquote(chosen.group(2))
+        quoted = _with_root(fallback, root).replace("\\", "\\\\").replace('"', '\\"')
+        return f'${{coalesce(var.{chosen.group(1)}, "{quoted}")}}'
     if isinstance(value, str) and value.startswith(PATH_ROOT_EXPR):
         rest = value[len(PATH_ROOT_EXPR):]
         base = str(root).replace("\\", "/")
@@ -238,19 +243,45 @@ _ENV_DEFAULT = re.compile(r'^\$\{env\("([A-Za-z_][A-Za-z0-9_]*)"\)\}$')
 _TEMPLATE_PART = re.compile(r"\$\$\{|%%\{|\$\{var\.([A-Za-z_][A-Za-z0-9_-]*)\}")
 
 
-def variable_values(template: dict, environ: dict[str, str]) -> dict[str, str]:
-    """The input variables as Packer gives them for a build with environ: a default of
-    env("X") reads environ ("" when unset, as Packer's env function does)."""
+# Packer reads a variable's value from, last wins: its default, PKR_VAR_<name> in the environment,
+# var files, then -var on the command line (hashicorp/packer@v1.9.4
+# hcl2template/types.variables.go collectInputVariableValues and Variable.Value).
+VAR_ENV_PREFIX = "PKR_VAR_"
+
+
+def variable_values(template: dict, environ: dict[str, str], argv: dict[str, str] | None = None) -> dict[str, str]:
+    """The input variables as Packer gives them for a build with environ and argv (the -var
+    name=value pairs): a default of env("X") reads environ ("" when unset, as Packer's env
+    function does); PKR_VAR_<name> overrides the default, -var overrides both."""
     values = {}
     for name, default in (template.get("variables") or {}).items():
         match = _ENV_DEFAULT.match(str(default))
         values[name] = environ.get(match.group(1), "") if match else resolve(str(default), {})
+        if VAR_ENV_PREFIX + name in environ:
+            values[name] = environ[VAR_ENV_PREFIX + name]
+        if argv and name in argv:
+            values[name] = argv[name]
     return values
+
+
+# coalesce(var.x, "fallback"), as the templates choose a file a build may name instead of the default
+# one: Packer's coalesce skips "" (hashicorp/packer@v1.9.4 hcl2template/functions.go uses
+# hashicorp/go-cty-funcs collection.CoalesceFunc, which passes over null and "" strings).
+_COALESCE = re.compile(r'^\$\{coalesce\(var\.([A-Za-z_][A-Za-z0-9_-]*),\s*"((?:[^"\\]|\\.)*)"\s*\)\}$')
+
+
+def _unquote(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def resolve(text: str, values: dict[str, str]) -> str:
     """A string of the parsed template as Packer evaluates it: ${var.x} replaced from values (a
-    KeyError for an unknown one), "$${" and "%%{" back to their literal selves."""
+    KeyError for an unknown one), coalesce(var.x, "fallback") as the first non-empty, "$${" and
+    "%%{" back to their literal selves."""
+    chosen = _COALESCE.match(text)
+    if chosen:
+        return values[chosen.group(1)] or _unquote(chosen.group(2))
+
     def part(match: re.Match) -> str:
         if match.group(1) is not None:
             return values[match.group(1)]

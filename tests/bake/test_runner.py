@@ -23,6 +23,7 @@ from k4w.model import config, profiles
 from k4w.infra import packer_hcl
 from k4w import render
 from k4w.derive.cluster import Cluster
+from k4w.infra.errors import K4wError
 from k4w.bake import BuildFailed, build_box, build_boxes, cache, catalogue
 from k4w.infra import packer_cli
 from k4w.bake.transcript import plan_steps
@@ -211,6 +212,29 @@ def test_dry_run_says_it_would_skip_an_up_to_date_box(repo, fake_packer, console
     result = build_box(cluster, "ubuntu-1604", repo.out, dry_run=True, console=console)
     assert result.status == "would skip" and "would skip, up to date" in console.text
     assert len(fake_packer.calls()) == calls
+
+
+def test_dry_run_with_an_iso_elsewhere_prints_the_packer_command_that_installs_from_it(repo, fake_packer, console,
+                                                                                        tmp_path):
+    elsewhere = tmp_path / "my images" / "server 1803.iso"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(repo.isos["windows-1803"].read_bytes())
+    build_box(repo.cluster(), "windows-1803", repo.out, iso=elsewhere, dry_run=True, console=console)
+    template = repo.out / "packer" / "windows-1803.pkr.hcl"
+    assert (f"packer build -machine-readable -force -on-error=cleanup -var 'iso_path={elsewhere}' {template}"
+            in console.text.replace("\n    ", " "))
+    assert f"iso: would verify {elsewhere}" in console.text and fake_packer.builds() == []
+
+
+def test_iso_for_a_box_whose_template_takes_no_iso_path_is_refused(repo, fake_packer, console, tmp_path):
+    # As a template whose builder installs from no ISO (the qemu builder's disk image) or that
+    # predates the variable: --iso would be verified and then not used.
+    template = repo.root / "templates" / "packer" / "ubuntu.pkr.hcl.j2"
+    text = template.read_text().replace("coalesce(var.iso_path, << paths.iso | hcl >>)", "<< paths.iso | hcl >>")
+    template.write_text(re.sub(r'variable "iso_path" \{[^}]*\}', "", text))
+    with pytest.raises(K4wError, match="--iso names an ISO, but its template .* installs from none"):
+        build_box(repo.cluster(), "ubuntu-1604", repo.out, iso=tmp_path / "x.iso", console=console)
+    assert fake_packer.builds() == []
 
 
 def test_iso_problem_fails_that_box_before_packer(repo, fake_packer, console):

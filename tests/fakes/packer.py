@@ -8,7 +8,11 @@ $FAKE_PACKER_CALLS, and:
   packer init / validate ...         run the real Packer ($FAKE_PACKER_REAL, with
                                      $FAKE_PACKER_PLUGIN_PATH as PACKER_PLUGIN_PATH when set):
                                      neither needs Hyper-V, and the build runs both first
-  packer build ... TEMPLATE          replays the scenario for box = TEMPLATE's stem from
+  packer build ... TEMPLATE          first, as Packer's download step, fails when no ISO the
+                                     builder names (iso_url / iso_urls, with -var, PKR_VAR_ and
+                                     defaults resolved) is a URL or an existing file; the call log's
+                                     "isos" says which one each builder installs from. Then
+                                     replays the scenario for box = TEMPLATE's stem from
                                      the JSON file $FAKE_PACKER_SCENARIOS:
       {"<box>": {"transcript": "windows-success.txt", "exit": 0,
                  "write_box": true, "line_delay": 0.0}}
@@ -75,10 +79,31 @@ def log_call(argv: list[str]) -> None:
     if argv[:1] == ["build"]:
         template = packer_hcl.load(Path(argv[-1]))
         record["iso_checksums"] = [b.get("iso_checksum") for b in template.get("builders", [])]
-        # The input variables as Packer resolves them: env("X") defaults from this process's environment.
-        record["variables"] = packer_hcl.variable_values(template, dict(os.environ))
+        # The input variables as Packer resolves them: defaults (env("X") from this process's
+        # environment), PKR_VAR_<name>, then -var.
+        record["variables"] = variable_values(template, argv)
+        record["isos"] = [iso_read(b, record["variables"])[0] for b in template.get("builders", [])]
     with open(calls, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
+
+
+def variable_values(template: dict, argv: list[str]) -> dict[str, str]:
+    return packer_hcl.variable_values(template, dict(os.environ), packer_cli.given_variables(argv))
+
+
+def iso_read(builder: dict, variables: dict[str, str]) -> tuple[str | None, list[str]]:
+    """The ISO a builder installs from, as Packer's download step picks it: the first of iso_urls
+    (or iso_url) that is a URL or a local file that exists; and the local files it found missing.
+    A URL is not fetched: the fake stands for a host whose download would work."""
+    urls = packer_hcl.resolve_all(builder.get("iso_urls") or [builder.get("iso_url")], variables)
+    missing = []
+    for url in (u for u in urls if u):
+        if re.match(r"^[a-z][a-z0-9+.-]+://", url):
+            return url, missing
+        if Path(url).is_file():
+            return url, missing
+        missing.append(url)
+    return None, missing
 
 
 def template_env(template: dict, name: str) -> str:
@@ -131,6 +156,19 @@ def build(argv: list[str]) -> int:
     template_path = Path(argv[-1])
     template = packer_hcl.load(template_path)
     box = template_path.name.removesuffix(packer_hcl.SUFFIX)
+    variables = variable_values(template, argv)
+    for builder in template.get("builders", []):
+        if "iso_url" in builder or "iso_urls" in builder:
+            used, missing = iso_read(builder, variables)
+            if used is None:
+                # Packer's download step, every URL failed (hashicorp/packer-plugin-sdk@v0.4.0
+                # multistep/commonsteps/step_download.go: "error downloading ISO: [errors]").
+                # -machine-readable writes a comma in a message as %!(PACKER_COMMA), as the transcripts show.
+                errors = " ".join(f"stat {path}: no such file or directory" for path in missing)
+                message = (f"Build '{builder['type']}.{builder['name']}' errored after 1 second: "
+                           f"error downloading ISO: [{errors}]").replace(",", "%!(PACKER_COMMA)")
+                print(f"{int(time.time())},,ui,error,{message}", flush=True)
+                return 1
     scenarios = json.loads(Path(os.environ["FAKE_PACKER_SCENARIOS"]).read_text(encoding="utf-8"))
     scenario = scenarios[box]
     delay = float(scenario.get("line_delay", 0))

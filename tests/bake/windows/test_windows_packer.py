@@ -72,6 +72,20 @@ def test_packer_validate_accepts_the_modern_template_with_its_update_restarts_an
 
 
 @pytest.mark.tools
+def test_packer_validate_accepts_the_iso_path_a_build_with_iso_gives(render_windows, tmp_path):
+    rendered = render_windows(2, write=True)
+    elsewhere = tmp_path / "my images" / "windows.iso"
+    path = rendered.out / "packer" / f"{BOX}.pkr.hcl"
+    given = packer_validate(path, env={"K4W_ADMIN_PASSWORD": SECRET}, variables={"iso_path": str(elsewhere)})
+    assert given.returncode == 0, given.stdout + given.stderr
+    # Packer refuses a -var the template does not declare: the variable is what carries --iso.
+    path.write_text(re.sub(r'variable "iso_path" \{[^}]*\}', "", path.read_text())
+                    .replace("coalesce(var.iso_path, ", "coalesce(\"\", "))
+    undeclared = packer_validate(path, env={"K4W_ADMIN_PASSWORD": SECRET}, variables={"iso_path": str(elsewhere)})
+    assert undeclared.returncode != 0 and "Undefined -var variable" in undeclared.stdout + undeclared.stderr
+
+
+@pytest.mark.tools
 @pytest.mark.parametrize("proxied", [False, True], ids=["direct", "proxy"])
 def test_packer_validate_accepts_the_rendered_template(render_windows, generation, proxied):
     rendered = render_windows(generation, http=HTTP_PROXY if proxied else None,
@@ -202,7 +216,8 @@ def test_without_a_proxy_no_proxy_value_reaches_the_guest(render_windows):
     env = rendered.env("03-docker.ps1")
     assert env["K4W_PROXY_ENABLED"] == "0" and env["K4W_PROXY_ENV"] == ""
     assert not {name for name in env if name.startswith(("K4W_HTTP_PROXY", "K4W_HTTPS_PROXY", "K4W_NO_PROXY"))}
-    assert set(rendered.packer["variables"]) == {"admin_password"}
+    # The password and the ISO to install from (iso_path: --iso), no proxy variable.
+    assert set(rendered.packer["variables"]) == {"admin_password", "iso_path"}
 
 
 def _resolved(rendered, value: str) -> str:
@@ -233,7 +248,8 @@ def test_proxy_values_reach_every_script_and_are_masked(render_windows):
         assert _resolved(rendered, env["K4W_HTTP_PROXY_PASSWORD"]) == PROXY_PASSWORD
         assert "K4W_HTTPS_PROXY_USER" not in env  # that proxy takes no credentials
     # Every value that holds a credential is a sensitive variable, never an environment line.
-    assert set(variables) - {"admin_password"} == set(rendered.packer["sensitive-variables"]) - {"admin_password"}
+    # (iso_path names a file on the build host, no credential.)
+    assert set(variables) - {"admin_password", "iso_path"} == set(rendered.packer["sensitive-variables"]) - {"admin_password"}
     assert all(PROXY_PASSWORD not in item for prov in rendered.packer["provisioners"]
                for item in prov.get("environment_vars", []))
     assert PROXY_PASSWORD not in json.dumps(rendered.packer)
