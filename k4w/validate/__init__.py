@@ -26,8 +26,11 @@ __all__ = ["Result", "VALIDATORS", "Validator", "validate_all", "would_run"]
 
 @dataclass(frozen=True)
 class Validator:
-    """One consumer of the artifacts: the rule module of this package that holds its check and its dry run."""
+    """One consumer of the artifacts: the rule module of this package that holds its check and its dry run.
+    name is what a user reads when the check cannot run here (the build gate's and doctor's "not validated
+    on this host: NAME"), kept as it was before the checks moved into their rule modules."""
 
+    name: str
     module: str
 
     def rule(self) -> ModuleType:
