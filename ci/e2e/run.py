@@ -328,7 +328,9 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cfg = config.load(cluster_yml)
         cluster = Cluster.resolve(cfg, cluster_yml)  # with the k4w-pins.yml beside it
         files = render.render(cluster, out)
-        template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"])
+        # root: the folder Packer reads the template in (path.root), so the scripts the re-run below
+        # uploads are the shipped copies beside it, as Packer's build reads them.
+        template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"], root=out / "packer")
         # The re-run passes the variables' values as Packer's build does: from the secrets' environment.
         template["variables"] = packer_cli.variable_values(
             template, step_env(cluster.profile(box), cluster).secret_environment)

@@ -100,8 +100,8 @@ def test_the_committed_table_is_what_the_tag_registers(table):
 
 
 def test_the_1_37_tables_hold_the_flags_k4w_renders_and_refuse_the_removed_pause_flag():
-    kubelet = yaml.safe_load((flag_source.Path(flag_source.__file__).parent / "facts" / "kubelet-1.37.yml").read_text())
-    proxy = yaml.safe_load((flag_source.Path(flag_source.__file__).parent / "facts" / "kube-proxy-1.37.yml").read_text())
+    kubelet = yaml.safe_load((flag_source.Path(flag_source.__file__).parents[1] / "validate" / "facts" / "kubelet-1.37.yml").read_text())
+    proxy = yaml.safe_load((flag_source.Path(flag_source.__file__).parents[1] / "validate" / "facts" / "kube-proxy-1.37.yml").read_text())
     assert {"node-ip", "hostname-override", "config", "kubeconfig", "v"} <= set(kubelet["flags"])
     assert {"windows-service"} <= set(kubelet["windows_only"])
     assert "pod-infra-container-image" not in kubelet["flags"] + kubelet["windows_only"]
@@ -123,7 +123,7 @@ def test_the_linux_flags_of_the_table_are_the_ones_the_real_1_37_binary_prints(b
     program = pinned_tools.require(tool, binary)
     helped = set(re.findall(r"^\s+(?:-\w, )?--([a-z0-9-]+)", subprocess.run(
         [str(program), "--help"], capture_output=True, text=True, timeout=60).stdout, re.M))
-    table = yaml.safe_load((flag_source.Path(flag_source.__file__).parent / "facts" / f"{binary}-1.37.yml").read_text())
+    table = yaml.safe_load((flag_source.Path(flag_source.__file__).parents[1] / "validate" / "facts" / f"{binary}-1.37.yml").read_text())
     listed = set(table["flags"]) | set(table.get("linux_only") or [])
     assert listed - helped == set()
     assert helped - listed == GLOBAL[binary] | (set(table.get("removed") or {}) & helped)

@@ -37,7 +37,9 @@ def test_the_unit_rule_refuses_the_drop_in_k4w_wrote_before():
 
 
 def test_the_unit_rule_refuses_a_literal_proxy_or_secret_and_keeps_the_kubelet_flags():
-    step = (ROOT / "guest" / "ubuntu" / "bake" / "04-kubernetes.sh").read_text()
+    # The kubelet unit and its drop-in are written once, by lib.sh's k4w_install_kubelet_service (both eras' step 04).
+    step = (ROOT / "guest" / "ubuntu" / "lib.sh").read_text()
+    assert 'Environment=\\"KUBELET_CONFIG_ARGS=' in step  # the plant below has a line to go beside
     assert systemd_unit_rules.text_problems(step, "04") == []  # KUBELET_*_ARGS lines stay
     planted = step.replace('Environment=\\"KUBELET_CONFIG_ARGS=', 'Environment=\\"HTTPS_PROXY=${K4W_PROXY}\\"\nEnvironment=\\"KUBELET_CONFIG_ARGS=')
     problems = systemd_unit_rules.text_problems(planted, "04")
