@@ -228,7 +228,9 @@ def test_qemu_branch_boots_the_image_and_shares_the_provisioning(profile_dir, tm
     hyperv = packer_hcl.parse(render.render_files(cluster(HTTPS_PROXY, HTTPS_PROXY), tmp_path / "out2")[f"packer/{BOX}.pkr.hcl"])
     vm = builder(qemu)
     assert vm["type"] == "qemu" and vm["disk_image"] is True and vm["accelerator"] == "tcg"
-    assert vm["iso_url"] == "/srv/ci/debian-12.raw" and "boot_command" not in vm
+    # The image Packer boots: the profile's, unless the build names another (--iso, as invoke e2e does).
+    assert packer_hcl.resolve(vm["iso_url"], {"iso_path": ""}) == "/srv/ci/debian-12.raw" and "boot_command" not in vm
+    assert packer_hcl.resolve(vm["iso_url"], {"iso_path": "/elsewhere/base.qcow2"}) == "/elsewhere/base.qcow2"
     assert vm["qemuargs"] == [["-kernel", "/srv/ci/vmlinuz"], ["-initrd", "/srv/ci/initrd.img"],
                               ["-append", "root=/dev/vda rw console=ttyS0"]]
     assert [p.get("script") for p in qemu["provisioners"]] == [
