@@ -294,6 +294,68 @@ class HyperV(Strict):
         return v
 
 
+# libvirt names networks and storage pools with these characters (virsh net-define accepts more, but
+# the name becomes a file name under /etc/libvirt and a Vagrant option; keep it plain).
+LIBVIRT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,49}")
+
+
+class Host(Strict):
+    """The virtualization on the machine that runs k4w."""
+
+    provider: Literal["hyperv", "libvirt"] = "hyperv"
+    """hyperv: Windows 10/11 with Hyper-V (settings under hyperv). libvirt: a Linux host with libvirt, QEMU and
+    vagrant-libvirt (settings under libvirt). The rest of cluster.yml means the same on both."""
+
+
+class Libvirt(Strict):
+    """The libvirt host: its connection, storage pool and the two networks every VM has a NIC on."""
+
+    uri: str = "qemu:///system"
+    """The libvirt connection (virsh uri); qemu:///system is where vagrant-libvirt and network-up work by default."""
+    storage_pool: str = "default"
+    """The storage pool the VM disks and box images go to (virsh pool-list)."""
+    accelerator: Literal["kvm", "tcg"] = "kvm"
+    """kvm: hardware virtualization (/dev/kvm). tcg: QEMU's emulation where KVM is unusable, roughly ten times slower;
+    `invoke doctor` says which the host can use."""
+    management_network: str = "k4w-management"
+    """The network of each VM's management NIC (DHCP from libvirt): Vagrant and SSH use it, and it carries outbound
+    traffic. `invoke network-up` defines it."""
+    management_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.123.0/24")
+    """The management network's subnet; the host holds its first address and libvirt's DHCP hands out the rest."""
+    management_forward: Literal["nat", "none"] = "nat"
+    """nat: VMs reach the outside through the host (downloads, the proxy). none: an isolated network, for hosts
+    where the proxy or a mirror sits on the management network itself."""
+    cluster_network: str = "k4w-cluster"
+    """The isolated network of each VM's cluster NIC, which has the node's static ip; the host holds the first address
+    of network.node_cidr. `invoke network-up` defines it."""
+
+    @field_validator("storage_pool", "management_network", "cluster_network")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not LIBVIRT_NAME.fullmatch(v):
+            raise ValueError("must be 1-50 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        # A libvirt URI names a driver and a scheme (https://libvirt.org/uri.html): qemu:///system, qemu+ssh://host/system.
+        if not re.fullmatch(r"qemu(\+[a-z]+)?://[^\s]*/(system|session)", v):
+            raise ValueError("must be a QEMU libvirt URI such as qemu:///system (https://libvirt.org/uri.html)")
+        return v
+
+    @field_validator("management_cidr", mode="before")
+    @classmethod
+    def _cidr(cls, v):
+        try:
+            net = ipaddress.IPv4Network(str(v), strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 network in CIDR form with host bits zero ({exc})") from None
+        if net.prefixlen > 29 or not any(net.subnet_of(private) for private in _RFC1918):
+            raise ValueError(f"{net}: use a private (RFC 1918) range of /29 or larger")
+        return net
+
+
 class Downloads(Strict):
     """Where `invoke fetch` keeps components (k4w.bake.cache) and where it gets them from."""
 
@@ -523,8 +585,12 @@ class Config(Strict):
     """The corporate HTTP proxy; without one, leave http and https null."""
     network: Network = Network()
     """Address ranges and the Flannel backend."""
+    host: Host = Host()
+    """Which virtualization this host has: Hyper-V or libvirt."""
     hyperv: HyperV = HyperV()
-    """The Hyper-V virtual switches."""
+    """The Hyper-V virtual switches (host.provider hyperv)."""
+    libvirt: Libvirt = Libvirt()
+    """The libvirt connection and networks (host.provider libvirt)."""
     downloads: Downloads = Downloads()
     """Where components are downloaded from and kept."""
     registry: Registry = Registry()

@@ -31,6 +31,21 @@ def problems(cfg: Config) -> list[str]:
                   for i, n in enumerate(cfg.nodes) if n.role == "master"]
     elif len(masters) != 1:
         found.append(f"nodes: exactly one node must have role 'master', found {len(masters)}")
+    # Each provider's settings live under its own key; the other provider's key means the file was written
+    # for another host, and silently ignoring it would build something else than the user reads.
+    other = {"hyperv": "libvirt", "libvirt": "hyperv"}[cfg.host.provider]
+    if other in cfg.model_fields_set:
+        keys = sorted(getattr(cfg, other).model_fields_set) or ["(empty block)"]
+        found.append(f"{other}: host.provider is {cfg.host.provider}, so the {other} settings "
+                     f"({', '.join(other + '.' + k for k in keys)}) would be ignored; remove them or set host.provider: {other}")
+    if cfg.host.provider == "libvirt":
+        for name, net in (("network.node_cidr", cfg.network.node_cidr), ("network.pod_cidr", cfg.network.pod_cidr),
+                          ("network.service_cidr", cfg.network.service_cidr)):
+            if net.overlaps(cfg.libvirt.management_cidr):
+                found.append(f"libvirt.management_cidr: {cfg.libvirt.management_cidr} overlaps {name} {net}")
+        if cfg.libvirt.management_network == cfg.libvirt.cluster_network:
+            found.append(f"libvirt.cluster_network: '{cfg.libvirt.cluster_network}' is also the management network; "
+                         "each VM needs two networks")
     gateway = cfg.hyperv.cluster_gateway or next(cfg.network.node_cidr.hosts())
     if gateway not in cfg.network.node_cidr:
         found.append(f"hyperv.cluster_gateway: {gateway} is outside network.node_cidr {cfg.network.node_cidr}")
