@@ -280,9 +280,13 @@ def cluster_test(c, config=None, out=None, dry_run=False):
             "cluster": "then a real single-node kubeadm cluster on a fresh guest of the box (containerd-era boxes "
                        "only; needs scripts/build-tools --group cluster; under TCG about 30 minutes with "
                        "ubuntu-2404-e2e, about 45 with ubuntu-2604-e2e; not run by CI)",
+            "provider": "qemu (default: the harness boots the guests) or libvirt: with --cluster and --box "
+                        "ubuntu-2604-e2e, k4w's own network-up, cluster-up, cluster-test, cluster-reset, "
+                        "cluster-down and an existing-cluster join on two libvirt VMs (docs/linux-host.md; "
+                        "needs libvirtd and vagrant-libvirt; hours under TCG; not run by CI)",
             "dry_run": DRY_HELP})
 @user_errors
-def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False):
+def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False, provider="qemu"):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
     from k4w.commands import cli
     from k4w.infra import ui
@@ -294,7 +298,8 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
     # Every box's run keeps its base images under build/e2e/base-image, one cache link per recipe (base_image.RECIPES).
     images = default_out(Path("build"), BOXES[0]) / "base-image"
     s = cli.settings(c, out=out or str(default_out(Path("build"), box)), dry_run=dry_run)
-    result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images, cluster=cluster)
+    result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images, cluster=cluster,
+                     provider=provider)
     if not s.dry_run:
         for line in result.summary():
             ui.say(line)

@@ -97,6 +97,8 @@ def build(result) -> dict:
         "box": _plain(result.box_file),
         # --cluster: seconds per step, stand_ins (none in this era) and the substitutes under their own key.
         "cluster": cluster_run.report_json(getattr(result, "cluster", None)),
+        # --provider libvirt: each k4w command by its name, with seconds and checks; provider and stand_ins.
+        "libvirt": _plain(getattr(result, "libvirt", None)),
     }
 
 

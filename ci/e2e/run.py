@@ -60,7 +60,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, mirror as mirror_mod, procs, report, rerun, squid
+from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, report, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -137,6 +137,8 @@ class E2EResult:
     error: str | None = None
     dry_run: bool = False
     cluster: cluster_run.ClusterReport | None = None   # set when the run brings up the cluster (--cluster)
+    # --provider libvirt --cluster: k4w's own commands on two libvirt VMs (libvirt_run.py).
+    libvirt: libvirt_run.LibvirtReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -192,6 +194,11 @@ class E2EResult:
             lines += [f"  {check}: {what}" for check, what in c.checks.items()]
             lines.append(f"  stand-ins: {', '.join(c.stand_ins) or 'none'}; substitutes: "
                          + (", ".join(f"{name} <- {s['module']}@{s['version']}" for name, s in c.substitutes.items()) or "none"))
+        if self.libvirt:
+            v = self.libvirt
+            lines.append("libvirt: " + ", ".join(f"{p['command']} {p['seconds']} s" for p in v.phases))
+            lines += [f"  {check}: {what}" for check, what in v.checks.items()]
+            lines.append(f"  stand-ins: {', '.join(v.stand_ins) or 'none'}")
         if self.leftovers:
             lines += ["processes left behind:", *(f"  {p}" for p in self.leftovers)]
         lines.append(f"log: {self.log}")
@@ -205,10 +212,12 @@ class E2EResult:
 
 # The CI-only box profile lives beside this harness, never among the boxes a user may pick.
 E2E_BOXES = Path(__file__).resolve().parent / "boxes"
+# Where the run's guests live: QEMU processes of this harness, or libvirt domains made by k4w's own commands.
+PROVIDERS = ("qemu", "libvirt")
 
 
 def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None,
-            box: str = BOX, base_images: Path | None = None, cluster: bool = False) -> E2EResult:
+            box: str = BOX, base_images: Path | None = None, cluster: bool = False, provider: str = "qemu") -> E2EResult:
     """Run the end-to-end bake of one CI box (BOXES) into out (e.g. build/e2e). Raises E2EFailed
     (with .result) on failure.
 
@@ -217,13 +226,22 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     base_images: where the base image cache lives when not in out/base-image, so the runs of
     several boxes share one debootstrapped image (out/base-image then links to it).
     cluster: then bring up a real single-node cluster on a fresh guest of the box (cluster_run).
+    provider: qemu (the guests are QEMU processes of this harness) or libvirt: with cluster, k4w's own
+    commands bring up a two-node cluster of the box in libvirt VMs (libvirt_run), after the bake.
     """
+    if provider not in PROVIDERS:
+        raise E2EError(f"--provider {provider}: choose one of {', '.join(PROVIDERS)}")
+    if provider == "libvirt" and not cluster:
+        raise E2EError("--provider libvirt runs k4w's cluster commands in libvirt VMs: add --cluster")
+    if provider == "libvirt" and box != libvirt_run.BOX:
+        raise E2EError(f"--provider libvirt runs on --box {libvirt_run.BOX} (its guest has netplan, which cluster-ip.sh "
+                       f"configures), not {box}")
     if box not in BOXES:
         raise E2EError(f"no CI box named {box!r}; the e2e boxes are: {', '.join(BOXES)}")
     if cluster and box not in cluster_run.BOXES:
         raise E2EError(f"--cluster runs on the containerd era's boxes only: --box {' or '.join(cluster_run.BOXES)} (not {box})")
     with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
-        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster)
+        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster, provider)
 
 
 def default_out(root: Path, box: str) -> Path:
@@ -233,13 +251,17 @@ def default_out(root: Path, box: str) -> Path:
 
 
 def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run: bool,
-             say: Callable[[str], None] | None, cluster: bool = False) -> E2EResult:
+             say: Callable[[str], None] | None, cluster: bool = False, provider: str = "qemu") -> E2EResult:
     say = say or ui.say
     if dry_run:
         return _dry_run(out, box, base_images, say, cluster)
     log = Log(out / "logs" / "e2e.log", say)
-    phases = Phases(log.event, TOTAL_BUDGET_S + (cluster_run.CLUSTER_BUDGET_S if cluster else 0))
-    result = E2EResult(out=out, log=log.path, box=box, cluster=cluster_run.ClusterReport(box=box) if cluster else None)
+    on_libvirt = provider == "libvirt"
+    extra = (libvirt_run.LIBVIRT_BUDGET_S if on_libvirt else cluster_run.CLUSTER_BUDGET_S) if cluster else 0
+    phases = Phases(log.event, TOTAL_BUDGET_S + extra)
+    result = E2EResult(out=out, log=log.path, box=box,
+                       cluster=cluster_run.ClusterReport(box=box) if cluster and not on_libvirt else None,
+                       libvirt=libvirt_run.LibvirtReport(box=box) if on_libvirt else None)
     workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
     # squid drops to its own user, which must be able to reach its folder inside.
     os.chmod(workdir, 0o711)
@@ -367,6 +389,15 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         result.proxy_build = _proxy_proof(build_log, [Path(f).name for f in result.fetch["files"]])
         ph.note = (f"{result.proxy_build['apt_requests']} apt requests, "
                    f"{result.proxy_build['component_requests']} component downloads through the proxy")
+
+    if result.libvirt is not None:
+        # The box's own checks (spec, second boot, secret scan, idempotence) are the QEMU run's; this run is
+        # about k4w's cluster commands on libvirt, and every minute of emulated CPU goes to them.
+        proxy_stop = stack.pop_all()   # squid and the downloads mirror: the cluster needs neither
+        proxy_stop.close()
+        libvirt_run.run(result.libvirt, phases, log, out, out / "boxes", E2E_BOXES, workdir,
+                        libvirt_run.registries_for(cluster, out), stack)
+        return
 
     with phases.phase("boot guest", BUDGETS["boot guest"]) as ph:
         disk = guest_mod.extract_box_image(result.box_file, workdir / "box", ph, log)
