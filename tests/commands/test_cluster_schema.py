@@ -66,8 +66,8 @@ def test_every_field_of_the_config_model_has_a_description():
             if not (field.description or "").strip():
                 missing.append(f"{model.__name__}.{name}")
             todo += list(schema._models_in(field.annotation))
-    assert {m.__name__ for m in seen} == {"Config", "Cluster", "Proxy", "Network", "HyperV", "Downloads", "Registry",
-                                          "RegistryMirror", "Node"}
+    assert {m.__name__ for m in seen} == {"Config", "Cluster", "Proxy", "Network", "Host", "HyperV", "Libvirt",
+                                          "Downloads", "Registry", "RegistryMirror", "Node"}
     assert missing == []
 
 
@@ -127,7 +127,8 @@ def test_dry_run_writes_nothing_then_the_task_writes_both_files(tmp_path, capsys
 def test_the_reference_has_a_section_per_block_and_a_row_per_field(published):
     page = (ROOT / schema.REFERENCE_FILE).read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", page, re.M)
-    assert headings == ["Top level", "cluster", "proxy", "network", "hyperv", "downloads", "registry", "registry mirrors", "nodes"]
+    assert headings == ["Top level", "cluster", "proxy", "network", "host", "hyperv", "libvirt", "downloads", "registry",
+                        "registry mirrors", "nodes"]
     node = published["$defs"]["Node"]["properties"]
     section = page.split("\n## nodes\n", 1)[1]
     assert [row.split(" | ")[0] for row in section.splitlines() if row.startswith("| `")] == [f"| `{key}`" for key in node]
