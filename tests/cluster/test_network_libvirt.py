@@ -217,3 +217,26 @@ def test_plan_lines_name_each_network_its_mode_and_the_host_address():
         "DHCP 192.168.123.2-192.168.123.254",
         "network-up: libvirt network 'k4w-cluster' (cluster, qemu:///system): isolated, host address 192.168.250.1/24, no DHCP",
     ]
+
+
+def test_plan_shows_the_libvirt_networks_in_place_of_the_hyperv_switch():
+    from k4w.commands import plan
+    from k4w.derive.cluster import Cluster
+
+    libvirt = plan.network_up_lines(Cluster.resolve(libvirt_cfg()))
+    assert libvirt == lvnet.plan_lines(libvirt_cfg()) and len(libvirt) == 2
+    hyperv = plan.network_up_lines(Cluster.resolve(config_mod.parse(yaml.safe_dump(config_dict()), "t.yml")))
+    assert hyperv == ["network-up: Internal switch 'k4w-cluster', host address 192.168.250.1/24, NetNat for 192.168.250.0/24"]
+
+
+def test_the_cli_network_up_dry_run_of_a_libvirt_cluster_yml(tmp_path, virsh):
+    """The real CLI: network-up --dry-run of a libvirt cluster.yml prints virsh, not PowerShell, and runs no
+    virsh (the fake records every call)."""
+    from tests.helpers import invoke, write_config
+
+    data = config_dict(**{"host.provider": "libvirt"})
+    data.pop("hyperv")
+    dry = invoke("network-up", "--config", str(write_config(tmp_path / "cluster.yml", data)), "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "virsh -c qemu:///system net-define k4w-cluster.xml" in dry.stdout and "powershell" not in dry.stdout
+    assert virsh.calls() == []
