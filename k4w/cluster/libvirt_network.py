@@ -278,6 +278,19 @@ def network_up(cfg: Config, dry_run: bool = False) -> list[str]:
     return done
 
 
+def require(cfg: Config) -> None:
+    """cluster-up's first step on a libvirt host, as the cluster switch check is on Hyper-V: both networks
+    exist as cluster.yml says and are active, else a K4wError naming what to run. Changes nothing."""
+    virsh = Virsh(cfg.libvirt.uri)
+    for want in wanted(cfg):
+        found = state(virsh, want)
+        if not found.exists or not found.active:
+            raise K4wError(f"the libvirt {want.role} network '{want.name}' ({want.setting}) is "
+                           f"{'not defined' if not found.exists else 'not active'}: run `invoke network-up` first")
+        if found.problems:
+            raise K4wError(refusal(cfg, want, found.problems))
+
+
 def plan_lines(cfg: Config) -> list[str]:
     """`invoke plan`'s network-up lines: each network, its mode and the host's address on it."""
     return [f"network-up: libvirt network '{w.name}' ({w.role}, {cfg.libvirt.uri}): {w.describe()}" for w in wanted(cfg)]

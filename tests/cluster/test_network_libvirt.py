@@ -189,6 +189,23 @@ def test_a_start_that_libvirt_refuses_names_the_command_and_libvirts_message(vir
         lvnet.network_up(libvirt_cfg())
 
 
+def test_require_names_network_up_until_both_networks_are_ready_and_changes_nothing(virsh):
+    with pytest.raises(K4wError, match=r"the libvirt management network 'k4w-management' \(libvirt.management_network\) "
+                                       r"is not defined: run `invoke network-up` first"):
+        lvnet.require(libvirt_cfg())
+    lvnet.network_up(libvirt_cfg())
+    made = len(virsh.changes())
+    lvnet.require(libvirt_cfg())
+    state = virsh.state
+    state["networks"]["k4w-cluster"]["active"] = False
+    virsh.state = state
+    with pytest.raises(K4wError, match=r"'k4w-cluster' \(libvirt.cluster_network\) is not active: run `invoke network-up`"):
+        lvnet.require(libvirt_cfg())
+    with pytest.raises(K4wError, match="exists but differs from cluster.yml: forward mode nat, cluster.yml wants none"):
+        lvnet.require(libvirt_cfg(**{"libvirt.management_forward": "none"}))
+    assert len(virsh.changes()) == made
+
+
 def test_another_uri_reaches_virsh(virsh):
     lvnet.network_up(libvirt_cfg(**{"libvirt.uri": "qemu+ssh://lab/system"}))
     assert {c[1] for c in virsh.calls()} == {"qemu+ssh://lab/system"}
