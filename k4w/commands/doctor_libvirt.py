@@ -26,8 +26,8 @@ from k4w.infra.redact import redact
 from k4w.infra.tools import INSTALL
 
 KVM_DEVICE = Path("/dev/kvm")
-# linux include/uapi/linux/kvm.h (stable since 2.6.22): KVMIO 0xAE, KVM_GET_API_VERSION _IO(KVMIO, 0x00),
-# and KVM_API_VERSION 12, the only version a usable /dev/kvm answers.
+# linux include/uapi/linux/kvm.h (read in Debian's linux-libc-dev 6.1.187): KVMIO 0xAE, KVM_GET_API_VERSION
+# _IO(KVMIO, 0x00) = 0xAE00, and KVM_API_VERSION 12, the version a usable /dev/kvm answers.
 KVM_GET_API_VERSION = 0xAE00
 KVM_API_VERSION = 12
 # What TCG costs, measured on this project's host (issue 35): QEMU's emulation runs guests roughly ten times
