@@ -214,7 +214,7 @@ def overlaps(virsh: Virsh, want: Wanted) -> list[str]:
             continue   # removed meanwhile
         for address in read(result.stdout, want).addresses:
             if address.network.overlaps(want.host.network):
-                found.append(f"libvirt network '{name}' has {address.with_prefixlen}")
+                found.append(f"libvirt network '{name}' ({address.with_prefixlen})")
     return found
 
 

@@ -175,7 +175,12 @@ def network_checks(cluster: Cluster, virsh: lvnet.Virsh) -> list[Check]:
             checks.append(Check(name, False, f"not checked: {exc}", LIBVIRTD_FIX, ("cluster",)))
             continue
         if not found.exists:
-            checks.append(Check(name, False, f"not defined (wanted: {want.describe()})", "invoke network-up", ("cluster",)))
+            clash = lvnet.overlaps(virsh, want)
+            checks.append(Check(name, False, f"not defined (wanted: {want.describe()})"
+                                + (f"; its range overlaps {'; '.join(clash)}" if clash else ""),
+                                "invoke network-up" if not clash else
+                                f"choose another {'libvirt.management_cidr' if want.role == 'management' else 'network.node_cidr'}, "
+                                "or remove that network; then invoke network-up", ("cluster",)))
         elif found.problems:
             checks.append(Check(name, False, "differs from cluster.yml: " + "; ".join(found.problems),
                                 f"set {want.setting} to a new name and run invoke network-up, or remove the network once no VM "

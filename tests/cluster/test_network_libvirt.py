@@ -172,7 +172,7 @@ def test_a_new_network_that_overlaps_another_libvirt_network_is_refused_naming_i
     with pytest.raises(K4wError) as refused:
         lvnet.network_up(libvirt_cfg())
     assert ("libvirt network 'k4w-cluster' would hold 192.168.250.1/24, which overlaps libvirt network 'default' "
-            "has 192.168.250.1/24: choose another network.node_cidr") in str(refused.value)
+            "(192.168.250.1/24): choose another network.node_cidr") in str(refused.value)
     assert virsh.changes() == []
 
 

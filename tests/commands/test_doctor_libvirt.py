@@ -165,6 +165,13 @@ def test_networks_are_checked_as_network_up_compares_them(virsh):
     assert all(c.stages == ("cluster",) for c in [*missing, changed, stopped])
 
 
+def test_a_missing_network_whose_range_another_network_holds_says_which(virsh):
+    virsh.network("lab", "<network><name>lab</name><ip address='192.168.123.129' netmask='255.255.255.128'/></network>")
+    management, cluster = doctor_libvirt.network_checks(libvirt_cluster(), lvnet.Virsh("qemu:///system"))
+    assert not management.ok and management.detail.endswith("; its range overlaps libvirt network 'lab' (192.168.123.129/25)")
+    assert management.fix.startswith("choose another libvirt.management_cidr") and cluster.fix == "invoke network-up"
+
+
 def test_unreachable_libvirt_marks_pool_and_networks_not_checked(virsh, tmp_path, monkeypatch):
     fake_vagrant(tmp_path, "vagrant-libvirt (0.11.2, system)\\n")
     virsh.state = {"down": True}
