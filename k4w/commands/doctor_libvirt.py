@@ -73,8 +73,10 @@ def _libvirt_has_kvm(virsh: lvnet.Virsh) -> bool:
 def kvm_check(cluster: Cluster, virsh: lvnet.Virsh, reachable: bool) -> Check:
     accelerator = cluster.config.libvirt.accelerator
     usable, detail = kvm_state()
-    if not usable and "cannot open" in detail and reachable and _libvirt_has_kvm(virsh):
-        usable, detail = True, f"{detail}, but libvirt's QEMU can use it (virsh domcapabilities --virttype kvm)"
+    if not usable and "cannot open" in detail and reachable and accelerator == "kvm" and _libvirt_has_kvm(virsh):
+        # The cluster's VMs run in libvirt's QEMU, which can; a bake's QEMU (Packer's qemu builder) runs as this user.
+        return Check("KVM", False, f"{detail}; libvirt's QEMU can use it (virsh domcapabilities --virttype kvm), "
+                                   "but a bake's QEMU runs as you", "sudo usermod -aG kvm $USER, then log in again", ("build",))
     if usable and accelerator == "kvm":
         return Check("KVM", True, f"usable: {detail}", stages=BOTH)
     if usable:
