@@ -109,15 +109,22 @@ def all_(c, config=None, out=None, dry_run=False):
     cli.build_on_hyperv(cluster, s)
 
 
-@task(name="network-up", help={"config": CONFIG_HELP, "dry_run": "print the PowerShell, change nothing"})
+@task(name="network-up", help={"config": CONFIG_HELP, "dry_run": "print the PowerShell (Hyper-V) or the XML and virsh commands (libvirt), change nothing"})
 @user_errors
 def network_up(c, config=None, dry_run=False):
-    """Create the Hyper-V cluster switch, host gateway address and NetNat (idempotent; as Administrator)."""
+    """Hyper-V: the cluster switch, host gateway address and NetNat (as Administrator). libvirt: the management and
+    cluster networks. Idempotent."""
     from k4w.commands import cli
     from k4w import cluster
 
     s = cli.settings(c, config, dry_run=dry_run, uses_out=False)
-    cluster.network_up(cli.load(s).config, dry_run=s.dry_run)
+    cfg = cli.load(s).config
+    if cfg.host.provider == "libvirt":
+        from k4w.cluster import libvirt_network
+
+        libvirt_network.network_up(cfg, dry_run=s.dry_run)
+    else:
+        cluster.network_up(cfg, dry_run=s.dry_run)
 
 
 @task(name="cluster-up", help=COMMON_HELP)

@@ -384,7 +384,13 @@ def url_checks(cluster: Cluster, asker=ask) -> list[Check]:
 def run(cluster: Cluster, out: Path, online: bool = False) -> list[Check]:
     """online: also ask every download URL (url_checks); doctor is offline otherwise."""
     cfg = cluster.config
-    return [*out_checks(out), *host_checks(), *tool_checks(out), *switch_checks(cfg), *firewall_checks(cluster), *iso_checks(cluster),
+    if cfg.host.provider == "libvirt":   # a Linux host: libvirt's checks, none of Hyper-V's
+        from k4w.commands import doctor_libvirt
+
+        host, provider = [], doctor_libvirt.checks(cluster)
+    else:
+        host, provider = host_checks(), [*switch_checks(cfg), *firewall_checks(cluster)]
+    return [*out_checks(out), *host, *tool_checks(out), *provider, *iso_checks(cluster),
             *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cluster),
             *(url_checks(cluster) if online else [])]
 

@@ -54,6 +54,19 @@ def versions_table(cluster: Cluster) -> None:
     ui.table("Box versions (boxes/<box>.yml)", ["", *boxes], rows)
 
 
+def network_up_lines(cluster: Cluster) -> list[str]:
+    """What `invoke network-up` makes on this provider's host, one line per switch or network."""
+    cfg, net = cluster.config, cluster.network
+    if cfg.host.provider == "libvirt":
+        from k4w.cluster import libvirt_network
+
+        return libvirt_network.plan_lines(cfg)
+    if cfg.hyperv.cluster_switch_type == "Internal":
+        return [f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"]
+    return [f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
+            f"your network routes {net.node_cidr} via {net.gateway}"]
+
+
 def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = False) -> None:
     """files: the render the plan describes (written to out, or for a dry run only in memory)."""
     cfg, net, proxy = cluster.config, cluster.network, cluster.proxy
@@ -132,10 +145,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
                          else "Windows kube-proxy RBAC")
     steps = [
-        (f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"
-         if cfg.hyperv.cluster_switch_type == "Internal" else
-         f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
-         f"your network routes {net.node_cidr} via {net.gateway}"),
+        "\n   ".join(network_up_lines(cluster)),
         f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
