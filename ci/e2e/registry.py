@@ -320,6 +320,16 @@ class Registry:
                 if status == 200:
                     return
                 last = f"GET /v2/ answered {status}"
+            except ssl.SSLCertVerificationError as exc:
+                # Either another server holds the port (ours then exits: say that), or ours has a wrong
+                # certificate, which stays wrong: no point polling on.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(2)
+                if self.process.poll() is not None:
+                    continue
+                self.stop()
+                raise E2EError(f"the {self.upstream} mirror (registry on {self.host}) does not pass TLS verification "
+                               f"against {self.ca}: {exc}") from None
             except (OSError, http.client.HTTPException) as exc:
                 last = str(exc)
             time.sleep(0.2)
