@@ -50,6 +50,7 @@ import yaml
 from k4w.derive.registry import image_domain
 from k4w.infra import pinned_tools
 from k4w.infra.errors import ToolMissing
+from k4w.outdir import private
 from . import cluster_images, oci_archive
 from .phases import E2EError
 
@@ -136,11 +137,9 @@ def make_tls(folder: Path, address: str) -> Tls:
     tls = Tls(ca=folder / "ca.pem", cert=folder / "server.pem", key=folder / "server.key")
     tls.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     tls.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    # Created owner-only, never chmod-ed after the key is in it.
-    fd = os.open(tls.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    # k4w's one owner-only writer (created private, never chmod-ed after the key is in it).
+    private.write_private(tls.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()).decode("ascii"))
     return tls
 
 

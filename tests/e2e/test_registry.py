@@ -247,3 +247,10 @@ def test_the_nginx_substitute_answers_get_slash_with_its_page(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_server_key_is_owner_only_and_the_ca_key_is_nowhere(tmp_path):
+    tls = registry.make_tls(tmp_path / "tls", "192.168.123.1")
+    assert tls.key.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.pem", "server.key", "server.pem"]
+    assert b"PRIVATE KEY" not in tls.ca.read_bytes() + tls.cert.read_bytes()
