@@ -6,11 +6,13 @@ cluster.yml and passes k4w's own registry checks; every image the libvirt cluste
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
-import os
-import shutil
+import socket
+import struct
+import threading
 import ssl
 import subprocess
 import time
@@ -254,3 +256,54 @@ def test_the_server_key_is_owner_only_and_the_ca_key_is_nowhere(tmp_path):
     assert tls.key.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.pem", "server.key", "server.pem"]
     assert b"PRIVATE KEY" not in tls.ca.read_bytes() + tls.cert.read_bytes()
+
+
+def _dns_server() -> tuple[socket.socket, threading.Thread]:
+    """A UDP DNS answerer on a free loopback port (RFC 1035 4.1): NXDOMAIN (rcode 3) for names with
+    'missing', else NOERROR with one A record for A queries and none for others (as CoreDNS answers
+    AAAA for an IPv4-only Service)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+
+    def serve() -> None:
+        while sock.fileno() != -1:
+            try:
+                data, peer = sock.recvfrom(512)
+            except (TimeoutError, OSError):
+                continue
+            question = data[12:]
+            end = question.index(b"\0") + 5
+            nxdomain = b"missing" in question[:end]
+            qtype = struct.unpack(">H", question[end - 4:end - 2])[0]
+            answer = b"" if nxdomain or qtype != 1 else \
+                b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton("10.96.0.10")
+            header = struct.pack(">HHHHHH", struct.unpack(">H", data[:2])[0], 0x8180 | (3 if nxdomain else 0), 1,
+                                 1 if answer else 0, 0, 0)
+            with contextlib.suppress(OSError):
+                sock.sendto(header + question[:end] + answer, peer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return sock, thread
+
+
+def test_the_busybox_stand_ins_nslookup_exits_non_zero_only_when_a_name_does_not_resolve(tmp_path):
+    """k4w/verify/probes.py reads nslookup's exit status (busybox 1.28's behaviour); the stand-in is another
+    busybox version, so its own binary, unpacked from the image, is held to the same."""
+    built, _ = registry.workload_images(tmp_path / "images")
+    root = tmp_path / "rootfs"
+    oci_archive.unpack(built[0].archive, root)
+    sock, thread = _dns_server()
+    server = f"127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        def lookup(name: str) -> subprocess.CompletedProcess:
+            return subprocess.run([str(root / "bin" / "nslookup"), name, server], capture_output=True, text=True, timeout=30)
+
+        found = lookup("web.k4w-test.svc.cluster.local")
+        assert found.returncode == 0 and "10.96.0.10" in found.stdout, found.stdout + found.stderr
+        missing = lookup("missing.k4w-test.svc.cluster.local")
+        assert missing.returncode != 0 and "NXDOMAIN" in missing.stdout + missing.stderr, missing.stdout
+    finally:
+        sock.close()
+        thread.join(5)
