@@ -20,8 +20,10 @@ Usage (the lead's libvirt run; tests use 127.0.0.1):
     with registry.serving("192.168.123.1", workdir) as mirrors:
         mirrors.push_archives(built)                      # cluster_images.build(...) + workload_images(...)
         data["registry"] = mirrors.registry_block()       # cluster.yml
-        ...
-        report["registry_requests"] = mirrors.request_count()
+        before = mirrors.request_counts()                 # after the pushes: they are in the log too
+        ...                                               # bake / cluster-up: the nodes pull
+        report["registry_requests_during_bake"] = mirrors.request_count(since=before)
+        # the watchdog of a phase must spare mirrors.pids()
 """
 
 from __future__ import annotations
