@@ -369,7 +369,11 @@ def free_port(address: str) -> int:
     """A TCP port free on address now (the kernel's pick); start() fails naming it if it is taken since."""
     family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            raise E2EError(f"cannot listen on {address}: {exc.strerror}; the registries need an address this host "
+                           "has (the libvirt management network's, once that network is up)") from None
         return sock.getsockname()[1]
 
 

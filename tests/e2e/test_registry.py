@@ -307,3 +307,10 @@ def test_the_busybox_stand_ins_nslookup_exits_non_zero_only_when_a_name_does_not
     finally:
         sock.close()
         thread.join(5)
+
+
+def test_an_address_this_host_lacks_is_named(tmp_path):
+    # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): no host has it.
+    with pytest.raises(E2EError, match=r"cannot listen on 192\.0\.2\.1: .*libvirt management network"):
+        with registry.serving("192.0.2.1", tmp_path):
+            pass
