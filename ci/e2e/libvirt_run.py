@@ -36,7 +36,11 @@ from pathlib import Path
 
 import yaml
 
+from k4w import render
+from k4w.derive.cluster import Cluster
 from k4w.infra import proc
+from k4w.model import config as config_mod
+from . import cluster_images, registry
 from .phases import E2EError, Log, Phase, Phases
 
 PROVIDER = "libvirt"
@@ -220,10 +224,12 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         ph.note = f"{MANAGEMENT_NETWORK} {MANAGEMENT_CIDR}, {CLUSTER_NETWORK} {NODE_CIDR}"
 
     with phases.phase("registries", BUDGETS["registries"]) as ph:
-        block, stand_ins, substitutes = registries(MANAGEMENT_HOST, ph, log, stack)
+        mirrors, stand_ins, substitutes = registries(MANAGEMENT_HOST, ph, log, stack, config)
         report.stand_ins, report.substitutes = stand_ins, substitutes
+        block = mirrors.registry_block()
         config.write_text(cluster_yml(name=CLUSTER_NAME, nodes=NODES, box=BOX, registry=block), encoding="utf-8")
         log.write(f"# {config}:\n{config.read_text()}")
+        before = mirrors.request_counts()
         ph.note = f"{len(block['mirrors'])} mirrors on {MANAGEMENT_HOST}"
 
     with phases.phase("cluster-up", BUDGETS["cluster-up"]) as ph:
@@ -235,6 +241,7 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         checks["domains"] = _check(report, "cluster-up: two domains", len(report.domains) == len(NODES),
                                    json.dumps(report.domains))
         _record(report, run, checks)
+        report.checks["cluster-up: image requests to the mirrors"] = f"{mirrors.request_count(since=before)}"
         ph.note = f"{len(ready)} nodes Ready"
 
     with phases.phase("cluster-test", BUDGETS["cluster-test"]) as ph:
@@ -289,3 +296,26 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         left = domain_uuids(CLUSTER_NAME, NODES)
         _record(report, run, {"domains gone": _check(report, "cluster-down: its VMs are gone", not left, json.dumps(left))})
     report.ok = True
+
+
+def registries_for(workdir: Path, out: Path):
+    """The run's image mirrors (ci/e2e/registry.py): started on the management network's host address once
+    network-up made it, holding every image the rendered cluster pulls (kubeadm's list, Flannel's manifest)
+    and the two cluster-test pulls (workload_images: a stand-in and a substitute, named in the report)."""
+
+    def start(address: str, phase: Phase, log: Log, stack, config: Path):
+        scratch = workdir / "images-render"
+        cluster = Cluster.resolve(config_mod.load(config), config)
+        render.render(cluster, scratch)
+        names = cluster_images.required(scratch)
+        substitutes = cluster_images.check_names(names)
+        built = cluster_images.build(names, out / "cluster-images")
+        workloads, made = registry.workload_images(out / "cluster-images" / "workloads")
+        mirrors = stack.enter_context(registry.serving(address, workdir / "registries"))
+        pushed = mirrors.push_archives([*built, *workloads])
+        log.write("".join(f"pushed {name} {digest}\n" for name, digest in pushed.items()))
+        stand_ins = [f"{name}: {what['what']}" for name, what in made.items() if what.get("kind") == "stand-in"]
+        substitutes.update({name: what for name, what in made.items() if what.get("kind") != "stand-in"})
+        return mirrors, stand_ins, substitutes
+
+    return start
