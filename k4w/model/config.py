@@ -614,6 +614,12 @@ class Config(Strict):
             raise ValueError("\n".join(problems))
         return self
 
+    def document(self) -> dict:
+        """This config as a cluster.yml document that loads back to the same config: every value, but only
+        this host's provider block (the other provider's block is refused on load, config_rules says why)."""
+        other = {"hyperv": "libvirt", "libvirt": "hyperv"}[self.host.provider]
+        return self.model_dump(mode="json", exclude={other})
+
     @property
     def joins_existing(self) -> bool:
         """True when the nodes join a cluster k4w did not make (cluster.existing)."""

@@ -42,7 +42,7 @@ def _write_config(cfg: Config, folder: Path, dry_run: bool) -> Path:
     """The validated config as a file the spec process loads again (same values, same checks)."""
     path = folder / "cluster.yml"
     if not dry_run:
-        outfiles.write_file(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        outfiles.write_file(path, yaml.safe_dump(cfg.document(), sort_keys=False))
     return path
 
 
