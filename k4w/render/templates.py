@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from k4w.derive import identities, node_marks, winrm_scope
+from k4w.derive import cluster_nic, identities, node_marks, winrm_scope
 from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import secret_env_name, step_env
 from k4w.infra import packer_hcl, pinned_tools
@@ -162,7 +162,7 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
                 "memory": node.memory,
             }
         )
-    return {
+    data = {
         "cluster": cfg.cluster.name,
         "management_switch": cfg.hyperv.management_switch,
         "cluster_switch": cfg.hyperv.cluster_switch,
@@ -174,6 +174,35 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
         "box_user_secrets": str(box_user_secrets_path(out)),
         "machines": machines,
     }
+    # Only for libvirt, so a Hyper-V cluster.json stays exactly what it was (tests/render/test_hyperv_unchanged.py).
+    return libvirt_cluster_json(cluster, data) if cfg.host.provider == "libvirt" else data
+
+
+# vagrant-libvirt's `driver` (the domain type) per libvirt.accelerator: QEMU's emulation is the domain type
+# "qemu", hardware virtualization "kvm" (vagrant-libvirt 0.11.2 (e0b17b34) lib/vagrant-libvirt/config.rb
+# defaults it to "kvm"; libvirt formatdomain.html "type" attribute of <domain>).
+LIBVIRT_DRIVER = {"kvm": "kvm", "tcg": "qemu"}
+
+
+def libvirt_cluster_json(cluster: Cluster, data: dict) -> dict:
+    """cluster.json for host.provider libvirt: without the Hyper-V switches, with the libvirt connection and
+    networks, and each machine's cluster NIC MAC, which is in the domain definition from creation (no host
+    script attaches it later, as host/cluster-nic.ps1 does on Hyper-V)."""
+    cfg, lv = cluster.config, cluster.config.libvirt
+    data = {k: v for k, v in data.items() if k not in ("management_switch", "cluster_switch")}
+    for machine in data["machines"]:
+        machine["cluster_mac"] = cluster_nic.mac_with(cluster_nic.cluster_nic_mac(cfg.cluster.name, machine["name"]), ":")
+    data["provider"] = "libvirt"
+    data["libvirt"] = {
+        "uri": lv.uri,
+        "storage_pool": lv.storage_pool,
+        "driver": LIBVIRT_DRIVER[lv.accelerator],
+        "management_network": lv.management_network,
+        "management_cidr": str(lv.management_cidr),
+        "management_forward": lv.management_forward,
+        "cluster_network": lv.cluster_network,
+    }
+    return data
 
 
 def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
