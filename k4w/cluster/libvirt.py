@@ -56,3 +56,21 @@ def network_problems(libvirt: dict, virsh: Virsh, dry_run: bool = False) -> list
         if not active or active.group(1) != "yes":
             problems.append(f"the {role} network '{name}' exists on {libvirt['uri']} but is not active")
     return problems
+
+
+def network_up_plan(cfg) -> str:
+    """The plan's network-up line on a libvirt host: what each of the two networks is."""
+    from k4w.derive.values import derive_network
+
+    lv, net = cfg.libvirt, derive_network(cfg)
+    outbound = "NAT through the host" if lv.management_forward == "nat" else "isolated, no forwarding"
+    return (f"network-up: libvirt network '{lv.management_network}' on {lv.uri} (management NICs: {lv.management_cidr}, "
+            f"DHCP, {outbound}) and '{lv.cluster_network}' (cluster NICs: isolated, host address "
+            f"{net.gateway}/{net.node_prefixlen}, no DHCP)")
+
+
+def nics_plan(cfg) -> str:
+    """Where the plan's `vagrant up` line says each VM's two NICs are."""
+    lv = cfg.libvirt
+    return (f"management NIC on libvirt network '{lv.management_network}', cluster NIC on '{lv.cluster_network}' "
+            "with its static MAC, both in the domain from creation; all machines at once (--parallel)")

@@ -131,12 +131,19 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     windows_chain = f" ({'; '.join(chains)})" if chains else ""
     windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
                          else "Windows kube-proxy RBAC")
+    if cfg.host.provider == "libvirt":
+        from k4w.cluster import libvirt
+
+        network_up, nics = libvirt.network_up_plan(cfg), libvirt.nics_plan(cfg)
+    else:
+        network_up = (f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"
+                      if cfg.hyperv.cluster_switch_type == "Internal" else
+                      f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
+                      f"your network routes {net.node_cidr} via {net.gateway}")
+        nics = f"management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}'"
     steps = [
-        (f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"
-         if cfg.hyperv.cluster_switch_type == "Internal" else
-         f"network-up: External switch '{cfg.hyperv.cluster_switch}' on adapter '{cfg.hyperv.cluster_adapter}', no NetNat: "
-         f"your network routes {net.node_cidr} via {net.gateway}"),
-        f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
+        network_up,
+        f"vagrant up {' '.join(n.name for n in cfg.nodes)} ({nics})",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
         f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, {windows_manifests}; wait for {cfg.master.name} Ready",

@@ -58,7 +58,7 @@ def world(default_render):
 
 def run_up(world, **kw):
     return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
-                             host=world.host, clock=world.clock, **kw)
+                             host=world.host, clock=world.clock, virsh=world.virsh, **kw)
 
 
 def write_box_catalogues(out: Path, version: str = "20240101.120000") -> None:
