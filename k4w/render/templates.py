@@ -91,9 +91,12 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
         "http_served": None,
         "iso": None,
         "iso_sha256": None,
+        "direct_boot": None,
     }
     if box:
         prof = cluster.profile(box)
+        if direct_boot(prof) is not None:
+            paths["direct_boot"] = packer_hcl.PATH_ROOT + "/" + direct_boot_rel(box).split("/", 1)[1]
         paths["http_served"] = from_root(build_media.served_folder(out, prof))
         # The ISO does not ship (gigabytes, and a Windows ISO may not be handed on): named by the
         # way from the template to iso/, which holds for the default --out build inside the checkout.
@@ -205,6 +208,38 @@ def libvirt_cluster_json(cluster: Cluster, data: dict) -> dict:
     return data
 
 
+# The file beside a directly booted box's kernel and initrd (vagrant/box/ubuntu.Vagrantfile reads it): their
+# file names in the box and the kernel command line. Packer's vagrant post-processor copies each `include`
+# file into the box under its own base name (hashicorp/packer-plugin-vagrant v1.0.3 (abbce8c4)
+# post-processor/vagrant/post-processor.go: filepath.Join(dir, filepath.Base(src))).
+DIRECT_BOOT_FILE = "k4w-direct-boot.json"
+# What the post-processor itself writes into a box (post-processor.go: the Vagrantfile and metadata.json;
+# libvirt.go: box.img): an included file of one of these names would be overwritten or overwrite it.
+BOX_OWN_FILES = ("Vagrantfile", "metadata.json", "box.img")
+
+
+def direct_boot(prof: profiles.Profile) -> dict | None:
+    """For a box whose image has no bootloader (build.qemu.kernel: QEMU boots the kernel itself, as the CI
+    e2e boxes do), what a libvirt domain made from the box needs to boot it the same way: the base names
+    of the kernel and initrd the box carries, and the command line. None for a box that boots itself."""
+    build = prof.data.build or {}
+    q = build.get("qemu") or {}
+    if build.get("builder") != "qemu" or not q.get("kernel"):
+        return None
+    files = {"kernel": Path(q["kernel"]).name, **({"initrd": Path(q["initrd"]).name} if q.get("initrd") else {})}
+    names = list(files.values()) + [DIRECT_BOOT_FILE]
+    clash = sorted({n for n in names if names.count(n) > 1 or n in BOX_OWN_FILES})
+    if clash:
+        raise K4wError(f"{prof.path}: build.qemu kernel/initrd file names {', '.join(clash)} would collide in the box "
+                       f"(each is copied into it under its base name, beside {', '.join(BOX_OWN_FILES)} and {DIRECT_BOOT_FILE})")
+    return {**files, "cmd_line": q.get("append", "")}
+
+
+def direct_boot_rel(box: str) -> str:
+    """Where render writes a box's DIRECT_BOOT_FILE, relative to OUT (inside OUT/packer/, which ships whole)."""
+    return f"packer/direct-boot/{box}/{DIRECT_BOOT_FILE}"
+
+
 def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
     """The templates rendered to OUT/http/<box>/ for one box (docs/internals.md): those of its
     family for every box, plus those of its installer kind only, so a box never carries the
@@ -278,6 +313,9 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         installer_templates = http_templates(templates, prof)
         emit(packer_template, packer_hcl.rel_path(box_name), **extra)
         files.update(shipped_sources(files[packer_hcl.rel_path(box_name)], packer_hcl.rel_path(box_name), cluster.sources))
+        boot = direct_boot(prof)
+        if boot is not None:
+            files[direct_boot_rel(box_name)] = json.dumps(boot, indent=2) + "\n"
         for tpl in installer_templates:
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 
