@@ -27,6 +27,8 @@ KEPT_BY_RESET = ("up", "cluster-nic", "cluster-ip")
 # NIC once the VMs exist (Vagrant moves it to the management switch on every cold start; also a state
 # file from before it was a step), and the node's static IP once it was set, on the NIC just put back.
 # Both must hold after a host reboot or a `vagrant halt` + `up`; both scripts are idempotent.
+# On libvirt the cluster NIC is in the domain definition from its creation, so cluster-nic only says so;
+# the IP is re-applied the same way on both providers.
 REAPPLIED = (("cluster-nic", "up", S.step_cluster_nic), ("cluster-ip", "cluster-ip", S.step_cluster_ip))
 
 
