@@ -190,3 +190,17 @@ def test_the_plan_names_the_libvirt_networks_not_hyperv_switches(lv_render):
     assert "192.168.250.1/24" in network_up and "no DHCP" in network_up
     assert "'k4w-management'" in nics and "'k4w-cluster'" in nics and "--parallel" in nics
     assert not re.search("switch|Hyper-V|NetNat", network_up + nics)
+
+
+def test_after_a_host_reboot_the_domains_start_again_and_get_their_ips_back(world):
+    """libvirt leaves domains shut off after a host reboot (no autostart); cluster-up starts them in one
+    parallel up and sets each static IP again, with no NIC to put back."""
+    run_up(world)
+    for name in NODES:
+        world.states[name] = "shutoff"
+    world.log.clear()
+    run_up(world)
+    up_at = world.log.index("vagrant up master worker-linux worker-win")
+    ips = [i for i, line in enumerate(world.log) if "cluster-ip" in line and ("bash" in line or "& " in line)]
+    assert len(ips) == len(NODES) and min(ips) > up_at
+    assert not any(line.startswith("host:") or "kubeadm" in line for line in world.log)
