@@ -15,6 +15,9 @@ APT_PACKAGES=(
   vagrant shellcheck debconf-utils cloud-init ruby
   qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools
   python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
+  # host.provider libvirt: `invoke validate` runs `vagrant validate` with the libvirt provider, which only
+  # the plugin knows (k4w/validate/vagrant_rules.py); cluster-up checks the networks with virsh.
+  vagrant-libvirt libvirt-clients
   # scripts/build-tools: runc is cgo with libseccomp, linked statically like its release; pause is C.
   gcc libc6-dev libseccomp-dev pkg-config
 )

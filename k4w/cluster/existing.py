@@ -656,8 +656,9 @@ def show_plan(cluster: Cluster, out: Path, files: dict[str, str]) -> None:
     workers_win = [n.name for n in cfg.nodes if cluster.profile(n.box).is_windows]
     steps = [
         f"read the facts above through the API ({cfg.cluster.existing}); refuse a mismatch, naming both values",
-        f"vagrant up {' '.join(n.name for n in cfg.nodes)}; cluster NICs on '{cfg.hyperv.cluster_switch}'; "
-        "static IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
+        f"vagrant up {' '.join(n.name for n in cfg.nodes)}; cluster NICs on "
+        + (f"libvirt network '{cfg.libvirt.cluster_network}'; " if cfg.host.provider == "libvirt" else f"'{cfg.hyperv.cluster_switch}'; ")
+        + "static IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         "apply, create-if-absent, recorded in " + str(out / RECORD_FILE) + ": " + "; ".join(applied),
         f"join Linux workers: {', '.join(workers_linux) or 'none'}; Windows workers: {', '.join(workers_win) or 'none'} "
         "(CA hash from kube-public/cluster-info)"

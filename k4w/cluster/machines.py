@@ -6,16 +6,16 @@ names, roles, OS and IPs it uses are exactly the Vagrant machines'.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from k4w.derive.cluster_nic import cluster_nic_mac, mac_with  # noqa: F401 (cluster-up and ci/e2e read them here)
 from k4w.infra import documents, sources
 from k4w.outdir import state as out_state
 from k4w.infra import proc
 from k4w.infra.errors import K4wError
-from k4w.infra.vagrant import PROVIDER, Vagrant
+from k4w.infra.vagrant import PROVIDER, Vagrant  # noqa: F401 (PROVIDER: the default, Hyper-V)
 
 # Vagrant keeps machine state in .vagrant/. Not under OUT/vagrant: render swaps that folder
 # atomically, which would make Vagrant forget its VMs.
@@ -46,6 +46,15 @@ class ClusterInfo:
     name: str
     prefix_length: int
     machines: tuple[Machine, ...]
+    # host.provider as render wrote it: cluster.json names it only for libvirt (a Hyper-V cluster.json is
+    # what it was before there was a choice), so its absence means hyperv.
+    provider: str = PROVIDER
+    # cluster.json's "libvirt" object (k4w.render.templates.libvirt_cluster_json); empty on Hyper-V.
+    libvirt: dict = field(default_factory=dict)
+
+    @property
+    def on_libvirt(self) -> bool:
+        return self.provider == "libvirt"
 
     @property
     def master(self) -> Machine:
@@ -72,58 +81,41 @@ def load_cluster(out: Path) -> ClusterInfo:
     documents.parse(out_state.ClusterJson, data, source)
     machines = tuple(Machine(m["name"], m["role"], m["os"], m["ip"], m["vmname"], m["box"], m["box_catalogue"])
                      for m in data["machines"])
-    return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines)
+    return ClusterInfo(data["cluster"], int(data["prefix_length"]), machines, data.get("provider") or PROVIDER,
+                       dict(data.get("libvirt") or {}))
 
 
-# The first octet of every cluster NIC's MAC: 0x02 sets the IEEE 802 "locally administered" bit (b1)
-# and leaves the group bit (b0) clear, so it is a unicast address no vendor OUI (Hyper-V's dynamic pool
-# is Microsoft's 00-15-5D) can ever hand out.
-LOCALLY_ADMINISTERED_UNICAST = 0x02
-
-
-def cluster_nic_mac(cluster: str, node: str) -> str:
-    """The static MAC k4w gives a node's cluster NIC, as Hyper-V writes it (12 hex digits, no
-    separators: Get-VMNetworkAdapter's MacAddress, which Vagrant splits into pairs in
-    hashicorp/vagrant@v2.3.4 (986a0173) plugins/providers/hyperv/scripts/get_network_config.ps1).
-    Derived from the cluster and node names, so it is the same on every run and the guest can find
-    its cluster NIC by it before the NIC has an address."""
-    digest = hashlib.sha256(f"{cluster}\0{node}".encode()).digest()
-    return bytes([LOCALLY_ADMINISTERED_UNICAST, *digest[:5]]).hex().upper()
-
-
-def mac_with(mac: str, separator: str) -> str:
-    """'02AB..' as '02:ab:..' (Linux sysfs, netplan: separator ':') or '02-AB-..' (Windows Get-NetAdapter: '-')."""
-    pairs = [mac[i:i + 2] for i in range(0, 12, 2)]
-    return ":".join(pairs).lower() if separator == ":" else separator.join(pairs).upper()
-
-
-def vm_id(out: Path, name: str) -> str | None:
-    """The Hyper-V VM GUID Vagrant records for a machine, or None when it records none.
+def vm_id(out: Path, name: str, provider: str = PROVIDER) -> str | None:
+    """The VM id Vagrant records for a machine, or None when it records none: the Hyper-V VM GUID, or
+    the libvirt domain's UUID (vagrant-libvirt 0.11.2 (e0b17b34) lib/vagrant-libvirt/action/create_domain.rb
+    sets `env[:machine].id = server.id`, the domain UUID).
 
     Vagrant keeps a machine's provider id in <dotfile>/machines/<name>/<provider>/id
     (hashicorp/vagrant@v2.3.4 (986a0173) lib/vagrant/environment.rb `machine`, lib/vagrant/machine.rb `id=`);
     the Hyper-V provider's id is the VM's Id (plugins/providers/hyperv/action/import.rb), and its
     read_state forgets it (deletes the file) once `Get-VM -Id` finds no such VM (action/read_state.rb,
     scripts/get_vm_status.ps1): after any `vagrant status`, a destroyed VM has no id here."""
-    path = Path(out) / DOTFILE_DIR / "machines" / name / PROVIDER / "id"
+    path = Path(out) / DOTFILE_DIR / "machines" / name / provider / "id"
     try:
         return path.read_text(encoding="utf-8").strip() or None
     except FileNotFoundError:
         return None
 
 
-def vagrant_env(out: Path) -> dict:
+def vagrant_env(out: Path, provider: str = PROVIDER) -> dict:
     """The variables the cluster's Vagrantfile reads (added to ours)."""
     return {
         "K4W_CLUSTER_JSON": str(Path(out).resolve() / "vagrant" / "cluster.json"),
         "VAGRANT_DOTFILE_PATH": str(Path(out).resolve() / DOTFILE_DIR),
-        "VAGRANT_DEFAULT_PROVIDER": PROVIDER,
+        "VAGRANT_DEFAULT_PROVIDER": provider,
     }
 
 
 def cluster_vagrant(out: Path, runner: proc.Runner) -> Vagrant:
-    """Vagrant in vagrant/ with the cluster's environment (shown in every printed command)."""
-    return Vagrant(sources.REPO.vagrant, vagrant_env(out), runner)
+    """Vagrant in vagrant/ with the cluster's environment (shown in every printed command), for the
+    provider OUT/vagrant/cluster.json names."""
+    provider = load_cluster(out).provider
+    return Vagrant(sources.REPO.vagrant, vagrant_env(out, provider), runner, provider=provider)
 
 
 class VagrantDriver(Protocol):

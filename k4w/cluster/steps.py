@@ -31,10 +31,10 @@ from k4w.derive.values import Proxy
 from ..bake.catalogue import BOX_PREFIX
 from k4w.cluster.kubeapi import ApiError
 from k4w.infra.redact import redact, register_secret
-from k4w.infra.vagrant import PROVIDER
 from k4w.cluster import bootstrap_token
 from k4w.derive import join_config
 from k4w.cluster import existing_api
+from . import libvirt
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -95,6 +95,8 @@ class Context:
     record: object | None = None
     windows_objects: list = field(default_factory=list)   # what existing.step_apply creates there
     flannel: object | None = None   # the cluster's own Flannel DaemonSet (k4w.cluster.flannel_address)
+    # host.provider libvirt: runs the host's virsh (k4w.cluster.libvirt); ctx.host (PowerShell) is Hyper-V's.
+    virsh: libvirt.Virsh | None = None
 
     @property
     def rendered(self) -> Path:
@@ -291,7 +293,13 @@ def prepare_dirs(ctx: Context, m: Machine) -> None:
 # ------------------------------------------------------------------ the steps
 
 def step_network(ctx: Context) -> None:
-    """The cluster switch must exist before any VM gets a NIC on it."""
+    """The cluster switch (Hyper-V), or both libvirt networks, must exist before any VM gets a NIC on it."""
+    if ctx.cluster.on_libvirt:
+        problems = libvirt.network_problems(ctx.cluster.libvirt, ctx.virsh, ctx.dry_run)
+        if problems:
+            raise K4wError("; ".join(problems) + ": run `invoke network-up` first (it defines and starts the "
+                           "management and cluster networks)")
+        return
     code, output = ctx.host(switch_check_script(ctx.cfg))
     if code == SWITCH_MISSING:
         raise K4wError(f"the cluster switch '{ctx.cfg.hyperv.cluster_switch}' does not exist: run `invoke network-up` "
@@ -306,10 +314,16 @@ def machines_not_running(ctx: Context, states: dict[str, str] | None = None) -> 
 
 
 def record_vm_ids(ctx: Context) -> None:
-    """Remember which Hyper-V VM each machine is, so a later run notices one replaced behind its back."""
+    """Remember which VM (Hyper-V VM, libvirt domain) each machine is, so a later run notices one replaced
+    behind its back."""
     if ctx.dry_run:
         return
-    ctx.state.set_vms({m.name: vm_id(ctx.out, m.name) for m in ctx.cluster.machines})
+    ctx.state.set_vms({m.name: vm_id(ctx.out, m.name, ctx.cluster.provider) for m in ctx.cluster.machines})
+
+
+def vm_kind(ctx: Context) -> str:
+    """What the provider's VM is called, in messages."""
+    return "libvirt domain" if ctx.cluster.on_libvirt else "Hyper-V VM"
 
 
 def check_vms_are_the_recorded_ones(ctx: Context, states: dict[str, str]) -> None:
@@ -328,14 +342,14 @@ def check_vms_are_the_recorded_ones(ctx: Context, states: dict[str, str]) -> Non
         return
     problems = []
     for m in ctx.cluster.machines:
-        was, now = recorded.get(m.name), vm_id(ctx.out, m.name)
+        was, now = recorded.get(m.name), vm_id(ctx.out, m.name, ctx.cluster.provider)
         if not was:
             continue
         if states.get(m.name, "not_created") == "not_created" or not now:
-            problems.append(f"{m.name}: its Hyper-V VM {m.vmname} (Id {was}) no longer exists: it was destroyed "
+            problems.append(f"{m.name}: its {vm_kind(ctx)} {m.vmname} (Id {was}) no longer exists: it was destroyed "
                             "outside cluster-up")
         elif now != was:
-            problems.append(f"{m.name}: it is now Hyper-V VM Id {now}, not the VM {was} this cluster was built on: "
+            problems.append(f"{m.name}: it is now {vm_kind(ctx)} Id {now}, not the VM {was} this cluster was built on: "
                             "it was re-created outside cluster-up")
     if problems:
         raise K4wError(
@@ -373,11 +387,11 @@ def step_boxes(ctx: Context, machines: list[Machine]) -> None:
             if ctx.dry_run:
                 ui.say(f"box {box} is not built yet ({catalogue} does not exist): run `invoke {build_task(m)}` "
                        "first, or the real run stops here", style="yellow")
-            elif not any(n == name and p == PROVIDER for n, p, _ in installed):
+            elif not any(n == name and p == ctx.cluster.provider for n, p, _ in installed):
                 raise K4wError(f"box {box} is not built: {catalogue} does not exist and Vagrant has no {name} box. "
                                f"Run `invoke {build_task(m)}` first")
             continue
-        if (name, PROVIDER, newest_box_version(catalogue)) not in installed:
+        if (name, ctx.cluster.provider, newest_box_version(catalogue)) not in installed:
             ctx.vagrant.box_add(catalogue)
 
 
@@ -401,6 +415,10 @@ def step_cluster_nic(ctx: Context) -> None:
     macs = {ctx.cluster.cluster_mac(m): m.name for m in ctx.cluster.machines}
     if len(macs) != len(ctx.cluster.machines):   # 40 bits of a hash: never seen, but never silently shared
         raise K4wError(f"two nodes of cluster {ctx.cluster.name} got the same cluster NIC MAC; rename one of them")
+    if ctx.cluster.on_libvirt:
+        ui.say(f"libvirt: nothing to attach; each VM has its cluster NIC on '{ctx.cluster.libvirt['cluster_network']}' "
+               "with its static MAC in its domain definition since `vagrant up` (vagrant/Vagrantfile)")
+        return
     for m in ctx.cluster.machines:
         code, output = ctx.host(cluster_nic_command(ctx.cfg, m.vmname, ctx.cluster.cluster_mac(m), m.is_windows))
         for line in output.splitlines():

@@ -15,7 +15,7 @@ from k4w.infra import proc, ui
 from k4w.infra import sources
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
-from . import steps as S
+from . import libvirt, steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote, sh_env
@@ -27,6 +27,8 @@ KEPT_BY_RESET = ("up", "cluster-nic", "cluster-ip")
 # NIC once the VMs exist (Vagrant moves it to the management switch on every cold start; also a state
 # file from before it was a step), and the node's static IP once it was set, on the NIC just put back.
 # Both must hold after a host reboot or a `vagrant halt` + `up`; both scripts are idempotent.
+# On libvirt the cluster NIC is in the domain definition from its creation, so cluster-nic only says so;
+# the IP is re-applied the same way on both providers.
 REAPPLIED = (("cluster-nic", "up", S.step_cluster_nic), ("cluster-ip", "cluster-ip", S.step_cluster_ip))
 
 
@@ -62,7 +64,7 @@ def _dry_answers(cluster) -> dict[str, str]:
 
 
 def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
+                 virsh=None, poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """model: the resolved cluster.yml (its config and proxy). artifacts: where the rendered files are
     read; OUT itself unless a dry run passes a scratch copy of its in-memory render
     (k4w.outdir.swap.scratch_copy), so that it writes nothing under OUT."""
@@ -76,20 +78,26 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
         state = DryRunState.load(out, digest, config_changed_ok)
         remote = remote or DryRunRemote(_dry_answers(cluster))
         host = host or show_powershell
+        virsh = virsh or libvirt.show_virsh
     else:
         state = State.load(out, digest, config_changed_ok)
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
+        virsh = virsh or libvirt.run_virsh
     clock = clock or S.Clock()
     return S.Context(cfg=model.config, proxy=model.proxy, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
-                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts)
+                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts,
+                     virsh=virsh)
 
 
 def refuse_gen1_windows(cluster: Cluster) -> None:
     """The cluster NIC is hot-added to running VMs (host/cluster-nic.ps1, after `vagrant up`), and
     Hyper-V hot-adds network adapters only to Generation 2 VMs: a Gen1 Windows box can be built
     and tested alone, but never joins a cluster. (A Gen1 Ubuntu VM is refused by the host script
-    itself, with the same reason.)"""
+    itself, with the same reason.) On libvirt the NIC is in the domain from its creation, and a
+    generation is a Hyper-V notion: nothing to refuse."""
+    if cluster.config.host.provider != "hyperv":
+        return
     gen1 = [f"{box} ({prof.path.name}: build.generation {prof.data.build.get('generation')})"
             for box, prof in cluster.profiles.items()
             if prof.is_windows and prof.data.build.get("generation", 2) != 2]

@@ -7,8 +7,8 @@ calico_rr" that playbooks/cluster.yml runs on (`hosts: k8s_cluster:etcd`); inven
 shows `ansible_host` (how Ansible reaches the host) and `ip` (the address Kubernetes binds to) per host,
 and etcd as stacked on the control plane (`[etcd:children] kube_control_plane`), as kubeadm runs it on
 k4w's master. The SSH user and key are the ones Vagrant uses: the box user `vagrant` and the key Vagrant
-put in place of the insecure one on first boot, OUT/vagrant-state/machines/<name>/hyperv/private_key
-(k4w.cluster.machines.DOTFILE_DIR; Vagrant's config.ssh.insert_key default).
+put in place of the insecure one on first boot, OUT/vagrant-state/machines/<name>/<provider>/private_key
+(hyperv or libvirt: host.provider; k4w.cluster.machines.DOTFILE_DIR; Vagrant's config.ssh.insert_key default).
 
 Both addresses are the node's static cluster IP: the management NIC's address comes from DHCP and
 changes, the cluster NIC's is fixed and reachable from the host (the gateway address on the cluster
@@ -27,7 +27,6 @@ from k4w.infra import ui
 from k4w.infra.errors import K4wError
 from k4w.cluster.machines import DOTFILE_DIR
 from k4w.derive.cluster import Cluster
-from k4w.infra.vagrant import PROVIDER
 
 INVENTORY = Path("inventory") / "hosts.yaml"
 SSH_USER = "vagrant"   # the box user (DESIGN.md "Rules that hold everywhere": the Vagrant convention)
@@ -37,8 +36,8 @@ SSH_USER = "vagrant"   # the box user (DESIGN.md "Rules that hold everywhere": t
 ANSIBLE_RESERVED = ("all", "ungrouped", "localhost")
 
 
-def private_key(out: Path, name: str) -> Path:
-    return Path(out).resolve() / DOTFILE_DIR / "machines" / name / PROVIDER / "private_key"
+def private_key(out: Path, name: str, provider: str) -> Path:
+    return Path(out).resolve() / DOTFILE_DIR / "machines" / name / provider / "private_key"
 
 
 def hosts(cluster: Cluster, out: Path) -> dict:
@@ -48,7 +47,7 @@ def hosts(cluster: Cluster, out: Path) -> dict:
     workers = [n.name for n in linux if n.role == "worker"]
     return {"all": {
         "hosts": {n.name: {"ansible_host": str(n.ip), "ip": str(n.ip), "ansible_user": SSH_USER,
-                           "ansible_ssh_private_key_file": str(private_key(out, n.name))} for n in linux},
+                           "ansible_ssh_private_key_file": str(private_key(out, n.name, cluster.config.host.provider))} for n in linux},
         "children": {
             "kube_control_plane": {"hosts": {name: None for name in masters}},
             "etcd": {"children": {"kube_control_plane": None}},   # stacked etcd, as kubeadm runs it on the master

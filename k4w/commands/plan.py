@@ -12,6 +12,7 @@ from k4w.infra import packer_hcl, ui
 from k4w.model import patch_level
 from k4w.bake import fetch, gate
 from k4w.infra import packer_cli
+from k4w.cluster import libvirt, libvirt_network
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
 
@@ -58,8 +59,6 @@ def network_up_lines(cluster: Cluster) -> list[str]:
     """What `invoke network-up` makes on this provider's host, one line per switch or network."""
     cfg, net = cluster.config, cluster.network
     if cfg.host.provider == "libvirt":
-        from k4w.cluster import libvirt_network
-
         return libvirt_network.plan_lines(cfg)
     if cfg.hyperv.cluster_switch_type == "Internal":
         return [f"network-up: Internal switch '{cfg.hyperv.cluster_switch}', host address {net.gateway}/{net.node_prefixlen}, NetNat for {net.node_cidr}"]
@@ -144,9 +143,11 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     windows_chain = f" ({'; '.join(chains)})" if chains else ""
     windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
                          else "Windows kube-proxy RBAC")
+    nics = (libvirt.nics_plan(cfg) if cfg.host.provider == "libvirt" else
+            f"management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}'")
     steps = [
         "\n   ".join(network_up_lines(cluster)),
-        f"vagrant up {' '.join(n.name for n in cfg.nodes)} (management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}')",
+        f"vagrant up {' '.join(n.name for n in cfg.nodes)} ({nics})",
         "static cluster IPs: " + ", ".join(f"{n.name}={n.ip}" for n in cfg.nodes),
         f"kubeadm init on {cfg.master.name} with {out / 'kubeadm'}",
         f"apply Flannel ({net.backend}), Linux node selector on kube-proxy, {windows_manifests}; wait for {cfg.master.name} Ready",

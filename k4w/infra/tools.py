@@ -21,6 +21,7 @@ INSTALL = {
     # scripts/setup.sh builds the pinned 1.9.4 and the plugins into the cache (scripts/build-tools).
     "packer": "choco install packer (Windows) or bash scripts/setup.sh (Debian/Ubuntu: builds the pinned Packer)",
     "vagrant": "apt-get install -y vagrant",
+    "virsh": "apt-get install -y libvirt-clients",
     "shellcheck": "apt-get install -y shellcheck",
     "debconf-set-selections": "apt-get install -y debconf-utils",
     # `cloud-init schema` checks the autoinstall boxes' user-data (Debian 12's 22.4 is enough).

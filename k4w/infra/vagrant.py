@@ -19,7 +19,12 @@ from pathlib import Path
 from k4w.infra import proc, tools, ui
 from k4w.infra.errors import K4wError
 
-PROVIDER = "hyperv"
+PROVIDER = "hyperv"   # the default provider (host.provider's default)
+# Providers that boot several machines at once in one `vagrant up --parallel`: those whose plugin registers
+# `parallel: true`. vagrant-libvirt does (vagrant-libvirt 0.11.2 (e0b17b34) lib/vagrant-libvirt/plugin.rb,
+# `provider('libvirt', parallel: true, ...)`); Hyper-V does not (hashicorp/vagrant@v2.3.4 (986a0173)
+# plugins/providers/hyperv/plugin.rb), so there every machine gets a process of its own (Vagrant.up).
+PARALLEL_PROVIDERS = ("libvirt",)
 
 
 def parse_boxes(text: str) -> set[tuple[str, str, str]]:
@@ -55,8 +60,10 @@ class Vagrant:
     """The vagrant executable in one environment. env holds only what this environment adds to
     ours (it is shown in every printed command); runner decides about logging and dry runs."""
 
-    def __init__(self, root: Path, env: dict | None = None, runner: proc.Runner | None = None, exe: str | None = None):
+    def __init__(self, root: Path, env: dict | None = None, runner: proc.Runner | None = None, exe: str | None = None,
+                 provider: str = PROVIDER):
         self.root = Path(root)
+        self.provider = provider
         self.env = dict(env or {})
         self.runner = runner or proc.Runner()
         # A dry run must work on a machine without Vagrant: it shows the command by its name.
@@ -84,17 +91,24 @@ class Vagrant:
         two processes adding the same box collide on its download lock (box_add.rb,
         DownloadAlreadyInProgress), so the caller adds missing boxes first (box_add).
         A failed machine does not stop the others (stopping a Hyper-V import half-way leaves a
-        VM Vagrant no longer knows); every failure is reported once all have finished."""
+        VM Vagrant no longer knows); every failure is reported once all have finished.
+
+        A provider that boots in parallel itself (PARALLEL_PROVIDERS: libvirt) gets one
+        `vagrant up --parallel` of all the machines, which boots them at once in one process."""
+        provider = f"--provider={self.provider}"
+        if self.provider in PARALLEL_PROVIDERS:
+            self._run("up", provider, *(["--parallel"] if len(names) > 1 else []), *names)
+            return
         if len(names) <= 1:
-            self._run("up", f"--provider={PROVIDER}", *names)
+            self._run("up", provider, *names)
             return
         if self.dry_run:
             ui.say(f"# these {len(names)} run at once, one process per machine:")
             for name in names:
-                self._run("up", f"--provider={PROVIDER}", name)
+                self._run("up", provider, name)
             return
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="vagrant-up") as pool:
-            futures = {name: pool.submit(self._run, "up", f"--provider={PROVIDER}", name) for name in names}
+            futures = {name: pool.submit(self._run, "up", provider, name) for name in names}
         failures = []
         for name, future in futures.items():
             try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from k4w.derive import identities, node_marks, winrm_scope
+from k4w.derive import cluster_nic, identities, node_marks, winrm_scope
 from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import secret_env_name, step_env
 from k4w.infra import packer_hcl, pinned_tools
@@ -91,9 +91,12 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
         "http_served": None,
         "iso": None,
         "iso_sha256": None,
+        "direct_boot": None,
     }
     if box:
         prof = cluster.profile(box)
+        if direct_boot(prof) is not None:
+            paths["direct_boot"] = packer_hcl.PATH_ROOT + "/" + direct_boot_rel(box).split("/", 1)[1]
         paths["http_served"] = from_root(build_media.served_folder(out, prof))
         # The ISO does not ship (gigabytes, and a Windows ISO may not be handed on): named by the
         # way from the template to iso/, which holds for the default --out build inside the checkout.
@@ -162,7 +165,7 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
                 "memory": node.memory,
             }
         )
-    return {
+    data = {
         "cluster": cfg.cluster.name,
         "management_switch": cfg.hyperv.management_switch,
         "cluster_switch": cfg.hyperv.cluster_switch,
@@ -174,6 +177,67 @@ def cluster_json(cluster: Cluster, out: Path) -> dict:
         "box_user_secrets": str(box_user_secrets_path(out)),
         "machines": machines,
     }
+    # Only for libvirt, so a Hyper-V cluster.json stays exactly what it was (tests/render/test_hyperv_unchanged.py).
+    return libvirt_cluster_json(cluster, data) if cfg.host.provider == "libvirt" else data
+
+
+# vagrant-libvirt's `driver` (the domain type) per libvirt.accelerator: QEMU's emulation is the domain type
+# "qemu", hardware virtualization "kvm" (vagrant-libvirt 0.11.2 (e0b17b34) lib/vagrant-libvirt/config.rb
+# defaults it to "kvm"; libvirt formatdomain.html "type" attribute of <domain>).
+LIBVIRT_DRIVER = {"kvm": "kvm", "tcg": "qemu"}
+
+
+def libvirt_cluster_json(cluster: Cluster, data: dict) -> dict:
+    """cluster.json for host.provider libvirt: without the Hyper-V switches, with the libvirt connection and
+    networks, and each machine's cluster NIC MAC, which is in the domain definition from creation (no host
+    script attaches it later, as host/cluster-nic.ps1 does on Hyper-V)."""
+    cfg, lv = cluster.config, cluster.config.libvirt
+    data = {k: v for k, v in data.items() if k not in ("management_switch", "cluster_switch")}
+    for machine in data["machines"]:
+        machine["cluster_mac"] = cluster_nic.mac_with(cluster_nic.cluster_nic_mac(cfg.cluster.name, machine["name"]), ":")
+    data["provider"] = "libvirt"
+    data["libvirt"] = {
+        "uri": lv.uri,
+        "storage_pool": lv.storage_pool,
+        "driver": LIBVIRT_DRIVER[lv.accelerator],
+        "management_network": lv.management_network,
+        "management_cidr": str(lv.management_cidr),
+        "management_forward": lv.management_forward,
+        "cluster_network": lv.cluster_network,
+    }
+    return data
+
+
+# The file beside a directly booted box's kernel and initrd (vagrant/box/ubuntu.Vagrantfile reads it): their
+# file names in the box and the kernel command line. Packer's vagrant post-processor copies each `include`
+# file into the box under its own base name (hashicorp/packer-plugin-vagrant v1.0.3 (abbce8c4)
+# post-processor/vagrant/post-processor.go: filepath.Join(dir, filepath.Base(src))).
+DIRECT_BOOT_FILE = "k4w-direct-boot.json"
+# What the post-processor itself writes into a box (post-processor.go: the Vagrantfile and metadata.json;
+# libvirt.go: box.img): an included file of one of these names would be overwritten or overwrite it.
+BOX_OWN_FILES = ("Vagrantfile", "metadata.json", "box.img")
+
+
+def direct_boot(prof: profiles.Profile) -> dict | None:
+    """For a box whose image has no bootloader (build.qemu.kernel: QEMU boots the kernel itself, as the CI
+    e2e boxes do), what a libvirt domain made from the box needs to boot it the same way: the base names
+    of the kernel and initrd the box carries, and the command line. None for a box that boots itself."""
+    build = prof.data.build or {}
+    q = build.get("qemu") or {}
+    if build.get("builder") != "qemu" or not q.get("kernel"):
+        return None
+    files = {"kernel": Path(q["kernel"]).name, **({"initrd": Path(q["initrd"]).name} if q.get("initrd") else {})}
+    names = list(files.values()) + [DIRECT_BOOT_FILE]
+    clash = sorted({n for n in names if names.count(n) > 1 or n in BOX_OWN_FILES})
+    if clash:
+        raise K4wError(f"{prof.path}: build.qemu kernel/initrd file names {', '.join(clash)} would collide in the box "
+                       f"(each is copied into it under its base name, beside {', '.join(BOX_OWN_FILES)} and {DIRECT_BOOT_FILE})")
+    return {**files, "cmd_line": q.get("append", "")}
+
+
+def direct_boot_rel(box: str) -> str:
+    """Where render writes a box's DIRECT_BOOT_FILE, relative to OUT (inside OUT/packer/, which ships whole)."""
+    return f"packer/direct-boot/{box}/{DIRECT_BOOT_FILE}"
 
 
 def http_templates(templates: Path, prof: profiles.Profile) -> list[Path]:
@@ -249,6 +313,9 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
         installer_templates = http_templates(templates, prof)
         emit(packer_template, packer_hcl.rel_path(box_name), **extra)
         files.update(shipped_sources(files[packer_hcl.rel_path(box_name)], packer_hcl.rel_path(box_name), cluster.sources))
+        boot = direct_boot(prof)
+        if boot is not None:
+            files[direct_boot_rel(box_name)] = json.dumps(boot, indent=2) + "\n"
         for tpl in installer_templates:
             emit(tpl, f"http/{box_name}/{tpl.stem}", **extra)
 

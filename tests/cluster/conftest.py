@@ -58,7 +58,7 @@ def world(default_render):
 
 def run_up(world, **kw):
     return up_mod.cluster_up(world.cluster, world.out, validate=False, vagrant=world.vagrant, remote=world.remote,
-                             host=world.host, clock=world.clock, **kw)
+                             host=world.host, clock=world.clock, virsh=world.virsh, **kw)
 
 
 def write_box_catalogues(out: Path, version: str = "20240101.120000") -> None:
@@ -68,3 +68,14 @@ def write_box_catalogues(out: Path, version: str = "20240101.120000") -> None:
         catalogue.parent.mkdir(parents=True, exist_ok=True)
         catalogue.write_text(json.dumps({"name": f"k4w/{box}", "versions": [
             {"version": version, "providers": [{"name": "hyperv", "url": "file:///x.box"}]}]}))
+
+
+def libvirt_config(**overrides) -> dict:
+    """cluster.yml for host.provider libvirt: the modern boxes (master and Linux worker ubuntu-2404, Windows
+    worker windows-2022, vxlan) with cluster.yml's hyperv block dropped (config_rules refuses the other
+    provider's block) and the libvirt block's defaults; overrides as in config_dict."""
+    from tests.helpers import modern_config
+
+    data = modern_config(**{"host.provider": "libvirt", **overrides})
+    data.pop("hyperv", None)
+    return data

@@ -58,3 +58,14 @@ def test_a_node_named_like_an_ansible_or_kubespray_group_or_localhost_is_refused
         assert f"invoke inventory: node name(s) {name} are group or host names Ansible and kubespray use themselves" \
             in result.stderr, result.stderr
         assert not (out / "inventory").exists()
+
+
+def test_on_libvirt_the_key_is_the_one_vagrant_libvirt_keeps(tmp_path):
+    """Vagrant keeps a machine's inserted key under its provider's folder: libvirt/ there, not hyperv/."""
+    from k4w.commands import inventory
+    from k4w.derive.cluster import Cluster
+    from tests.cluster.conftest import libvirt_config
+
+    cluster = Cluster.resolve(parse(yaml.safe_dump(libvirt_config()), "t.yml"))
+    doc = inventory.hosts(cluster, tmp_path)["all"]["hosts"]
+    assert doc["master"]["ansible_ssh_private_key_file"] == str(tmp_path.resolve() / "vagrant-state" / "machines" / "master" / "libvirt" / "private_key")

@@ -35,8 +35,9 @@ class FakeClock:
 class FakeWorld:
     """One log of everything that reached Vagrant, the guests or the host, in order."""
 
-    def __init__(self, machines: list[dict], scenario: dict | None = None):
+    def __init__(self, machines: list[dict], scenario: dict | None = None, provider: str = PROVIDER):
         self.machines = machines
+        self.provider = provider   # host.provider: where Vagrant keeps ids, what box list shows
         self.scenario = scenario or {}
         self.states: dict[str, str] = {}
         self.log: list[str] = []
@@ -47,11 +48,13 @@ class FakeWorld:
         self.vagrant = FakeVagrant(self)
         self.remote = FakeRemote(self)
         self.switch_exists = True
+        # libvirt: the networks virsh knows, {name: active?}; None: every network exists and is active.
+        self.networks: dict[str, bool] | None = None
 
     def id_file(self, name: str) -> Path | None:
         """Where Vagrant keeps the machine's Hyper-V VM id (k4w.cluster.machines.vm_id), once tests set .out."""
         out = getattr(self, "out", None)
-        return Path(out) / DOTFILE_DIR / "machines" / name / PROVIDER / "id" if out else None
+        return Path(out) / DOTFILE_DIR / "machines" / name / self.provider / "id" if out else None
 
     def destroy_out_of_band(self, name: str) -> None:
         """The VM deleted in Hyper-V Manager: Vagrant still has its id until its next status."""
@@ -73,6 +76,16 @@ class FakeWorld:
         self.log.append(f"host: {script}")
         failed = cluster_answers.check_failure(self.scenario, script)
         return failed if failed else (0, "")
+
+    def virsh(self, argv: list[str]) -> tuple[int, str]:
+        """The libvirt host's virsh (k4w.cluster.libvirt.Virsh): `net-info NAME` as virsh 9.0 answers it."""
+        self.log.append("virsh: " + " ".join(argv[1:]))
+        name = argv[-1]
+        if self.networks is not None and name not in self.networks:
+            return 1, (f"error: failed to get network '{name}'\n"
+                       f"error: Network not found: no network with matching name '{name}'")
+        active = "yes" if self.networks is None or self.networks[name] else "no"
+        return 0, f"Name:           {name}\nUUID:           00000000-0000-0000-0000-000000000000\nActive:         {active}\n"
 
     def commands(self) -> list[str]:
         return list(self.log)
@@ -108,7 +121,7 @@ class FakeVagrant:
     def boxes(self) -> set[tuple[str, str, str]]:
         self.world.log.append("vagrant box list")
         if self.world.boxes is None:
-            return {(f"k4w/{m['box']}", "hyperv", "0") for m in self.world.machines}
+            return {(f"k4w/{m['box']}", self.world.provider, "0") for m in self.world.machines}
         return set(self.world.boxes)
 
     def box_add(self, catalogue: Path, check: bool = True) -> tuple[int, str]:
