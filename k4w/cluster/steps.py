@@ -488,9 +488,9 @@ def upload_kubeadm_patches(ctx: Context, master: Machine) -> None:
     config names, emptied first: kubeadm applies every file there, so one left by an earlier render must go."""
     if not control_plane.emulated_cpu(ctx.cfg):
         return
-    rendered = sorted(p for p in (ctx.out / control_plane.PATCHES_OUT_DIR).glob("*") if p.is_file())
+    rendered = sorted(p for p in (ctx.rendered / control_plane.PATCHES_OUT_DIR).glob("*") if p.is_file())
     if not rendered and not ctx.dry_run:
-        raise K4wError(f"{ctx.out / control_plane.PATCHES_OUT_DIR} has no rendered patches (libvirt.accelerator tcg): "
+        raise K4wError(f"{ctx.rendered / control_plane.PATCHES_OUT_DIR} has no rendered patches (libvirt.accelerator tcg): "
                        "run `invoke render`")
     folder = shlex.quote(control_plane.PATCHES_GUEST_DIR)
     ctx.remote.run(master, f"rm -rf {folder} && install -d -m 0700 {folder}")
