@@ -24,6 +24,7 @@ Only configurations of the kubeadm API the pinned kubeadm reads (v1beta4) go to 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -150,7 +151,8 @@ def local_patches(config: Config) -> str | None:
     on_master = f'  directory: "{config.scaling.patches_dir}"\n'
     if config.text.count(on_master) != 1:
         return None
-    return config.text.replace(on_master, f'  directory: "{config.patches.resolve()}"\n')
+    # JSON's string is YAML's double-quoted scalar: any character of the local path stays as it is.
+    return config.text.replace(on_master, f"  directory: {json.dumps(str(config.patches.resolve()))}\n")
 
 
 def scaled_manifest_problems(scaling: control_plane.Scaling, folder: Path) -> list[str]:
