@@ -12,14 +12,25 @@ NODE_MEMORY_MB = 2048
 READY_TIMEOUT_S = 1500
 
 
-def text(proxy_url: str, mirror: str, cache: str, box: str = BOX) -> str:
+# What the --cluster run's cluster.yml adds: its guest runs on QEMU's emulated CPU, as a libvirt host without KVM
+# runs k4w's VMs, so k4w renders the kubeadm config scaled to it (k4w/derive/control_plane.py).
+EMULATED_CPU = """\
+host:
+  provider: libvirt   # the guests run under QEMU with TCG (ci/e2e/guest.py), as on a Linux host without KVM
+libvirt:
+  accelerator: tcg
+"""
+
+
+def text(proxy_url: str, mirror: str, cache: str, box: str = BOX, emulated_cpu: bool = False) -> str:
     """One master on the e2e box (the default CI box unless named); proxy.http and proxy.https both set (https is never copied
     from http, so a user behind one proxy writes it twice). The downloads come from the run's
     mirror (mirror.py: real binaries, or the seed era's CI stand-ins) into the run's component cache,
-    as an air-gapped host with an internal mirror would have it."""
+    as an air-gapped host with an internal mirror would have it. emulated_cpu: say libvirt.accelerator tcg
+    (the --cluster run, on the containerd era's boxes: the seed era's kubeadm config cannot carry it)."""
     return f"""\
 # k4w end-to-end run (ci.e2e): one node on the CI box, behind the run's private squid.
-cluster:
+{EMULATED_CPU if emulated_cpu else ""}cluster:
   name: k4w-e2e
   ready_timeout: {READY_TIMEOUT_S}
 proxy:

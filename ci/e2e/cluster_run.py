@@ -34,6 +34,7 @@ from k4w.cluster.machines import Machine, load_cluster, mac_with
 from k4w.cluster.remote import RemoteError
 from k4w.cluster.state import STATE_FILE
 from k4w.cluster.up import make_context
+from k4w.derive import control_plane
 from k4w.derive.cluster import Cluster
 from k4w.verify.kubectl import pod_ready
 from . import cluster_file, cluster_images, guest as guest_mod, oci_archive
@@ -74,27 +75,20 @@ TEST_IMAGE = "k4w.invalid/e2e-busybox:1"
 WEB, CLIENT = "k4w-e2e-web", "k4w-e2e-client"
 WEB_PORT = 8080   # busybox httpd in the web pod; the Service maps port 80 to it
 FETCH_TIMEOUT_S = 5
-# TCG only: the leases of the two control-plane components that elect a leader, scaled to an
-# emulated CPU. With the defaults (15 s lease, 10 s renewal deadline, each renewal request given
-# half of it: k8s.io/kubernetes@v1.35.4 cmd/kube-scheduler/app/options/options.go, flags from
-# k8s.io/component-base@v0.35.4 and v0.37.2 config/options/leaderelectionconfig.go) the fourth run's
-# controller-manager and scheduler lost their leases under a guest load of 13-20 and exited
-# ("Leaderelection lost"), so no EndpointSlice was made and the Service refused connections.
-# The rendered kubeadm config stays as users get it: the harness edits the static pod manifests
-# kubeadm wrote, where kubeadm set --leader-elect=true (cmd/kubeadm/app/phases/controlplane/manifests.go).
-TCG_LEASE_FLAGS = ("--leader-elect-lease-duration=180s", "--leader-elect-renew-deadline=120s",
-                   "--leader-elect-retry-period=20s")
-LEADER_ELECTING = ("kube-controller-manager", "kube-scheduler")
-# TCG only: how many failed liveness probes in a row the kubelet tolerates before it restarts kube-apiserver
-# or etcd. kubeadm sets 8 (10 s apart, so 80 s: k8s.io/kubernetes@v1.37.2
-# cmd/kubeadm/app/util/staticpod/utils.go LivenessProbe), and kube-apiserver's /livez includes an etcd check
-# with a 2 s timeout (k8s.io/apiserver@v0.37.2 pkg/server/options/etcd.go, storagebackend
-# DefaultHealthcheckTimeout). On the emulated ubuntu-2604-e2e guest etcd answered slower than that for
-# minutes, the kubelet restarted kube-apiserver, and each restart took minutes more (runs 2 and 4:
-# `connection refused`, `TLS handshake timeout`). 30 probes is 5 minutes.
-TCG_LIVENESS_FAILURE_THRESHOLD = 30
-KUBEADM_LIVENESS_FAILURE_THRESHOLD = 8
-LIVENESS_TOLERANT = ("kube-apiserver", "etcd")
+# TCG only: the control plane scaled to an emulated CPU, the product's own values (k4w/derive/control_plane.py
+# says why each is needed, from this harness's runs): the leader-election leases of kube-controller-manager and
+# kube-scheduler (with the defaults the fourth run's lost their leases and exited, so no EndpointSlice was made),
+# and the liveness failureThreshold of kube-apiserver and etcd (runs 2 and 4: kube-apiserver restarted again
+# and again while etcd answered slowly). The run's cluster.yml says libvirt.accelerator tcg
+# (cluster_file.text(emulated_cpu=True)), so the rendered kubeadm config carries them and kubeadm writes
+# the static Pods scaled: the harness only waits for them. A rendered config without them (a cluster.yml
+# that does not say tcg) still gets them by an edit of the manifests kubeadm wrote, where kubeadm set
+# --leader-elect=true (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/phases/controlplane/manifests.go).
+TCG_LEASE_FLAGS = control_plane.SCALING.leader_election_flags
+LEADER_ELECTING = control_plane.LEADER_ELECTING
+TCG_LIVENESS_FAILURE_THRESHOLD = control_plane.LIVENESS_FAILURE_THRESHOLD
+KUBEADM_LIVENESS_FAILURE_THRESHOLD = control_plane.KUBEADM_LIVENESS_FAILURE_THRESHOLD
+LIVENESS_TOLERANT = control_plane.LIVENESS_TOLERANT
 
 
 def web_command(port: int = WEB_PORT, root: str = "/www") -> list[str]:
@@ -272,9 +266,12 @@ def run(report: ClusterReport, phases: Phases, log: Log, model: Cluster, out: Pa
 
     with step("cluster init") as ph:
         cluster_steps.step_master_init(ctx)
-        _tcg_static_pods(guest, master.name, ph)
+        by_kubeadm = model.control_plane is not None
+        _tcg_static_pods(guest, master.name, ph, edit=not by_kubeadm)
         ph.note = ("cluster-init.sh with the rendered kubeadm config; TCG leader-election leases " + " ".join(TCG_LEASE_FLAGS)
-                   + f"; {', '.join(LIVENESS_TOLERANT)} liveness failureThreshold {TCG_LIVENESS_FAILURE_THRESHOLD}")
+                   + f"; {', '.join(LIVENESS_TOLERANT)} liveness failureThreshold {TCG_LIVENESS_FAILURE_THRESHOLD}; "
+                   + ("written by kubeadm from the config's extraArgs and patches" if by_kubeadm
+                      else "edited into kubeadm's manifests by the harness (the config does not carry them)"))
 
     with step("cluster manifests") as ph:
         cluster_steps.step_manifests(ctx)
@@ -318,10 +315,13 @@ def tcg_static_pod_script() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tcg_static_pods(guest: guest_mod.Guest, node: str, ph: Phase) -> None:
-    guest.ssh.run("sudo -n bash -s", ph, "scale the static pods' leases and liveness to TCG", input=tcg_static_pod_script())
-    # The kubelet now restarts the four pods. cluster-up's next step must not meet a kube-apiserver that is
-    # starting: the fifth ubuntu-2604-e2e run's `kubectl apply` got `failed to download openapi: unknown`.
+def _tcg_static_pods(guest: guest_mod.Guest, node: str, ph: Phase, edit: bool) -> None:
+    """Waits until the four static Pods run with the TCG settings and are Ready; edit: scale kubeadm's manifests
+    first (a kubeadm config that does not carry the settings), which makes the kubelet restart them."""
+    if edit:
+        guest.ssh.run("sudo -n bash -s", ph, "scale the static pods' leases and liveness to TCG", input=tcg_static_pod_script())
+    # cluster-up's next step must not meet a kube-apiserver that is starting (after an edit the kubelet restarts
+    # the four pods): the fifth ubuntu-2604-e2e run's `kubectl apply` got `failed to download openapi: unknown`.
     pods = [f"{component}-{node}" for component in (*LEADER_ELECTING, *LIVENESS_TOLERANT)]
 
     def restarted() -> tuple[bool, str]:
@@ -332,7 +332,7 @@ def _tcg_static_pods(guest: guest_mod.Guest, node: str, ph: Phase) -> None:
         waiting = scaled_static_pods_waiting(json.loads(got.stdout), pods)
         return not waiting, "; ".join(waiting)
 
-    poll("the static pods restarted with the TCG settings and Ready", ph, restarted, interval=10.0)
+    poll("the static pods with the TCG settings and Ready", ph, restarted, interval=10.0)
 
 
 def scaled_static_pods_waiting(listed: dict, names: list[str]) -> list[str]:
@@ -349,7 +349,7 @@ def scaled_static_pods_waiting(listed: dict, names: list[str]) -> list[str]:
         else:
             scaled = TCG_LEASE_FLAGS[0] in container.get("command", [])
         if not scaled:
-            waiting.append(f"{name}: the kubelet has not restarted it yet")
+            waiting.append(f"{name}: without the TCG settings (not restarted yet after the edit, or kubeadm did not apply them)")
         elif not pod_ready(pod):
             waiting.append(f"{name}: not Ready")
     return waiting
@@ -433,7 +433,8 @@ def plan(out: Path, box: str = BOX, netplan: bool = False) -> list[str]:
     lines += [f"  {name} (budget {seconds} s): {what}" for (name, seconds), what in zip(BUDGETS.items(), (
         "build the image archives", "boot the guest", "import the archives",
         "the node address on the cluster NIC: " + ("cluster-up's step_cluster_ip (cluster-ip.sh, netplan)" if netplan
-                                                   else "a networkd file, as netplan renders it"), "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config",
+                                                   else "a networkd file, as netplan renders it"), "cluster-up's step_master_init: cluster-init.sh with the rendered kubeadm config and its TCG patches; "
+        "then kube-apiserver, etcd, kube-controller-manager and kube-scheduler scaled to TCG and Ready",
         "cluster-up's step_manifests: the rendered Flannel manifest, patches, node Ready",
         f"remove the {CONTROL_PLANE_TAINT} taint", "cluster-up's step_rollouts: CoreDNS, kube-proxy, Flannel",
         "CoreDNS Ready; a pod's address in the pod CIDR; a Service's ClusterIP answers; its name resolves through cluster DNS"))]

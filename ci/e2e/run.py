@@ -342,7 +342,8 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         cluster_yml = workdir / "cluster.yml"
         # The cache lives beside the base image: a second run on this host starts from a warm cache.
         cache_dir = out / "component-cache"
-        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box), encoding="utf-8")
+        cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box,
+                                                 emulated_cpu=result.cluster is not None), encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         if served.pins:
             pins_file = write_pins(cluster_yml, served.pins)
@@ -705,7 +706,7 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("mirror: on http://127.0.0.1:<free port>, " + mirror_mod.describe(profile))
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
-                                                           str(out / "component-cache"), box))
+                                                           str(out / "component-cache"), box, emulated_cpu=cluster))
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(

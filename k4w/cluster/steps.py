@@ -32,7 +32,7 @@ from ..bake.catalogue import BOX_PREFIX
 from k4w.cluster.kubeapi import ApiError
 from k4w.infra.redact import redact, register_secret
 from k4w.cluster import bootstrap_token
-from k4w.derive import join_config
+from k4w.derive import control_plane, join_config
 from k4w.cluster import existing_api
 from . import libvirt
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
@@ -491,6 +491,7 @@ def step_master_init(ctx: Context) -> None:
     ctx.state.set_node(master.name, started=ctx.clock.now())
     prepare_dirs(ctx, master)
     config = upload_linux(ctx, master, ctx.out / "kubeadm" / "kubeadm-config.yaml")
+    upload_kubeadm_patches(ctx, master)
     # cluster-init.sh sources lib.sh beside it (k4w_kernel_tunables); /tmp may not have it after a reboot.
     upload_linux(ctx, master, sources.REPO.guest / "ubuntu" / "lib.sh")
     script = upload_linux(ctx, master, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-init.sh")
@@ -498,6 +499,21 @@ def step_master_init(ctx: Context) -> None:
     admin = ctx.remote.run(master, "sudo cat /etc/kubernetes/admin.conf")
     if not ctx.dry_run:
         write_private(ctx.out / "kubeconfig", admin)
+
+
+def upload_kubeadm_patches(ctx: Context, master: Machine) -> None:
+    """An emulated CPU's patches of kubeadm's static Pods (k4w.derive.control_plane), to the folder the kubeadm
+    config names, emptied first: kubeadm applies every file there, so one left by an earlier render must go."""
+    if not control_plane.emulated_cpu(ctx.cfg):
+        return
+    rendered = sorted(p for p in (ctx.rendered / control_plane.PATCHES_OUT_DIR).glob("*") if p.is_file())
+    if not rendered and not ctx.dry_run:
+        raise K4wError(f"{ctx.rendered / control_plane.PATCHES_OUT_DIR} has no rendered patches (libvirt.accelerator tcg): "
+                       "run `invoke render`")
+    folder = shlex.quote(control_plane.PATCHES_GUEST_DIR)
+    ctx.remote.run(master, f"rm -rf {folder} && install -d -m 0700 {folder}")
+    for path in rendered:
+        ctx.remote.upload(master, path, f"{control_plane.PATCHES_GUEST_DIR}/{path.name}")
 
 
 def step_manifests(ctx: Context) -> None:

@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from k4w.model import config as config_mod, profiles
 from k4w.infra import sources as sources_mod
-from k4w.derive import registry
+from k4w.derive import control_plane as control_plane_mod, registry
 from k4w.model.config import Config
 from k4w.derive.values import Network, Proxy, derive_network, derive_proxy
 from k4w.infra.errors import K4wError
@@ -148,6 +148,17 @@ class Cluster:
             raise K4wError(f"cluster {self.config.cluster.name}: the Windows nodes use boxes with different {what} "
                            f"images ({listed}); the demo workload needs one: give every Windows node the same box")
         return next(iter(images), None)
+
+    @property
+    def emulated_cpu(self) -> bool:
+        """The VMs run on QEMU's emulated CPU (host.provider libvirt, libvirt.accelerator tcg)."""
+        return control_plane_mod.emulated_cpu(self.config)
+
+    @property
+    def control_plane(self) -> control_plane_mod.Scaling | None:
+        """How the master's kubeadm config scales the control plane to an emulated CPU; None on a real one
+        (k4w.derive.control_plane). Refuses a master box whose kubeadm API cannot carry it."""
+        return control_plane_mod.scaling(self.config, self.kube.kubeadm_api)
 
     def profile(self, box: str) -> Profile:
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from k4w.derive import cluster_nic, identities, node_marks, winrm_scope
+from k4w.derive import cluster_nic, control_plane, identities, node_marks, winrm_scope
 from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import secret_env_name, step_env
 from k4w.infra import packer_hcl, pinned_tools
@@ -275,6 +275,8 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
             "windows_demo_image": cluster.windows_demo_image,
             "windows_nanoserver_image": cluster.windows_nanoserver_image,
             "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout),
+            # None unless the master runs on an emulated CPU (k4w.derive.control_plane).
+            "control_plane": cluster.control_plane,
             "marks": node_marks,
             "windows_identities": {i.component: i for i in identities.WINDOWS_COMPONENTS},
             "winrm_remote_scope": winrm_scope.remote_scope(cfg.hyperv.management_switch),
@@ -339,6 +341,10 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     # An existing cluster was initialised by its own tool: no kubeadm init config (k4w/cluster/existing.py).
     for tpl in [] if cfg.joins_existing else sorted((templates / "kubeadm").glob("*.j2")):
         emit(tpl, f"kubeadm/{tpl.stem}")
+    # kubeadm's patches of its static Pods, for an emulated CPU only: the kubeadm config names their folder
+    # then, and a Hyper-V or KVM master's config stays as it was.
+    for tpl in sorted((templates / "kubeadm" / "patches").glob("*.j2")) if base["control_plane"] else []:
+        emit(tpl, f"{control_plane.PATCHES_OUT_DIR}/{tpl.stem}")
     for node in cfg.nodes:
         prof = cluster.profile(node.box)
         recipe = templates / "nodes" / prof.node_templates

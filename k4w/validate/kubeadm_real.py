@@ -13,12 +13,18 @@ scripts/build-tools; k4w.infra.pinned_tools) reads:
   the sample token and CA hash: the real ones exist only during cluster-up), with `kubeadm config
   validate`. Built here without join_config's own field-table check, so kubeadm judges it alone.
 
+For an emulated CPU (k4w.derive.control_plane) the init config names kubeadm's patches folder on the master;
+here it names the rendered OUT/kubeadm/patches/ instead (the one line changed), so the dry run applies the very
+patches cluster-up uploads, and the static Pod manifests it writes are then held to the scaled values: the
+leader-election flags and the liveness failureThreshold, as kubeadm itself merged them.
+
 Only configurations of the kubeadm API the pinned kubeadm reads (v1beta4) go to it; the seed era
 (kubeadm 1.11, v1alpha2) keeps its field tables (kubeadm_rules) and says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -31,7 +37,7 @@ import yaml
 
 from k4w.infra import pinned_tools, proc
 from k4w.model import profiles
-from k4w.derive import join_config
+from k4w.derive import control_plane, join_config
 from k4w.derive.cluster import Cluster
 from k4w.validate.result import Result
 
@@ -55,6 +61,8 @@ class Config:
     text: str
     windows: bool = False  # a Windows worker's: its CRI endpoint is a named pipe Linux kubeadm cannot read
     init: bool = False
+    scaling: control_plane.Scaling | None = None  # the init config of an emulated CPU's master
+    patches: Path | None = None  # its rendered patches folder (OUT/kubeadm/patches)
 
 
 @dataclass
@@ -71,7 +79,7 @@ def configs(cluster: Cluster, out: Path) -> list[Config]:
     init = out / "kubeadm" / "kubeadm-config.yaml"
     if cluster.kube.kubeadm_api == API and not cluster.config.joins_existing:
         found.append(Config("kubeadm/kubeadm-config.yaml", init.read_text(encoding="utf-8") if init.is_file() else "",
-                            init=True))
+                            init=True, scaling=cluster.control_plane, patches=out / control_plane.PATCHES_OUT_DIR))
     api_server = join_config.validation_api_server(cluster)
     for node in cluster.config.nodes:
         profile = profiles.load(node.box)
@@ -122,11 +130,52 @@ def check(cluster: Cluster, out: Path) -> Outcome:
                 outcome.problems.append(f"{config.label}: not rendered")
                 continue
             path = Path(tmp) / f"config-{index}.yaml"
-            path.write_text(config.text, encoding="utf-8")
+            text = local_patches(config)
+            if text is None:
+                outcome.problems.append(f"{config.label}: does not name kubeadm's patches folder as "
+                                        f"`directory: \"{control_plane.PATCHES_GUEST_DIR}\"` once (libvirt.accelerator tcg)")
+                continue
+            path.write_text(text, encoding="utf-8")
             _validate(kubeadm, config, path, outcome)
             if config.init and not any(p.startswith(config.label) for p in outcome.problems):
                 _dry_run(kubeadm, config, path, Path(tmp) / "dry-run", outcome)
     return outcome
+
+
+def local_patches(config: Config) -> str | None:
+    """The config's text for kubeadm on this host: an emulated CPU's init config names the rendered patches
+    folder instead of the master's (the same files cluster-up uploads there). None when it does not name the
+    master's folder exactly once."""
+    if config.scaling is None:
+        return config.text
+    on_master = f'  directory: "{config.scaling.patches_dir}"\n'
+    if config.text.count(on_master) != 1:
+        return None
+    # JSON's string is YAML's double-quoted scalar: any character of the local path stays as it is.
+    return config.text.replace(on_master, f"  directory: {json.dumps(str(config.patches.resolve()))}\n")
+
+
+def scaled_manifest_problems(scaling: control_plane.Scaling, folder: Path) -> list[str]:
+    """What kubeadm's static Pod manifests in folder (the dry run's) lack of the emulated CPU's scaling."""
+    problems = []
+    for component in (*scaling.leader_electing, *scaling.liveness_tolerant):
+        path = folder / f"{component}.yaml"
+        try:
+            container = yaml.safe_load(path.read_text(encoding="utf-8"))["spec"]["containers"][0]
+        except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError) as exc:
+            problems.append(f"kubeadm init --dry-run wrote no readable {component} manifest ({exc})")
+            continue
+        if component in scaling.leader_electing:
+            missing = [f for f in scaling.leader_election_flags if f not in container.get("command", [])]
+            if missing:
+                problems.append(f"kubeadm's {component} manifest lacks {' '.join(missing)} (ClusterConfiguration extraArgs)")
+        if component in scaling.liveness_tolerant:
+            got = (container.get("livenessProbe") or {}).get("failureThreshold")
+            if got != scaling.liveness_failure_threshold:
+                problems.append(f"kubeadm's {component} manifest has livenessProbe failureThreshold {got}, not "
+                                f"{scaling.liveness_failure_threshold}: kubeadm did not apply "
+                                f"{control_plane.PATCHES_OUT_DIR}/ (a misnamed file is ignored)")
+    return problems
 
 
 def validate_command(kubeadm: Path, path: Path) -> list[str]:
@@ -162,6 +211,15 @@ def _dry_run(kubeadm: Path, config: Config, path: Path, folder: Path, outcome: O
         manifests = len(re.findall(r'^\[dryrun\] Would write file "/etc/kubernetes/manifests/', result.output, re.M))
         outcome.notes.append(f"{config.label}: kubeadm init --dry-run ran every phase (preflight ignored: this host is "
                              f"no node), {manifests} static Pod manifests")
+        if config.scaling:
+            scaled = scaled_manifest_problems(config.scaling, folder)
+            outcome.problems += [f"{config.label}: {p}" for p in scaled]
+            if not scaled:
+                outcome.notes.append(
+                    f"{config.label}: kubeadm applied {control_plane.PATCHES_OUT_DIR}/ and the extraArgs (emulated CPU): "
+                    f"{', '.join(config.scaling.liveness_tolerant)} livenessProbe failureThreshold "
+                    f"{config.scaling.liveness_failure_threshold}; {', '.join(config.scaling.leader_electing)} "
+                    + " ".join(config.scaling.leader_election_flags))
 
 
 # ------------------------------------------------------------------ the validator (k4w.validate.VALIDATORS)
@@ -180,6 +238,8 @@ def would_run(cluster: Cluster, out: Path, rendered: Collection[str]) -> list[st
     lines = []
     for config in configs(cluster, out):
         path = out / config.label if config.init else Path(f"$TMP/<{config.label}>.yaml")
+        if config.scaling:
+            path = Path(f"$TMP/<{config.label}, patches.directory {out / control_plane.PATCHES_OUT_DIR}>.yaml")
         lines.append(shlex.join(validate_command(kubeadm, path)))
         if config.init:
             lines.append(f"{DRY_RUN_DIR_ENV}=$TMP/dry-run " + shlex.join(dry_run_command(kubeadm, path)))

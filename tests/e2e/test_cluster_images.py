@@ -29,9 +29,30 @@ BOX = cluster_run.BOX
 def rendered(tmp_path: Path) -> Path:
     """OUT of the e2e cluster.yml on the containerd-era CI box, as the --cluster run renders it."""
     out = tmp_path / "out"
-    cfg = config.parse(cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", str(tmp_path / "cache"), BOX))
+    cfg = config.parse(cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", str(tmp_path / "cache"), BOX,
+                                         emulated_cpu=True))
     render.render(Cluster.resolve(cfg), out)
     return out
+
+
+@pytest.mark.parametrize("box", cluster_run.BOXES)
+def test_the_cluster_run_renders_kubeadms_own_tcg_scaling_so_the_harness_edits_nothing(tmp_path, box):
+    """The --cluster run's cluster.yml says libvirt.accelerator tcg (its guest runs on QEMU's TCG): kubeadm's
+    config carries the leases and names the patches cluster-up uploads, so cluster_run only waits for them."""
+    text = cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", str(tmp_path / "cache"), box, emulated_cpu=True)
+    cluster = Cluster.resolve(config.parse(text))
+    assert cluster.control_plane is not None
+    out = tmp_path / "out"
+    render.render(cluster, out)
+    docs = {d["kind"]: d for d in yaml.safe_load_all((out / "kubeadm" / "kubeadm-config.yaml").read_text())}
+    args = [f"--{a['name']}={a['value']}" for a in docs["ClusterConfiguration"]["scheduler"]["extraArgs"]]
+    assert tuple(args) == cluster_run.TCG_LEASE_FLAGS
+    assert docs["InitConfiguration"]["patches"]["directory"] == "/tmp/k4w/kubeadm-patches"
+    for component in cluster_run.LIVENESS_TOLERANT:
+        patch = yaml.safe_load((out / "kubeadm" / "patches" / f"{component}+strategic.yaml").read_text())
+        assert patch["spec"]["containers"][0]["livenessProbe"]["failureThreshold"] == cluster_run.TCG_LIVENESS_FAILURE_THRESHOLD
+    # The run without --cluster (and the seed era's box, whose kubeadm config cannot carry it) says no host.
+    assert "host:" not in cluster_file.text("http://10.0.2.2:40123", "http://127.0.0.1:40124", str(tmp_path / "cache"))
 
 
 def kubeadm() -> Path:
@@ -227,7 +248,8 @@ def test_the_run_waits_until_each_static_pod_runs_its_scaled_manifest_and_is_rea
     names = [f"{c}-master" for c in (*cluster_run.LEADER_ELECTING, *cluster_run.LIVENESS_TOLERANT)]
     # the kubelet has not restarted any of them yet: kubeadm's own manifests
     waiting = cluster_run.scaled_static_pods_waiting(_mirror_pods(STATIC_PODS, ready=True), names)
-    assert waiting == [f"{n}: the kubelet has not restarted it yet" for n in names]
+    assert waiting == [f"{n}: without the TCG settings (not restarted yet after the edit, or kubeadm did not apply them)"
+                       for n in names]
     _scaled(tmp_path)
     assert cluster_run.scaled_static_pods_waiting(_mirror_pods(tmp_path, ready=False), names) == [f"{n}: not Ready" for n in names]
     restarting = _mirror_pods(tmp_path, ready=True)

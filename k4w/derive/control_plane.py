@@ -1,0 +1,107 @@
+"""The control plane kubeadm writes, scaled to an emulated CPU (host.provider libvirt, libvirt.accelerator tcg).
+
+Under TCG, QEMU emulates every instruction (about ten times slower than KVM), and kubeadm's defaults for
+a control plane on real hardware break it. Measured by the CI harness's single-node cluster run
+(docs/development.md "invoke e2e --cluster", TCG on 2 shared cores):
+- kube-controller-manager and kube-scheduler keep the defaults of a 15 s lease and a 10 s renewal
+  deadline (k8s.io/component-base@v0.37.2 config/options/leaderelectionconfig.go), each renewal given
+  half of it; under a guest load of 13-20 both lost their leases and exited ("Leaderelection lost"), so
+  no EndpointSlice was made and a Service refused connections (the fourth run).
+- kube-apiserver and etcd get a livenessProbe with failureThreshold 8, 10 s apart, so 80 s
+  (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/util/staticpod/utils.go LivenessProbe); kube-apiserver's
+  /livez includes an etcd check with a 2 s timeout (k8s.io/apiserver@v0.37.2 pkg/server/options/etcd.go),
+  etcd answered slower than that for minutes, and the kubelet restarted kube-apiserver again and again
+  (runs 2 and 4: `connection refused`, `TLS handshake timeout`).
+
+kubeadm takes both in its own config, so `kubeadm init` writes the static Pods right the first time:
+the leases as ClusterConfiguration controllerManager/scheduler extraArgs, the probe threshold as
+patches of kubeadm's static Pods (InitConfiguration.patches.directory), which cluster-up uploads to
+the master beside the config. Only kubeadm.k8s.io/v1beta4 (Kubernetes 1.31+) is written: the seed era
+(kubeadm 1.11, v1alpha2) has no patches and is a Hyper-V recipe (Docker on Windows Server 1803).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from k4w.infra.errors import K4wError
+from k4w.model.config import Config
+
+# The only kubeadm API this is written for (extraArgs a list of {name, value}, InitConfiguration.patches):
+# k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go ControlPlaneComponent.ExtraArgs
+# ([]Arg, "duplicate extra arguments are allowed"), Arg{name, value}, InitConfiguration.Patches, Patches.Directory.
+API = "kubeadm.k8s.io/v1beta4"
+
+# Leases 12 times the default, so a renewal survives a minute-long stall of the emulated guest (the
+# harness's passing runs since the fifth used these values). The flags of kube-controller-manager and kube-scheduler
+# (k8s.io/component-base@v0.37.2 config/options/leaderelectionconfig.go BindLeaderElectionFlags).
+LEADER_ELECTION_ARGS = (("leader-elect-lease-duration", "180s"), ("leader-elect-renew-deadline", "120s"),
+                        ("leader-elect-retry-period", "20s"))
+# The components kubeadm starts with --leader-elect=true (cmd/kubeadm/app/phases/controlplane/manifests.go
+# getControllerManagerCommand, getSchedulerCommand at v1.37.2).
+LEADER_ELECTING = ("kube-controller-manager", "kube-scheduler")
+# Each one's field in ClusterConfiguration (v1beta4 types.go ClusterConfiguration at v1.37.2).
+CONFIG_KEYS = {"kube-controller-manager": "controllerManager", "kube-scheduler": "scheduler"}
+# kubeadm's livenessProbe failureThreshold (utils.go LivenessProbe at v1.37.2, 10 s apart), and the one an
+# emulated CPU gets: 30 probes is 5 minutes, longer than the etcd stalls the harness saw.
+KUBEADM_LIVENESS_FAILURE_THRESHOLD = 8
+LIVENESS_FAILURE_THRESHOLD = 30
+# The static Pods whose liveness is scaled; each is also the name of kubeadm's patch target and of the
+# Pod's one container (cmd/kubeadm/app/constants KubeAPIServer, Etcd; util/staticpod/utils.go ComponentPod).
+LIVENESS_TOLERANT = ("kube-apiserver", "etcd")
+# The patch files' folder under OUT and on the master. cluster-up uploads OUT/kubeadm/patches/ there, beside
+# the config in /tmp/k4w (k4w.cluster.steps.LINUX_DIR, where every upload to a Linux guest goes; kubeadm
+# reads the folder only during `kubeadm init`, right after the upload).
+PATCHES_OUT_DIR = "kubeadm/patches"
+PATCHES_GUEST_DIR = "/tmp/k4w/kubeadm-patches"
+# kubeadm's patch file names, target[suffix][+patchtype].extension (k8s.io/kubernetes@v1.37.2
+# cmd/kubeadm/app/util/patches/patches.go parseFilename, knownTargets, patchTypes, knownExtensions). A file
+# whose target or extension kubeadm does not know is IGNORED with a log line, not refused: a misnamed file
+# would drop its setting silently, so k4w.validate.kubeadm_config_rules holds every rendered name to this.
+PATCH_TARGETS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubeletconfiguration",
+                 "corednsdeployment", "kubeproxydaemonset")
+PATCH_TYPES = ("json", "merge", "strategic")
+PATCH_NAME = re.compile(rf"^(?P<target>{'|'.join(map(re.escape, PATCH_TARGETS))})(?P<suffix>[^.+\n]*)"
+                        rf"(?:\+(?P<type>{'|'.join(PATCH_TYPES)}))?\.(?P<extension>json|yaml)$")
+
+
+def emulated_cpu(cfg: Config) -> bool:
+    """Whether the cluster's VMs run on an emulated CPU (QEMU's TCG), where the control plane is scaled."""
+    return cfg.host.provider == "libvirt" and cfg.libvirt.accelerator == "tcg"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """What the kubeadm config of an emulated-CPU master carries (the template context `control_plane`)."""
+
+    leader_election: tuple[tuple[str, str], ...]
+    leader_electing: tuple[str, ...]
+    liveness_failure_threshold: int
+    liveness_tolerant: tuple[str, ...]
+    patches_dir: str  # on the master: InitConfiguration.patches.directory
+
+    @property
+    def config_keys(self) -> tuple[str, ...]:
+        """ClusterConfiguration's field of each leader-electing component, where its extraArgs go."""
+        return tuple(CONFIG_KEYS[component] for component in self.leader_electing)
+
+    @property
+    def leader_election_flags(self) -> tuple[str, ...]:
+        """The flags as kubeadm writes extraArgs into the static Pod's command (--name=value)."""
+        return tuple(f"--{name}={value}" for name, value in self.leader_election)
+
+
+SCALING = Scaling(LEADER_ELECTION_ARGS, LEADER_ELECTING, LIVENESS_FAILURE_THRESHOLD, LIVENESS_TOLERANT, PATCHES_GUEST_DIR)
+
+
+def scaling(cfg: Config, kubeadm_api: str) -> Scaling | None:
+    """The scaling for this cluster's master, or None where its CPU is not emulated (or k4w makes no master:
+    cluster.existing). Refuses a master whose kubeadm API is not v1beta4 rather than leave it unscaled."""
+    if not emulated_cpu(cfg) or cfg.joins_existing:
+        return None
+    if kubeadm_api != API:
+        raise K4wError(f"libvirt.accelerator tcg: the master's box speaks kubeadm API {kubeadm_api}, but the control plane "
+                       f"of an emulated CPU is scaled (leader-election leases, liveness of kube-apiserver and etcd) only "
+                       f"through {API} (Kubernetes 1.31+): use a containerd-era master box, or libvirt.accelerator kvm")
+    return SCALING
