@@ -187,7 +187,7 @@ def test_the_plan_names_the_libvirt_networks_not_hyperv_switches(lv_render):
 
     cfg = lv_render[0].config
     network_up, nics = "\n".join(plan.network_up_lines(lv_render[0])), libvirt.nics_plan(cfg)
-    assert "'k4w-management'" in network_up and "192.168.123.0/24" in network_up and "'k4w-cluster'" in network_up
+    assert "'k4w-management'" in network_up and "192.168.123.1/24" in network_up and "'k4w-cluster'" in network_up
     assert "192.168.250.1/24" in network_up and "no DHCP" in network_up
     assert "'k4w-management'" in nics and "'k4w-cluster'" in nics and "--parallel" in nics
     assert not re.search("switch|Hyper-V|NetNat", network_up + nics)
