@@ -114,7 +114,10 @@ def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_
     """Run `invoke TASK` as a user would, from the repository root, its output into the run's log and a
     log of its own; bounded by the phase's budget (the whole process group is stopped at the deadline)."""
     argv = invoke_argv(task, config, out)
-    env = {**os.environ, "K4W_BOX_DIRS": str(box_dirs)}  # the CI box profiles (k4w.infra.sources)
+    # K4W_BOX_DIRS: the CI box profiles (k4w.infra.sources). VAGRANT_HOME: where `vagrant box add` unpacks the
+    # box; the CI box boots its kernel directly from there (vagrant/box/ubuntu.Vagrantfile), and libvirt's QEMU
+    # runs as its own user, which cannot enter root's 0700 home.
+    env = {**os.environ, "K4W_BOX_DIRS": str(box_dirs), "VAGRANT_HOME": str(vagrant_home(out))}
     own_log = out / "logs" / f"e2e-{(name or task).replace(' ', '-')}.log"
     own_log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -133,6 +136,13 @@ def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_
         raise E2EError(f"`invoke {task} --config {config}` failed with exit code {done.returncode} after "
                        f"{run.seconds:.0f} s; its output: {own_log}\n{proc.tail(done.stdout)}")
     return run
+
+
+def vagrant_home(out: Path) -> Path:
+    """One Vagrant home for every command of the run (both clusters share the box it holds)."""
+    home = out.parent / "vagrant-home"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
 
 
 def cluster_yml(*, name: str, nodes, box: str, registry: dict, existing: Path | None = None) -> str:
