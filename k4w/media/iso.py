@@ -64,6 +64,20 @@ def iso_sha256(profile: Profile) -> str | None:
     return entry.get("sha256") if entry else None
 
 
+def virtio_win_path(profile: Profile) -> Path:
+    """The virtio-win ISO a Windows box's libvirt bake loads its drivers from: iso/<virtio_win.name>."""
+    return iso_dir() / profile.data.virtio_win.name
+
+
+def virtio_win_sha256(profile: Profile) -> str | None:
+    """Its expected sha256: the profile's pin, else the one `invoke iso-add` recorded in iso/catalogue.yml."""
+    pinned = profile.data.virtio_win.get("sha256")
+    if pinned:
+        return pinned
+    entry = catalogue().get(profile.data.virtio_win.name)
+    return entry.get("sha256") if entry else None
+
+
 def expected_source(profile: Profile) -> str:
     """Where the expected checksum comes from, for messages."""
     if profile.data.iso.get("sha256"):
