@@ -26,7 +26,7 @@ from k4w import render, validate
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
-from k4w.infra import host, packer_cli
+from k4w.infra import host, packer_cli, packer_hcl
 from k4w.model import pins
 from .progress import hash_progress
 
@@ -159,9 +159,7 @@ def _guest_digest_problems(profile: Profile, config_file) -> list[str]:
     ]
 
 
-def installs_with_qemu(template: dict) -> bool:
-    """A qemu builder that installs from the ISO (a libvirt host's bake), not the CI's disk_image one."""
-    return any(b.get("type") == "qemu" and not b.get("disk_image") for b in template.get("builders", []))
+installs_with_qemu = packer_hcl.installs_with_qemu
 
 
 def unchecked_iso(template: dict, expected: str) -> list[str]:

@@ -102,8 +102,10 @@ def node_box_problems(cfg: Config, i: int, node: Node) -> list[str]:
         problems.append(f"{where}.role: a Windows node cannot be the master (kubeadm control plane is Linux only)")
     # A box bakes only for the hosts its profile lists (build.providers, default hyperv): the seed-era boxes
     # (ubuntu-1604's debian-installer, Windows Server 1803) have Hyper-V recipes alone, so on another host
-    # the render would have no source to write for them.
-    providers = (data.get("build") or {}).get("providers") or ["hyperv"]
+    # the render would have no source to write for them. The CI profiles' qemu builder (build.builder qemu,
+    # an installed disk image) runs QEMU itself on any Linux host: it serves both.
+    build = data.get("build") or {}
+    providers = build.get("providers") or (["hyperv", "libvirt"] if build.get("builder") == "qemu" else ["hyperv"])
     if cfg.host.provider not in providers:
         problems.append(f"{where}.box: {node.box} bakes only for {', '.join(providers)} (build.providers in "
                         f"boxes/{node.box}.yml), not for host.provider {cfg.host.provider}; a box of the containerd era "

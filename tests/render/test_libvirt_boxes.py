@@ -107,3 +107,16 @@ def test_the_option_rules_hold_the_qemu_builders_against_the_plugin(tmp_path):
     assert len(problems) == 2
     assert "net_device is 'virtio-nett'" in problems[0] and "packer-plugin-qemu@v1.0.9" in problems[0]
     assert "qemuargs -drive replaces" in problems[1]
+
+
+def test_the_ci_profiles_disk_image_build_is_the_same_on_either_host(tmp_path):
+    """The CI profiles (ci/e2e/boxes, build.builder qemu with an installed disk image) serve both providers
+    with one unchanged source: the libvirt e2e bakes its box from them."""
+    env = {"K4W_BOX_DIRS": f"{ROOT / 'ci' / 'e2e' / 'boxes'}{__import__('os').pathsep}{ROOT / 'boxes'}"}
+    nodes = [{"name": "master", "role": "master", "box": "ubuntu-2404-e2e", "ip": "192.168.250.10", "memory": 2048}]
+    hyperv, result = _render(tmp_path, {"nodes": nodes}, "hyperv", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    libvirt, result = _render(tmp_path, {"host": {"provider": "libvirt"}, "nodes": nodes}, "libvirt", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    texts = [(out / "packer" / "ubuntu-2404-e2e.pkr.hcl").read_text().replace(f"/{out.name}/", "/OUT/") for out in (hyperv, libvirt)]
+    assert texts[0] == texts[1] and "disk_image = true" in texts[0]
