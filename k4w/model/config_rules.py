@@ -108,8 +108,9 @@ def node_box_problems(cfg: Config, i: int, node: Node) -> list[str]:
     providers = build.get("providers") or (["hyperv", "libvirt"] if build.get("builder") == "qemu" else ["hyperv"])
     if cfg.host.provider not in providers:
         problems.append(f"{where}.box: {node.box} bakes only for {', '.join(providers)} (build.providers in "
-                        f"boxes/{node.box}.yml), not for host.provider {cfg.host.provider}; a box of the containerd era "
-                        f"(ubuntu-2404, ubuntu-2604, windows-2022, windows-2025) bakes for both")
+                        f"{profile.path.name}), not for host.provider {cfg.host.provider}: k4w has no {cfg.host.provider} "
+                        f"recipe for its installer (the seed era's boxes install on Hyper-V alone); a box of the containerd "
+                        f"era (ubuntu-2404, ubuntu-2604, windows-2022, windows-2025) bakes for both")
     if node.memory < data.min_memory_mb:
         problems.append(f"{where}.memory: {node.memory} MiB is too small for {node.box}; it needs at least {data.min_memory_mb} MiB")
     if cfg.network.backend == "vxlan" and not data.supports_vxlan:
