@@ -120,3 +120,14 @@ def test_the_ci_profiles_disk_image_build_is_the_same_on_either_host(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     texts = [(out / "packer" / "ubuntu-2404-e2e.pkr.hcl").read_text().replace(f"/{out.name}/", "/OUT/") for out in (hyperv, libvirt)]
     assert texts[0] == texts[1] and "disk_image = true" in texts[0]
+
+
+def test_the_plan_names_libvirt_boxes_and_the_missing_virtio_win_iso(tmp_path):
+    result = invoke("plan", "--config", str(FIXTURE), "--out", str(tmp_path / "out"))
+    text = result.stdout + result.stderr
+    assert "Build plan (a Linux host with libvirt runs these" in text
+    for box in ("ubuntu-2404", "windows-2022"):
+        assert f"boxes/{box}-libvirt.box and catalogue" in text and f"{box}-hyperv.box" not in text
+    # This checkout keeps no virtio-win ISO in iso/: the Windows build is blocked, naming the command.
+    assert not (ROOT / "iso" / "virtio-win-0.1.285.iso").exists()
+    assert "BLOCKED: box windows-2022: a libvirt bake loads the virtio drivers" in text and "invoke iso-add" in text
