@@ -54,6 +54,12 @@ def test_a_libvirt_host_installs_both_os_boxes_from_their_isos_with_the_qemu_bui
             assert qemu[option] == hv[option], option
         # The two renders went to different folders (out/, hyperv/): the same files, each from its own render.
         assert [f.replace("/out/", "/hyperv/") for f in qemu["cd_files"]] == hv["cd_files"]
+        # The box boots with UEFI on q35: its embedded Vagrantfile says so to vagrant-libvirt.
+        parsed, _ = _builder(out, box)
+        vagrantfile = parsed["post-processors"][0]["vagrantfile_template"]
+        assert vagrantfile.endswith(f"/vagrant/box/{box.split('-')[0]}-libvirt.Vagrantfile")
+        shipped = (out / "packer" / "vagrant" / "box" / Path(vagrantfile).name).read_text()
+        assert 'libvirt.machine_type = "q35"' in shipped and 'libvirt.loader = "/usr/share/ovmf/OVMF.fd"' in shipped
     _, ubuntu = _builder(out, "ubuntu-2404")
     assert ubuntu["cd_label"] == "cidata" and "first_boot_device" not in ubuntu
     _, windows = _builder(out, "windows-2022")
