@@ -103,10 +103,14 @@ class LibvirtReport:
     domains: dict[str, str] = field(default_factory=dict)
 
 
+# The tasks that have no output folder (tasks.py): they change the host, not OUT.
+HOST_TASKS = ("network-up",)
+
+
 def invoke_argv(task: str, config: Path, out: Path) -> list[str]:
     """The command a user types, with this run's Python environment's invoke."""
     invoke = Path(sys.executable).with_name("invoke")
-    return [str(invoke), task, "--config", str(config), "--out", str(out)]
+    return [str(invoke), task, "--config", str(config), *(() if task in HOST_TASKS else ("--out", str(out)))]
 
 
 def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_dirs: Path,

@@ -6,7 +6,8 @@ build that another refuses (docs/hyperv-host.md "Boxes"). The refusals, in the o
 - Packer is missing, too old, or lacks a plugin or a CD authoring tool the templates need;
 - a validator of `invoke validate` rejects the render;
 - per box: the ISO is missing, has no known sha256 or does not match it; a Windows ISO's images
-  cannot be installed unattended (k4w.media.iso_images); a download has no checksum.
+  cannot be installed unattended (k4w.media.iso_images); a download has no checksum; a Windows box
+  baked on libvirt lacks its recorded virtio-win ISO.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from k4w import render, validate
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
-from k4w.infra import host, packer_cli
+from k4w.infra import host, packer_cli, packer_hcl
 from k4w.model import pins
 from .progress import hash_progress
 
@@ -134,6 +135,13 @@ def box_problems(cluster: Cluster, target: Target, out: Path, console: Console, 
     problems += _guest_digest_problems(profile, cluster.config_file)
     if profile.is_windows:
         problems += build_media.cd_name_problems(profile)
+    # A libvirt bake of a Windows box attaches the virtio-win ISO (templates/packer/windows.pkr.hcl.j2):
+    # without it Setup finds no disk, and Packer would wait hours for WinRM.
+    if profile.is_windows and installs_with_qemu(target.template):
+        try:
+            iso_mod.check_virtio_win(profile, out, hash_it=hash_iso, write_cache=write_cache)
+        except iso_mod.IsoError as exc:
+            problems.append(str(exc))
     if check and check.expected:
         problems += unchecked_iso(target.template, check.expected)
     return check, problems
@@ -151,15 +159,20 @@ def _guest_digest_problems(profile: Profile, config_file) -> list[str]:
     ]
 
 
+installs_with_qemu = packer_hcl.installs_with_qemu
+
+
 def unchecked_iso(template: dict, expected: str) -> list[str]:
-    """Hyper-V builders whose iso_checksum is not the sha256 k4w verified: Packer must check the
+    """Hyper-V builders (and a libvirt host's qemu builder that installs from the ISO) whose iso_checksum is
+    not the sha256 k4w verified: Packer must check the
     ISO again itself, because the hash cache trusts a file's size and times (docs/hyperv-host.md "Boxes")."""
     want = f"sha256:{expected}"
     return [
         f"the rendered template's builder {b.get('name') or b['type']} has iso_checksum {b.get('iso_checksum')!r}, "
         f"not {want!r}; render again (invoke render) so Packer verifies the ISO too"
         for b in template.get("builders", [])
-        if str(b.get("type", "")).startswith(HYPERV_BUILDER_PREFIX) and str(b.get("iso_checksum", "")).lower() != want
+        if (str(b.get("type", "")).startswith(HYPERV_BUILDER_PREFIX) or (b.get("type") == "qemu" and not b.get("disk_image")))
+        and str(b.get("iso_checksum", "")).lower() != want
     ]
 
 

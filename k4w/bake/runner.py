@@ -252,6 +252,10 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             results.append(BoxResult(box, "would skip", message=plan.reason))
             continue
         _say(console, f"  would build: {plan.reason}")
+        provider = packer_hcl.box_provider(plan.template)
+        builder = next((b.get("type") for b in plan.template.get("builders", [])), None)
+        _say(console, f"  builder: {builder}, a {provider or 'unknown'} box ({cluster.config_file or 'cluster.yml'} "
+                      f"host.provider {cluster.config.host.provider})")
         check = decision.isos.get(box)
         if check and check.mode == "remote":
             _say(console, f"  iso: {check.describe()}")
@@ -259,6 +263,9 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
             how = "hash cached and matching" if check.cached else "sha256 matches" if check.actual else \
                 "sha256 computed before Packer starts"
             _say(console, f"  iso: would verify {check.path} against {check.expected} ({check.source}; {how})")
+        if plan.profile.is_windows and packer_hcl.installs_with_qemu(plan.template):
+            _say(console, f"  virtio-win: would verify {iso_mod.virtio_win_path(plan.profile)} against "
+                          f"{iso_mod.virtio_win_sha256(plan.profile) or 'its sha256 once invoke iso-add records it'}")
         for problem in decision.boxes.get(box, []):
             _say(console, f"  WOULD FAIL: {problem}")
         _say(console, "  downloads (the host cache first, as `invoke fetch --box " + box + "`):")
@@ -279,7 +286,7 @@ def _dry_run(plans: list[BoxPlan], out: Path, console: Console, cluster: Cluster
         minutes = profiles.build_timeout_minutes(plan.profile)
         _say(console, f"  timeout: {minutes:g} min (build.timeout_minutes), then Packer is interrupted and stopped")
         _say(console, f"  log: {out / 'logs' / f'{box}.log'}")
-        _say(console, f"  then: move {out / 'boxes' / '.partial'}/{box}-<provider>.box to {out / 'boxes'}/, "
+        _say(console, f"  then: move {out / 'boxes' / '.partial'}/{box}-{provider or '<provider>'}.box to {out / 'boxes'}/, "
                       f"write {catalogue.catalogue_path(out, box)} and {catalogue.record_path(out, box)}")
         results.append(BoxResult(box, "would build", message=plan.reason))
     if decision.refused:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from k4w.infra import packer_hcl
 from k4w.infra import sources
+from k4w.media import iso
 from k4w.model.profiles import Profile
 
 # Folders of the repository whose files reach the box through the template.
@@ -113,6 +114,9 @@ def compute(box: str, profile: Profile, rendered: dict[str, str], iso_sha256: st
         inputs[path.resolve().relative_to(root.resolve()).as_posix()] = _sha(path.read_bytes())
     inputs[f"profile:{profile.path.name}"] = _sha(profile.path.read_bytes())
     inputs["iso:sha256"] = _sha((iso_sha256 or "unknown").encode())
+    # A libvirt bake of a Windows box also installs from the virtio-win ISO: another release is another box.
+    if profile.is_windows and profile.data.get("virtio_win") and packer_hcl.installs_with_qemu(packer_hcl.parse(template_text, template_key)):
+        inputs["virtio-win:sha256"] = _sha((iso.virtio_win_sha256(profile) or "unknown").encode())
     digest = hashlib.sha256()
     for name in sorted(inputs):
         digest.update(f"{name}\0{inputs[name]}\n".encode())

@@ -102,7 +102,8 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     # The render itself already said how many files it wrote (or would write) where.
     ui.say("Artifacts by folder: " + ", ".join(f"{k}/ {v}" for k, v in sorted(groups.items())))
 
-    ui.say("\nBuild plan (a Hyper-V host runs these; `--dry-run` on each task shows the same):", style="bold")
+    host_kind = "a Linux host with libvirt" if cfg.host.provider == "libvirt" else "a Hyper-V host"
+    ui.say(f"\nBuild plan ({host_kind} runs these; `--dry-run` on each task shows the same):", style="bold")
     # The build's own refusals (k4w.bake.gate), so the plan never promises a build that stops.
     targets = [gate.Target(prof, packer_hcl.parse(files[packer_hcl.rel_path(box)], packer_hcl.rel_path(box))) for box, prof in cluster.profiles.items()]
     with contextlib.ExitStack() as stack:
@@ -120,7 +121,9 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         ui.say(f"   first the host cache (invoke fetch --box {box}): {fetch.box_summary(cluster, box)}; "
                f"staged in {build_media.folder(out, box)} for {build_media.delivery(prof)}")
         ui.command(packer_cli.build_command(out / packer_hcl.rel_path(box), packer="packer"))
-        ui.say(f"   -> {out / 'boxes' / f'{box}-hyperv.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
+        # The provider the vagrant post-processor names the box for (hyperv-iso: hyperv, qemu: libvirt).
+        provider = packer_hcl.box_provider(targets[step - 1].template) or "hyperv"
+        ui.say(f"   -> {out / 'boxes' / f'{box}-{provider}.box'} and catalogue {out / 'boxes' / f'{box}.json'}")
         for problem in decision.boxes.get(box, []):
             ui.say(f"   BLOCKED: {problem}".replace("\n", "\n   "), style="yellow")
     if not decision.refused:

@@ -25,6 +25,23 @@ SUFFIX = ".pkr.hcl"
 GLOB = f"packer/*{SUFFIX}"
 
 
+# The Vagrant provider of the box each builder makes: hashicorp/packer-plugin-vagrant v1.0.3 (abbce8c4)
+# post-processor/vagrant/post-processor.go builtins maps the builder ids MSOpenTech.hyperv to "hyperv" and
+# transcend.qemu to "libvirt"; the hyperv plugin's builders (hyperv-iso, hyperv-vmcx) carry the first id,
+# the qemu builder the second.
+BOX_PROVIDERS = {"hyperv-iso": "hyperv", "hyperv-vmcx": "hyperv", "qemu": "libvirt"}
+
+
+def box_provider(template: dict) -> str | None:
+    """The Vagrant provider of the box a parsed template's (first) builder makes; None for another builder."""
+    return next((BOX_PROVIDERS.get(str(b.get("type"))) for b in template.get("builders", [])), None)
+
+
+def installs_with_qemu(template: dict) -> bool:
+    """A qemu builder that installs from the ISO (a libvirt host's bake), not the CI's disk_image one."""
+    return any(b.get("type") == "qemu" and not b.get("disk_image") for b in template.get("builders", []))
+
+
 def rel_path(box: str) -> str:
     return f"packer/{box}{SUFFIX}"
 

@@ -64,6 +64,20 @@ def iso_sha256(profile: Profile) -> str | None:
     return entry.get("sha256") if entry else None
 
 
+def virtio_win_path(profile: Profile) -> Path:
+    """The virtio-win ISO a Windows box's libvirt bake loads its drivers from: iso/<virtio_win.name>."""
+    return iso_dir() / profile.data.virtio_win.name
+
+
+def virtio_win_sha256(profile: Profile) -> str | None:
+    """Its expected sha256: the profile's pin, else the one `invoke iso-add` recorded in iso/catalogue.yml."""
+    pinned = profile.data.virtio_win.get("sha256")
+    if pinned:
+        return pinned
+    entry = catalogue().get(profile.data.virtio_win.name)
+    return entry.get("sha256") if entry else None
+
+
 def expected_source(profile: Profile) -> str:
     """Where the expected checksum comes from, for messages."""
     if profile.data.iso.get("sha256"):
@@ -245,6 +259,36 @@ def check_iso(
     if actual != expected:
         raise IsoError(_mismatch(box, path, expected, source, actual))
     return IsoCheck(box, name, path, expected, source, "local", actual=actual, cached=bool(cached), size=size)
+
+
+def check_virtio_win(profile: Profile, out: Path, *, hash_it: bool = True, write_cache: bool = True) -> Path:
+    """Verify the virtio-win ISO a Windows box's libvirt bake attaches (profile virtio_win): present in iso/,
+    its sha256 pinned or recorded by iso-add, and matching. Raise IsoError naming `invoke iso-add`."""
+    spec = profile.data.virtio_win
+    path = virtio_win_path(profile)
+    add = ISO_ADD_HINT.replace("PATH", str(path) if path.is_file() else f"PATH/{spec.name}")
+    if not path.is_file():
+        raise IsoError(
+            f"box {profile.name}: a libvirt bake loads the virtio drivers (viostor for the disk, NetKVM for the NIC) "
+            f"from {spec.name}, which is not in {path.parent}/: download virtio-win {spec.version} ({spec.url}) and "
+            f"record it with: {add}")
+    expected = virtio_win_sha256(profile)
+    if not expected:
+        raise IsoError(
+            f"box {profile.name}: no known sha256 for {spec.name}: the virtio-win project publishes none, so "
+            f"{_rel(profile.path)} pins none (virtio_win.sha256) and {_rel(catalogue_path())} has no record of it. "
+            f"Record the file you downloaded with: {add}")
+    expected = str(expected).strip().lower()
+    source = (f"pinned in {_rel(profile.path)} virtio_win.sha256" if spec.get("sha256")
+              else f"recorded in {_rel(catalogue_path())}")
+    cache = HashCache(out)
+    cached = cache.lookup(path)
+    if not hash_it and not cached:
+        return path
+    actual = cached or (cache.sha256(path) if write_cache else sha256_file(path))
+    if actual != expected:
+        raise IsoError(_mismatch(profile.name, path, expected, source, actual))
+    return path
 
 
 def _mismatch(box: str, path: Path, expected: str, source: str, actual: str) -> str:

@@ -41,6 +41,9 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise IsoError(f"iso-add: {path} is not a file")
+    drivers = virtio_win_profiles(path.name, box)
+    if drivers:
+        return _add_virtio_win(path, drivers, progress, today)
     profile = profile_for(path, box)
     name = profile.data.iso.name
     target = iso_dir() / name
@@ -80,6 +83,45 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
         note += f"\n  warning: {warning}"
     note += images_note
     return IsoAdded(name, profile.name, sha, size, target, placed, note)
+
+
+def virtio_win_profiles(name: str, box: str | None) -> list[Profile]:
+    """The Windows profiles whose libvirt bake attaches the virtio-win ISO of this file name (virtio_win.name);
+    with --box, that profile only."""
+    found = [profiles.load(box)] if box else [profiles.load(n) for n in profiles.available()]
+    return [p for p in found if (p.data.get("virtio_win") or {}).get("name") == name]
+
+
+def _add_virtio_win(path: Path, users: list[Profile], progress: Progress | None, today: _dt.date | None) -> IsoAdded:
+    """Record the virtio-win ISO like a box's ISO: its sha256 in iso/catalogue.yml under its file name, the file
+    linked into iso/. One file serves every profile that names it; a profile that pins a sha256 must agree."""
+    name = path.name
+    target = iso_dir() / name
+    sha = sha256_file(path, progress)
+    for profile in users:
+        pinned = profile.data.virtio_win.get("sha256")
+        if pinned and str(pinned).lower() != sha:
+            raise IsoError(f"iso-add: {path} has sha256 {sha}, but {_rel(profile.path)} pins {pinned} for {name} "
+                           f"(virtio_win.sha256). This is not the virtio-win release box {profile.name} loads its drivers from.")
+    boxes = ", ".join(p.name for p in users)
+    version = users[0].data.virtio_win.get("version")
+    date = (today or _dt.date.today()).isoformat()
+    origin = "" if path.name == name else f" from {path.name}"
+    entry = {"sha256": sha, "box": boxes, "source": f"added by iso-add on {date}{origin} (virtio-win {version}: the "
+             f"drivers of a libvirt bake)", "size": path.stat().st_size}
+    previous = catalogue().get(name)
+    placed, note = _place(path, target, sha)
+    try:
+        _write_catalogue_entry(name, entry)
+    except BaseException:
+        if placed == "hard-linked":
+            target.unlink(missing_ok=True)
+        raise
+    if previous and previous.get("sha256") != sha:
+        note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
+    note += (f"\n  virtio-win {version}: the virtio drivers the libvirt bakes of {boxes} load in Windows Setup. Its project "
+             f"publishes no sha256, so this record is the pin: compare {sha} with a copy you trust.")
+    return IsoAdded(name, boxes, sha, entry["size"], target, placed, note)
 
 
 def _images_note(profile: Profile, path: Path) -> str:

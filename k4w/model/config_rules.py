@@ -100,6 +100,17 @@ def node_box_problems(cfg: Config, i: int, node: Node) -> list[str]:
                         "(ComputerName must pass DnsValidateName); add a letter")
     if node.role == "master" and profile.is_windows:
         problems.append(f"{where}.role: a Windows node cannot be the master (kubeadm control plane is Linux only)")
+    # A box bakes only for the hosts its profile lists (build.providers, default hyperv): the seed-era boxes
+    # (ubuntu-1604's debian-installer, Windows Server 1803) have Hyper-V recipes alone, so on another host
+    # the render would have no source to write for them. The CI profiles' qemu builder (build.builder qemu,
+    # an installed disk image) runs QEMU itself on any Linux host: it serves both.
+    build = data.get("build") or {}
+    providers = build.get("providers") or (["hyperv", "libvirt"] if build.get("builder") == "qemu" else ["hyperv"])
+    if cfg.host.provider not in providers:
+        problems.append(f"{where}.box: {node.box} bakes only for {', '.join(providers)} (build.providers in "
+                        f"{profile.path.name}), not for host.provider {cfg.host.provider}: k4w has no {cfg.host.provider} "
+                        f"recipe for its installer (the seed era's boxes install on Hyper-V alone); a box of the containerd "
+                        f"era (ubuntu-2404, ubuntu-2604, windows-2022, windows-2025) bakes for both")
     if node.memory < data.min_memory_mb:
         problems.append(f"{where}.memory: {node.memory} MiB is too small for {node.box}; it needs at least {data.min_memory_mb} MiB")
     if cfg.network.backend == "vxlan" and not data.supports_vxlan:

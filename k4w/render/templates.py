@@ -92,6 +92,7 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
         "iso": None,
         "iso_sha256": None,
         "direct_boot": None,
+        "virtio_win": None,
     }
     if box:
         prof = cluster.profile(box)
@@ -102,6 +103,9 @@ def _paths(cluster: Cluster, out: Path, box: str | None) -> dict:
         # way from the template to iso/, which holds for the default --out build inside the checkout.
         paths["iso"] = from_root(iso.iso_path(prof))
         paths["iso_sha256"] = iso.iso_sha256(prof)
+        # The virtio-win ISO a Windows box's libvirt bake attaches (iso/, recorded by iso-add like the ISO).
+        if prof.data.get("virtio_win"):
+            paths["virtio_win"] = from_root(iso.virtio_win_path(prof))
     return paths
 
 

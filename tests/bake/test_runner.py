@@ -593,3 +593,24 @@ def test_a_guest_record_of_another_box_fails_the_build_and_leaves_no_record(repo
         build_box(repo.cluster(), "windows-1803", repo.out, console=console)
     assert not (repo.out / "boxes" / "windows-1803.record.json").exists()
     assert not list((repo.out / "boxes").glob("windows-1803-*.box"))
+
+
+def test_a_qemu_bake_lands_a_libvirt_box_and_its_record_says_libvirt(repo, fake_packer, console):
+    """A libvirt host's template (a qemu source) makes a box the vagrant post-processor names libvirt, and
+    the catalogue and the build record carry that provider, as the Hyper-V ones carry hyperv."""
+    template = repo.root / "templates" / "packer" / "ubuntu.pkr.hcl.j2"
+    text = template.read_text().replace('source "hyperv-iso"', 'source "qemu"').replace('"source.hyperv-iso."', '"source.qemu."')
+    text = text.replace('hyperv  = { source = "github.com/hashicorp/hyperv", version = << ("= " ~ packer_plugins.hyperv) | hcl >> }',
+                        'qemu    = { source = "github.com/hashicorp/qemu", version = << ("= " ~ packer_plugins.qemu) | hcl >> }')
+    text = text.replace("  generation       = 2\n", "")
+    assert 'source "qemu"' in text and "hyperv" not in text
+    template.write_text(text)
+    fake_packer.scenario("ubuntu-1604", "ubuntu-success.txt")
+    result = build_box(repo.cluster(), "ubuntu-1604", repo.out, console=console)
+    assert result.status == "built", console.text
+    box = repo.out / "boxes" / "ubuntu-1604-libvirt.box"
+    assert box.is_file() and not (repo.out / "boxes" / "ubuntu-1604-hyperv.box").exists()
+    meta = json.loads((repo.out / "boxes" / "ubuntu-1604.json").read_text())
+    assert [p["name"] for p in meta["versions"][0]["providers"]] == ["libvirt"]
+    record = json.loads((repo.out / "boxes" / "ubuntu-1604.record.json").read_text())
+    assert record["provider"] == "libvirt" and record["box_file"] == "ubuntu-1604-libvirt.box"

@@ -75,3 +75,17 @@ def test_a_failing_command_stops_the_run_with_its_exit_code_and_its_log(tmp_path
 def test_e2e_refuses_a_provider_run_it_cannot_do(tmp_path, kwargs, refusal):
     with pytest.raises(E2EError, match=refusal.replace("-", r"\-")):
         e2e_run.run_e2e(tmp_path, dry_run=True, **kwargs)
+
+
+def test_every_command_the_run_types_is_one_the_task_accepts():
+    """The first real run stopped at `invoke network-up ... --out`: that task has no --out. Each argv the run
+    builds must parse against tasks.py's own signature."""
+    import inspect
+
+    import tasks
+
+    for task in ("network-up", "cluster-up", "cluster-test", "cluster-reset", "cluster-down"):
+        argv = libvirt_run.invoke_argv(task, Path("c.yml"), Path("out"))
+        options = {a[2:] for a in argv[2:] if a.startswith("--")}
+        body = getattr(tasks, task.replace("-", "_")).body
+        assert options <= set(inspect.signature(body).parameters), (task, options)

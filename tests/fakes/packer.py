@@ -45,8 +45,12 @@ import tarfile
 import time
 from pathlib import Path
 
-from k4w.infra import packer_hcl, pinned_tools, tools
-from k4w.infra import packer_cli
+# Run as a script (the packer launcher): import the k4w of this checkout, not whichever one the venv's
+# editable install names (a git worktree shares the main checkout's venv).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from k4w.infra import packer_hcl, pinned_tools, tools  # noqa: E402
+from k4w.infra import packer_cli  # noqa: E402
 
 TRANSCRIPTS = Path(__file__).parent / "packer_transcripts"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
@@ -126,7 +130,9 @@ def substitute(line: str, template: dict, box: str) -> str:
 def write_box(template: dict) -> None:
     for pp in template.get("post-processors", []):
         if isinstance(pp, dict) and pp.get("type") == "vagrant":
-            provider = "hyperv"
+            # The provider the real post-processor names for the builder (k4w.infra.packer_hcl.BOX_PROVIDERS
+            # says where it is read): hyperv for hyperv-iso, libvirt for qemu.
+            provider = packer_hcl.box_provider(template) or "hyperv"
             target = Path(pp["output"].replace("{{.Provider}}", provider))
             target.parent.mkdir(parents=True, exist_ok=True)
             data = json.dumps({"provider": provider}).encode()

@@ -237,3 +237,64 @@ def test_iso_add_refuses_a_wrong_box_before_hashing(repo, tmp_path):
     with pytest.raises(K4wError, match="--box"):
         commands.add_iso(str(source), console=console)
     assert "computing sha256" not in console.file.getvalue()
+
+
+# ------------------------------------------------------------------ the virtio-win ISO of a libvirt bake
+
+VIRTIO = {"name": "virtio-win-0.1.285.iso", "version": "0.1.285", "sha256": None, "os_folder": "2k22",
+          "url": "https://fedorapeople.org/groups/virt/virtio-win/direct-downloads/archive-virtio/virtio-win-0.1.285-1/virtio-win-0.1.285.iso",
+          "drivers": ["viostor", "NetKVM"]}
+
+
+def _with_virtio(repo, **changes):
+    repo.edit_profile("windows-1803", lambda d: d.update(virtio_win={**VIRTIO, **changes}))
+    return profiles.load("windows-1803")
+
+
+def test_a_libvirt_bake_refuses_a_virtio_win_iso_it_cannot_verify_naming_iso_add(repo, tmp_path):
+    from k4w.bake import gate
+    profile = _with_virtio(repo)
+    target = gate.Target(profile, {"builders": [{"type": "qemu", "iso_checksum": "sha256:" + _sha(repo.isos["windows-1803"])}]})
+    console = Console(file=io.StringIO())
+
+    def problems():
+        return [p for p in gate.box_problems(repo.cluster(), target, repo.out, console, hash_iso=True, write_cache=False)[1]
+                if "virtio" in p]
+
+    missing = problems()
+    assert len(missing) == 1 and "virtio-win-0.1.285.iso, which is not in" in missing[0] and "invoke iso-add" in missing[0]
+    drivers = repo.root / "iso" / "virtio-win-0.1.285.iso"
+    drivers.write_bytes(b"virtio drivers " * 1000)
+    unrecorded = problems()
+    assert len(unrecorded) == 1 and "no known sha256 for virtio-win-0.1.285.iso" in unrecorded[0]
+    assert f"invoke iso-add {drivers}" in unrecorded[0]
+    iso_add.iso_add(drivers, today=dt.date(2026, 12, 2))
+    assert problems() == []
+    drivers.unlink()
+    drivers.write_bytes(b"another release " * 1000)
+    changed = problems()
+    assert len(changed) == 1 and "checksum mismatch" in changed[0]
+    # A Hyper-V bake (hyperv-iso) and the CI's disk image (qemu, disk_image) never ask for it.
+    for builder in ({"type": "hyperv-iso"}, {"type": "qemu", "disk_image": True}):
+        assert not gate.installs_with_qemu({"builders": [builder]})
+
+
+def test_iso_add_records_the_virtio_win_iso_for_every_profile_that_names_it(repo, tmp_path):
+    _with_virtio(repo)
+    source = tmp_path / "virtio-win-0.1.285.iso"
+    source.write_bytes(b"virtio drivers " * 1000)
+    added = iso_add.iso_add(source, today=dt.date(2026, 12, 2))
+    entry = yaml.safe_load((repo.root / "iso" / "catalogue.yml").read_text())["virtio-win-0.1.285.iso"]
+    assert entry["sha256"] == _sha(source) and entry["box"] == "windows-1803"
+    assert entry["source"].startswith("added by iso-add on 2026-12-02") and "virtio-win 0.1.285" in entry["source"]
+    assert added.placed == "hard-linked" and "publishes no sha256" in added.note
+    assert iso.virtio_win_sha256(profiles.load("windows-1803")) == _sha(source)
+
+
+def test_iso_add_refuses_a_virtio_win_iso_that_contradicts_a_pin(repo, tmp_path):
+    _with_virtio(repo, sha256="0" * 64)
+    source = tmp_path / "virtio-win-0.1.285.iso"
+    source.write_bytes(b"virtio drivers " * 1000)
+    with pytest.raises(iso.IsoError, match="virtio_win.sha256"):
+        iso_add.iso_add(source)
+    assert not (repo.root / "iso" / "virtio-win-0.1.285.iso").exists()
