@@ -17,20 +17,14 @@ from pathlib import Path
 from typing import Iterator
 
 from k4w.infra import proc, tools
+from k4w.derive import control_plane
 from k4w.verify import discovery
 from .phases import E2EError, Log, Phase, run
 from .squid import free_port
 
 QEMU = "qemu-system-x86_64"
-# qemu64 plus what Go's crypto needs to be fast (GO_CRYPTO_FLAGS below) and the SSE levels below it.
-# No BMI1, BMI2 or ADX, each found on Ubuntu 26.04's kernel (7.0.0-14-generic) under QEMU 7.2's TCG:
-# - BMI1 with BMI2: the kernel stops before its console starts (no serial output; either alone boots);
-# - BMI2: the kernel's BPF JIT then emits SHLX (c4 e2 f9 f7), which TCG answers with #UD, so writing an
-#   interface sysctl ran systemd-networkd's sysctl_monitor BPF program into "Oops: invalid opcode" and
-#   a kernel panic (kube-proxy's sysctl writes, the third ubuntu-2604-e2e --cluster run; reproduced by
-#   `sysctl -w net.ipv4.conf.eth0.forwarding=1`, gone without +bmi2). Go uses BMI2 with ADX only for
-#   MULX in bigmod and P-256, which have plain MULQ assembly beside it.
-GUEST_CPU = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+aes,+pclmulqdq"
+# The one emulated CPU of every k4w guest (k4w/derive/control_plane.py says why each feature, and why not max).
+GUEST_CPU = control_plane.qemu_cpu()
 # A kernel prints its banner ("Linux version ...") within seconds under TCG (2 s measured for Ubuntu's
 # 7.0 on this 2-core host): a serial console still empty after this long means the kernel never
 # started, and waiting out the whole boot budget for SSH tells nothing more.

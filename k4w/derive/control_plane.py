@@ -26,6 +26,32 @@ import re
 from dataclasses import dataclass
 
 from k4w.infra.errors import K4wError
+
+# The CPU every emulated (TCG) guest gets: Packer's bakes, the cluster's libvirt domains and the CI harness's
+# QEMU guests alike. QEMU's qemu64 model plus what Go's crypto needs to be fast (AES-NI, PCLMULQDQ,
+# SSE4.1: without them kube-apiserver's TLS handshakes missed their 10 s limit under TCG) and the SSE levels
+# below it, which also make it x86-64-v2 with qemu64's own CX16 and LAHF_LM (QEMU 7.2 target/i386/cpu.c
+# "qemu64"; Windows Server 2025 requires v2). NOT QEMU's "max": it adds BMI1 and BMI2, found on Ubuntu
+# 26.04's kernel (7.0.0-14-generic) under QEMU 7.2's TCG:
+# - BMI1 with BMI2: the kernel stops before its console starts (no serial output; either alone boots);
+# - BMI2: the kernel's BPF JIT then emits SHLX (c4 e2 f9 f7), which TCG answers with #UD, so writing an
+#   interface sysctl ran systemd-networkd's sysctl_monitor BPF program into "Oops: invalid opcode" and a
+#   kernel panic (kube-proxy's sysctl writes, the third ubuntu-2604-e2e --cluster run).
+TCG_CPU_MODEL = "qemu64"
+TCG_CPU_FEATURES = ("ssse3", "sse4.1", "sse4.2", "popcnt", "aes", "pclmulqdq")
+# libvirt's name of a feature where it differs from QEMU's (libvirt's src/cpu_map/x86_features.xml: it
+# refuses "pclmulqdq" as an unknown CPU feature, measured with libvirt 9.0).
+LIBVIRT_FEATURE_NAMES = {"pclmulqdq": "pclmuldq"}
+
+
+def qemu_cpu() -> str:
+    """The emulated CPU as QEMU's -cpu (and Packer's cpu_model) takes it."""
+    return ",".join((TCG_CPU_MODEL, *(f"+{f}" for f in TCG_CPU_FEATURES)))
+
+
+def libvirt_cpu_features() -> list[str]:
+    """The same features by libvirt's names, for the domain's <cpu mode='custom'> (vagrant-libvirt cpu_feature)."""
+    return [LIBVIRT_FEATURE_NAMES.get(f, f) for f in TCG_CPU_FEATURES]
 from k4w.model.config import Config
 
 # The only kubeadm API this is written for (extraArgs a list of {name, value}, InitConfiguration.patches):

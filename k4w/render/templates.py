@@ -209,6 +209,10 @@ def libvirt_cluster_json(cluster: Cluster, data: dict) -> dict:
         "management_forward": lv.management_forward,
         "cluster_network": lv.cluster_network,
     }
+    if lv.accelerator == "tcg":
+        # The emulated CPU of every k4w guest (control_plane.qemu_cpu), by libvirt's feature names.
+        data["libvirt"]["cpu_model"] = control_plane.TCG_CPU_MODEL
+        data["libvirt"]["cpu_features"] = control_plane.libvirt_cpu_features()
     return data
 
 
@@ -275,7 +279,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     cfg = cluster.config
     templates = cluster.sources.templates
     env = environment(templates)
-    base = {"cfg": cfg, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
+    base = {"cfg": cfg, "emulated_cpu": control_plane.qemu_cpu(), "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
             "windows_nanoserver_image": cluster.windows_nanoserver_image,
             "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from k4w.derive import control_plane
 from k4w.infra import packer_hcl
 from k4w.validate import packer_option_rules
 from tests.helpers import MODERN_ENV, ROOT, invoke, modern_config, write_config
@@ -84,7 +85,7 @@ def test_tcg_is_the_accelerator_cluster_yml_names_with_a_cpu_model_tcg_runs(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     for box in ("ubuntu-2404", "windows-2022"):
         _, qemu = _builder(out, box)
-        assert (qemu["accelerator"], qemu["cpu_model"]) == ("tcg", "max")
+        assert (qemu["accelerator"], qemu["cpu_model"]) == ("tcg", control_plane.qemu_cpu())
 
 
 def test_a_seed_box_on_libvirt_is_refused_naming_why(tmp_path):
@@ -137,3 +138,26 @@ def test_the_plan_names_libvirt_boxes_and_the_missing_virtio_win_iso(tmp_path):
     # This checkout keeps no virtio-win ISO in iso/: the Windows build is blocked, naming the command.
     assert not (ROOT / "iso" / "virtio-win-0.1.285.iso").exists()
     assert "BLOCKED: box windows-2022: a libvirt bake loads the virtio drivers" in text and "invoke iso-add" in text
+
+
+def test_every_emulated_guest_gets_the_one_emulated_cpu(tmp_path):
+    """Packer's tcg bakes, the cluster's libvirt domains and the CI harness's QEMU guests run one CPU model,
+    k4w/derive/control_plane.qemu_cpu (qemu64 plus named features). QEMU's "max" adds BMI1/BMI2, which hang
+    or panic Ubuntu 26.04's kernel under TCG (control_plane says how it was found); a bake that took it would
+    never reach SSH."""
+    import json
+
+    from ci.e2e import guest
+    from k4w.derive import control_plane
+
+    out, result = _render(tmp_path, _libvirt(tmp_path, accelerator="tcg"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    wanted = control_plane.qemu_cpu()
+    assert wanted.startswith("qemu64,+") and "bmi" not in wanted
+    for box in ("ubuntu-2404", "windows-2022"):
+        _, qemu = _builder(out, box)
+        assert (qemu["accelerator"], qemu["cpu_model"]) == ("tcg", wanted), box
+    cluster_json = json.loads((out / "vagrant" / "cluster.json").read_text())["libvirt"]
+    assert cluster_json["cpu_model"] + "".join(f",+{f}" for f in cluster_json["cpu_features"]) == \
+        wanted.replace("pclmulqdq", "pclmuldq")   # libvirt's name of the same feature
+    assert guest.GUEST_CPU == wanted
