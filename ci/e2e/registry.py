@@ -180,7 +180,7 @@ def parse_access_log(text: str) -> list[Request]:
 
 
 def config_text(address: str, port: int, storage: Path, tls: Tls) -> str:
-    """distribution's configuration (docs/content/about/configuration.md at v3.1.2): filesystem
+    """distribution's configuration (distribution/distribution v3.1.2, its docs' about/configuration page): filesystem
     storage, TLS, the access log on (stdout), no debug server, no redirects (filesystem has none)."""
     return yaml.safe_dump({
         "version": "0.1",

@@ -50,7 +50,9 @@ def test_cluster_json_carries_what_the_vagrantfile_needs_for_libvirt(lv_render):
     assert data["provider"] == "libvirt"
     assert data["libvirt"] == {"uri": "qemu:///system", "storage_pool": "default", "driver": "qemu",
                                "management_network": "k4w-management", "management_cidr": "192.168.123.0/24",
-                               "management_forward": "nat", "cluster_network": "k4w-cluster"}
+                               "management_forward": "nat", "cluster_network": "k4w-cluster",
+                               # tcg: the one emulated CPU (control_plane.qemu_cpu), by libvirt's feature names
+                               "cpu_model": "qemu64", "cpu_features": ["ssse3", "sse4.1", "sse4.2", "popcnt", "aes", "pclmuldq"]}
     # No Hyper-V switch a reader could take for the libvirt networks.
     assert "management_switch" not in data and "cluster_switch" not in data
     # Each machine's static cluster MAC, the very one the guest's cluster-ip step looks for.

@@ -14,14 +14,14 @@ from k4w.cluster import libvirt_network as lvnet
 from k4w.infra.errors import K4wError
 from k4w.model import config as config_mod
 from tests.fakes.virsh import VirshOnPath
-from tests.helpers import config_dict
+from tests.helpers import config_dict, modern_config
 
 # libvirt's own schema of network XML, shipped with the library (Debian: libvirt0, here 9.0.0).
 NETWORK_RNG = Path("/usr/share/libvirt/schemas/network.rng")
 
 
 def libvirt_cfg(**overrides):
-    data = config_dict(**{"host.provider": "libvirt", **overrides})
+    data = modern_config(**{"host.provider": "libvirt", **overrides})
     data.pop("hyperv")
     return config_mod.parse(yaml.safe_dump(data), "test.yml")
 
@@ -251,7 +251,7 @@ def test_the_cli_network_up_dry_run_of_a_libvirt_cluster_yml(tmp_path, virsh):
     virsh (the fake records every call)."""
     from tests.helpers import invoke, write_config
 
-    data = config_dict(**{"host.provider": "libvirt"})
+    data = modern_config(**{"host.provider": "libvirt"})
     data.pop("hyperv")
     dry = invoke("network-up", "--config", str(write_config(tmp_path / "cluster.yml", data)), "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr

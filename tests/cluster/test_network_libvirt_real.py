@@ -19,7 +19,7 @@ import yaml
 from k4w.cluster import libvirt_network
 from k4w.infra.errors import K4wError
 from k4w.model import config as config_mod
-from tests.helpers import config_dict
+from tests.helpers import modern_config
 
 URI = "qemu:///system"
 
@@ -58,7 +58,7 @@ def free_subnets() -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:
 
 def cfg_for(tag: str, management: ipaddress.IPv4Network, cluster: ipaddress.IPv4Network, **overrides):
     nodes = list(cluster.hosts())   # [0] is the host's gateway address
-    data = config_dict(**{
+    data = modern_config(**{
         "host.provider": "libvirt", "libvirt.management_network": f"k4wtest-{tag}-m", "libvirt.cluster_network": f"k4wtest-{tag}-c",
         "libvirt.management_cidr": str(management), "libvirt.management_forward": "none",
         "network.node_cidr": str(cluster), "nodes.0.ip": str(nodes[1]), "nodes.1.ip": str(nodes[2]), "nodes.2.ip": str(nodes[3]),

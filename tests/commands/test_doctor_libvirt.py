@@ -14,13 +14,13 @@ from k4w.commands import doctor, doctor_libvirt
 from k4w.derive.cluster import Cluster
 from k4w.model import config as config_mod
 from tests.fakes.virsh import VirshOnPath
-from tests.helpers import config_dict
+from tests.helpers import config_dict, modern_config
 
 GIB = 2**30
 
 
 def libvirt_cluster(**overrides) -> Cluster:
-    data = config_dict(**{"host.provider": "libvirt", **overrides})
+    data = modern_config(**{"host.provider": "libvirt", **overrides})
     data.pop("hyperv")
     return Cluster.resolve(config_mod.parse(yaml.safe_dump(data), "test.yml"))
 
@@ -125,9 +125,9 @@ def test_storage_pool_free_space_is_held_to_what_the_vm_disks_can_grow_to(virsh)
     cluster = libvirt_cluster()
     pool, space = doctor_libvirt.pool_check(cluster, lvnet.Virsh("qemu:///system"))
     assert pool.ok and pool.detail == "active, /var/lib/libvirt/images"
-    # the default cluster.yml: master and worker-linux on ubuntu-1604 (40), worker-win on windows-1803 (60)
-    assert space.ok and space.detail.startswith("400 GiB free; the VM disks can grow to 140 GiB (each node's box build.disk_gb: "
-                                                "master 40 + worker-linux 40 + worker-win 60)")
+    # the modern boxes: master and worker-linux on ubuntu-2404 (40), worker-win on windows-2022 (80)
+    assert space.ok and space.detail.startswith("400 GiB free; the VM disks can grow to 160 GiB (each node's box build.disk_gb: "
+                                                "master 40 + worker-linux 40 + worker-win 80)")
     virsh.state = {"pools": {"default": {"active": True, "capacity": 500 * GIB, "available": 100 * GIB}}}
     space = doctor_libvirt.pool_check(cluster, lvnet.Virsh("qemu:///system"))[1]
     assert not space.ok and space.stages == () and space.detail.startswith("100 GiB free")   # a warning: the disks are thin
