@@ -114,7 +114,7 @@ def invoke_argv(task: str, config: Path, out: Path) -> list[str]:
 
 
 def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_dirs: Path,
-                name: str | None = None) -> CommandRun:
+                name: str | None = None, report: "LibvirtReport | None" = None) -> CommandRun:
     """Run `invoke TASK` as a user would, from the repository root, its output into the run's log and a
     log of its own; bounded by the phase's budget (the whole process group is stopped at the deadline)."""
     argv = invoke_argv(task, config, out)
@@ -136,6 +136,10 @@ def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_
         except proc.TimedOut:
             raise phase.timeout_error(f"`invoke {task}` ran") from None
     run = CommandRun(name or task, argv, time.monotonic() - started, done.returncode, str(own_log))
+    if report is not None:
+        # Recorded before its checks and whether or not it passed: a failed command's seconds and exit code
+        # are what the next run is planned from.
+        _record(report, run)
     if done.returncode != 0:
         raise E2EError(f"`invoke {task} --config {config}` failed with exit code {done.returncode} after "
                        f"{run.seconds:.0f} s; its output: {own_log}\n{proc.tail(done.stdout)}")
@@ -195,8 +199,13 @@ def nodes_ready(out: Path) -> dict[str, bool]:
 
 
 def _record(report: LibvirtReport, run: CommandRun, checks: dict[str, str] | None = None) -> None:
-    report.phases.append({"command": run.command, "argv": run.argv[1:], "seconds": round(run.seconds, 1),
-                          "exit_code": run.returncode, "log": run.log, "checks": checks or {}})
+    """One command in report.phases; called again with its checks, it fills in the same entry."""
+    entry = {"command": run.command, "argv": run.argv[1:], "seconds": round(run.seconds, 1),
+             "exit_code": run.returncode, "log": run.log, "checks": checks or {}}
+    if report.phases and report.phases[-1]["log"] == run.log:
+        report.phases[-1] = entry
+    else:
+        report.phases.append(entry)
 
 
 def _check(report: LibvirtReport, name: str, ok: bool, found: str) -> str:
@@ -216,8 +225,26 @@ def _test_results(out: Path) -> dict[str, str]:
     return found
 
 
+def down_after_failure(report: LibvirtReport, clusters: list[tuple[Path, Path]], box_dirs: Path, log: Log) -> None:
+    """On a failed run, each cluster's own `invoke cluster-down` (its domains go, the networks stay), so the
+    next run starts clean and no emulated VM keeps the cores busy. --keep leaves them for a look."""
+    if report.ok:
+        return
+    for config, out in clusters:
+        if not config.is_file() or not (out / "vagrant" / "cluster.json").is_file():
+            continue
+        argv = invoke_argv("cluster-down", config, out)
+        env = {**os.environ, "K4W_BOX_DIRS": str(box_dirs), "VAGRANT_HOME": str(vagrant_home(out))}
+        log.write(f"$ {' '.join(argv)}   # the run failed: its VMs go\n")
+        try:
+            done = proc.run(argv, cwd=REPO_ROOT, env=env, timeout=BUDGETS["cluster-down"])
+            log.write(done.stdout + done.stderr)
+        except proc.TimedOut:
+            log.write(f"cluster-down of {config} did not finish in {BUDGETS['cluster-down']} s\n")
+
+
 def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path, box_dirs: Path, workdir: Path,
-        registries, stack) -> None:
+        registries, stack, keep: bool = False) -> None:
     """The commands, in order, filling report as they go (a failed run keeps what was measured).
 
     boxes: the bake's OUT/boxes (the box catalogue cluster-up adds the box from). registries: a callable
@@ -230,11 +257,15 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         if not link.exists():
             link.symlink_to(boxes, target_is_directory=True)
     config = workdir / "cluster.yml"
+    existing = workdir / "existing.yml"
+    if not keep:
+        # Registered first, so it runs last: after the registries stopped, the VMs go too.
+        stack.callback(down_after_failure, report, [(existing, second), (config, first)], box_dirs, log)
 
     with phases.phase("network-up", BUDGETS["network-up"]) as ph:
         # The registry block is not known yet; network-up reads only host, libvirt and network.
         config.write_text(cluster_yml(name=CLUSTER_NAME, nodes=NODES, box=BOX, registry={"mirrors": {}}), encoding="utf-8")
-        _record(report, k4w_command("network-up", config, first, ph, log, box_dirs))
+        _record(report, k4w_command("network-up", config, first, ph, log, box_dirs, report=report))
         ph.note = f"{MANAGEMENT_NETWORK} {MANAGEMENT_CIDR}, {CLUSTER_NETWORK} {NODE_CIDR}"
 
     with phases.phase("registries", BUDGETS["registries"]) as ph:
@@ -247,7 +278,7 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         ph.note = f"{len(block['mirrors'])} mirrors on {MANAGEMENT_HOST}"
 
     with phases.phase("cluster-up", BUDGETS["cluster-up"]) as ph:
-        run = k4w_command("cluster-up", config, first, ph, log, box_dirs)
+        run = k4w_command("cluster-up", config, first, ph, log, box_dirs, report=report)
         ready = nodes_ready(first)
         checks = {"nodes Ready": _check(report, "cluster-up: nodes Ready", ready == {n[0]: True for n in NODES},
                                         json.dumps(ready))}
@@ -260,7 +291,7 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
 
     with phases.phase("cluster-test", BUDGETS["cluster-test"]) as ph:
         try:
-            run = k4w_command("cluster-test", config, first, ph, log, box_dirs)
+            run = k4w_command("cluster-test", config, first, ph, log, box_dirs, report=report)
         finally:
             results = _test_results(first)
             report.checks.update({f"cluster-test: {k}": v for k, v in results.items()})
@@ -268,13 +299,13 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
         ph.note = "; ".join(f"{k}: {v}" for k, v in results.items())
 
     with phases.phase("cluster-reset", BUDGETS["cluster-reset"]) as ph:
-        run = k4w_command("cluster-reset", config, first, ph, log, box_dirs)
+        run = k4w_command("cluster-reset", config, first, ph, log, box_dirs, report=report)
         after = domain_uuids(CLUSTER_NAME, NODES)
         checks = {"VMs kept": _check(report, "cluster-reset: the VMs stay", after == report.domains, json.dumps(after))}
         _record(report, run, checks)
 
     with phases.phase("cluster-up again", BUDGETS["cluster-up again"]) as ph:
-        run = k4w_command("cluster-up", config, first, ph, log, box_dirs, name="cluster-up again")
+        run = k4w_command("cluster-up", config, first, ph, log, box_dirs, name="cluster-up again", report=report)
         after = domain_uuids(CLUSTER_NAME, NODES)
         ready = nodes_ready(first)
         checks = {"same domains": _check(report, "cluster-up again: no VM recreated", after == report.domains,
@@ -283,30 +314,29 @@ def run(report: LibvirtReport, phases: Phases, log: Log, out: Path, boxes: Path,
                                         json.dumps(ready))}
         _record(report, run, checks)
 
-    existing = workdir / "existing.yml"
     with phases.phase("existing join", BUDGETS["existing join"]) as ph:
         existing.write_text(cluster_yml(name=EXISTING_NAME, nodes=(EXISTING_NODE,), box=BOX, registry=block,
                                         existing=first / "kubeconfig"), encoding="utf-8")
-        run = k4w_command("cluster-up", existing, second, ph, log, box_dirs, name="existing join")
+        run = k4w_command("cluster-up", existing, second, ph, log, box_dirs, name="existing join", report=report)
         ready = nodes_ready(first)
         wanted = {n[0]: True for n in (*NODES, EXISTING_NODE)}
         checks = {"three nodes Ready": _check(report, "existing join: three nodes Ready", ready == wanted, json.dumps(ready))}
         _record(report, run, checks)
 
     with phases.phase("existing reset", BUDGETS["existing reset"]) as ph:
-        run = k4w_command("cluster-reset", existing, second, ph, log, box_dirs, name="existing reset")
+        run = k4w_command("cluster-reset", existing, second, ph, log, box_dirs, name="existing reset", report=report)
         ready = nodes_ready(first)
         checks = {"only its node left": _check(report, "existing reset: the first cluster's nodes stay, worker-x is gone",
                                                ready == {n[0]: True for n in NODES}, json.dumps(ready))}
         _record(report, run, checks)
 
     with phases.phase("existing down", BUDGETS["existing down"]) as ph:
-        run = k4w_command("cluster-down", existing, second, ph, log, box_dirs, name="existing down")
+        run = k4w_command("cluster-down", existing, second, ph, log, box_dirs, name="existing down", report=report)
         left = domain_uuids(EXISTING_NAME, (EXISTING_NODE,))
         _record(report, run, {"domain gone": _check(report, "existing down: its VM is gone", not left, json.dumps(left))})
 
     with phases.phase("cluster-down", BUDGETS["cluster-down"]) as ph:
-        run = k4w_command("cluster-down", config, first, ph, log, box_dirs)
+        run = k4w_command("cluster-down", config, first, ph, log, box_dirs, report=report)
         left = domain_uuids(CLUSTER_NAME, NODES)
         _record(report, run, {"domains gone": _check(report, "cluster-down: its VMs are gone", not left, json.dumps(left))})
     report.ok = True

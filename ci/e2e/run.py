@@ -397,7 +397,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         proxy_stop = stack.pop_all()   # squid and the downloads mirror: the cluster needs neither
         proxy_stop.close()
         libvirt_run.run(result.libvirt, phases, log, out, out / "boxes", E2E_BOXES, workdir,
-                        libvirt_run.registries_for(workdir, out), stack)
+                        libvirt_run.registries_for(workdir, out), stack, keep=keep)
         return
 
     with phases.phase("boot guest", BUDGETS["boot guest"]) as ph:

@@ -61,8 +61,11 @@ def test_a_failing_command_stops_the_run_with_its_exit_code_and_its_log(tmp_path
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setattr(libvirt_run, "invoke_argv", lambda task, c, o: [str(fake), task])
     log = Log(tmp_path / "e2e.log", lambda _: None)
+    report = libvirt_run.LibvirtReport()
     with Phases(lambda _: None).phase("cluster-up", 30) as ph, pytest.raises(E2EError) as failed:
-        libvirt_run.k4w_command("cluster-up", tmp_path / "c.yml", tmp_path / "out", ph, log, E2E_BOXES)
+        libvirt_run.k4w_command("cluster-up", tmp_path / "c.yml", tmp_path / "out", ph, log, E2E_BOXES, report=report)
+    # The failed command is in the report with its exit code and seconds (the first real run's was not).
+    assert [(p["command"], p["exit_code"]) for p in report.phases] == [("cluster-up", 3)]
     assert "exit code 3" in str(failed.value) and "vagrant up failed for cluster-up" in str(failed.value)
     assert (tmp_path / "out" / "logs" / "e2e-cluster-up.log").read_text() == "vagrant up failed for cluster-up\n"
 
