@@ -230,7 +230,7 @@ def direct_boot(prof: profiles.Profile) -> dict | None:
     """For a box whose image has no bootloader (build.qemu.kernel: QEMU boots the kernel itself, as the CI
     e2e boxes do), what a libvirt domain made from the box needs to boot it the same way: the base names
     of the kernel and initrd the box carries, and the command line. None for a box that boots itself."""
-    build = prof.data.build or {}
+    build = prof.data.get("build") or {}
     q = build.get("qemu") or {}
     if build.get("builder") != "qemu" or not q.get("kernel"):
         return None

@@ -20,7 +20,7 @@ TASKS = {
     "cluster-test": {"-c --config", "-d --dry-run", "-o --out"},
     "cluster-up": {"-c --config", "-d --dry-run", "-o --out"},
     "doctor": {"-c --config", "-d --dry-run", "-o --out", "-s --stage", "-n --online"},
-    "e2e": {"-b --box", "-c --cluster", "-d --dry-run", "-k --keep", "-o --out"},
+    "e2e": {"-b --box", "-c --cluster", "-d --dry-run", "-k --keep", "-o --out", "-p --provider"},
     "fetch": {"-a --cache", "-b --box", "-c --config", "-d --dry-run"},
     "inventory": {"-c --config", "-d --dry-run", "-o --out"},
     "iso-add": {"-b --box", "-p --path"},

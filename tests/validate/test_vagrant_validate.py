@@ -98,7 +98,7 @@ def test_vagrant_accepts_the_cluster_vagrantfile_with_the_libvirt_provider(tmp_p
 @pytest.mark.tools
 @pytest.mark.parametrize("old, new, wrong", [
     ('lv.management_network_keep = true', 'lv.management_network_kept = true', "management_network_kept"),
-    ('lv.cpu_model = "qemu64"', 'lv.cpu_modle = "qemu64"', "cpu_modle"),
+    ('lv.cpu_model = LIBVIRT.fetch("cpu_model")', 'lv.cpu_modle = LIBVIRT.fetch("cpu_model")', "cpu_modle"),
 ])
 def test_a_misspelt_libvirt_option_is_rejected_by_vagrant_libvirt(tmp_path, old, new, wrong):
     """The run really is vagrant-libvirt's validation of the libvirt block (tcg: its CPU settings too)."""
