@@ -55,13 +55,19 @@ def iso_path(profile: Profile) -> Path:
     return iso_dir() / profile.data.iso.name
 
 
-def iso_sha256(profile: Profile) -> str | None:
-    """The expected sha256 of a box's ISO: the profile's published one, else the catalogue's."""
-    pinned = profile.data.iso.get("sha256")
+def _expected_sha256(section) -> str | None:
+    """A profile's ISO section (iso, virtio_win): its pinned sha256, else the one `invoke iso-add` recorded
+    in iso/catalogue.yml under its file name."""
+    pinned = section.get("sha256")
     if pinned:
         return pinned
-    entry = catalogue().get(profile.data.iso.name)
+    entry = catalogue().get(section.name)
     return entry.get("sha256") if entry else None
+
+
+def iso_sha256(profile: Profile) -> str | None:
+    """The expected sha256 of a box's ISO: the profile's published one, else the catalogue's."""
+    return _expected_sha256(profile.data.iso)
 
 
 def virtio_win_path(profile: Profile) -> Path:
@@ -71,11 +77,7 @@ def virtio_win_path(profile: Profile) -> Path:
 
 def virtio_win_sha256(profile: Profile) -> str | None:
     """Its expected sha256: the profile's pin, else the one `invoke iso-add` recorded in iso/catalogue.yml."""
-    pinned = profile.data.virtio_win.get("sha256")
-    if pinned:
-        return pinned
-    entry = catalogue().get(profile.data.virtio_win.name)
-    return entry.get("sha256") if entry else None
+    return _expected_sha256(profile.data.virtio_win)
 
 
 def expected_source(profile: Profile) -> str:

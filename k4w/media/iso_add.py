@@ -66,23 +66,28 @@ def iso_add(path: Path, box: str | None = None, *, progress: Progress | None = N
     date = (today or _dt.date.today()).isoformat()
     origin = "" if path.name == name else f" from {path.name}"
     entry = {"sha256": sha, "box": profile.name, "source": f"added by iso-add on {date}{origin}", "size": size}
+    placed, note = _place_and_record(path, target, name, entry)
+    warning = label_warning(path, profile)
+    if warning:
+        note += f"\n  warning: {warning}"
+    note += images_note
+    return IsoAdded(name, profile.name, sha, size, target, placed, note)
+
+
+def _place_and_record(path: Path, target: Path, name: str, entry: dict) -> tuple[str, str]:
+    """All or nothing: place the file first (it refuses a different image already there), then record it in
+    iso/catalogue.yml; if recording fails, take back the link this call made. Returns (how placed, note)."""
     previous = catalogue().get(name)
-    # All or nothing: place the file first (it refuses a different image already there), then
-    # record it; if recording fails, take back the link this call made.
-    placed, note = _place(path, target, sha)
+    placed, note = _place(path, target, entry["sha256"])
     try:
         _write_catalogue_entry(name, entry)
     except BaseException:
         if placed == "hard-linked":
             target.unlink(missing_ok=True)
         raise
-    if previous and previous.get("sha256") != sha:
+    if previous and previous.get("sha256") != entry["sha256"]:
         note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
-    warning = label_warning(path, profile)
-    if warning:
-        note += f"\n  warning: {warning}"
-    note += images_note
-    return IsoAdded(name, profile.name, sha, size, target, placed, note)
+    return placed, note
 
 
 def virtio_win_profiles(name: str, box: str | None) -> list[Profile]:
@@ -109,16 +114,7 @@ def _add_virtio_win(path: Path, users: list[Profile], progress: Progress | None,
     origin = "" if path.name == name else f" from {path.name}"
     entry = {"sha256": sha, "box": boxes, "source": f"added by iso-add on {date}{origin} (virtio-win {version}: the "
              f"drivers of a libvirt bake)", "size": path.stat().st_size}
-    previous = catalogue().get(name)
-    placed, note = _place(path, target, sha)
-    try:
-        _write_catalogue_entry(name, entry)
-    except BaseException:
-        if placed == "hard-linked":
-            target.unlink(missing_ok=True)
-        raise
-    if previous and previous.get("sha256") != sha:
-        note += f"\n  (replaced the previously recorded sha256 {previous.get('sha256')})"
+    placed, note = _place_and_record(path, target, name, entry)
     note += (f"\n  virtio-win {version}: the virtio drivers the libvirt bakes of {boxes} load in Windows Setup. Its project "
              f"publishes no sha256, so this record is the pin: compare {sha} with a copy you trust.")
     return IsoAdded(name, boxes, sha, entry["size"], target, placed, note)
