@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ import yaml
 
 from k4w import render
 from k4w.derive.cluster import Cluster
-from k4w.infra import proc
+from k4w.infra import pinned_tools, proc
 from k4w.model import config as config_mod
 from . import cluster_images, registry
 from .phases import E2EError, Log, Phase, Phases
@@ -118,10 +117,7 @@ def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_
     """Run `invoke TASK` as a user would, from the repository root, its output into the run's log and a
     log of its own; bounded by the phase's budget (the whole process group is stopped at the deadline)."""
     argv = invoke_argv(task, config, out)
-    # K4W_BOX_DIRS: the CI box profiles (k4w.infra.sources). VAGRANT_HOME: where `vagrant box add` unpacks the
-    # box; the CI box boots its kernel directly from there (vagrant/box/ubuntu.Vagrantfile), and libvirt's QEMU
-    # runs as its own user, which cannot enter root's 0700 home.
-    env = {**os.environ, "K4W_BOX_DIRS": str(box_dirs), "VAGRANT_HOME": str(vagrant_home(out))}
+    env = command_env(out, box_dirs)
     own_log = out / "logs" / f"e2e-{(name or task).replace(' ', '-')}.log"
     own_log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -144,6 +140,14 @@ def k4w_command(task: str, config: Path, out: Path, phase: Phase, log: Log, box_
         raise E2EError(f"`invoke {task} --config {config}` failed with exit code {done.returncode} after "
                        f"{run.seconds:.0f} s; its output: {own_log}\n{proc.tail(done.stdout)}")
     return run
+
+
+def command_env(out: Path, box_dirs: Path) -> dict[str, str]:
+    """The environment of every `invoke` the run types. K4W_BOX_DIRS: the CI box profiles
+    (k4w.infra.sources). VAGRANT_HOME: where `vagrant box add` unpacks the box; the CI box boots its kernel
+    directly from there (vagrant/box/ubuntu.Vagrantfile), and libvirt's QEMU runs as its own user, which
+    cannot enter root's 0700 home."""
+    return {**os.environ, "K4W_BOX_DIRS": str(box_dirs), "VAGRANT_HOME": str(vagrant_home(out))}
 
 
 def vagrant_home(out: Path) -> Path:
@@ -185,8 +189,9 @@ def domain_uuids(cluster: str, nodes) -> dict[str, str]:
 
 def kubectl(out: Path, *args: str, timeout: float = 120) -> str:
     """kubectl on the host with the cluster's admin kubeconfig (cluster-up writes OUT/kubeconfig)."""
-    tool = shutil.which("kubectl") or str(Path.home() / ".cache/k4w/tools/kubernetes-node-v1.37.2/kubectl")
-    done = proc.run([tool, "--kubeconfig", str(out / "kubeconfig"), *args], timeout=timeout)
+    # The pinned kubectl (tools/lock.yml), never whichever one PATH has: its version is the cluster's.
+    tool = pinned_tools.require("kubernetes-node", "kubectl")
+    done = proc.run([str(tool), "--kubeconfig", str(out / "kubeconfig"), *args], timeout=timeout)
     if done.returncode != 0:
         raise E2EError(f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}".strip())
     return done.stdout
@@ -234,7 +239,7 @@ def down_after_failure(report: LibvirtReport, clusters: list[tuple[Path, Path]],
         if not config.is_file() or not (out / "vagrant" / "cluster.json").is_file():
             continue
         argv = invoke_argv("cluster-down", config, out)
-        env = {**os.environ, "K4W_BOX_DIRS": str(box_dirs), "VAGRANT_HOME": str(vagrant_home(out))}
+        env = command_env(out, box_dirs)
         log.write(f"$ {' '.join(argv)}   # the run failed: its VMs go\n")
         try:
             done = proc.run(argv, cwd=REPO_ROOT, env=env, timeout=BUDGETS["cluster-down"])
