@@ -84,6 +84,7 @@ class Context:
     clock: Clock
     state: State
     proxy: Proxy  # the resolved model's (k4w.derive.cluster.Cluster.proxy), what each node gets
+    join_timeouts: dict | None  # the model's (Cluster.join_timeouts): every worker's kubeadm JoinConfiguration.timeouts
     dry_run: bool = False
     poll_seconds: float = 5.0
     started: float = 0.0
@@ -562,7 +563,8 @@ def step_join_linux(ctx: Context, m: Machine) -> None:
     node = next(n for n in ctx.cfg.nodes if n.name == m.name)
     # The era's kubelet flags (e.g. 1.11's pause image, kubernetes/kubeadm#1003), from the box profile.
     flags = derive.linux_kubelet_flags(profiles.load(node.box))
-    config = join_config.for_worker(node.box, join["api"], join["token"], join["hash"], m.name, ctx.state.installation())
+    config = join_config.for_worker(node.box, join["api"], join["token"], join["hash"], m.name, ctx.state.installation(),
+                                      timeouts=ctx.join_timeouts)
     env = sh_env(K4W_NODE_NAME=m.name, K4W_NODE_IP=m.ip, K4W_KUBELET_EXTRA_ARGS=" ".join(flags))
     # The join config (token inside) goes on standard input: sudo logs its whole command line to
     # auth.log, and an upload would leave it in a file the vagrant user owns.
@@ -654,7 +656,8 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
     upload_windows(ctx, m, cluster_scripts / "cluster-join-lib.ps1")   # dot-sourced by the join script
     upload_windows(ctx, m, sources.REPO.guest / "windows" / "common.ps1")   # dot-sourced by cluster-join-lib.ps1
     script = upload_windows(ctx, m, cluster_scripts / windows_join_script(m.box))
-    config = join_config.for_worker(m.box, join["api"], join["token"], join["hash"], m.name, ctx.state.installation())
+    config = join_config.for_worker(m.box, join["api"], join["token"], join["hash"], m.name, ctx.state.installation(),
+                                      timeouts=ctx.join_timeouts)
     config_file = upload_secret(ctx, m, config, JOIN_CONFIG_FILE)
     # cluster.ready_timeout bounds the join and each service wait, not the scripts' own 300 s default:
     # kubeadm join alone waits for the kubelet's health and then for its TLS bootstrap (5 minutes,

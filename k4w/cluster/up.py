@@ -85,7 +85,7 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
         host = host or run_powershell
         virsh = virsh or libvirt.run_virsh
     clock = clock or S.Clock()
-    return S.Context(cfg=model.config, proxy=model.proxy, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
+    return S.Context(cfg=model.config, proxy=model.proxy, join_timeouts=model.join_timeouts, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts,
                      virsh=virsh)
 

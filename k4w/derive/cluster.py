@@ -160,6 +160,11 @@ class Cluster:
         (k4w.derive.control_plane). Refuses a master box whose kubeadm API cannot carry it."""
         return control_plane_mod.scaling(self.config, self.kube.kubeadm_api)
 
+    @property
+    def join_timeouts(self) -> dict[str, str] | None:
+        """JoinConfiguration.timeouts every worker's kubeadm join gets (an emulated CPU's, else None)."""
+        return control_plane_mod.join_timeouts(self.config)
+
     def profile(self, box: str) -> Profile:
         try:
             return self.profiles[box]

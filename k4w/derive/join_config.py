@@ -63,11 +63,13 @@ def cri_socket(box: str) -> str | None:
 
 
 def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str, socket: str | None,
-             labels: dict[str, str] | None = None, windows: bool = False) -> dict:
+             labels: dict[str, str] | None = None, windows: bool = False, timeouts: dict[str, str] | None = None) -> dict:
     registration = {"name": node_name, **({"criSocket": socket} if socket else {})}
     if windows:
         registration["taints"] = [dict(node_marks.WINDOWS_TAINT)]
     node_labels = node_marks.kubelet_node_labels(labels or node_marks.node_labels(None))
+    if timeouts and api != V1BETA4:
+        raise K4wError(f"kubeadm join timeouts ({', '.join(timeouts)}) need {V1BETA4}; {node_name} speaks {api}")
     if api == V1ALPHA2:
         registration["kubeletExtraArgs"] = {"node-labels": node_labels}
         return {"apiVersion": V1ALPHA2, "kind": "NodeConfiguration", "discoveryTokenAPIServers": [api_server],
@@ -76,24 +78,29 @@ def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str
         registration["kubeletExtraArgs"] = [{"name": "node-labels", "value": node_labels}]
         return {"apiVersion": V1BETA4, "kind": "JoinConfiguration",
                 "discovery": {"bootstrapToken": {"apiServerEndpoint": api_server, "token": token, "caCertHashes": [ca_hash]}},
-                "nodeRegistration": registration}
+                "nodeRegistration": registration, **({"timeouts": dict(timeouts)} if timeouts else {})}
     raise K4wError(f"no kubeadm join configuration for {api}: k4w writes {V1ALPHA2} and {V1BETA4}")
 
 
-def worker_document(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None) -> dict:
-    """The join configuration of a worker of this box, as a document (its kubeadm API, CRI socket and marks)."""
+def worker_document(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None, *,
+                    timeouts: dict[str, str] | None) -> dict:
+    """The join configuration of a worker of this box, as a document (its kubeadm API, CRI socket and marks).
+    timeouts: k4w.derive.control_plane.join_timeouts of the cluster.yml, a required keyword so that no caller
+    (cluster-up, validate) builds a join configuration other than the one the cluster gets."""
     profile = profiles.load(box)
     return document(profile.data.kubernetes.kubeadm_api, api_server, token, ca_hash, node_name, cri_socket(box),
-                    node_marks.node_labels(installation), profile.is_windows)
+                    node_marks.node_labels(installation), profile.is_windows, timeouts)
 
 
-def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None = None) -> str:
+def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None = None, *,
+               timeouts: dict[str, str] | None) -> str:
     """The YAML text of a worker's join configuration, refused when kubeadm's field table of the
     worker's API does not accept it. installation: the k4w.io/installation label value (k4w.cluster.state)."""
     from k4w.model import kubeadm_fields as kubeadm_rules
 
     api = profiles.load(box).data.kubernetes.kubeadm_api
-    text = yaml.safe_dump(worker_document(box, api_server, token, ca_hash, node_name, installation), sort_keys=False)
+    text = yaml.safe_dump(worker_document(box, api_server, token, ca_hash, node_name, installation, timeouts=timeouts),
+                          sort_keys=False)
     problems = kubeadm_rules.check_text(text, api, "kubeadm join config")
     if problems:
         raise K4wError(f"the join configuration of {node_name} is not one kubeadm {api} reads: " + "; ".join(problems))

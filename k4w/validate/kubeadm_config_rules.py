@@ -25,7 +25,8 @@ def _join_config_problems(cluster: Cluster) -> list[str]:
             continue
         try:
             join_config.for_worker(node.box, join_config.validation_api_server(cluster), join_config.SAMPLE_TOKEN,
-                                   join_config.SAMPLE_HASH, node.name, join_config.SAMPLE_INSTALLATION)
+                                   join_config.SAMPLE_HASH, node.name, join_config.SAMPLE_INSTALLATION,
+                                   timeouts=cluster.join_timeouts)
         except K4wError as exc:
             problems.append(f"join configuration of {node.name}: {exc}")
     return problems

@@ -86,7 +86,8 @@ def configs(cluster: Cluster, out: Path) -> list[Config]:
         if node.role == "master" or profile.data.kubernetes.kubeadm_api != API:
             continue
         document = join_config.worker_document(node.box, api_server, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH,
-                                               node.name, join_config.SAMPLE_INSTALLATION)
+                                               node.name, join_config.SAMPLE_INSTALLATION,
+                                   timeouts=cluster.join_timeouts)
         found.append(Config(f"join configuration of {node.name} ({node.box}, sample token)",
                             yaml.safe_dump(document, sort_keys=False), windows=profile.is_windows))
     return found

@@ -56,7 +56,8 @@ def check_join_configs(cluster) -> list[str]:
         if node.role == "master":
             continue
         doc = join_config.worker_document(node.box, join_config.validation_api_server(cluster), join_config.SAMPLE_TOKEN,
-                                          join_config.SAMPLE_HASH, node.name, join_config.SAMPLE_INSTALLATION)
+                                          join_config.SAMPLE_HASH, node.name, join_config.SAMPLE_INSTALLATION,
+                                   timeouts=cluster.join_timeouts)
         registration = doc.get("nodeRegistration") or {}
         extra = registration.get("kubeletExtraArgs") or {}
         pairs = extra.items() if isinstance(extra, dict) else ((a.get("name"), a.get("value")) for a in extra)

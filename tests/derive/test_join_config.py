@@ -40,7 +40,7 @@ def test_the_secret_flag_pattern_catches_a_planted_join_command():
 
 @pytest.mark.parametrize("box,kind", [("windows-1803", "NodeConfiguration"), ("ubuntu-1604", "NodeConfiguration")])
 def test_seed_era_join_config_is_a_v1alpha2_node_configuration(box, kind):
-    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123"))
+    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123", timeouts=None))
     assert doc["kind"] == kind and doc["token"] == join_config.SAMPLE_TOKEN
     # The node registers marked as k4w's (k4w/derive/node_marks.py): its labels, and a Windows node the Windows taint.
     taints = {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]} if box.startswith("windows") else {}
@@ -52,7 +52,7 @@ def test_seed_era_join_config_is_a_v1alpha2_node_configuration(box, kind):
                                          ("ubuntu-2404", "unix:///var/run/containerd/containerd.sock")])
 def test_containerd_era_join_config_is_a_v1beta4_join_configuration_with_the_cri_socket(box, socket, monkeypatch):
     monkeypatch.setenv("K4W_BOX_DIRS", str(MODERN_BOXES))
-    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123"))
+    doc = yaml.safe_load(join_config.for_worker(box, API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1", "abc123", timeouts=None))
     assert doc["kind"] == "JoinConfiguration"
     assert doc["discovery"]["bootstrapToken"] == {"apiServerEndpoint": API, "token": join_config.SAMPLE_TOKEN,
                                                   "caCertHashes": [join_config.SAMPLE_HASH]}
@@ -100,7 +100,7 @@ def join_sandbox(tmp_path):
     for name, text in (("kubeadm", FAKE_KUBEADM), ("systemctl", "#!/bin/bash\nexit 0\n")):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    config = join_config.for_worker("ubuntu-1604", API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "worker-linux")
+    config = join_config.for_worker("ubuntu-1604", API, join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "worker-linux", timeouts=None)
 
     def run():
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_NAME": "worker-linux",

@@ -118,3 +118,46 @@ def test_the_real_kubeadm_never_reads_the_masters_folder_on_this_host(tcg):
     assert kubeadm_real.check(cluster, out).problems == [
         f'{CONFIG}: does not name kubeadm\'s patches folder as `directory: "/tmp/k4w/kubeadm-patches"` once '
         "(libvirt.accelerator tcg)"]
+
+
+# ------------------------------------------------------------------ a worker's join on an emulated CPU
+
+
+def _join_documents(cluster, out) -> dict[str, dict]:
+    import yaml
+    return {c.label: yaml.safe_load(c.text) for c in kubeadm_real.configs(cluster, out) if not c.init}
+
+
+def test_every_tcg_worker_join_waits_longer_than_kubeadms_defaults(tcg):
+    """The two-node libvirt run's worker gave up when kubeadm's 5-minute discovery ran out under a starved
+    kube-apiserver: every wait of a join is scaled, each one a Timeouts field of kubeadm's v1beta4 table."""
+    cluster, out = tcg
+    joins = _join_documents(cluster, out)
+    assert joins, "the tcg example has a worker"
+    for name, doc in joins.items():
+        assert doc["timeouts"] == {"discovery": "15m0s", "tlsBootstrap": "15m0s", "kubeletHealthCheck": "12m0s",
+                                   "kubernetesAPICall": "3m0s"}, name
+    assert kubeadm_config_rules.run(cluster, out).problems == []
+
+
+def test_a_real_cpu_join_keeps_kubeadms_timeouts(tmp_path, monkeypatch):
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    cluster = render_to(out, on_host(modern_config(), "libvirt", "kvm"))
+    assert cluster.join_timeouts is None
+    assert all("timeouts" not in doc for doc in _join_documents(cluster, out).values())
+
+
+def test_a_join_timeout_kubeadm_does_not_know_is_refused_before_any_node_joins(tcg, monkeypatch):
+    """Plant: a misspelt wait. The join configuration is held to kubeadm's field table by cluster-up and validate."""
+    cluster, out = tcg
+    monkeypatch.setattr(control_plane, "JOIN_TIMEOUTS", (("discoveryTimeout", "15m0s"),))
+    problems = kubeadm_config_rules.run(cluster, out).problems
+    assert any("discoveryTimeout" in p for p in problems), problems
+
+
+def test_join_timeouts_on_the_seed_api_are_refused():
+    from k4w.derive import join_config
+    from k4w.infra.errors import K4wError
+    with pytest.raises(K4wError, match="kubeadm join timeouts .discovery. need kubeadm.k8s.io/v1beta4; w1 speaks kubeadm.k8s.io/v1alpha2"):
+        join_config.document(join_config.V1ALPHA2, "192.0.2.1:6443", "t", "h", "w1", None, timeouts={"discovery": "15m0s"})

@@ -41,12 +41,12 @@ def test_every_rendered_cluster_carries_the_marks(example, tmp_path):
 def test_the_windows_join_registers_the_label_and_the_taint(tmp_path):
     cluster, _ = rendered("examples/cluster-modern.yml", tmp_path)
     text = join_config.for_worker("windows-2022", "192.0.2.1:6443", join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH,
-                                  "worker-win", "a1b2c3d4e5f6")
+                                  "worker-win", "a1b2c3d4e5f6", timeouts=None)
     registration = yaml.safe_load(text)["nodeRegistration"]
     assert registration["taints"] == [{"key": "os", "value": "windows", "effect": "NoSchedule"}]
     assert registration["kubeletExtraArgs"] == [{"name": "node-labels", "value": "k4w.io/node=true,k4w.io/installation=a1b2c3d4e5f6"}]
     linux = yaml.safe_load(join_config.for_worker("ubuntu-2404", "192.0.2.1:6443", join_config.SAMPLE_TOKEN,
-                                                  join_config.SAMPLE_HASH, "worker-1", "a1b2c3d4e5f6"))["nodeRegistration"]
+                                                  join_config.SAMPLE_HASH, "worker-1", "a1b2c3d4e5f6", timeouts=None))["nodeRegistration"]
     assert "taints" not in linux and linux["kubeletExtraArgs"][0]["value"].startswith("k4w.io/node=true")
 
 

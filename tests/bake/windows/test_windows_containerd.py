@@ -174,10 +174,10 @@ def test_the_containerd_join_passes_the_cri_socket_and_the_seed_keeps_its_own():
     from k4w.model import profiles
     from k4w.derive import join_config
     doc = yaml.safe_load(join_config.for_worker("windows-2022", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
-                                                join_config.SAMPLE_HASH, "w"))
+                                                join_config.SAMPLE_HASH, "w", timeouts=None))
     assert doc["nodeRegistration"]["criSocket"] == profiles.load("windows-2022").data.runtime.endpoint
     assert "criSocket" not in yaml.safe_load(join_config.for_worker("windows-1803", "10.0.0.1:6443", join_config.SAMPLE_TOKEN,
-                                                                    join_config.SAMPLE_HASH, "w"))["nodeRegistration"]
+                                                                    join_config.SAMPLE_HASH, "w", timeouts=None))["nodeRegistration"]
     join = (GUEST / "cluster" / "cluster-join-containerd.ps1").read_text()
     assert join.index("Invoke-K4wStartNode @('-ConfigureOnly')") < join.index("Start-K4wKubeadmJoin")
 
