@@ -84,7 +84,7 @@ class Context:
     clock: Clock
     state: State
     proxy: Proxy  # the resolved model's (k4w.derive.cluster.Cluster.proxy), what each node gets
-    join_timeouts: dict | None  # the model's (Cluster.join_timeouts): every worker's kubeadm JoinConfiguration.timeouts
+    join_timeouts: dict  # the model's (Cluster.join_timeouts): every worker's kubeadm JoinConfiguration.timeouts
     dry_run: bool = False
     poll_seconds: float = 5.0
     started: float = 0.0
@@ -660,8 +660,8 @@ def step_join_windows(ctx: Context, m: Machine) -> None:
                                       timeouts=ctx.join_timeouts)
     config_file = upload_secret(ctx, m, config, JOIN_CONFIG_FILE)
     # cluster.ready_timeout bounds the join and each service wait, not the scripts' own 300 s default:
-    # kubeadm join alone waits for the kubelet's health and then for its TLS bootstrap (5 minutes,
-    # TLSBootstrapTimeout in cmd/kubeadm/app/constants of current releases).
+    # kubeadm join's own waits (discovery, the kubelet's health, its TLS bootstrap) follow it too, through the
+    # join configuration's timeouts (k4w/model/kubeadm_timeouts.py).
     ctx.remote.run(m, f"& {escape.ps(script)} -ConfigFile {escape.ps(config_file)} -NodeName {escape.ps(m.name)} "
                       f"-TimeoutSeconds {int(ctx.ready_timeout)}")
 

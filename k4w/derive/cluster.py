@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from k4w.model import config as config_mod, profiles
+from k4w.model import config as config_mod, kubeadm_timeouts, profiles
 from k4w.infra import sources as sources_mod
 from k4w.derive import control_plane as control_plane_mod, registry
 from k4w.model.config import Config
@@ -161,9 +161,9 @@ class Cluster:
         return control_plane_mod.scaling(self.config, self.kube.kubeadm_api)
 
     @property
-    def join_timeouts(self) -> dict[str, str] | None:
-        """JoinConfiguration.timeouts every worker's kubeadm join gets (an emulated CPU's, else None)."""
-        return control_plane_mod.join_timeouts(self.config)
+    def join_timeouts(self) -> dict[str, str]:
+        """JoinConfiguration.timeouts of every worker whose kubeadm speaks v1beta4 (k4w.model.kubeadm_timeouts)."""
+        return kubeadm_timeouts.join(self.config.cluster.ready_timeout)
 
     def profile(self, box: str) -> Profile:
         try:

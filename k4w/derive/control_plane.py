@@ -118,21 +118,6 @@ class Scaling:
         return tuple(f"--{name}={value}" for name, value in self.leader_election)
 
 
-# A worker's kubeadm join on an emulated CPU: JoinConfiguration.timeouts (v1beta4 types.go Timeouts at v1.37.2), each
-# three times kubeadm's default (cmd/kubeadm/app/constants/constants.go at v1.37.2: DiscoveryTimeout 5m,
-# TLSBootstrapTimeout 5m, KubeletHealthCheckTimeout 4m, KubernetesAPICallTimeout 1m). The two-node libvirt run's
-# first worker join failed when discovery's 5 minutes ran out while the master's kube-apiserver, under a guest
-# load of 15-18 on 2 emulated vCPUs, held 404 unaccepted connections and then restarted (docs/linux-host.md).
-JOIN_TIMEOUTS = (("discovery", "15m0s"), ("tlsBootstrap", "15m0s"), ("kubeletHealthCheck", "12m0s"),
-                 ("kubernetesAPICall", "3m0s"))
-
-
-def join_timeouts(cfg: Config) -> dict[str, str] | None:
-    """JoinConfiguration.timeouts of every v1beta4 worker that runs on an emulated CPU (k4w's own master or a
-    cluster.existing one: the worker's own kubelet is as slow either way); None keeps kubeadm's defaults."""
-    return dict(JOIN_TIMEOUTS) if emulated_cpu(cfg) else None
-
-
 SCALING = Scaling(LEADER_ELECTION_ARGS, LEADER_ELECTING, LIVENESS_FAILURE_THRESHOLD, LIVENESS_TOLERANT, PATCHES_GUEST_DIR)
 
 

@@ -85,11 +85,13 @@ def document(api: str, api_server: str, token: str, ca_hash: str, node_name: str
 def worker_document(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None, *,
                     timeouts: dict[str, str] | None) -> dict:
     """The join configuration of a worker of this box, as a document (its kubeadm API, CRI socket and marks).
-    timeouts: k4w.derive.control_plane.join_timeouts of the cluster.yml, a required keyword so that no caller
-    (cluster-up, validate) builds a join configuration other than the one the cluster gets."""
+    timeouts: the model's Cluster.join_timeouts, a required keyword so that no caller (cluster-up, validate)
+    builds a join configuration other than the one the cluster gets. Only v1beta4 carries them: kubeadm 1.11's
+    NodeConfiguration (the seed era, a Hyper-V recipe) keeps its own defaults."""
     profile = profiles.load(box)
-    return document(profile.data.kubernetes.kubeadm_api, api_server, token, ca_hash, node_name, cri_socket(box),
-                    node_marks.node_labels(installation), profile.is_windows, timeouts)
+    api = profile.data.kubernetes.kubeadm_api
+    return document(api, api_server, token, ca_hash, node_name, cri_socket(box), node_marks.node_labels(installation),
+                    profile.is_windows, timeouts if api == V1BETA4 else None)
 
 
 def for_worker(box: str, api_server: str, token: str, ca_hash: str, node_name: str, installation: str | None = None, *,

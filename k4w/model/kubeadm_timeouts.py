@@ -16,6 +16,14 @@ v1beta4/defaults.go SetDefaults_Timeouts:
   phases/kubeconfig/kubeconfig.go EnsureAdminClusterRoleBindingImpl. The last is the first thing
   wait-control-plane does (init.go initData.Client()), before the API server has ever answered, so on
   a master this also bounds the wait for the API server's first answer.
+- discovery (default 5m, DiscoveryTimeout): a worker's `kubeadm join` fetching and verifying the cluster-info
+  ConfigMap until the API server answers (cmd/kubeadm/app/discovery/token/token.go, retried every 5 s).
+- tlsBootstrap (default 5m, TLSBootstrapTimeout): the join's wait for the kubelet's TLS bootstrap
+  (cmd/phases/join/kubelet.go).
+- kubeletHealthCheck (default 4m, KubeletHealthCheckTimeout): the join's wait for the kubelet's /healthz.
+The two-node libvirt run's first worker join failed when discovery's 5 minutes ran out while the master's
+kube-apiserver, under a guest load of 15-18 on 2 emulated vCPUs, held 404 unaccepted connections and then
+restarted: the join's waits are readiness waits like the master's.
 """
 
 from __future__ import annotations
@@ -40,12 +48,21 @@ KUBERNETES_API_CALL = Bound(600, "the API server's first answer on a slow master
 
 # Fields bounded by a constant (never by ready_timeout: they are retry bounds, not readiness waits).
 BOUNDED = {"kubernetesAPICall": KUBERNETES_API_CALL}
-# Fields that wait for readiness: they follow cluster.ready_timeout.
+# Fields that wait for readiness: they follow cluster.ready_timeout. The master's (InitConfiguration) and a
+# worker's (JoinConfiguration).
 READINESS = {"controlPlaneComponentHealthCheck": "waits for the control plane's static pods to be healthy"}
+JOIN_READINESS = {"discovery": "waits for the API server to hand out the cluster-info ConfigMap",
+                  "tlsBootstrap": "waits for the kubelet's TLS bootstrap",
+                  "kubeletHealthCheck": "waits for the kubelet's health"}
 
 
-def rendered(ready_timeout: int) -> dict[str, str]:
-    """{field: duration} of the v1beta4 `timeouts` k4w renders, in the order written."""
-    values = {name: f"{ready_timeout}s" for name in READINESS}
+def rendered(ready_timeout: int, readiness: dict[str, str] = READINESS) -> dict[str, str]:
+    """{field: duration} of the v1beta4 `timeouts` k4w renders for the master, in the order written."""
+    values = {name: f"{ready_timeout}s" for name in readiness}
     values.update({name: f"{bound.seconds}s" for name, bound in BOUNDED.items()})
     return values
+
+
+def join(ready_timeout: int) -> dict[str, str]:
+    """{field: duration} of a v1beta4 worker's JoinConfiguration.timeouts."""
+    return rendered(ready_timeout, JOIN_READINESS)

@@ -1,4 +1,4 @@
-"""Every kubeadm timeout k4w renders, on every master box, is either a readiness wait that follows
+"""Every kubeadm timeout k4w renders, on every master box and in every worker's join configuration, is either a readiness wait that follows
 cluster.ready_timeout or a named bound of k4w.model.kubeadm_timeouts with its reason, never ready_timeout by
 accident: kubeadm retries a permanent refusal (RBAC, validation) for as long as a retry bound says."""
 
@@ -47,11 +47,26 @@ def kubeadm_docs(master_box: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
 
 
-@pytest.mark.parametrize("master_box", UBUNTU_MASTERS)
-def test_every_kubeadm_timeout_is_a_readiness_wait_or_a_named_bound(master_box):
-    found = list(timeouts_of(kubeadm_docs(master_box)))
+def join_docs(worker_box: str) -> list[dict]:
+    """The join configuration cluster-up hands a worker of this box (the sample token of `invoke validate`)."""
+    from k4w.derive import join_config
+    data = yaml.safe_load((ROOT / "examples" / "cluster-modern.yml").read_text())
+    data["cluster"]["ready_timeout"] = READY_TIMEOUT
+    cluster = Cluster.resolve(parse(yaml.safe_dump(data)))
+    return [join_config.worker_document(worker_box, "192.0.2.1:6443", join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH,
+                                        "w1", None, timeouts=cluster.join_timeouts)]
+
+
+WORKER_BOXES = sorted(p.stem for p in (ROOT / "boxes").glob("*.yml"))
+
+
+@pytest.mark.parametrize("docs", [pytest.param(("master", b), id=f"master-{b}") for b in UBUNTU_MASTERS] +
+                         [pytest.param(("worker", b), id=f"worker-{b}") for b in WORKER_BOXES])
+def test_every_kubeadm_timeout_is_a_readiness_wait_or_a_named_bound(docs):
+    role, master_box = docs
+    found = list(timeouts_of(kubeadm_docs(master_box) if role == "master" else join_docs(master_box)))
     for path, key, value in found:
-        if key in kubeadm_timeouts.READINESS:
+        if key in kubeadm_timeouts.READINESS or key in kubeadm_timeouts.JOIN_READINESS:
             assert value == f"{READY_TIMEOUT}s", f"{master_box}: {path} waits for readiness but is {value}, not cluster.ready_timeout"
         else:
             assert key in kubeadm_timeouts.BOUNDED, \
@@ -66,3 +81,25 @@ def test_the_v1beta4_master_renders_the_api_call_bound():
     # permanent refusal for 15 min or more.
     init = next(d for d in kubeadm_docs("ubuntu-2604") if d.get("kind") == "InitConfiguration")
     assert init["timeouts"] == {"controlPlaneComponentHealthCheck": f"{READY_TIMEOUT}s", "kubernetesAPICall": "600s"}
+
+
+def test_a_v1beta4_worker_join_waits_as_long_as_cluster_up():
+    # The two-node libvirt run's worker gave up at kubeadm's 5-minute discovery default while the master's
+    # kube-apiserver was starved; cluster-up itself would have waited cluster.ready_timeout.
+    join = join_docs("ubuntu-2604")[0]
+    assert join["timeouts"] == {"discovery": f"{READY_TIMEOUT}s", "tlsBootstrap": f"{READY_TIMEOUT}s",
+                                "kubeletHealthCheck": f"{READY_TIMEOUT}s", "kubernetesAPICall": "600s"}
+    assert "timeouts" not in join_docs("ubuntu-1604")[0]   # kubeadm 1.11's NodeConfiguration has no such map
+
+
+def test_a_join_timeout_kubeadm_does_not_know_is_refused(monkeypatch):
+    """Plant: a misspelt wait. cluster-up and validate hold the join configuration to kubeadm's field table."""
+    from k4w.derive import join_config
+    from k4w.infra.errors import K4wError
+    monkeypatch.setattr(kubeadm_timeouts, "JOIN_READINESS", {"discoveryTimeout": "planted"})
+    with pytest.raises(K4wError, match="discoveryTimeout"):
+        join_config.for_worker("ubuntu-2604", "192.0.2.1:6443", join_config.SAMPLE_TOKEN, join_config.SAMPLE_HASH, "w1",
+                               timeouts=kubeadm_timeouts.join(900))
+    with pytest.raises(K4wError, match="kubeadm join timeouts .discovery. need kubeadm.k8s.io/v1beta4; w1 speaks "
+                                       "kubeadm.k8s.io/v1alpha2"):
+        join_config.document(join_config.V1ALPHA2, "192.0.2.1:6443", "t", "h", "w1", None, timeouts={"discovery": "1s"})
