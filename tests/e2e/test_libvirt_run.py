@@ -33,6 +33,8 @@ def test_the_run_s_cluster_yml_is_a_libvirt_cluster_on_emulated_cpus_with_isolat
     assert (cfg.libvirt.accelerator, cfg.libvirt.management_forward) == ("tcg", "none")
     assert cfg.network.backend == "vxlan"
     assert [(n.name, n.role) for n in cfg.nodes] == [("master", "master"), ("worker", "worker")]
+    # kubeadm init's NumCPU preflight wants 2 on the master; a worker's 1 vCPU leaves the host's 2 cores to it.
+    assert [(n.cpus, n.memory) for n in cfg.nodes] == [(2, 3072), (1, 2048)]
     # The run's networks are its own: never a user's k4w networks on the same host.
     assert {cfg.libvirt.management_network, cfg.libvirt.cluster_network} == {"k4w-e2e-management", "k4w-e2e-cluster"}
     assert str(cfg.libvirt.management_cidr.network_address + 1) == libvirt_run.MANAGEMENT_HOST
