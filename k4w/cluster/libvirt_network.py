@@ -278,10 +278,17 @@ def network_up(cfg: Config, dry_run: bool = False) -> list[str]:
     return done
 
 
-def require(cfg: Config) -> None:
+def require(cfg: Config, virsh: Virsh | None = None, dry_run: bool = False) -> None:
     """cluster-up's first step on a libvirt host, as the cluster switch check is on Hyper-V: both networks
-    exist as cluster.yml says and are active, else a K4wError naming what to run. Changes nothing."""
-    virsh = Virsh(cfg.libvirt.uri)
+    exist as cluster.yml says and are active, else a K4wError naming what to run. The same reading of a
+    network as network-up's (state), so a network network-up would refuse is refused here too, before any VM
+    gets a NIC on it. Changes nothing; a dry run prints the queries and runs none."""
+    virsh = virsh or Virsh(cfg.libvirt.uri)
+    if dry_run:
+        proc.show(virsh.argv("net-list", "--all", "--name"))
+        for want in wanted(cfg):
+            proc.show(virsh.argv("net-dumpxml", "--inactive", want.name))
+        return
     for want in wanted(cfg):
         found = state(virsh, want)
         if not found.exists or not found.active:
@@ -294,3 +301,11 @@ def require(cfg: Config) -> None:
 def plan_lines(cfg: Config) -> list[str]:
     """`invoke plan`'s network-up lines: each network, its mode and the host's address on it."""
     return [f"network-up: libvirt network '{w.name}' ({w.role}, {cfg.libvirt.uri}): {w.describe()}" for w in wanted(cfg)]
+
+
+def nics_plan(cfg: Config) -> str:
+    """Where the plan's `vagrant up` line says each VM's two NICs are: both in the domain from its creation
+    (vagrant/Vagrantfile), so no host step attaches one as on Hyper-V."""
+    lv = cfg.libvirt
+    return (f"management NIC on libvirt network '{lv.management_network}', cluster NIC on '{lv.cluster_network}' "
+            "with its static MAC, both in the domain from creation; all machines at once (--parallel)")

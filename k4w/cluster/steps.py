@@ -34,7 +34,7 @@ from k4w.infra.redact import redact, register_secret
 from k4w.cluster import bootstrap_token
 from k4w.derive import control_plane, join_config
 from k4w.cluster import existing_api
-from . import libvirt
+from . import libvirt_network
 from .machines import ClusterInfo, Machine, VagrantDriver, mac_with, vm_id
 from .network import NOT_ELEVATED, cluster_nic_command, switch_check_script
 from .remote import RemoteError, RemoteExec, sh_env
@@ -96,8 +96,8 @@ class Context:
     record: object | None = None
     windows_objects: list = field(default_factory=list)   # what existing.step_apply creates there
     flannel: object | None = None   # the cluster's own Flannel DaemonSet (k4w.cluster.flannel_address)
-    # host.provider libvirt: runs the host's virsh (k4w.cluster.libvirt); ctx.host (PowerShell) is Hyper-V's.
-    virsh: libvirt.Virsh | None = None
+    # host.provider libvirt: the host's virsh (None: cluster.yml's libvirt.uri); ctx.host (PowerShell) is Hyper-V's.
+    virsh: libvirt_network.Virsh | None = None
 
     @property
     def rendered(self) -> Path:
@@ -296,10 +296,7 @@ def prepare_dirs(ctx: Context, m: Machine) -> None:
 def step_network(ctx: Context) -> None:
     """The cluster switch (Hyper-V), or both libvirt networks, must exist before any VM gets a NIC on it."""
     if ctx.cluster.on_libvirt:
-        problems = libvirt.network_problems(ctx.cluster.libvirt, ctx.virsh, ctx.dry_run)
-        if problems:
-            raise K4wError("; ".join(problems) + ": run `invoke network-up` first (it defines and starts the "
-                           "management and cluster networks)")
+        libvirt_network.require(ctx.cfg, ctx.virsh, ctx.dry_run)
         return
     code, output = ctx.host(switch_check_script(ctx.cfg))
     if code == SWITCH_MISSING:

@@ -15,7 +15,7 @@ from k4w.infra import proc, ui
 from k4w.infra import sources
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
-from . import libvirt, steps as S
+from . import steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell
 from .remote import DryRunRemote, VagrantRemote, sh_env
@@ -78,12 +78,10 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
         state = DryRunState.load(out, digest, config_changed_ok)
         remote = remote or DryRunRemote(_dry_answers(cluster))
         host = host or show_powershell
-        virsh = virsh or libvirt.show_virsh
     else:
         state = State.load(out, digest, config_changed_ok)
         remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
         host = host or run_powershell
-        virsh = virsh or libvirt.run_virsh
     clock = clock or S.Clock()
     return S.Context(cfg=model.config, proxy=model.proxy, join_timeouts=model.join_timeouts, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
                      state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts,

@@ -12,7 +12,7 @@ from k4w.infra import packer_hcl, ui
 from k4w.model import patch_level
 from k4w.bake import fetch, gate
 from k4w.infra import packer_cli
-from k4w.cluster import libvirt, libvirt_network
+from k4w.cluster import libvirt_network
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Profile
 
@@ -146,7 +146,7 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
     windows_chain = f" ({'; '.join(chains)})" if chains else ""
     windows_manifests = ("Windows node HostProcess DaemonSets" if any(identities.runs_hostprocess(p) for p in win_profiles.values())
                          else "Windows kube-proxy RBAC")
-    nics = (libvirt.nics_plan(cfg) if cfg.host.provider == "libvirt" else
+    nics = (libvirt_network.nics_plan(cfg) if cfg.host.provider == "libvirt" else
             f"management NIC on '{cfg.hyperv.management_switch}', cluster NIC on '{cfg.hyperv.cluster_switch}'")
     steps = [
         "\n   ".join(network_up_lines(cluster)),

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from k4w.cluster import up as up_mod
+from k4w.cluster import libvirt_network as lvnet, up as up_mod
 from k4w.cluster.machines import load_cluster, vagrant_env
 from k4w.derive.cluster_nic import cluster_nic_mac, mac_with
 from k4w.infra import proc
@@ -21,6 +21,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.vagrant import Vagrant
 from tests.cluster.conftest import libvirt_config, machines_of, render_to, run_up
 from tests.fakes.cluster_world import FakeClock, FakeWorld
+from tests.fakes.virsh import VirshOnPath
 
 NODES = ("master", "worker-linux", "worker-win")
 
@@ -33,11 +34,24 @@ def lv_render(tmp_path):
 
 
 @pytest.fixture
-def world(lv_render):
+def fake_virsh(tmp_path, monkeypatch):
+    return VirshOnPath(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def world(lv_render, fake_virsh):
+    """The fake world on a libvirt host whose networks `invoke network-up` made (the fake virsh process)."""
     cluster, out = lv_render
+    lvnet.network_up(cluster.config)
     w = FakeWorld(machines_of(out), provider="libvirt")
     w.cluster, w.out, w.clock = cluster, out, FakeClock()
+    w.virsh, w.fake_virsh = lvnet.Virsh(cluster.config.libvirt.uri), fake_virsh
     return w
+
+
+def virsh_queries(world) -> list[str]:
+    """What cluster-up asked virsh, without -c URI (network-up's own calls before it are left out)."""
+    return [" ".join(c[2:]) for c in world.fake_virsh.calls()]
 
 
 def state(world) -> dict:
@@ -78,9 +92,13 @@ def test_a_hyperv_cluster_json_reads_as_hyperv(tmp_path):
 
 
 def test_full_run_checks_both_networks_boots_all_at_once_and_runs_no_powershell(world, capsys):
+    before, made = len(world.fake_virsh.calls()), len(world.fake_virsh.changes())
     run_up(world)
     log = world.log
-    assert log[:2] == ["virsh: -c qemu:///system net-info k4w-management", "virsh: -c qemu:///system net-info k4w-cluster"]
+    asked = virsh_queries(world)[before:]
+    assert asked[0] == "net-list --all --name" and "net-dumpxml --inactive k4w-management" in asked
+    assert "net-dumpxml --inactive k4w-cluster" in asked
+    assert world.fake_virsh.changes()[made:] == [], "cluster-up changed a network"
     assert "vagrant up master worker-linux worker-win" in log
     assert not any(line.startswith("host:") for line in log), "Hyper-V's PowerShell ran on a libvirt host"
     macs = {m["name"]: m["cluster_mac"] for m in machines_of(world.out)}
@@ -94,16 +112,43 @@ def test_full_run_checks_both_networks_boots_all_at_once_and_runs_no_powershell(
     assert "/libvirt/" in world.id_file("master").as_posix()
 
 
-@pytest.mark.parametrize("networks, said", [
-    ({"k4w-management": True}, "the cluster network 'k4w-cluster' does not exist on qemu:///system"),
-    ({"k4w-management": True, "k4w-cluster": False}, "the cluster network 'k4w-cluster' exists on qemu:///system but is not active"),
-    ({"k4w-cluster": True}, "the management network 'k4w-management' does not exist"),
+def _edit_network(world, name: str, **state) -> None:
+    data = world.fake_virsh.state
+    if state.pop("gone", False):
+        del data["networks"][name]
+    data["networks"].get(name, {}).update(state)
+    world.fake_virsh.state = data
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"name": "k4w-cluster", "gone": True},
+     "the libvirt cluster network 'k4w-cluster' (libvirt.cluster_network) is not defined: run `invoke network-up` first"),
+    ({"name": "k4w-cluster", "active": False},
+     "the libvirt cluster network 'k4w-cluster' (libvirt.cluster_network) is not active: run `invoke network-up` first"),
+    ({"name": "k4w-management", "gone": True},
+     "the libvirt management network 'k4w-management' (libvirt.management_network) is not defined"),
 ])
-def test_a_missing_or_inactive_network_stops_before_any_vm_work(world, networks, said):
-    world.networks = networks
+def test_a_missing_or_inactive_network_stops_before_any_vm_work(world, edit, said):
+    _edit_network(world, **edit)
     with pytest.raises(K4wError) as err:
         run_up(world)
-    assert said in str(err.value) and "run `invoke network-up`" in str(err.value)
+    assert said in str(err.value)
+    assert not any(line.startswith("vagrant") for line in world.log)
+
+
+def test_a_network_that_differs_from_cluster_yml_stops_cluster_up_as_network_up_refuses_it(world):
+    """The same reading as network-up's: a cluster network with DHCP (edited by hand) would hand the VMs'
+    cluster NICs addresses of its own; cluster-up names it before any VM gets a NIC there."""
+    data = world.fake_virsh.state
+    xml = data["networks"]["k4w-cluster"]["xml"]
+    planted = xml.replace('netmask="255.255.255.0"/>', 'netmask="255.255.255.0"><dhcp><range start="192.168.250.100" '
+                                                            'end="192.168.250.200"/></dhcp></ip>')
+    assert planted != xml
+    data["networks"]["k4w-cluster"]["xml"] = planted
+    world.fake_virsh.state = data
+    with pytest.raises(K4wError, match="libvirt network 'k4w-cluster' .libvirt.cluster_network. exists but differs from "
+                                       "cluster.yml: .*DHCP"):
+        run_up(world)
     assert not any(line.startswith("vagrant") for line in world.log)
 
 
@@ -111,8 +156,7 @@ def test_second_run_reapplies_every_static_ip_and_attaches_nothing(world):
     run_up(world)
     world.log.clear()
     run_up(world)
-    assert world.log[:3] == ["virsh: -c qemu:///system net-info k4w-management",
-                             "virsh: -c qemu:///system net-info k4w-cluster", "vagrant status"]
+    assert world.log[0] == "vagrant status"
     assert sum("cluster-ip" in line and ("bash" in line or "& " in line) for line in world.log) == len(NODES)
     assert not any("vagrant up" in line or "kubeadm" in line or line.startswith("host:") for line in world.log)
 
@@ -149,8 +193,9 @@ def test_dry_run_prints_the_exact_commands_and_changes_nothing(lv_render, capsys
     cluster, out = lv_render
     up_mod.cluster_up(cluster, out, dry_run=True, validate=False, clock=FakeClock())
     printed = capsys.readouterr().out
-    assert "$ virsh -c qemu:///system net-info k4w-management" in printed
-    assert "$ virsh -c qemu:///system net-info k4w-cluster" in printed
+    assert "$ virsh -c qemu:///system net-list --all --name" in printed
+    assert "$ virsh -c qemu:///system net-dumpxml --inactive k4w-management" in printed
+    assert "$ virsh -c qemu:///system net-dumpxml --inactive k4w-cluster" in printed
     ups = [line for line in printed.splitlines() if " up --provider=" in line]
     assert len(ups) == 1 and ups[0].endswith(" vagrant up --provider=libvirt --parallel master worker-linux worker-win")
     assert "VAGRANT_DEFAULT_PROVIDER=libvirt " in ups[0]
@@ -166,7 +211,7 @@ def test_the_real_cli_dry_run_on_the_libvirt_example(tmp_path):
     result = invoke("cluster-up", "--config", str(ROOT / "examples" / "libvirt" / "cluster.yml"), "--out", str(out), "--dry-run")
     printed = result.stdout + result.stderr
     assert result.returncode == 0, printed
-    assert "virsh -c qemu:///system net-info k4w-cluster" in printed
+    assert "virsh -c qemu:///system net-dumpxml --inactive k4w-cluster" in printed
     assert re.search(r"vagrant up --provider=libvirt --parallel master worker-linux worker-win$", printed, re.M), printed
     assert not out.exists()
 
@@ -184,11 +229,10 @@ def test_the_driver_boots_libvirt_machines_in_one_parallel_vagrant_up(tmp_path, 
 
 def test_the_plan_names_the_libvirt_networks_not_hyperv_switches(lv_render):
     """The lines `invoke plan` prints for network-up and vagrant up (k4w/commands/plan.py) on libvirt."""
-    from k4w.cluster import libvirt
     from k4w.commands import plan
 
     cfg = lv_render[0].config
-    network_up, nics = "\n".join(plan.network_up_lines(lv_render[0])), libvirt.nics_plan(cfg)
+    network_up, nics = "\n".join(plan.network_up_lines(lv_render[0])), lvnet.nics_plan(cfg)
     assert "'k4w-management'" in network_up and "192.168.123.1/24" in network_up and "'k4w-cluster'" in network_up
     assert "192.168.250.1/24" in network_up and "no DHCP" in network_up
     assert "'k4w-management'" in nics and "'k4w-cluster'" in nics and "--parallel" in nics

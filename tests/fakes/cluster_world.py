@@ -48,8 +48,9 @@ class FakeWorld:
         self.vagrant = FakeVagrant(self)
         self.remote = FakeRemote(self)
         self.switch_exists = True
-        # libvirt: the networks virsh knows, {name: active?}; None: every network exists and is active.
-        self.networks: dict[str, bool] | None = None
+        # libvirt: the host's virsh (k4w.cluster.libvirt_network.Virsh), which a libvirt test points at the fake
+        # virsh process (tests/fakes/virsh.py); None on Hyper-V.
+        self.virsh = None
 
     def id_file(self, name: str) -> Path | None:
         """Where Vagrant keeps the machine's Hyper-V VM id (k4w.cluster.machines.vm_id), once tests set .out."""
@@ -76,16 +77,6 @@ class FakeWorld:
         self.log.append(f"host: {script}")
         failed = cluster_answers.check_failure(self.scenario, script)
         return failed if failed else (0, "")
-
-    def virsh(self, argv: list[str]) -> tuple[int, str]:
-        """The libvirt host's virsh (k4w.cluster.libvirt.Virsh): `net-info NAME` as virsh 9.0 answers it."""
-        self.log.append("virsh: " + " ".join(argv[1:]))
-        name = argv[-1]
-        if self.networks is not None and name not in self.networks:
-            return 1, (f"error: failed to get network '{name}'\n"
-                       f"error: Network not found: no network with matching name '{name}'")
-        active = "yes" if self.networks is None or self.networks[name] else "no"
-        return 0, f"Name:           {name}\nUUID:           00000000-0000-0000-0000-000000000000\nActive:         {active}\n"
 
     def commands(self) -> list[str]:
         return list(self.log)
