@@ -18,6 +18,9 @@ APT_PACKAGES=(
   # host.provider libvirt: `invoke validate` runs `vagrant validate` with the libvirt provider, which only
   # the plugin knows (k4w/validate/vagrant_rules.py); cluster-up checks the networks with virsh.
   vagrant-libvirt libvirt-clients
+  # The qemu sources boot UEFI from OVMF's files (k4w.infra.packer_cli.UEFI_FIRMWARE); the build preflight
+  # refuses a libvirt bake without them.
+  ovmf
   # scripts/build-tools: runc is cgo with libseccomp, linked statically like its release; pause is C.
   gcc libc6-dev libseccomp-dev pkg-config
 )

@@ -1,6 +1,7 @@
 """`invoke doctor` on a Linux host (host.provider libvirt): what the Hyper-V checks are on Windows.
 
-libvirt reachable, KVM usable (or TCG named with its cost), vagrant-libvirt, the QEMU tools, the storage
+libvirt reachable, KVM usable (or TCG named with its cost), vagrant-libvirt, the QEMU tools, the UEFI firmware
+and a CD tool for the bakes, the storage
 pool and its free space, and the two networks `invoke network-up` defines (the same comparison, from
 k4w.cluster.libvirt_network). Each check says what it found and the fix in one line. virsh output is read
 where it does not depend on the locale: `--name` lists and XML.
@@ -19,7 +20,7 @@ from lxml import etree
 
 from k4w.cluster import libvirt_network as lvnet
 from k4w.derive.cluster import Cluster
-from k4w.infra import proc
+from k4w.infra import packer_cli, proc
 from k4w.infra.errors import K4wError
 from k4w.infra.host import Check
 from k4w.infra.redact import redact
@@ -39,6 +40,10 @@ DEFAULT_DISK_GB = 20
 LIBVIRTD_FIX = ("start libvirtd (systemctl enable --now libvirtd; without systemd: virtlogd -d; libvirtd -d) and, as a user, "
                 "join its group: sudo usermod -aG libvirt $USER, then log in again")
 BOTH = ("build", "cluster")
+# vagrant-libvirt 0.11.2 defines this one pool itself when it is missing, in this folder, and refuses any other
+# missing pool (lib/vagrant-libvirt/action/handle_storage_pool.rb; the folder: util/storage_util.rb storage_pool_path).
+VAGRANT_LIBVIRT_POOL = "default"
+VAGRANT_LIBVIRT_POOL_PATH = "/var/lib/libvirt/images"
 
 
 def kvm_state(device: Path = KVM_DEVICE) -> tuple[bool, str]:
@@ -129,6 +134,19 @@ def qemu_checks() -> list[Check]:
     return checks
 
 
+def bake_checks() -> list[Check]:
+    """What Packer's qemu builds need beyond QEMU: the UEFI firmware every qemu source boots and a tool that
+    writes the setup CD (cd_files)."""
+    missing = [path for path in packer_cli.UEFI_FIRMWARE.values() if not Path(path).is_file()]
+    firmware = Check("UEFI firmware (OVMF)", not missing,
+                     f"missing: {', '.join(missing)}" if missing else ", ".join(packer_cli.UEFI_FIRMWARE.values()),
+                     packer_cli.UEFI_FIRMWARE_INSTALL, ("build",))
+    tool = packer_cli.iso_tool()
+    cd = Check("CD authoring tool (Packer cd_files)", bool(tool), tool or f"none of {', '.join(packer_cli.ISO_TOOLS)} on PATH",
+               "apt-get install -y xorriso", ("build",))
+    return [firmware, cd]
+
+
 def disk_need_gb(cluster: Cluster) -> tuple[int, str]:
     """What the VM disks can grow to in the pool, and how that was counted."""
     sizes = []
@@ -147,6 +165,9 @@ def pool_check(cluster: Cluster, virsh: lvnet.Virsh) -> list[Check]:
         active = {ln.strip() for ln in virsh.ok("pool-list", "--name").splitlines() if ln.strip()}
     except K4wError as exc:
         return [Check(name, False, f"not checked: {exc}", LIBVIRTD_FIX, ("cluster",))]
+    if pool not in pools and pool == VAGRANT_LIBVIRT_POOL:
+        return [Check(name, True, f"not defined yet: vagrant-libvirt defines '{pool}' in {VAGRANT_LIBVIRT_POOL_PATH} at the "
+                                  "first `vagrant up`", stages=("cluster",))]
     if pool not in pools:
         return [Check(name, False, f"does not exist at {uri} (pools: {', '.join(sorted(pools)) or 'none'})",
                       f"virsh -c {uri} pool-define-as {pool} dir --target /var/lib/libvirt/images; then pool-build, pool-start "
@@ -200,7 +221,7 @@ def checks(cluster: Cluster) -> list[Check]:
     """Every check of a libvirt host, in the order a user fixes them."""
     virsh = lvnet.Virsh(cluster.config.libvirt.uri)
     reach = reachable_check(virsh)
-    found = [reach, kvm_check(cluster, virsh, reach.ok), vagrant_libvirt_check(), *qemu_checks()]
+    found = [reach, kvm_check(cluster, virsh, reach.ok), vagrant_libvirt_check(), *qemu_checks(), *bake_checks()]
     if not reach.ok:
         skipped = "not checked: libvirt is not reachable (see above)"
         return [*found, Check(f"storage pool '{cluster.config.libvirt.storage_pool}'", False, skipped, LIBVIRTD_FIX, ("cluster",)),

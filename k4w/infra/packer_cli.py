@@ -32,6 +32,13 @@ POST_PROCESSOR_PLUGINS = {"vagrant": "github.com/hashicorp/vagrant"}
 # Packer's cd_files/cd_content look these up on PATH ("could not find a supported CD ISO
 # creation command (the supported commands are: xorriso, mkisofs, hdiutil, oscdimg)").
 ISO_TOOLS = ("xorriso", "mkisofs", "hdiutil", "oscdimg")
+# The UEFI firmware of every qemu source (the templates read it from here): OVMF as Debian 12's and Ubuntu's ovmf
+# package installs it (2022.11-6+deb12u2: /usr/share/OVMF); the 4M CODE file pairs with the 4M VARS template,
+# which packer-plugin-qemu copies per build (step_prepare_efivars.go at v1.0.9).
+UEFI_FIRMWARE = {"code": "/usr/share/OVMF/OVMF_CODE_4M.fd", "vars": "/usr/share/OVMF/OVMF_VARS_4M.fd"}
+UEFI_FIRMWARE_INSTALL = "apt-get install -y ovmf"
+# The qemu source's fields that name firmware files on the host (packer-plugin-qemu v1.0.9 builder/qemu/config.go).
+FIRMWARE_FIELDS = ("efi_firmware_code", "efi_firmware_vars", "firmware")
 # Where the Windows ADK "Deployment Tools" feature installs oscdimg.exe (not on PATH by default).
 ADK_OSCDIMG = Path(r"C:\Program Files (x86)\Windows Kits\10\Assessment and Deployment Kit\Deployment Tools\amd64\Oscdimg")
 
@@ -203,6 +210,14 @@ def template_needs(template: dict) -> tuple[set[str], bool]:
     return plugins, needs_cd
 
 
+def missing_firmware(templates: Iterable[dict]) -> list[str]:
+    """Each firmware file a template's qemu source names that this host lacks (Packer would stop only when the
+    VM starts, after the ISO download)."""
+    return sorted({f"{builder.get('name', 'qemu')}.{key} = {builder[key]}"
+                   for tpl in templates for builder in tpl.get("builders", []) if builder.get("type") == "qemu"
+                   for key in FIRMWARE_FIELDS if builder.get(key) and not Path(builder[key]).is_file()})
+
+
 def iso_tool() -> str | None:
     for tool in ISO_TOOLS:
         if shutil.which(tool):
@@ -252,6 +267,9 @@ def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> li
                 f" Install it with: packer plugins install {source}{' ' + pinned if pinned else ''}"
                 f" (or packer init OUT/packer/<box>.pkr.hcl; on Linux bash scripts/setup.sh builds the pinned {name} plugin)"
             )
+    if missing := missing_firmware(templates):
+        problems.append(f"the UEFI firmware the qemu builds boot is not on this host ({'; '.join(missing)}). "
+                        f"Install it with: {UEFI_FIRMWARE_INSTALL}")
     if needs_cd and not iso_tool():
         hint = ""
         if ADK_OSCDIMG.joinpath("oscdimg.exe").exists():

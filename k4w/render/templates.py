@@ -17,7 +17,7 @@ import jinja2
 from k4w.derive import cluster_nic, control_plane, identities, node_marks, winrm_scope
 from k4w.derive.cluster import Cluster
 from k4w.derive.step_env import secret_env_name, step_env
-from k4w.infra import packer_hcl, pinned_tools
+from k4w.infra import packer_cli, packer_hcl, pinned_tools
 from k4w.infra.errors import K4wError
 from k4w.media import build_media, iso
 from k4w.model import kubeadm_timeouts, profiles
@@ -279,7 +279,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     cfg = cluster.config
     templates = cluster.sources.templates
     env = environment(templates)
-    base = {"cfg": cfg, "emulated_cpu": control_plane.qemu_cpu(), "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
+    base = {"cfg": cfg, "emulated_cpu": control_plane.qemu_cpu(), "uefi_firmware": packer_cli.UEFI_FIRMWARE, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
             "windows_nanoserver_image": cluster.windows_nanoserver_image,
             "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout),

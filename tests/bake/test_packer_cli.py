@@ -80,6 +80,20 @@ def test_cd_files_needs_an_iso_authoring_tool(fake_packer, monkeypatch):
     assert packer_preflight([{"builders": [{"type": "hyperv-iso"}]}]) == []  # no CD, no tool needed
 
 
+def test_a_qemu_source_whose_uefi_firmware_is_missing_is_refused_before_the_build(fake_packer, tmp_path):
+    """Packer's qemu builder finds a missing efi_firmware_code only when it starts the VM, after the ISO's
+    download; the preflight names the file and the package."""
+    code, vars_ = tmp_path / "OVMF_CODE_4M.fd", tmp_path / "OVMF_VARS_4M.fd"
+    qemu = {"builders": [{"type": "qemu", "name": "ubuntu-2604", "efi_firmware_code": str(code),
+                          "efi_firmware_vars": str(vars_)}]}
+    assert packer_preflight([qemu]) == [
+        f"the UEFI firmware the qemu builds boot is not on this host (ubuntu-2604.efi_firmware_code = {code}; "
+        f"ubuntu-2604.efi_firmware_vars = {vars_}). Install it with: apt-get install -y ovmf"]
+    code.write_bytes(b"x")
+    vars_.write_bytes(b"x")
+    assert packer_preflight([qemu]) == []
+
+
 def test_without_templates_doctor_gets_the_hyperv_box_needs(fake_packer, monkeypatch):
     monkeypatch.setenv("FAKE_PACKER_PLUGINS", "")
     problems = packer_preflight()

@@ -133,14 +133,39 @@ def test_storage_pool_free_space_is_held_to_what_the_vm_disks_can_grow_to(virsh)
     assert not space.ok and space.stages == () and space.detail.startswith("100 GiB free")   # a warning: the disks are thin
 
 
-@pytest.mark.parametrize("pools, detail, fix", [
-    ({}, "does not exist at qemu:///system (pools: none)", "virsh -c qemu:///system pool-define-as default dir"),
-    ({"default": {"active": False, "capacity": 1, "available": 1}}, "defined but inactive", "virsh -c qemu:///system pool-start default"),
+@pytest.mark.parametrize("pool, pools, detail, fix", [
+    ("images", {}, "does not exist at qemu:///system (pools: none)", "virsh -c qemu:///system pool-define-as images dir"),
+    ("default", {"default": {"active": False, "capacity": 1, "available": 1}}, "defined but inactive",
+     "virsh -c qemu:///system pool-start default"),
 ])
-def test_a_missing_or_inactive_pool_fails_with_the_virsh_that_fixes_it(virsh, pools, detail, fix):
+def test_a_missing_or_inactive_pool_fails_with_the_virsh_that_fixes_it(virsh, pool, pools, detail, fix):
     virsh.state = {"pools": pools}
-    [check] = doctor_libvirt.pool_check(libvirt_cluster(), lvnet.Virsh("qemu:///system"))
+    [check] = doctor_libvirt.pool_check(libvirt_cluster(**{"libvirt.storage_pool": pool}), lvnet.Virsh("qemu:///system"))
     assert (check.ok, check.stages, check.detail) == (False, ("cluster",), detail) and check.fix.startswith(fix)
+
+
+def test_a_missing_default_pool_passes_because_vagrant_libvirt_defines_it(virsh):
+    """vagrant-libvirt 0.11.2 defines the pool 'default' at the first `vagrant up` (handle_storage_pool.rb), as on
+    this project's host, where the first libvirt cluster-up made it; any other missing pool it refuses."""
+    virsh.state = {"pools": {}}
+    [check] = doctor_libvirt.pool_check(libvirt_cluster(), lvnet.Virsh("qemu:///system"))
+    assert check.ok and check.detail == ("not defined yet: vagrant-libvirt defines 'default' in /var/lib/libvirt/images "
+                                         "at the first `vagrant up`")
+
+
+def test_the_bakes_firmware_and_cd_tool_are_checked_with_their_packages(monkeypatch, tmp_path):
+    from k4w.infra import packer_cli
+    monkeypatch.setattr(packer_cli, "UEFI_FIRMWARE", {"code": str(tmp_path / "CODE.fd"), "vars": str(tmp_path / "VARS.fd")})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    firmware, cd = doctor_libvirt.bake_checks()
+    assert (firmware.ok, firmware.fix, firmware.stages) == (False, "apt-get install -y ovmf", ("build",))
+    assert firmware.detail == f"missing: {tmp_path / 'CODE.fd'}, {tmp_path / 'VARS.fd'}"
+    assert (cd.ok, cd.fix) == (False, "apt-get install -y xorriso")
+    (tmp_path / "CODE.fd").write_bytes(b"x")
+    (tmp_path / "VARS.fd").write_bytes(b"x")
+    (tmp_path / "xorriso").write_text("#!/bin/sh\n")
+    (tmp_path / "xorriso").chmod(0o755)
+    assert [c.ok for c in doctor_libvirt.bake_checks()] == [True, True]
 
 
 # ------------------------------------------------------------------ the networks
@@ -189,7 +214,8 @@ def test_a_libvirt_host_gets_libvirt_checks_and_no_hyperv_ones(virsh, tmp_path, 
     fake_vagrant(tmp_path, "vagrant-libvirt (0.11.2, system)\\n")
     monkeypatch.setattr(doctor, "tool_checks", lambda out: [])
     names = [c.name for c in doctor.run(libvirt_cluster(), tmp_path / "out")]
-    assert {"libvirt (qemu:///system)", "KVM", "vagrant-libvirt plugin", "qemu-img", "storage pool 'default'",
+    assert {"libvirt (qemu:///system)", "KVM", "vagrant-libvirt plugin", "qemu-img", "UEFI firmware (OVMF)",
+            "CD authoring tool (Packer cd_files)", "storage pool 'default'",
             "management network 'k4w-management'", "cluster network 'k4w-cluster'"} <= set(names)
     assert not [n for n in names if "Hyper-V" in n or "switch" in n or "firewall" in n or "Administrator" in n]
 
