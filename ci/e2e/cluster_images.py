@@ -186,6 +186,17 @@ def _which(program: str) -> Path:
     return Path(found)
 
 
+def require_host_programs() -> None:
+    """Every host program the cluster images carry, before the run's first phase: a missing one found only
+    when the images are built costs the whole bake first (a fresh host's libvirt run stopped there after 17
+    minutes for want of conntrack)."""
+    missing = [program for program in HOST_PACKAGES if not shutil.which(program, path=SBIN)]
+    if missing:
+        raise E2EError(f"{', '.join(missing)} not installed on this host; the cluster images need "
+                       f"{'it' if len(missing) == 1 else 'them'}: sudo apt-get install "
+                       + " ".join(sorted({HOST_PACKAGES[p] for p in missing})))
+
+
 def libraries(binary: Path) -> list[str]:
     """The shared libraries (and the loader) binary loads, as the paths ldd resolves; none when static."""
     done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=60, check=False)

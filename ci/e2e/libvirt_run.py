@@ -184,6 +184,19 @@ def virsh(*args: str, timeout: float = 60) -> str:
     return done.stdout
 
 
+def require_host() -> None:
+    """libvirtd answers and Vagrant has the libvirt provider, checked in the run's first phase rather than
+    after the bake."""
+    try:
+        virsh("uri", timeout=120)
+    except (E2EError, proc.TimedOut) as exc:
+        raise E2EError(f"libvirtd does not answer at qemu:///system ({exc}); start it (systemctl start libvirtd, or "
+                       "without systemd: virtlogd -d; virtlockd -d; libvirtd -d)") from None
+    plugins = proc.run(["vagrant", "plugin", "list"], timeout=120)
+    if "vagrant-libvirt" not in plugins.stdout:
+        raise E2EError("vagrant has no libvirt provider (`vagrant plugin list`): sudo apt-get install vagrant-libvirt")
+
+
 def domain_uuids(cluster: str, nodes) -> dict[str, str]:
     """{domain name: UUID} of the cluster's domains that exist (the Vagrantfile names them <cluster.name>-<node>)."""
     wanted = {f"{cluster}-{n[0]}" for n in nodes}

@@ -60,7 +60,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, report, rerun, squid
+from . import base_image, cluster_file, cluster_images, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, report, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -316,6 +316,10 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("tools", BUDGETS["tools"]):
         _require_tools()
+        if result.cluster is not None or result.libvirt is not None:
+            cluster_images.require_host_programs()
+        if result.libvirt is not None:
+            libvirt_run.require_host()
 
     with phases.phase("base image", BUDGETS["base image"]) as ph:
         image = base_image.ensure(_base_image_folder(out, base_images), ph, log, recipe_of(profile))

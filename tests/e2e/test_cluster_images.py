@@ -336,3 +336,16 @@ def test_cluster_is_refused_on_the_docker_era_box():
     res = invoke("e2e", "--cluster", "--dry-run")
     assert res.returncode != 0
     assert "--cluster runs on the containerd era's boxes only: --box ubuntu-2404-e2e or ubuntu-2604-e2e (not debian-12-e2e)" in res.stdout + res.stderr
+
+
+def test_a_host_without_the_images_programs_is_named_before_the_run_starts(tmp_path, monkeypatch):
+    """A fresh host's libvirt run stopped after its 17-minute bake for want of conntrack; the tools phase now
+    names every missing program and its package first."""
+    from ci.e2e import cluster_images as images
+    (tmp_path / "busybox").write_text("#!/bin/sh\n")
+    (tmp_path / "busybox").chmod(0o755)
+    monkeypatch.setattr(images, "SBIN", str(tmp_path))
+    with pytest.raises(E2EError) as caught:
+        images.require_host_programs()
+    assert str(caught.value) == (f"{images.XTABLES_MULTI}, conntrack not installed on this host; the cluster images "
+                                 "need them: sudo apt-get install conntrack iptables")

@@ -94,3 +94,12 @@ def test_every_command_the_run_types_is_one_the_task_accepts():
         options = {a[2:] for a in argv[2:] if a.startswith("--")}
         body = getattr(tasks, task.replace("-", "_")).body
         assert options <= set(inspect.signature(body).parameters), (task, options)
+
+
+def test_a_host_whose_libvirtd_is_down_is_named_before_the_bake(monkeypatch):
+    def down(*args, **kw):
+        raise libvirt_run.E2EError("virsh uri: error: failed to connect to the hypervisor")
+    monkeypatch.setattr(libvirt_run, "virsh", down)
+    with pytest.raises(libvirt_run.E2EError, match=r"libvirtd does not answer at qemu:///system \(virsh uri: error: failed "
+                                                   r"to connect to the hypervisor\); start it"):
+        libvirt_run.require_host()
