@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -246,14 +247,54 @@ def _test_results(out: Path) -> dict[str, str]:
     return found
 
 
+# What a failed run keeps of each Linux guest before its VM goes: the kubelet's view, the containers and the
+# control plane's own last lines (the third run's kubeadm init gave up waiting for kube-apiserver, and the
+# VMs were gone before anyone could ask why). Read-only; each command bounded; never fails the teardown.
+GUEST_DIAGNOSTICS = ("uptime; free -m; df -h /; timeout 60 crictl ps -a; "
+                     "journalctl -u kubelet -u containerd --no-pager -n 300; "
+                     "for c in $(timeout 60 crictl ps -a -q --name 'kube-apiserver|etcd|kube-controller-manager|kube-scheduler'); "
+                     "do echo \"== crictl logs $c\"; timeout 60 crictl logs --tail 100 $c; done")
+DIAGNOSTICS_TIMEOUT_S = 600
+
+
+def collect_diagnostics(out: Path, box_dirs: Path, log: Log) -> list[Path]:
+    """Each Linux node's GUEST_DIAGNOSTICS into OUT/logs/diagnostics-<node>.log, through the cluster's own
+    Vagrant environment (`vagrant ssh`, as cluster-up reaches the node)."""
+    from k4w.cluster.machines import cluster_vagrant, load_cluster
+    from k4w.cluster.remote import VagrantRemote
+
+    written = []
+    vagrant = cluster_vagrant(out, proc.Runner())
+    vagrant.env.update({k: v for k, v in command_env(out, box_dirs).items() if k in ("VAGRANT_HOME", "K4W_BOX_DIRS")})
+    remote = VagrantRemote(vagrant, timeout=DIAGNOSTICS_TIMEOUT_S)
+    for machine in load_cluster(out).machines:
+        if machine.is_windows:
+            continue
+        path = out / "logs" / f"diagnostics-{machine.name}.log"
+        try:
+            text = remote.run(machine, f"sudo sh -c {shlex.quote(GUEST_DIAGNOSTICS + ' 2>&1')} || true")
+        except Exception as exc:  # noqa: BLE001 - a node that does not answer is itself the finding
+            text = f"could not reach {machine.name}: {exc}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        log.write(f"diagnostics of {machine.name}: {path}\n")
+        written.append(path)
+    return written
+
+
 def down_after_failure(report: LibvirtReport, clusters: list[tuple[Path, Path]], box_dirs: Path, log: Log) -> None:
     """On a failed run, each cluster's own `invoke cluster-down` (its domains go, the networks stay), so the
-    next run starts clean and no emulated VM keeps the cores busy. --keep leaves them for a look."""
+    next run starts clean and no emulated VM keeps the cores busy; first each node's diagnostics
+    (collect_diagnostics), since the VMs take their logs with them. --keep leaves them for a look."""
     if report.ok:
         return
     for config, out in clusters:
         if not config.is_file() or not (out / "vagrant" / "cluster.json").is_file():
             continue
+        try:
+            collect_diagnostics(out, box_dirs, log)
+        except Exception as exc:  # noqa: BLE001 - the teardown must still run
+            log.write(f"diagnostics of {out} not collected: {exc}\n")
         argv = invoke_argv("cluster-down", config, out)
         env = command_env(out, box_dirs)
         log.write(f"$ {' '.join(argv)}   # the run failed: its VMs go\n")

@@ -4,6 +4,7 @@ naming its exit code and log."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -103,3 +104,26 @@ def test_a_host_whose_libvirtd_is_down_is_named_before_the_bake(monkeypatch):
     with pytest.raises(libvirt_run.E2EError, match=r"libvirtd does not answer at qemu:///system \(virsh uri: error: failed "
                                                    r"to connect to the hypervisor\); start it"):
         libvirt_run.require_host()
+
+
+def test_a_failed_run_keeps_each_linux_nodes_diagnostics_before_its_vm_goes(tmp_path, monkeypatch):
+    """The third real run's kubeadm init gave up waiting for kube-apiserver and cluster-down took the logs
+    with the VMs: now each node's kubelet journal and control-plane logs are read first, over `vagrant ssh`."""
+    from tests.cluster.conftest import libvirt_config, render_to
+
+    out = tmp_path / "out"
+    render_to(out, libvirt_config(**{"cluster.name": "k4wdiag"}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "vagrant").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho \"kubelet journal of $2\"\n")
+    (bin_dir / "vagrant").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    log = Log(tmp_path / "e2e.log", lambda _: None)
+    written = libvirt_run.collect_diagnostics(out, E2E_BOXES, log)
+    linux = [m["name"] for m in json.loads((out / "vagrant" / "cluster.json").read_text())["machines"]
+             if not m["name"].startswith("worker-win")]
+    assert [p.name for p in written] == [f"diagnostics-{n}.log" for n in linux]
+    assert all(f"kubelet journal of {n}" in (out / "logs" / f"diagnostics-{n}.log").read_text() for n in linux)
+    ssh = calls.read_text().splitlines()
+    assert len(ssh) == len(linux) and all(line.startswith("ssh ") and "journalctl -u kubelet" in line for line in ssh)
