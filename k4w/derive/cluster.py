@@ -163,7 +163,7 @@ class Cluster:
     @property
     def join_timeouts(self) -> dict[str, str]:
         """JoinConfiguration.timeouts of every worker whose kubeadm speaks v1beta4 (k4w.model.kubeadm_timeouts)."""
-        return kubeadm_timeouts.join(self.config.cluster.ready_timeout)
+        return kubeadm_timeouts.join(self.config.cluster.ready_timeout, self.emulated_cpu)
 
     def profile(self, box: str) -> Profile:
         try:

@@ -282,7 +282,7 @@ def render_files(cluster: Cluster, out: Path, secrets_for=None) -> dict[str, str
     base = {"cfg": cfg, "emulated_cpu": control_plane.qemu_cpu(), "uefi_firmware": packer_cli.UEFI_FIRMWARE, "net": cluster.network, "proxy": cluster.proxy, "kube": cluster.kube,
             "windows_demo_image": cluster.windows_demo_image,
             "windows_nanoserver_image": cluster.windows_nanoserver_image,
-            "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout),
+            "kubeadm_timeouts": kubeadm_timeouts.rendered(cfg.cluster.ready_timeout, emulated_cpu=cluster.emulated_cpu),
             # None unless the master runs on an emulated CPU (k4w.derive.control_plane).
             "control_plane": cluster.control_plane,
             "marks": node_marks,

@@ -103,3 +103,13 @@ def test_a_join_timeout_kubeadm_does_not_know_is_refused(monkeypatch):
     with pytest.raises(K4wError, match="kubeadm join timeouts .discovery. need kubeadm.k8s.io/v1beta4; w1 speaks "
                                        "kubeadm.k8s.io/v1alpha2"):
         join_config.document(join_config.V1ALPHA2, "192.0.2.1:6443", "t", "h", "w1", None, timeouts={"discovery": "1s"})
+
+
+def test_on_an_emulated_cpu_the_first_api_answer_waits_as_long_as_cluster_up():
+    """The third two-node libvirt run's kubeadm init gave up after the 600 s bound while ready_timeout was 2400 s:
+    on tcg (only) kubernetesAPICall follows ready_timeout, never below its bound."""
+    assert kubeadm_timeouts.rendered(READY_TIMEOUT, emulated_cpu=True) == {
+        "controlPlaneComponentHealthCheck": f"{READY_TIMEOUT}s", "kubernetesAPICall": f"{READY_TIMEOUT}s"}
+    assert kubeadm_timeouts.rendered(300, emulated_cpu=True)["kubernetesAPICall"] == "600s"
+    assert kubeadm_timeouts.join(READY_TIMEOUT, emulated_cpu=True)["kubernetesAPICall"] == f"{READY_TIMEOUT}s"
+    assert kubeadm_timeouts.rendered(READY_TIMEOUT)["kubernetesAPICall"] == "600s"

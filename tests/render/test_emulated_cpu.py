@@ -88,6 +88,11 @@ def test_tcg_only_adds_the_patches_folder_and_the_extra_args(tmp_path, modern):
     render_to(tmp_path / "tcg", on_host(modern, "libvirt", "tcg"))
     before = (tmp_path / "hyperv" / "kubeadm" / "kubeadm-config.yaml").read_text().splitlines(keepends=True)
     after = (tmp_path / "tcg" / "kubeadm" / "kubeadm-config.yaml").read_text().splitlines(keepends=True)
+    # One value changes: the first API answer waits as long as cluster-up (k4w/model/kubeadm_timeouts.py).
+    ready = max(600, config_mod.parse(yaml.safe_dump(modern), "test.yml").cluster.ready_timeout)
+    wait = [i for i, line in enumerate(after) if '"kubernetesAPICall"' in line]
+    assert [after[i] for i in wait] == [f'  "kubernetesAPICall": "{ready}s"\n']
+    after[wait[0]] = '  "kubernetesAPICall": "600s"\n'
     opcodes = difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
     assert {op for op, *_ in opcodes} == {"equal", "insert"}
     inserted = [line for op, _, _, j1, j2 in opcodes if op == "insert" for line in after[j1:j2]]
