@@ -37,6 +37,8 @@ from pathlib import Path
 import yaml
 
 from k4w import render
+from k4w.cluster import libvirt_network as lvnet
+from k4w.commands import doctor_libvirt
 from k4w.derive.cluster import Cluster
 from k4w.infra import pinned_tools, proc
 from k4w.model import config as config_mod
@@ -44,6 +46,8 @@ from . import cluster_images, registry
 from .phases import E2EError, Log, Phase, Phases
 
 PROVIDER = "libvirt"
+# The run leaves libvirt.uri at its default, so the run's own virsh calls go where cluster-up's do.
+LIBVIRT_URI = config_mod.Libvirt.model_fields["uri"].default
 # Where `invoke` finds tasks.py: the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The CI box whose guest has netplan (real Ubuntu 26.04), so cluster-up's own cluster-ip.sh gives the
@@ -179,7 +183,7 @@ def cluster_yml(*, name: str, nodes, box: str, registry: dict, existing: Path | 
 
 
 def virsh(*args: str, timeout: float = 60) -> str:
-    done = proc.run(["virsh", "-c", "qemu:///system", *args], timeout=timeout)
+    done = proc.run(["virsh", "-c", LIBVIRT_URI, *args], timeout=timeout)
     if done.returncode != 0:
         raise E2EError(f"virsh {' '.join(args)}: {done.stdout}{done.stderr}".strip())
     return done.stdout
@@ -187,15 +191,11 @@ def virsh(*args: str, timeout: float = 60) -> str:
 
 def require_host() -> None:
     """libvirtd answers and Vagrant has the libvirt provider, checked in the run's first phase rather than
-    after the bake."""
-    try:
-        virsh("uri", timeout=120)
-    except (E2EError, proc.TimedOut) as exc:
-        raise E2EError(f"libvirtd does not answer at qemu:///system ({exc}); start it (systemctl start libvirtd, or "
-                       "without systemd: virtlogd -d; virtlockd -d; libvirtd -d)") from None
-    plugins = proc.run(["vagrant", "plugin", "list"], timeout=120)
-    if "vagrant-libvirt" not in plugins.stdout:
-        raise E2EError("vagrant has no libvirt provider (`vagrant plugin list`): sudo apt-get install vagrant-libvirt")
+    after the bake, by the same checks `invoke doctor` makes."""
+    failed = [check for check in (doctor_libvirt.reachable_check(lvnet.Virsh(LIBVIRT_URI)),
+                                  doctor_libvirt.vagrant_libvirt_check()) if not check.ok]
+    if failed:
+        raise E2EError("; ".join(f"{check.name}: {check.detail} (fix: {check.fix})" for check in failed))
 
 
 def domain_uuids(cluster: str, nodes) -> dict[str, str]:
@@ -247,13 +247,14 @@ def _test_results(out: Path) -> dict[str, str]:
     return found
 
 
-# What a failed run keeps of each Linux guest before its VM goes: the kubelet's view, the containers and the
-# control plane's own last lines (the third run's kubeadm init gave up waiting for kube-apiserver, and the
-# VMs were gone before anyone could ask why). Read-only; each command bounded; never fails the teardown.
-GUEST_DIAGNOSTICS = ("uptime; free -m; df -h /; timeout 60 crictl ps -a; "
+# What a failed run keeps of each Linux guest before its VM goes: the kubelet's view, the addresses, and the last
+# lines of every container's log (the third run's kubeadm init gave up waiting for kube-apiserver, and the VMs
+# were gone before anyone could ask why). The boxes have no crictl (k4w installs none on Linux), so the logs
+# are read where the kubelet writes them: /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log
+# (the kubelet's CRI log layout). Read-only, bounded as a whole by DIAGNOSTICS_TIMEOUT_S, never fails the teardown.
+GUEST_DIAGNOSTICS = ("uptime; free -m; df -h /; ip -br addr; ip route; ls -l /run/flannel /etc/cni/net.d; "
                      "journalctl -u kubelet -u containerd --no-pager -n 300; "
-                     "for c in $(timeout 60 crictl ps -a -q --name 'kube-apiserver|etcd|kube-controller-manager|kube-scheduler'); "
-                     "do echo \"== crictl logs $c\"; timeout 60 crictl logs --tail 100 $c; done")
+                     "for f in /var/log/pods/*/*/*.log; do echo \"== $f\"; tail -n 60 \"$f\"; done")
 DIAGNOSTICS_TIMEOUT_S = 600
 
 

@@ -97,13 +97,19 @@ def test_every_command_the_run_types_is_one_the_task_accepts():
         assert options <= set(inspect.signature(body).parameters), (task, options)
 
 
-def test_a_host_whose_libvirtd_is_down_is_named_before_the_bake(monkeypatch):
-    def down(*args, **kw):
-        raise libvirt_run.E2EError("virsh uri: error: failed to connect to the hypervisor")
-    monkeypatch.setattr(libvirt_run, "virsh", down)
-    with pytest.raises(libvirt_run.E2EError, match=r"libvirtd does not answer at qemu:///system \(virsh uri: error: failed "
-                                                   r"to connect to the hypervisor\); start it"):
+def test_a_host_whose_libvirtd_is_down_is_named_before_the_bake(tmp_path, monkeypatch):
+    """The run's first phase says what doctor says: libvirtd not answering, and its fix, before a bake starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "virsh").write_text("#!/bin/sh\necho 'error: failed to connect to the hypervisor' >&2\nexit 1\n")
+    (bin_dir / "vagrant").write_text("#!/bin/sh\necho 'vagrant-libvirt (0.11.2, system)'\n")
+    for tool in ("virsh", "vagrant"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(libvirt_run.E2EError, match=r"^libvirt \(qemu:///system\): virsh -c qemu:///system version: error: "
+                                                   r"failed to connect to the hypervisor \(fix: start libvirtd") as raised:
         libvirt_run.require_host()
+    assert "vagrant-libvirt" not in str(raised.value)
 
 
 def test_a_failed_run_keeps_each_linux_nodes_diagnostics_before_its_vm_goes(tmp_path, monkeypatch):
