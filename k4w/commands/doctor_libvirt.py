@@ -143,7 +143,7 @@ def bake_checks() -> list[Check]:
                      packer_cli.UEFI_FIRMWARE_INSTALL, ("build",))
     tool = packer_cli.iso_tool()
     cd = Check("CD authoring tool (Packer cd_files)", bool(tool), tool or f"none of {', '.join(packer_cli.ISO_TOOLS)} on PATH",
-               "apt-get install -y xorriso", ("build",))
+               packer_cli.ISO_TOOL_INSTALL, ("build",))
     return [firmware, cd]
 
 

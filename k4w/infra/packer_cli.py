@@ -32,6 +32,8 @@ POST_PROCESSOR_PLUGINS = {"vagrant": "github.com/hashicorp/vagrant"}
 # Packer's cd_files/cd_content look these up on PATH ("could not find a supported CD ISO
 # creation command (the supported commands are: xorriso, mkisofs, hdiutil, oscdimg)").
 ISO_TOOLS = ("xorriso", "mkisofs", "hdiutil", "oscdimg")
+# The first of them, as Debian/Ubuntu install it (the preflight and doctor give this fix).
+ISO_TOOL_INSTALL = "apt-get install -y xorriso"
 # The UEFI firmware of every qemu source (the templates read it from here): OVMF as Debian 12's and Ubuntu's ovmf
 # package installs it (2022.11-6+deb12u2: /usr/share/OVMF); the 4M CODE file pairs with the 4M VARS template,
 # which packer-plugin-qemu copies per build (step_prepare_efivars.go at v1.0.9).
@@ -278,7 +280,7 @@ def packer_preflight(templates: Iterable[dict] = (), packer: str = PACKER) -> li
             "Packer's cd_files needs an ISO authoring tool on PATH (one of: "
             + ", ".join(ISO_TOOLS)
             + "). On Windows install the Windows ADK 'Deployment Tools' feature and add its Oscdimg folder"
-            " to PATH; on Debian/Ubuntu: apt-get install -y xorriso."
+            f" to PATH; on Debian/Ubuntu: {ISO_TOOL_INSTALL}."
             + hint
         )
     return problems
