@@ -178,11 +178,16 @@ def check_names(names: list[str]) -> dict[str, dict]:
 # ------------------------------------------------------------------ files
 
 
+def _not_installed(missing: list[str]) -> E2EError:
+    return E2EError(f"{', '.join(missing)} not installed on this host; the cluster images need "
+                    f"{'it' if len(missing) == 1 else 'them'}: sudo apt-get install "
+                    + " ".join(sorted({HOST_PACKAGES.get(p, p) for p in missing})))
+
+
 def _which(program: str) -> Path:
     found = shutil.which(program, path=SBIN)
     if not found:
-        package = HOST_PACKAGES.get(program, program)
-        raise E2EError(f"{program} is not installed on this host; the cluster images need it: sudo apt-get install {package}")
+        raise _not_installed([program])
     return Path(found)
 
 
@@ -190,11 +195,8 @@ def require_host_programs() -> None:
     """Every host program the cluster images carry, before the run's first phase: a missing one found only
     when the images are built costs the whole bake first (a fresh host's libvirt run stopped there after 17
     minutes for want of conntrack)."""
-    missing = [program for program in HOST_PACKAGES if not shutil.which(program, path=SBIN)]
-    if missing:
-        raise E2EError(f"{', '.join(missing)} not installed on this host; the cluster images need "
-                       f"{'it' if len(missing) == 1 else 'them'}: sudo apt-get install "
-                       + " ".join(sorted({HOST_PACKAGES[p] for p in missing})))
+    if missing := [program for program in HOST_PACKAGES if not shutil.which(program, path=SBIN)]:
+        raise _not_installed(missing)
 
 
 def libraries(binary: Path) -> list[str]:
