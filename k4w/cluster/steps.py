@@ -449,7 +449,8 @@ def step_cluster_ip(ctx: Context) -> None:
             ctx.remote.run(m, f"& {escape.ps(WINRM_SCOPE_SCRIPT)}")
         else:
             script = upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "cluster" / "cluster-ip.sh")
-            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length, K4W_CLUSTER_MAC=mac_with(mac, ":"))
+            env = sh_env(K4W_NODE_IP=m.ip, K4W_PREFIX_LENGTH=ctx.cluster.prefix_length, K4W_CLUSTER_MAC=mac_with(mac, ":"),
+                         K4W_SERVICE_CIDR=ctx.cfg.network.service_cidr)
             ctx.remote.run(m, f"sudo {env} bash {script}")
 
 

@@ -259,7 +259,8 @@ def _cluster_ip_sandbox(tmp_path, backend: str, nics: dict[str, str] = NICS, mac
 
     def run():
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "K4W_ROOT": str(root), "K4W_NODE_IP": "192.168.251.11",
-               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5", "K4W_CLUSTER_MAC": mac}
+               "K4W_PREFIX_LENGTH": "24", "K4W_TIMEOUT_SECONDS": "5", "K4W_CLUSTER_MAC": mac,
+               "K4W_SERVICE_CIDR": "10.96.0.0/12"}
         return subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-ip.sh")], env=env,
                               capture_output=True, text=True, timeout=60)
 
@@ -273,7 +274,7 @@ def test_cluster_ip_on_a_netplan_guest_writes_a_private_netplan_file_for_the_sec
     config = root / "etc" / "netplan" / "60-k4w-cluster.yaml"
     assert yaml.safe_load(config.read_text()) == {"network": {"version": 2, "ethernets": {
         "k4w-cluster": {"match": {"macaddress": CLUSTER_MAC}, "dhcp4": False, "dhcp6": False,
-                        "addresses": ["192.168.251.11/24"]}}}}
+                        "addresses": ["192.168.251.11/24"], "routes": [{"to": "10.96.0.0/12", "scope": "link"}]}}}}
     assert config.stat().st_mode & 0o777 == 0o600
     assert "192.168.251.11/24 is up on eth1" in first.stdout
     assert (root / "calls").read_text().count("netplan apply") == 1
@@ -310,6 +311,29 @@ def test_cluster_ip_waits_for_a_cluster_nic_the_host_has_just_hot_added(tmp_path
     assert "192.168.251.11/24 is up on eth1" in result.stdout and "sleep 1" in (root / "calls").read_text()
 
 
+@pytest.mark.parametrize("backend", ["netplan", "ifupdown"])
+def test_cluster_ip_routes_the_service_range_through_the_cluster_nic_on_every_run(tmp_path, backend):
+    """The fourth libvirt run: its management network had no gateway, so no route covered 10.96.0.1 and
+    flanneld's first API call failed with "network is unreachable". Every run (re)installs the route, as
+    it re-applies the address."""
+    root, run = _cluster_ip_sandbox(tmp_path, backend)
+    for _ in range(2):
+        result = run()
+        assert result.returncode == 0, result.stderr
+        assert "with the Service range 10.96.0.0/12 routed through it" in result.stdout
+    assert (root / "calls").read_text().count("ip route replace 10.96.0.0/12 dev eth1 scope link") == 2
+
+
+def test_cluster_ip_refuses_to_run_without_the_service_range(tmp_path):
+    root, _ = _cluster_ip_sandbox(tmp_path, "netplan")
+    result = subprocess.run(["bash", str(ROOT / "guest" / "ubuntu" / "cluster" / "cluster-ip.sh")],
+                            env={"PATH": "/usr/bin:/bin", "K4W_NODE_IP": "192.168.251.11", "K4W_PREFIX_LENGTH": "24",
+                                 "K4W_CLUSTER_MAC": CLUSTER_MAC, "K4W_ROOT": str(root)},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "K4W_SERVICE_CIDR (network.service_cidr" in result.stderr
+    assert not (root / "etc" / "netplan" / "60-k4w-cluster.yaml").exists()
+
+
 def test_cluster_ip_fails_naming_the_mac_when_no_nic_has_it(tmp_path):
     root, run = _cluster_ip_sandbox(tmp_path, "netplan", mac="02:00:00:00:00:99")
     result = run()
@@ -324,6 +348,7 @@ def test_cluster_ip_without_netplan_keeps_ifupdown(tmp_path):
     assert result.returncode == 0, result.stderr
     text = (root / "etc" / "network" / "interfaces.d" / "k4w-cluster.cfg").read_text()
     assert "iface eth1 inet static" in text and "netmask 255.255.255.0" in text
+    assert "up ip route replace 10.96.0.0/12 dev eth1 scope link" in text
     assert "ifup eth1" in (root / "calls").read_text() and "netplan" not in (root / "calls").read_text()
     # Again: an unchanged file is neither rewritten nor taken down and up.
     second = run()

@@ -48,7 +48,7 @@ def test_full_run_order(world):
         r"^host: switch check",
         r"^vagrant up master worker-linux worker-win",
         *CLUSTER_NIC_RUNS,
-        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh",
+        r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c K4W_SERVICE_CIDR=10.96.0.0/12 bash /tmp/k4w/cluster-ip.sh",
         r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 .*cluster-ip.sh",
         r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'",
         r"^master: sudo env K4W_PROXY_FILE=/tmp/k4w/proxy.env bash /tmp/k4w/cluster-proxy.sh",
@@ -90,8 +90,8 @@ def test_full_run_order(world):
 
 
 CLUSTER_IP_RUNS = [
-    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c bash /tmp/k4w/cluster-ip.sh$",
-    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:72:4f:2b:9a:2a bash /tmp/k4w/cluster-ip.sh$",
+    r"^master: sudo env K4W_NODE_IP=192.168.250.10 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:ef:07:a4:ad:4c K4W_SERVICE_CIDR=10.96.0.0/12 bash /tmp/k4w/cluster-ip.sh$",
+    r"^worker-linux: sudo env K4W_NODE_IP=192.168.250.11 K4W_PREFIX_LENGTH=24 K4W_CLUSTER_MAC=02:72:4f:2b:9a:2a K4W_SERVICE_CIDR=10.96.0.0/12 bash /tmp/k4w/cluster-ip.sh$",
     r"^worker-win: & 'C:\\k4w\\cluster-ip.ps1' -IPAddress '192.168.250.21' -PrefixLength 24 -MacAddress '02-C6-03-E6-8A-BF'$",
 ]
 

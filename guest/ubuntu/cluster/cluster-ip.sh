@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Give the cluster NIC its static address, idempotently: with netplan where the guest has it
 # (Ubuntu 24.04; /etc/netplan), else with ifupdown (Ubuntu 16.04, which predates netplan).
-# Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH, K4W_CLUSTER_MAC.
+# Run by cluster-up as root. Input: K4W_NODE_IP, K4W_PREFIX_LENGTH, K4W_CLUSTER_MAC, K4W_SERVICE_CIDR.
 # K4W_ROOT (default empty) is an offline sandbox for tests, as in guest/ubuntu/lib.sh: the files
 # and /sys are taken under it, and the commands are whatever PATH holds.
 # The cluster NIC is the interface whose MAC is K4W_CLUSTER_MAC, the static MAC cluster-up gave it
 # on the host (host/cluster-nic.ps1): never a name like eth1 or "the NIC without the default route",
 # which change with probe order and with a NIC that was missing or re-added. No gateway is
 # configured on it: outbound traffic keeps using the management NIC.
+# One route is: the Service range (network.service_cidr), on-link through the cluster NIC. A ClusterIP
+# is no address on any wire: kube-proxy's DNAT rewrites it after the kernel has routed the packet, so
+# a host process (the kubelet, a hostNetwork pod such as flanneld reaching 10.96.0.1) needs some route
+# to the range or its connect() fails with "network is unreachable". The management NIC's default
+# route gave one by chance, and a management network without a gateway (libvirt
+# management_forward: none) gives none: the fourth libvirt run's flanneld exited on exactly that. With
+# the route, node-to-Service traffic leaves from the node's own InternalIP whatever the management
+# network offers.
 set -euo pipefail
 trap 'echo "cluster-ip.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 
 : "${K4W_NODE_IP:?K4W_NODE_IP (the cluster IP of this node) must be set}"
 : "${K4W_PREFIX_LENGTH:?K4W_PREFIX_LENGTH (network.node_cidr prefix length) must be set}"
 : "${K4W_CLUSTER_MAC:?K4W_CLUSTER_MAC (the cluster NIC MAC address, aa:bb:cc:dd:ee:ff) must be set}"
+: "${K4W_SERVICE_CIDR:?K4W_SERVICE_CIDR (network.service_cidr, a.b.c.d/n) must be set}"
 CLUSTER_MAC="$(printf '%s' "$K4W_CLUSTER_MAC" | tr 'A-F' 'a-f')"   # sysfs and netplan write it in lower case
 TIMEOUT_SECONDS="${K4W_TIMEOUT_SECONDS:-60}"
 ROOT="${K4W_ROOT:-}"
@@ -76,6 +85,10 @@ network:
       dhcp6: false
       addresses:
         - $K4W_NODE_IP/$K4W_PREFIX_LENGTH
+      routes:
+        # netplan refuses a route without via unless its scope is link (doc/netplan-yaml.md, routes).
+        - to: \"$K4W_SERVICE_CIDR\"
+          scope: link
 "
 else
   # ifupdown (16.04) matches no MAC: the stanza names the interface found by MAC above, and is
@@ -86,6 +99,7 @@ auto $nic
 iface $nic inet static
     address $K4W_NODE_IP
     netmask $(netmask_of "$K4W_PREFIX_LENGTH")
+    up ip route replace $K4W_SERVICE_CIDR dev $nic scope link
 "
   if ! grep -q '^source /etc/network/interfaces.d/\*' "$ROOT/etc/network/interfaces"; then
     echo "cluster-ip.sh: /etc/network/interfaces does not source interfaces.d/*, so $CONFIG would be ignored" >&2
@@ -118,6 +132,9 @@ if ! has_address; then
   echo "cluster-ip.sh: re-applied $K4W_NODE_IP/$K4W_PREFIX_LENGTH on $nic"
 fi
 
+# The Service route as well, for the same reasons as the address (idempotent: replace).
+ip route replace "$K4W_SERVICE_CIDR" dev "$nic" scope link
+
 deadline=$((SECONDS + TIMEOUT_SECONDS))
 until has_address && ! ip -4 -o addr show dev "$nic" | grep -q tentative; do
   if [ "$SECONDS" -ge "$deadline" ]; then
@@ -126,4 +143,4 @@ until has_address && ! ip -4 -o addr show dev "$nic" | grep -q tentative; do
   fi
   sleep 1
 done
-echo "cluster-ip.sh: $K4W_NODE_IP/$K4W_PREFIX_LENGTH is up on $nic"
+echo "cluster-ip.sh: $K4W_NODE_IP/$K4W_PREFIX_LENGTH is up on $nic, with the Service range $K4W_SERVICE_CIDR routed through it"
