@@ -670,8 +670,8 @@ def step_ready(ctx: Context) -> None:
 
 # The add-ons kubeadm creates (cmd/kubeadm/app/phases/addons: the CoreDNS Deployment and the kube-proxy
 # DaemonSet, both in kube-system, names fixed by kubeadm in both eras); Flannel's are read from its manifest.
-KUBEADM_ROLLOUTS = (("CoreDNS", "kube-system", "deployment", "coredns"),
-                    ("kube-proxy", "kube-system", "daemonset", "kube-proxy"))
+KUBE_PROXY_ROLLOUT = ("kube-proxy", "kube-system", "daemonset", "kube-proxy")
+COREDNS_ROLLOUT = ("CoreDNS", "kube-system", "deployment", "coredns")
 TIMED_OUT = 124   # coreutils timeout's exit code when the command ran out of time (timeout(1))
 
 
@@ -693,12 +693,16 @@ def _daemonsets(manifest: Path, what: str) -> list[tuple[str, str, str, str]]:
 
 
 def rollouts(out: Path) -> list[tuple[str, str, str, str]]:
-    """(what, namespace, kind, name) of every rollout cluster-up waits for: CoreDNS, kube-proxy, each
-    Flannel DaemonSet of OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28)
-    and each Windows node DaemonSet of OUT/manifests/windows-<recipe>/ (the containerd era's
-    HostProcess flanneld and kube-proxy: a Windows node is Ready only with them, but Ready comes first)."""
+    """(what, namespace, kind, name) of every rollout cluster-up waits for, each after the ones it needs, so
+    the first that fails is the cause rather than its symptom: kube-proxy; each Flannel DaemonSet of
+    OUT/manifests/kube-flannel.yaml (kube-system in v0.11, kube-flannel in v0.28), whose flanneld reaches the
+    API server through the kubernetes Service that kube-proxy programs; CoreDNS, whose pod sandboxes need
+    flanneld's /run/flannel/subnet.env (the flannel CNI plugin reads it); then each Windows node DaemonSet of
+    OUT/manifests/windows-<recipe>/ (the containerd era's HostProcess flanneld and kube-proxy: a Windows node
+    is Ready only with them, but Ready comes first). The fourth libvirt run's flanneld crash-looped and
+    cluster-up named only CoreDNS."""
     manifests = Path(out) / "manifests"
-    found = [*KUBEADM_ROLLOUTS, *_daemonsets(manifests / "kube-flannel.yaml", "Flannel")]
+    found = [KUBE_PROXY_ROLLOUT, *_daemonsets(manifests / "kube-flannel.yaml", "Flannel"), COREDNS_ROLLOUT]
     for manifest in sorted(manifests.glob("windows-*/*.yaml")):
         found += _daemonsets(manifest, "Windows node")
     return found

@@ -69,9 +69,9 @@ def test_full_run_order(world):
         r"^worker-win: upload kubeadm-join.yaml C:\\k4w\\kubeadm-join.yaml",
         r"^worker-win: & 'C:\\k4w\\cluster-join.ps1' -ConfigFile 'C:\\k4w\\kubeadm-join.yaml' -NodeName 'worker-win'",
         r"^master: kubectl get nodes -o json",
-        r"^master: timeout 900 kubectl -n kube-system rollout status deployment/coredns$",
         r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-proxy$",
         r"^master: timeout 900 kubectl -n kube-system rollout status daemonset/kube-flannel-ds-amd64$",
+        r"^master: timeout 900 kubectl -n kube-system rollout status deployment/coredns$",
         # The demo's Nano Server volume check runs anew on every cluster-up (a Pod's spec is immutable).
         r"^master: kubectl delete pod win-nanoserver-volumes --ignore-not-found",
         r"^master: kubectl apply -f /tmp/k4w/manifests/demo-win-webserver.yaml",
@@ -440,6 +440,23 @@ def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch
     from k4w.cluster.steps import rollouts
 
     assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in rollouts(out)
+
+
+def test_each_rollout_is_waited_for_after_the_ones_it_needs_so_the_first_failure_names_the_cause(tmp_path, monkeypatch):
+    """flanneld reaches the API through the Service kube-proxy programs, and CoreDNS's sandboxes need
+    flanneld's subnet.env: a crash-looping flanneld must fail cluster-up as Flannel, not as CoreDNS."""
+    from k4w.infra import sources
+    from tests.cluster.conftest import render_to
+    from tests.helpers import MODERN_BOXES, modern_config
+
+    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
+    out = tmp_path / "build"
+    render_to(out, modern_config())
+    from k4w.cluster.steps import rollouts
+
+    order = [(namespace, name) for _, namespace, _, name in rollouts(out)]
+    assert order[:3] == [("kube-system", "kube-proxy"), ("kube-flannel", "kube-flannel-ds"), ("kube-system", "coredns")]
+    assert {namespace for namespace, _ in order[3:]} == {"k4w-windows-node"} and len(order) == 5
 
 
 # ------------------------------------------------------------------ VMs replaced outside cluster-up
