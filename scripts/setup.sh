@@ -15,6 +15,8 @@ APT_PACKAGES=(
   vagrant shellcheck debconf-utils cloud-init ruby
   qemu-system-x86 qemu-utils debootstrap squid busybox openssl wimtools
   python3-venv git ca-certificates openssh-client e2fsprogs tar coreutils gnupg
+  # tests/sshd.py: the shared ssh connections of a libvirt cluster (k4w.infra.ssh_mux) run against a real sshd.
+  openssh-server
   # host.provider libvirt: `invoke validate` runs `vagrant validate` with the libvirt provider, which only
   # the plugin knows (k4w/validate/vagrant_rules.py); cluster-up checks the networks with virsh.
   vagrant-libvirt libvirt-clients

@@ -260,14 +260,13 @@ DIAGNOSTICS_TIMEOUT_S = 600
 
 def collect_diagnostics(out: Path, box_dirs: Path, log: Log) -> list[Path]:
     """Each Linux node's GUEST_DIAGNOSTICS into OUT/logs/diagnostics-<node>.log, through the cluster's own
-    Vagrant environment (`vagrant ssh`, as cluster-up reaches the node)."""
-    from k4w.cluster.machines import cluster_vagrant, load_cluster
-    from k4w.cluster.remote import VagrantRemote
+    Vagrant environment and the remote cluster-up reaches the node with."""
+    from k4w.cluster.machines import load_cluster
+    from k4w.cluster.remote import cluster_remote
 
     written = []
-    vagrant = cluster_vagrant(out, proc.Runner())
-    vagrant.env.update({k: v for k, v in command_env(out, box_dirs).items() if k in ("VAGRANT_HOME", "K4W_BOX_DIRS")})
-    remote = VagrantRemote(vagrant, timeout=DIAGNOSTICS_TIMEOUT_S)
+    remote = cluster_remote(out, timeout=DIAGNOSTICS_TIMEOUT_S)
+    remote.vagrant.env.update({k: v for k, v in command_env(out, box_dirs).items() if k in ("VAGRANT_HOME", "K4W_BOX_DIRS")})
     for machine in load_cluster(out).machines:
         if machine.is_windows:
             continue

@@ -7,21 +7,26 @@ last 20 lines of output (stdout and stderr). Only stdout is ever parsed: Vagrant
 notices on stderr ("A new version of Vagrant is available", plugin warnings), and so do sudo,
 ssh ("Warning: Permanently added ...") and kubectl; mixed into a kubeconfig or a JSON answer
 they would corrupt it. RemoteExec.upload copies a file or folder to the guest (`vagrant upload`).
+
+On a Linux host (host.provider libvirt) a Linux guest's commands go through plain `ssh` with Vagrant's own
+ssh-config, over one shared connection per guest (k4w.infra.ssh_mux), instead of a `vagrant ssh` each: the
+same user, key and login shell, without Vagrant's start per command.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from k4w.infra import proc, ui
+from k4w.infra import files, proc, ui
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
+from k4w.infra.ssh_mux import Mux
 from k4w.infra.vagrant import Vagrant
-from .machines import Machine
+from .machines import Machine, cluster_vagrant, load_cluster
 
 TAIL_LINES = proc.TAIL_LINES
 # `vagrant winrm` exits 1 for any failure; the wrapper prints the real exit code on this marker.
@@ -61,14 +66,40 @@ class VagrantRemote:
 
     vagrant: Vagrant
     timeout: float = 3600
+    # Linux guests' commands over shared ssh connections (a Linux host); None: one `vagrant ssh` each.
+    mux: Mux | None = None
+    _ssh_configs: dict[str, Path] = field(default_factory=dict)
 
     def _call(self, argv: list[str], stdin: str = "") -> tuple[int, str, str]:
         """(exit code, stdout, stderr) of one vagrant command."""
+        return self._exec(lambda: self.vagrant.call(*argv, timeout=self.timeout, input=stdin))
+
+    def _exec(self, start) -> tuple[int, str, str]:
         try:
-            result = self.vagrant.call(*argv, timeout=self.timeout, input=stdin)
+            result = start()
         except proc.TimedOut as exc:
             return 124, "", f"timed out after {self.timeout:.0f} s\n{exc.output}"
         return result.returncode, result.stdout or "", result.stderr or ""
+
+    def _ssh_config(self, machine: Machine) -> Path:
+        """Vagrant's ssh-config of the machine, asked once per process (a running machine keeps its address
+        and key) and kept in the mux's private folder."""
+        if machine.name not in self._ssh_configs:
+            code, stdout, stderr = self._call(["ssh-config", machine.name])
+            if code != 0:
+                raise RemoteError(machine.name, f"vagrant ssh-config {machine.name}", code, stdout + stderr)
+            path = self.mux.folder / f"{machine.name}.ssh-config"
+            files.write_file(path, stdout, mode=0o600)
+            self._ssh_configs[machine.name] = path
+        return self._ssh_configs[machine.name]
+
+    def _ssh(self, machine: Machine, command: str, stdin: str) -> tuple[int, str, str]:
+        if self.mux is None:
+            return self._call(["ssh", machine.name, "--no-tty", "--command", command], stdin)
+        # As `vagrant ssh -c` runs it: in the login shell config.ssh.shell names, "bash -l" by default
+        # (hashicorp/vagrant v2.3.4 (986a0173) lib/vagrant/action/builtin/ssh_run.rb; plugins/kernel_v2/config/ssh.rb).
+        argv = [*self.mux.ssh(self._ssh_config(machine), machine.name), "-T", f"bash -l -c {shlex.quote(command)}"]
+        return self._exec(lambda: proc.run(argv, timeout=self.timeout, input=stdin))
 
     def run(self, machine: Machine, command: str, stdin: str = "") -> str:
         """stdin reaches a Linux command's standard input (for secrets: never on a command line,
@@ -85,7 +116,7 @@ class VagrantRemote:
                 code = int(found[-1])
                 stdout = _EXIT_LINE.sub("", stdout).rstrip() + "\n"
         else:
-            code, stdout, stderr = self._call(["ssh", machine.name, "--no-tty", "--command", command], stdin)
+            code, stdout, stderr = self._ssh(machine, command, stdin)
         if code != 0:
             raise RemoteError(machine.name, command, code, stdout + stderr)
         return stdout
@@ -95,6 +126,13 @@ class VagrantRemote:
         code, stdout, stderr = self._call(argv)
         if code != 0:
             raise RemoteError(machine.name, shlex.join(argv), code, stdout + stderr)
+
+
+def cluster_remote(out: Path, timeout: float = 3600, runner: proc.Runner | None = None) -> VagrantRemote:
+    """The cluster's remote: its Vagrant environment, and on a libvirt cluster (a Linux host) shared ssh
+    connections to its Linux guests."""
+    vagrant = cluster_vagrant(out, runner or proc.Runner())
+    return VagrantRemote(vagrant, timeout=timeout, mux=Mux() if load_cluster(out).on_libvirt else None)
 
 
 class DryRunRemote:

@@ -86,7 +86,7 @@ class Context:
     proxy: Proxy  # the resolved model's (k4w.derive.cluster.Cluster.proxy), what each node gets
     join_timeouts: dict  # the model's (Cluster.join_timeouts): every worker's kubeadm JoinConfiguration.timeouts
     dry_run: bool = False
-    poll_seconds: float = 5.0
+    poll_seconds: float = control_plane.POLL_SECONDS
     started: float = 0.0
     timings: dict = field(default_factory=dict)
     artifacts: Path | None = None   # where the rendered files are read: a dry run's scratch render, else out

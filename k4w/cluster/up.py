@@ -18,7 +18,7 @@ from k4w.infra.errors import K4wError
 from . import steps as S
 from .machines import cluster_vagrant, load_cluster
 from .network import run_powershell, show_powershell
-from .remote import DryRunRemote, VagrantRemote, sh_env
+from .remote import DryRunRemote, cluster_remote, sh_env
 from .state import State
 
 # Steps that survive cluster-reset: the VMs, their cluster NICs and the NICs' addresses stay.
@@ -64,7 +64,7 @@ def _dry_answers(cluster) -> dict[str, str]:
 
 
 def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=None, host=None, clock=None,
-                 virsh=None, poll_seconds: float = 5.0, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
+                 virsh=None, poll_seconds: float | None = None, artifacts: Path | None = None, config_changed_ok: bool = False) -> S.Context:
     """model: the resolved cluster.yml (its config and proxy). artifacts: where the rendered files are
     read; OUT itself unless a dry run passes a scratch copy of its in-memory render
     (k4w.outdir.swap.scratch_copy), so that it writes nothing under OUT."""
@@ -80,11 +80,11 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
         host = host or show_powershell
     else:
         state = State.load(out, digest, config_changed_ok)
-        remote = remote or VagrantRemote(cluster_vagrant(out, proc.Runner()))
+        remote = remote or cluster_remote(out)
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=model.config, proxy=model.proxy, join_timeouts=model.join_timeouts, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
-                     state=state, dry_run=dry_run, poll_seconds=poll_seconds, started=clock.now(), artifacts=artifacts,
+                     state=state, dry_run=dry_run, poll_seconds=poll_seconds or model.poll_seconds, started=clock.now(), artifacts=artifacts,
                      virsh=virsh)
 
 

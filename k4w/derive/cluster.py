@@ -155,6 +155,11 @@ class Cluster:
         return control_plane_mod.emulated_cpu(self.config)
 
     @property
+    def poll_seconds(self) -> float:
+        """How often cluster-up's waits check the cluster (k4w.derive.control_plane POLL_SECONDS)."""
+        return control_plane_mod.EMULATED_POLL_SECONDS if self.emulated_cpu else control_plane_mod.POLL_SECONDS
+
+    @property
     def control_plane(self) -> control_plane_mod.Scaling | None:
         """How the master's kubeadm config scales the control plane to an emulated CPU; None on a real one
         (k4w.derive.control_plane). Refuses a master box whose kubeadm API cannot carry it."""

@@ -92,6 +92,14 @@ PATCH_NAME = re.compile(rf"^(?P<target>{'|'.join(map(re.escape, PATCH_TARGETS))}
                         rf"(?:\+(?P<type>{'|'.join(PATCH_TYPES)}))?\.(?P<extension>json|yaml)$")
 
 
+# Seconds between two checks of one of cluster-up's waits (a node Ready, a rollout done). On an emulated CPU a
+# check is dear: one `kubectl get nodes -o json` on the master took 1.7 s of the guest's CPU (the sixth libvirt
+# run), so every 5 s it would take a third of a control plane that is already short of CPU; the waits there last
+# minutes, and 30 s more to notice the end is cheap beside them.
+POLL_SECONDS = 5.0
+EMULATED_POLL_SECONDS = 30.0
+
+
 def emulated_cpu(cfg: Config) -> bool:
     """Whether the cluster's VMs run on an emulated CPU (QEMU's TCG), where the control plane is scaled."""
     return cfg.host.provider == "libvirt" and cfg.libvirt.accelerator == "tcg"

@@ -30,6 +30,8 @@ INSTALL = {
     "git": "apt-get install -y git",
     "gpg": "apt-get install -y gnupg",
     "ssh": "apt-get install -y openssh-client",
+    # tests/sshd.py: the real sshd the shared ssh connections (k4w.infra.ssh_mux) are tested against.
+    "sshd": "apt-get install -y openssh-server",
     "tar": "apt-get install -y tar",
     "chroot": "apt-get install -y coreutils",
     "mkfs.ext4": "apt-get install -y e2fsprogs",

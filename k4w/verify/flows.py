@@ -28,6 +28,7 @@ from k4w.model.config import Config
 from k4w.infra.errors import K4wError
 from k4w.infra.proc import Runner
 from k4w.infra.redact import redact
+from k4w.infra.ssh_mux import Mux
 from k4w.infra.vagrant import Vagrant
 from . import discovery, records, report, specrun, throwaway
 
@@ -194,8 +195,10 @@ def test_ssh_target(cfg: Config, box: str, host: str, port: int, user: str, key_
 # ------------------------------------------------------------------ cluster-test
 
 
-def _node_hosts(cluster, vagrant: Vagrant, folder: Path) -> tuple[dict, Path]:
-    """{machine name: testinfra URL} for every node, and the ssh-config file the Linux URLs need."""
+def _node_hosts(cluster, vagrant: Vagrant, folder: Path, mux: Mux | None = None) -> tuple[dict, Path]:
+    """{machine name: testinfra URL} for every node, and the ssh-config file the Linux URLs need. With a mux
+    (a libvirt cluster) the file also names its socket folder: testinfra already asks ssh for ControlMaster
+    and ControlPersist but gives no ControlPath, and without one every check opens a connection of its own."""
     urls: dict[str, str] = {}
     ssh_config = folder / "ssh-config"
     linux = [m.name for m in cluster.machines if not m.is_windows]
@@ -203,7 +206,7 @@ def _node_hosts(cluster, vagrant: Vagrant, folder: Path) -> tuple[dict, Path]:
         text = vagrant.ssh_config(linux)
         hosts = {m: f"ssh://{m}" for m in linux} if vagrant.dry_run else {h.alias: h.url() for h in discovery.parse_ssh_config(text)}
         if not vagrant.dry_run:
-            outfiles.write_file(ssh_config, text)
+            outfiles.write_file(ssh_config, text + ("\n" + mux.config_block() if mux else ""))
         urls.update(hosts)
     for machine in (m for m in cluster.machines if m.is_windows):
         text = vagrant.winrm_config(machine.name)
@@ -229,7 +232,8 @@ def cluster_test(model: Cluster, out: Path, dry_run: bool = False) -> dict[str, 
     unknown = [n.name for n in cfg.nodes if n.name not in {m.name for m in cluster.machines}]
     if unknown:
         raise K4wError(f"nodes {', '.join(unknown)} are not in {out / 'vagrant' / 'cluster.json'}: run `invoke render`")
-    urls, ssh_config = _node_hosts(cluster, vagrant, folder)
+    mux = Mux() if cluster.on_libvirt else None
+    urls, ssh_config = _node_hosts(cluster, vagrant, folder, mux)
 
     requests = []
     for box in cfg.boxes():

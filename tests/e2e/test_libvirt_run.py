@@ -14,7 +14,7 @@ import pytest
 
 from ci.e2e import libvirt_run, run as e2e_run
 from ci.e2e.phases import E2EError, Log, Phases
-from k4w.infra import sources
+from k4w.infra import proc, sources
 from k4w.model import config
 
 E2E_BOXES = Path(libvirt_run.__file__).resolve().parent / "boxes"
@@ -114,22 +114,30 @@ def test_a_host_whose_libvirtd_is_down_is_named_before_the_bake(tmp_path, monkey
 
 def test_a_failed_run_keeps_each_linux_nodes_diagnostics_before_its_vm_goes(tmp_path, monkeypatch):
     """The third real run's kubeadm init gave up waiting for kube-apiserver and cluster-down took the logs
-    with the VMs: now each node's kubelet journal and control-plane logs are read first, over `vagrant ssh`."""
+    with the VMs: now each node's kubelet journal and control-plane logs are read first, through the remote
+    cluster-up itself uses (on libvirt: shared ssh connections, tests/infra/test_ssh_mux.py)."""
+    from k4w.cluster import remote as remote_mod
     from tests.cluster.conftest import libvirt_config, render_to
 
     out = tmp_path / "out"
     render_to(out, libvirt_config(**{"cluster.name": "k4wdiag"}))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    (bin_dir / "vagrant").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho \"kubelet journal of $2\"\n")
-    (bin_dir / "vagrant").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    commands = []
+
+    class Remote:
+        vagrant = remote_mod.cluster_vagrant(out, proc.Runner())
+
+        def run(self, machine, command, stdin=""):
+            commands.append((machine.name, command))
+            return f"kubelet journal of {machine.name}\n"
+
+    made = []
+    monkeypatch.setattr(remote_mod, "cluster_remote", lambda out, timeout: made.append(timeout) or Remote())
     log = Log(tmp_path / "e2e.log", lambda _: None)
     written = libvirt_run.collect_diagnostics(out, E2E_BOXES, log)
     linux = [m["name"] for m in json.loads((out / "vagrant" / "cluster.json").read_text())["machines"]
              if not m["name"].startswith("worker-win")]
     assert [p.name for p in written] == [f"diagnostics-{n}.log" for n in linux]
     assert all(f"kubelet journal of {n}" in (out / "logs" / f"diagnostics-{n}.log").read_text() for n in linux)
-    ssh = calls.read_text().splitlines()
-    assert len(ssh) == len(linux) and all(line.startswith("ssh ") and "journalctl -u kubelet" in line for line in ssh)
+    assert [name for name, _ in commands] == linux and all("journalctl -u kubelet" in c for _, c in commands)
+    assert made == [libvirt_run.DIAGNOSTICS_TIMEOUT_S]
+    assert Remote.vagrant.env["VAGRANT_HOME"] == str(libvirt_run.vagrant_home(out))
