@@ -7,6 +7,7 @@ tests check that failures are recorded and reported, and that the VM is destroye
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,28 @@ def test_dry_runs_print_commands_and_change_nothing(built, capsys):
     assert "--hosts=ssh://default" in printed and "--k4w-stage=node" in printed
     assert "vagrant:vagrant" not in printed
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_cluster_test_on_libvirt_gives_testinfra_one_shared_connection_per_node(tmp_path, fake_vagrant, built):
+    """testinfra asks ssh for ControlMaster but names no ControlPath, so every check of a libvirt cluster's
+    node (about 15 s each under TCG, the fifth run) opened its own connection; the ssh-config cluster-test
+    writes there names a socket folder for every host, as the real ssh reads it (`ssh -G`)."""
+    import subprocess
+
+    from tests.cluster.conftest import libvirt_config, render_to
+
+    out = tmp_path / "libvirt-out"
+    model = render_to(out, libvirt_config())
+    with pytest.raises(K4wError, match="did not pass"):
+        flows.cluster_test(model, out)
+    linux = [n.name for n in model.config.nodes if not model.profile(n.box).is_windows]
+    for name in linux:
+        seen = subprocess.run(["ssh", "-G", "-F", str(out / "cluster-test" / "ssh-config"), name],
+                              capture_output=True, text=True, check=True).stdout
+        assert "\ncontrolmaster auto\n" in seen and re.search(r"^controlpath /\S*/k4w-ssh-\w+/", seen, re.M), seen
+    _, hyperv_out = built
+    with pytest.raises(K4wError, match="did not pass"):
+        flows.cluster_test(built[0], hyperv_out)
+    seen = subprocess.run(["ssh", "-G", "-F", str(hyperv_out / "cluster-test" / "ssh-config"), "master"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "\ncontrolpath" not in seen   # Windows hosts' OpenSSH: one connection per check, as before
