@@ -182,13 +182,6 @@ def cluster_yml(*, name: str, nodes, box: str, registry: dict, existing: Path | 
     return "# k4w end-to-end run on libvirt (ci/e2e/libvirt_run.py)\n" + yaml.safe_dump(document, sort_keys=False)
 
 
-def virsh(*args: str, timeout: float = 60) -> str:
-    done = proc.run(["virsh", "-c", LIBVIRT_URI, *args], timeout=timeout)
-    if done.returncode != 0:
-        raise E2EError(f"virsh {' '.join(args)}: {done.stdout}{done.stderr}".strip())
-    return done.stdout
-
-
 def require_host() -> None:
     """libvirtd answers and Vagrant has the libvirt provider, checked in the run's first phase rather than
     after the bake, by the same checks `invoke doctor` makes."""
@@ -201,7 +194,8 @@ def require_host() -> None:
 def domain_uuids(cluster: str, nodes) -> dict[str, str]:
     """{domain name: UUID} of the cluster's domains that exist (the Vagrantfile names them <cluster.name>-<node>)."""
     wanted = {f"{cluster}-{n[0]}" for n in nodes}
-    return {n: virsh("domuuid", n).strip() for n in virsh("list", "--all", "--name").split() if n in wanted}
+    virsh = lvnet.Virsh(LIBVIRT_URI)
+    return {n: virsh.ok("domuuid", n).strip() for n in virsh.ok("list", "--all", "--name").split() if n in wanted}
 
 
 def kubectl(out: Path, *args: str, timeout: float = 120) -> str:
