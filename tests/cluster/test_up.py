@@ -429,7 +429,10 @@ def test_an_add_on_that_does_not_roll_out_fails_cluster_up_by_name_and_a_rerun_w
     assert not any("kubeadm" in line for line in world.log)
 
 
-def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch):
+@pytest.fixture
+def modern_rollouts(tmp_path, monkeypatch) -> list[tuple[str, str, str, str]]:
+    """cluster-up's rollouts of a rendered containerd-era cluster, in the order it waits for them."""
+    from k4w.cluster.steps import rollouts
     from k4w.infra import sources
     from tests.cluster.conftest import render_to
     from tests.helpers import MODERN_BOXES, modern_config
@@ -437,24 +440,17 @@ def test_modern_era_waits_for_flannel_in_its_own_namespace(tmp_path, monkeypatch
     monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
     out = tmp_path / "build"
     render_to(out, modern_config())
-    from k4w.cluster.steps import rollouts
-
-    assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in rollouts(out)
+    return rollouts(out)
 
 
-def test_each_rollout_is_waited_for_after_the_ones_it_needs_so_the_first_failure_names_the_cause(tmp_path, monkeypatch):
+def test_modern_era_waits_for_flannel_in_its_own_namespace(modern_rollouts):
+    assert ("Flannel", "kube-flannel", "daemonset", "kube-flannel-ds") in modern_rollouts
+
+
+def test_each_rollout_is_waited_for_after_the_ones_it_needs_so_the_first_failure_names_the_cause(modern_rollouts):
     """flanneld reaches the API through the Service kube-proxy programs, and CoreDNS's sandboxes need
     flanneld's subnet.env: a crash-looping flanneld must fail cluster-up as Flannel, not as CoreDNS."""
-    from k4w.infra import sources
-    from tests.cluster.conftest import render_to
-    from tests.helpers import MODERN_BOXES, modern_config
-
-    monkeypatch.setenv(sources.BOX_DIRS_ENV, str(MODERN_BOXES))
-    out = tmp_path / "build"
-    render_to(out, modern_config())
-    from k4w.cluster.steps import rollouts
-
-    order = [(namespace, name) for _, namespace, _, name in rollouts(out)]
+    order = [(namespace, name) for _, namespace, _, name in modern_rollouts]
     assert order[:3] == [("kube-system", "kube-proxy"), ("kube-flannel", "kube-flannel-ds"), ("kube-system", "coredns")]
     assert {namespace for namespace, _ in order[3:]} == {"k4w-windows-node"} and len(order) == 5
 
