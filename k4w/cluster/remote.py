@@ -128,10 +128,10 @@ class VagrantRemote:
             raise RemoteError(machine.name, shlex.join(argv), code, stdout + stderr)
 
 
-def cluster_remote(out: Path, timeout: float = 3600, runner: proc.Runner | None = None) -> VagrantRemote:
+def cluster_remote(out: Path, timeout: float = 3600) -> VagrantRemote:
     """The cluster's remote: its Vagrant environment, and on a libvirt cluster (a Linux host) shared ssh
     connections to its Linux guests."""
-    vagrant = cluster_vagrant(out, runner or proc.Runner())
+    vagrant = cluster_vagrant(out, proc.Runner())
     return VagrantRemote(vagrant, timeout=timeout, mux=Mux() if load_cluster(out).on_libvirt else None)
 
 
