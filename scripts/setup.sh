@@ -20,6 +20,9 @@ APT_PACKAGES=(
   # host.provider libvirt: `invoke validate` runs `vagrant validate` with the libvirt provider, which only
   # the plugin knows (k4w/validate/vagrant_rules.py); cluster-up checks the networks with virsh.
   vagrant-libvirt libvirt-clients
+  # tests/cluster/test_network_libvirt_real.py runs `invoke network-up` against a real libvirtd (started by the
+  # test where nothing runs it); dnsmasq-base serves the management network's DHCP.
+  libvirt-daemon-system dnsmasq-base
   # The qemu sources boot UEFI from OVMF's files (k4w.infra.packer_cli.UEFI_FIRMWARE); the build preflight
   # refuses a libvirt bake without them.
   ovmf

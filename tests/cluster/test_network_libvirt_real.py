@@ -2,16 +2,19 @@
 networks, a second run changes nothing, a stopped network is started again, and a network that differs
 from cluster.yml is refused by name. Only networks named k4wtest-<random> on 10.250.x.y/29 ranges are
 made and removed; the test never looks at others beyond reading their addresses to avoid a clash.
-Skipped, with the reason, where virsh or a reachable libvirtd is missing (scripts/setup.sh installs
-neither)."""
+scripts/setup.sh installs libvirt; where its libvirtd is not running (a machine without systemd, as CI's),
+the test starts one for itself as root and stops it by PID afterwards. Skipped, with the reason, only where
+libvirt is not installed or libvirtd cannot be started (not root)."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 import secrets
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -28,16 +31,49 @@ def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["virsh", "-c", URI, *args], capture_output=True, text=True, timeout=120, check=check)
 
 
+# How long a libvirtd this test starts may take to answer (it probes QEMU's capabilities first; 2 cores under load).
+LIBVIRTD_START_TIMEOUT_S = 120
+
+
+def _reached() -> subprocess.CompletedProcess | None:
+    try:
+        return virsh("uri", check=False)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 @pytest.fixture
-def libvirtd():
+def libvirtd(tmp_path):
     if not shutil.which("virsh"):
         pytest.skip("virsh is not installed (apt-get install libvirt-clients libvirt-daemon-system): no real libvirt to test against")
+    reached = _reached()
+    if reached is not None and reached.returncode == 0:
+        yield
+        return
+    daemon = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
+    if not os.path.exists(daemon) or os.geteuid() != 0:
+        why = reached.stderr.strip() if reached is not None else "no answer within 120 s"
+        pytest.skip(f"libvirtd is not reachable at {URI} (`virsh -c {URI} uri`: {why}) and this test cannot start one "
+                    f"({'not installed: apt-get install libvirt-daemon-system' if not os.path.exists(daemon) else 'not root'})")
+    # In the foreground (no --daemon), so the PID is this child's and stopping it stops libvirtd.
+    log = tmp_path / "libvirtd.log"
+    with log.open("w") as sink:
+        started = subprocess.Popen([daemon], stdout=subprocess.DEVNULL, stderr=sink)
     try:
-        reached = virsh("uri", check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"libvirtd at {URI} did not answer `virsh uri` within 120 s")
-    if reached.returncode != 0:
-        pytest.skip(f"libvirtd is not reachable at {URI} (`virsh -c {URI} uri`: {reached.stderr.strip()})")
+        deadline = time.monotonic() + LIBVIRTD_START_TIMEOUT_S
+        while (answer := _reached()) is None or answer.returncode != 0:
+            if started.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"libvirtd started by this test did not answer within {LIBVIRTD_START_TIMEOUT_S} s: "
+                            f"{log.read_text()[-2000:]}")
+            time.sleep(1)
+        yield
+    finally:
+        started.terminate()
+        try:
+            started.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            started.kill()
+            started.wait(timeout=10)
 
 
 def free_subnets() -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:
