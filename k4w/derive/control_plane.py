@@ -73,9 +73,22 @@ CONFIG_KEYS = {"kube-controller-manager": "controllerManager", "kube-scheduler":
 # emulated CPU gets: 30 probes is 5 minutes, longer than the etcd stalls the harness saw.
 KUBEADM_LIVENESS_FAILURE_THRESHOLD = 8
 LIVENESS_FAILURE_THRESHOLD = 30
-# The static Pods whose liveness is scaled; each is also the name of kubeadm's patch target and of the
+# The static Pods whose probes are scaled; each is also the name of kubeadm's patch target and of the
 # Pod's one container (cmd/kubeadm/app/constants KubeAPIServer, Etcd; util/staticpod/utils.go ComponentPod).
 LIVENESS_TOLERANT = ("kube-apiserver", "etcd")
+# kubeadm's readinessProbe of both runs every second (utils.go ReadinessProbe at v1.37.2: periodSeconds 1,
+# timeoutSeconds 15, failureThreshold 3). Each of kube-apiserver's is a new TLS handshake and a /readyz that
+# asks etcd; under TCG that is CPU the starved master lacked in the seventh libvirt run (guest load 20,
+# kube-apiserver killed by its liveness probe). Nothing waits on these Pods' readiness (the kubernetes
+# Service's endpoints are kube-apiserver's own, kubeadm's waits call the components' health endpoints), so
+# every 10 s costs only 30 s instead of 3 s to see a component unready.
+KUBEADM_READINESS_PERIOD_SECONDS = 1
+READINESS_PERIOD_SECONDS = 10
+# The keys and certificates kubeadm makes (ClusterConfiguration.encryptionAlgorithm, v1beta4 types.go at
+# v1.37.2: RSA-2048 by default). Every TLS handshake makes the server sign with its key, and an ECDSA P-256
+# signature costs a small fraction of an RSA-2048 one, which on an emulated CPU is tens of milliseconds per
+# handshake (kubelet probes open a connection each time).
+ENCRYPTION_ALGORITHM = "ECDSA-P256"
 # The patch files' folder under OUT and on the master. cluster-up uploads OUT/kubeadm/patches/ there, beside
 # the config in /tmp/k4w (k4w.cluster.steps.LINUX_DIR, where every upload to a Linux guest goes; kubeadm
 # reads the folder only during `kubeadm init`, right after the upload).
@@ -112,7 +125,9 @@ class Scaling:
     leader_election: tuple[tuple[str, str], ...]
     leader_electing: tuple[str, ...]
     liveness_failure_threshold: int
-    liveness_tolerant: tuple[str, ...]
+    liveness_tolerant: tuple[str, ...]   # also get readiness_period_seconds
+    readiness_period_seconds: int
+    encryption_algorithm: str
     patches_dir: str  # on the master: InitConfiguration.patches.directory
 
     @property
@@ -126,7 +141,8 @@ class Scaling:
         return tuple(f"--{name}={value}" for name, value in self.leader_election)
 
 
-SCALING = Scaling(LEADER_ELECTION_ARGS, LEADER_ELECTING, LIVENESS_FAILURE_THRESHOLD, LIVENESS_TOLERANT, PATCHES_GUEST_DIR)
+SCALING = Scaling(LEADER_ELECTION_ARGS, LEADER_ELECTING, LIVENESS_FAILURE_THRESHOLD, LIVENESS_TOLERANT,
+                  READINESS_PERIOD_SECONDS, ENCRYPTION_ALGORITHM, PATCHES_GUEST_DIR)
 
 
 def scaling(cfg: Config, kubeadm_api: str) -> Scaling | None:

@@ -156,9 +156,22 @@ def local_patches(config: Config) -> str | None:
     return config.text.replace(on_master, f"  directory: {json.dumps(str(config.patches.resolve()))}\n")
 
 
+# Keys whose type shows ClusterConfiguration.encryptionAlgorithm took effect, as `kubeadm init --dry-run` 1.37.2
+# writes them into its folder (the cluster CA, kube-apiserver's serving key, etcd's serving key), and the PEM
+# header of each algorithm's key (crypto/x509 MarshalECPrivateKey "EC PRIVATE KEY"; kubeadm's RSA keys are PKCS#1).
+DRY_RUN_KEYS = ("ca.key", "apiserver.key", "etcd/server.key")
+KEY_PEM_HEADERS = {"ECDSA-P256": "-----BEGIN EC PRIVATE KEY-----", "RSA-2048": "-----BEGIN RSA PRIVATE KEY-----"}
+
+
 def scaled_manifest_problems(scaling: control_plane.Scaling, folder: Path) -> list[str]:
-    """What kubeadm's static Pod manifests in folder (the dry run's) lack of the emulated CPU's scaling."""
+    """What kubeadm's static Pod manifests and keys in folder (the dry run's) lack of the emulated CPU's scaling."""
     problems = []
+    for key in DRY_RUN_KEYS:
+        path = folder / key
+        first = path.read_text(encoding="utf-8").splitlines()[:1] if path.is_file() else ["(no such file)"]
+        if first != [KEY_PEM_HEADERS[scaling.encryption_algorithm]]:
+            problems.append(f"kubeadm's {key} is not an {scaling.encryption_algorithm} key ({first[0][:40]}): "
+                            "ClusterConfiguration.encryptionAlgorithm did not take effect")
     for component in (*scaling.leader_electing, *scaling.liveness_tolerant):
         path = folder / f"{component}.yaml"
         try:
@@ -176,6 +189,10 @@ def scaled_manifest_problems(scaling: control_plane.Scaling, folder: Path) -> li
                 problems.append(f"kubeadm's {component} manifest has livenessProbe failureThreshold {got}, not "
                                 f"{scaling.liveness_failure_threshold}: kubeadm did not apply "
                                 f"{control_plane.PATCHES_OUT_DIR}/ (a misnamed file is ignored)")
+            period = (container.get("readinessProbe") or {}).get("periodSeconds")
+            if period != scaling.readiness_period_seconds:
+                problems.append(f"kubeadm's {component} manifest has readinessProbe periodSeconds {period}, not "
+                                f"{scaling.readiness_period_seconds}: kubeadm did not apply {control_plane.PATCHES_OUT_DIR}/")
     return problems
 
 
@@ -219,7 +236,9 @@ def _dry_run(kubeadm: Path, config: Config, path: Path, folder: Path, outcome: O
                 outcome.notes.append(
                     f"{config.label}: kubeadm applied {control_plane.PATCHES_OUT_DIR}/ and the extraArgs (emulated CPU): "
                     f"{', '.join(config.scaling.liveness_tolerant)} livenessProbe failureThreshold "
-                    f"{config.scaling.liveness_failure_threshold}; {', '.join(config.scaling.leader_electing)} "
+                    f"{config.scaling.liveness_failure_threshold}, readinessProbe periodSeconds "
+                    f"{config.scaling.readiness_period_seconds}; {config.scaling.encryption_algorithm} keys; "
+                    f"{', '.join(config.scaling.leader_electing)} "
                     + " ".join(config.scaling.leader_election_flags))
 
 

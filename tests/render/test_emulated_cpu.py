@@ -44,7 +44,7 @@ def modern(monkeypatch):
     return modern_config()
 
 
-def test_a_tcg_master_gets_the_leases_and_the_liveness_patches_in_its_kubeadm_config(tmp_path, modern):
+def test_a_tcg_master_gets_the_leases_ecdsa_keys_and_the_probe_patches_in_its_kubeadm_config(tmp_path, modern):
     out = tmp_path / "build"
     cluster = render_to(out, on_host(modern, "libvirt", "tcg"))
     assert cluster.emulated_cpu
@@ -55,13 +55,15 @@ def test_a_tcg_master_gets_the_leases_and_the_liveness_patches_in_its_kubeadm_co
               {"name": "leader-elect-retry-period", "value": "20s"}]
     assert docs["ClusterConfiguration"]["controllerManager"] == {"extraArgs": leases}
     assert docs["ClusterConfiguration"]["scheduler"] == {"extraArgs": leases}
+    assert docs["ClusterConfiguration"]["encryptionAlgorithm"] == "ECDSA-P256"
     assert "apiServer" not in docs["ClusterConfiguration"] and "etcd" not in docs["ClusterConfiguration"]
     patches = sorted((out / "kubeadm" / "patches").iterdir())
     assert [p.name for p in patches] == ["etcd+strategic.yaml", "kube-apiserver+strategic.yaml"]
     for path in patches:
         target = path.name.split("+")[0]
         assert yaml.safe_load(path.read_text()) == {
-            "spec": {"containers": [{"name": target, "livenessProbe": {"failureThreshold": 30}}]}}
+            "spec": {"containers": [{"name": target, "livenessProbe": {"failureThreshold": 30},
+                                     "readinessProbe": {"periodSeconds": 10}}]}}
 
 
 # The seed era's boxes bake for Hyper-V alone (build.providers), so only the containerd era has a libvirt render.
@@ -98,7 +100,7 @@ def test_tcg_only_adds_the_patches_folder_and_the_extra_args(tmp_path, modern):
     inserted = [line for op, _, _, j1, j2 in opcodes if op == "insert" for line in after[j1:j2]]
     keys = [line.rstrip() for line in inserted if not line.lstrip().startswith("#")]
     assert keys[:2] == ["patches:", '  directory: "/tmp/k4w/kubeadm-patches"']
-    assert keys[2] == "controllerManager:" and "scheduler:" in keys
+    assert keys[2:4] == ['encryptionAlgorithm: "ECDSA-P256"', "controllerManager:"] and "scheduler:" in keys
 
 
 def test_a_seed_era_master_on_an_emulated_cpu_is_refused_naming_why(tmp_path, modern):

@@ -85,7 +85,7 @@ def test_the_real_kubeadm_applies_the_rendered_patches_and_extra_args(tcg):
     outcome = kubeadm_real.check(cluster, out)
     assert outcome.problems == []
     assert (f"{CONFIG}: kubeadm applied kubeadm/patches/ and the extraArgs (emulated CPU): kube-apiserver, etcd "
-            "livenessProbe failureThreshold 30; kube-controller-manager, kube-scheduler --leader-elect-lease-duration=180s "
+            "livenessProbe failureThreshold 30, readinessProbe periodSeconds 10; ECDSA-P256 keys; kube-controller-manager, kube-scheduler --leader-elect-lease-duration=180s "
             "--leader-elect-renew-deadline=120s --leader-elect-retry-period=20s") in outcome.notes
 
 
@@ -98,11 +98,16 @@ def test_the_real_kubeadm_shows_a_patch_it_ignored_and_a_lease_left_out(tcg):
     (patches / "kube-apiserver+strategic.yaml").rename(patches / "kube-apiserver+strategic.yml")
     _edit(out / CONFIG, 'scheduler:\n  extraArgs:\n    - name: "leader-elect-lease-duration"\n      value: "180s"\n',
           'scheduler:\n  extraArgs:\n')
+    _edit(out / CONFIG, 'encryptionAlgorithm: "ECDSA-P256"\n', '')
     outcome = kubeadm_real.check(cluster, out)
     assert outcome.problems == [
+        *(f"{CONFIG}: kubeadm's {key} is not an ECDSA-P256 key (-----BEGIN RSA PRIVATE KEY-----): "
+          "ClusterConfiguration.encryptionAlgorithm did not take effect" for key in ("ca.key", "apiserver.key", "etcd/server.key")),
         f"{CONFIG}: kubeadm's kube-scheduler manifest lacks --leader-elect-lease-duration=180s (ClusterConfiguration extraArgs)",
         f"{CONFIG}: kubeadm's kube-apiserver manifest has livenessProbe failureThreshold 8, not 30: kubeadm did not apply "
-        "kubeadm/patches/ (a misnamed file is ignored)"]
+        "kubeadm/patches/ (a misnamed file is ignored)",
+        f"{CONFIG}: kubeadm's kube-apiserver manifest has readinessProbe periodSeconds 1, not 10: kubeadm did not apply "
+        "kubeadm/patches/"]
 
 
 @pytest.mark.tools
