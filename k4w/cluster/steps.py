@@ -132,23 +132,28 @@ def not_yet_on_failure(check: Callable[[], tuple[bool, str]]) -> Callable[[], tu
     return polled
 
 
-# kubectl's words when its request never reached a serving API server: a refused or reset TCP
-# connection, a TLS handshake that timed out (client-go's transport errors, as kubectl prints them,
-# e.g. `failed to download openapi: Get "https://<ip>:6443/openapi/v2": dial tcp <ip>:6443: connect:
-# connection refused`), or a kube-apiserver that listens again but is still starting: its OpenAPI
-# document not served yet (`failed to download openapi: unknown`, the fifth ubuntu-2604-e2e run, right
-# after a restart) or a 503 (`the server is currently unable to handle the request`). The command
-# changed nothing, so running it again is safe, even apply or patch.
+# The words of client-go (kubectl's, kubeadm's) when a request never reached a serving API server: a
+# refused or reset TCP connection, a TLS handshake that timed out (e.g. `failed to download openapi: Get
+# "https://<ip>:6443/openapi/v2": dial tcp <ip>:6443: connect: connection refused`), or a kube-apiserver that
+# listens again but is still starting: its OpenAPI document not served yet (`failed to download openapi:
+# unknown`, the fifth ubuntu-2604-e2e run, right after a restart) or a 503 (`the server is currently unable to
+# handle the request`). Every command sent through on_master_api may run twice safely: apply, patch, get,
+# delete --ignore-not-found, and a token create whose extra tokens delete_join_tokens removes.
 API_AWAY = re.compile(r"connect: connection refused|The connection to the server \S+ was refused|"
                       r"net/http: TLS handshake timeout|connection reset by peer|Unable to connect to the server|"
                       r"failed to download openapi: unknown|the server is currently unable to handle the request")
 
 
 def kubectl(ctx: Context, args: str) -> str:
-    """kubectl on the master. When the API server is away (on a loaded host kube-apiserver is restarted
-    by its liveness probe, also just after kubeadm init), wait for it and run the command again, up
-    to cluster.ready_timeout, instead of failing cluster-up on its first call."""
-    command = f"{KUBECTL} {args}"
+    """kubectl on the master, through on_master_api."""
+    return on_master_api(ctx, f"{KUBECTL} {args}")
+
+
+def on_master_api(ctx: Context, command: str) -> str:
+    """A command on the master that calls the API server (kubectl, kubeadm token). When the API server is
+    away (on a loaded host kube-apiserver is restarted by its liveness probe, also just after kubeadm init),
+    wait for it and run the command again, up to cluster.ready_timeout, instead of failing cluster-up on
+    its first call (the seventh libvirt run: `kubeadm token create` met a restarting kube-apiserver)."""
     try:
         return ctx.remote.run(ctx.cluster.master, command)
     except RemoteError as exc:
@@ -231,12 +236,47 @@ def remember_join_token(ctx: Context, m: Machine, token: str) -> None:
     ctx.state.set_node(m.name, join_tokens=[*ctx.state.node(m.name).get("join_tokens", []), token_id])
 
 
+def join_token_description(m: Machine) -> str:
+    """The description of every join token `kubeadm token create` makes for m (the Secret's `description`)."""
+    return f"k4w: join of {m.name} (cluster-up)"
+
+
+# kubectl's arguments that list the bootstrap token Secrets (type bootstrap.kubernetes.io/token, a field
+# selector Secrets support) as name, tab, data.description: never the token's secret half.
+JOIN_TOKEN_LIST = (f"-n {bootstrap_token.NAMESPACE} get secrets --field-selector type={bootstrap_token.SECRET_TYPE} -o "
+                   "jsonpath=" + shlex.quote('{range .items[*]}{.metadata.name}{"\\t"}{.data.description}{"\\n"}{end}'))
+
+
+def described_token_ids(listed: str, description: str) -> list[str]:
+    """Ids of the tokens in JOIN_TOKEN_LIST's answer whose description is this one."""
+    ids = []
+    for line in listed.splitlines():
+        name, _, encoded = line.partition("\t")
+        try:
+            found = base64.b64decode(encoded.strip(), validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if found == description and name.startswith(bootstrap_token.SECRET_PREFIX):
+            ids.append(name.removeprefix(bootstrap_token.SECRET_PREFIX))
+    return ids
+
+
+def described_join_tokens(ctx: Context, m: Machine) -> list[str]:
+    """Ids of the bootstrap tokens on k4w's master described as m's join token: also those of an attempt
+    whose answer was lost (kube-apiserver stored the Secret and restarted before replying, and the command
+    ran again), which no state file records."""
+    return described_token_ids(kubectl(ctx, JOIN_TOKEN_LIST), join_token_description(m))
+
+
 def delete_join_tokens(ctx: Context, m: Machine) -> None:
     """Delete the join tokens made for m, now that it is Ready: its kubelet has its own credentials
     since the TLS bootstrap, and a token left valid (1 h; until deleted on a cluster whose token
     cleaner does not run) lets whoever reads it register a node. By the id only (Secret
-    kube-system/bootstrap-token-<id>), so the secret half is never on a command line; idempotent."""
+    kube-system/bootstrap-token-<id>), so the secret half is never on a command line; idempotent.
+    On k4w's own master also every token described as m's, recorded or not (described_join_tokens)."""
     ids = ctx.state.node(m.name).get("join_tokens") or []
+    if ctx.api is None and not ctx.dry_run:
+        ids = [*ids, *(i for i in described_join_tokens(ctx, m) if i not in ids)]
     for token_id in ids:
         if ctx.api is not None:   # a cluster k4w did not make: through its API
             bootstrap_token.delete(ctx.api, token_id)
@@ -247,12 +287,15 @@ def delete_join_tokens(ctx: Context, m: Machine) -> None:
         ui.say(f"{m.name} is Ready: deleted its join token{'s' if len(ids) > 1 else ''} ({', '.join(ids)})")
 
 
-def join_parameters(ctx: Context) -> dict[str, str]:
-    """A fresh, short-lived join token from the master, parsed (never executed as a string); for a
-    cluster k4w did not make, a bootstrap token made through its API (k4w.cluster.existing_api)."""
+def join_parameters(ctx: Context, m: Machine) -> dict[str, str]:
+    """A fresh, short-lived join token for m from the master, parsed (never executed as a string); for a
+    cluster k4w did not make, a bootstrap token made through its API (k4w.cluster.existing_api).
+    --description names m, so that delete_join_tokens finds a token whose answer never came back
+    (`kubeadm token create --description`: k8s.io/kubernetes v1.11.10 and v1.37.2 cmd/kubeadm/app/cmd/token.go)."""
     if ctx.api is not None:
         return existing_api.join_parameters(ctx)
-    out = ctx.remote.run(ctx.cluster.master, f"sudo kubeadm token create --print-join-command --ttl {TOKEN_TTL}")
+    out = on_master_api(ctx, f"sudo kubeadm token create --print-join-command --ttl {TOKEN_TTL} "
+                             f"--description {shlex.quote(join_token_description(m))}")
     match = _JOIN.search(out)
     if not match:
         raise K4wError(f"{ctx.cluster.master.name}: kubeadm token create printed no join command: {out.strip()[-300:]!r}")
@@ -553,7 +596,7 @@ def windows_manifests(ctx: Context) -> list[str]:
 
 def step_join_linux(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
-    join = join_parameters(ctx)
+    join = join_parameters(ctx, m)
     remember_join_token(ctx, m, join["token"])
     prepare_dirs(ctx, m)
     upload_linux(ctx, m, sources.REPO.guest / "ubuntu" / "lib.sh")   # cluster-join.sh sources it
@@ -637,7 +680,7 @@ def install_component_kubeconfigs(ctx: Context, m: Machine, api: str) -> None:
 
 def step_join_windows(ctx: Context, m: Machine) -> None:
     ctx.state.set_node(m.name, started=ctx.clock.now())
-    join = join_parameters(ctx)
+    join = join_parameters(ctx, m)
     remember_join_token(ctx, m, join["token"])
     prepare_dirs(ctx, m)
     node_dir = ctx.out / "nodes" / m.name

@@ -491,3 +491,32 @@ def test_names_installations_and_changed_content_on_the_real_api_server(plane, t
     said = existing.remove(api, out_b)
     assert "deleted Node winx-2" in said and owners.get_optional(flannel) is None
     assert gone(api, HOSTPROCESS_NAMESPACE)
+
+
+def test_the_join_tokens_kubeadm_made_for_a_node_are_found_by_their_description_through_the_real_kubectl(plane):
+    """On k4w's own master, cluster-up finds every join token `kubeadm token create --description` made for a node,
+    also one whose answer was lost, by the exact kubectl command it runs there (steps.JOIN_TOKEN_LIST), here
+    against a real kube-apiserver with the pinned kubeadm and kubectl; another node's token is not touched."""
+    import shlex
+    import subprocess
+
+    from k4w.cluster import steps
+    from k4w.cluster.machines import Machine
+    from k4w.infra import pinned_tools
+
+    node, other = (Machine(name=n, role="worker", os="linux", ip=ip, vmname=n) for n, ip in
+                   (("worker-a", "192.0.2.21"), ("worker-b", "192.0.2.22")))
+    tokens = {m.name: [re.search(r"--token ([a-z0-9]{6})\.([a-z0-9]{16})", plane.kubeadm_run(
+        "token", "create", "--print-join-command", "--ttl", "1h", "--description", steps.join_token_description(m))).groups()
+        for _ in range(times)] for m, times in ((node, 2), (other, 1))}
+    made = {name: [token_id for token_id, _ in pairs] for name, pairs in tokens.items()}
+    try:
+        kubectl = pinned_tools.require("kubernetes-node", "kubectl")
+        listed = subprocess.run([kubectl, "--kubeconfig", str(plane.admin_conf), *shlex.split(steps.JOIN_TOKEN_LIST)],
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+        assert sorted(steps.described_token_ids(listed, steps.join_token_description(node))) == sorted(made["worker-a"])
+        assert steps.described_token_ids(listed, steps.join_token_description(other)) == made["worker-b"]
+        assert all(secret not in listed for _, secret in tokens["worker-a"])   # names and descriptions only
+    finally:
+        for token_id in (*made["worker-a"], *made["worker-b"]):
+            plane.client().delete(f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}")

@@ -9,8 +9,11 @@ Scenario (a dict, stored as JSON for the executable):
   failures (each entry fails its first `times` matches);
 - "not_ready": {node: {"reason": ..., "message": ...}} keeps nodes NotReady;
 - "unregistered": [node, ...] keeps nodes out of `kubectl get nodes`.
+- "lost_token_answers": n makes the first n `kubeadm token create` store their token and then fail as a
+  kube-apiserver restarting before its reply does ("connection refused"): the token exists, unreported.
 The answers keep what a command leaves in the cluster in the scenario too: "bootstrap_tokens", the id of
-each join token `kubeadm token create` made and no `delete secret bootstrap-token-<id>` removed yet.
+each join token `kubeadm token create` made and no `delete secret bootstrap-token-<id>` removed yet, and
+"token_descriptions", each one's --description (listed by `get secrets --field-selector type=...`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 
 TOKEN = "abcdef.0123456789abcdef"
 # What the token controller puts in a service-account-token Secret: a JWT and the cluster CA.
@@ -45,11 +49,23 @@ def answer(scenario: dict, machines: list[dict], command: str) -> tuple[int, str
         made = scenario["tokens_made"] = scenario.get("tokens_made", 0) + 1
         token = TOKEN if made == 1 else f"abcd{made - 1:02d}" + TOKEN[6:]
         tokens.append(token[:6])
+        words = shlex.split(command)
+        if "--description" in words:
+            scenario.setdefault("token_descriptions", {})[token[:6]] = words[words.index("--description") + 1]
+        if scenario.get("lost_token_answers", 0) > 0:
+            scenario["lost_token_answers"] -= 1
+            return 1, ('error: failed to create or update bootstrap token: Post "https://192.168.250.10:6443/api/v1/'
+                       'namespaces/kube-system/secrets?timeout=10s": dial tcp 192.168.250.10:6443: connect: connection refused\n')
         return 0, f"kubeadm join {master['ip']}:6443 --token {token} --discovery-token-ca-cert-hash {CA_HASH}\n"
     deleted = re.search(r"-n kube-system delete secret bootstrap-token-([a-z0-9]{6})\b", command)
     if deleted:
         scenario["bootstrap_tokens"] = [t for t in tokens if t != deleted[1]]
         return 0, f'secret "bootstrap-token-{deleted[1]}" deleted\n'
+    if "get secrets --field-selector type=bootstrap.kubernetes.io/token" in command:
+        # kubectl's jsonpath: each Secret's name, a tab and its data.description (base64, as the API holds it)
+        described = scenario.get("token_descriptions", {})
+        return 0, "".join(f"bootstrap-token-{t}\t{base64.b64encode(described.get(t, '').encode()).decode()}\n"
+                          for t in tokens)
     if "get nodes -o json" in command:
         items = []
         for m in machines:
