@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -163,3 +164,30 @@ def gone_within(pids: list[int], seconds: float = 5.0) -> list[int]:
             return alive
         time.sleep(0.05)
 
+
+
+# How long a stopped test daemon may take to exit after SIGTERM, and after SIGKILL.
+DAEMON_STOP_TIMEOUT_S = 30
+
+
+@contextlib.contextmanager
+def running_daemon(argv: list[str], *, answers, timeout: float, log: Path, what: str, poll: float = 0.2, env: dict | None = None):
+    """A real daemon a test talks to (containerd, libvirtd, sshd): started in the foreground with its output in
+    log, waited for by polling answers() (never a fixed sleep) up to timeout, and stopped by its PID however
+    the block ends (SIGTERM, then SIGKILL). A daemon that exits or never answers fails the test with its log."""
+    with log.open("wb") as sink:
+        daemon = subprocess.Popen([str(a) for a in argv], stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while not answers():
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{what} did not answer within {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(poll)
+        yield daemon
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=DAEMON_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=DAEMON_STOP_TIMEOUT_S)

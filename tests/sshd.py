@@ -8,14 +8,12 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import system_tool
+from tests.helpers import running_daemon, system_tool
 
 START_TIMEOUT_S = 20
 
@@ -56,18 +54,14 @@ def running_sshd(folder: Path):
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host'}\nAuthorizedKeysFile {folder / 'authorized_keys'}\n"
         f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
         f"PidFile {folder / 'sshd.pid'}\nLogLevel VERBOSE\n")
-    Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None   # privilege separation's folder
-    server = subprocess.Popen([sshd, "-D", "-e", "-f", str(folder / "sshd_config")],
-                              stdout=subprocess.DEVNULL, stderr=(folder / "sshd.log").open("w"))
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {(folder / 'sshd.log').read_text()}")
-            time.sleep(0.1)
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(exist_ok=True)   # privilege separation's folder, which root's sshd requires
+
+    def answers() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        return False
+
+    with running_daemon([sshd, "-D", "-e", "-f", folder / "sshd_config"], answers=answers, timeout=START_TIMEOUT_S,
+                        log=folder / "sshd.log", what="sshd"):
         yield Sshd(port, folder / "user", folder)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)

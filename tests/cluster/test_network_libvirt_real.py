@@ -14,7 +14,6 @@ import random
 import secrets
 import shutil
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -22,7 +21,7 @@ import yaml
 from k4w.cluster import libvirt_network
 from k4w.infra.errors import K4wError
 from k4w.model import config as config_mod
-from tests.helpers import modern_config
+from tests.helpers import modern_config, running_daemon
 
 URI = "qemu:///system"
 
@@ -56,24 +55,10 @@ def libvirtd(tmp_path):
         pytest.skip(f"libvirtd is not reachable at {URI} (`virsh -c {URI} uri`: {why}) and this test cannot start one "
                     f"({'not installed: apt-get install libvirt-daemon-system' if not os.path.exists(daemon) else 'not root'})")
     # In the foreground (no --daemon), so the PID is this child's and stopping it stops libvirtd.
-    log = tmp_path / "libvirtd.log"
-    with log.open("w") as sink:
-        started = subprocess.Popen([daemon], stdout=subprocess.DEVNULL, stderr=sink)
-    try:
-        deadline = time.monotonic() + LIBVIRTD_START_TIMEOUT_S
-        while (answer := _reached()) is None or answer.returncode != 0:
-            if started.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"libvirtd started by this test did not answer within {LIBVIRTD_START_TIMEOUT_S} s: "
-                            f"{log.read_text()[-2000:]}")
-            time.sleep(1)
+    with running_daemon([daemon], answers=lambda: (answer := _reached()) is not None and answer.returncode == 0,
+                        timeout=LIBVIRTD_START_TIMEOUT_S, log=tmp_path / "libvirtd.log", what="libvirtd started by this test",
+                        poll=1):
         yield
-    finally:
-        started.terminate()
-        try:
-            started.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            started.kill()
-            started.wait(timeout=10)
 
 
 def free_subnets() -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from k4w.infra import pinned_tools
 from k4w.model import config
 from k4w.verify import workloads
 from ci.e2e import cluster_file, cluster_images, cluster_run, oci_archive, registry
+from tests.helpers import running_daemon
 
 # A TCP port nothing listens on (RFC 863 discard): the "proxy" that makes every upstream unreachable.
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -78,25 +78,15 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
         ctr = pinned_tools.require("containerd", "ctr")
         socket = run / "containerd.sock"
         env = {**os.environ, "HTTPS_PROXY": DEAD_PROXY, "HTTP_PROXY": DEAD_PROXY, "NO_PROXY": ""}
-        log = (run / "containerd.log").open("wb")
-        daemon = subprocess.Popen(["nice", "-n", "19", str(binary), "--config", str(config_file)], stdout=log, stderr=log, env=env)
         try:
-            deadline = time.monotonic() + READY_TIMEOUT
-            while subprocess.run([str(ctr), "--address", str(socket), "version"], capture_output=True, timeout=30).returncode:
-                if daemon.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"containerd did not answer on {socket} within {READY_TIMEOUT}s:\n{(run / 'containerd.log').read_text()[-3000:]}")
-                time.sleep(0.2)  # polling the condition above, not a fixed wait for readiness
-            yield {"names": names, "digest": digest, "mirrors": mirrors, "socket": socket, "ctr": ctr, "certs": certs,
-                   "env": env, "log": run / "containerd.log"}
+            with running_daemon(["nice", "-n", "19", binary, "--config", config_file], env=env, timeout=READY_TIMEOUT,
+                                log=run / "containerd.log", what=f"containerd on {socket}",
+                                answers=lambda: not subprocess.run([str(ctr), "--address", str(socket), "version"],
+                                                                   capture_output=True, timeout=30).returncode):
+                yield {"names": names, "digest": digest, "mirrors": mirrors, "socket": socket, "ctr": ctr, "certs": certs,
+                       "env": env, "log": run / "containerd.log"}
         finally:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(timeout=30)
-            log.close()
-            shutil.copy(run / "containerd.log", tmp_path / "containerd.log")
+            shutil.copy(run / "containerd.log", tmp_path / "containerd.log")  # kept with the test's files
             shutil.rmtree(run, ignore_errors=True)
 
 

@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from k4w.infra import pinned_tools
 from k4w.derive.cluster import Cluster
 from k4w.validate import registry_rules
 from tests.fakes import oci_registry
+from tests.helpers import running_daemon
 
 from .conftest import ROOT, make_root, run_step, snapshot
 from .test_ubuntu_containerd_era_steps import served  # noqa: F401 (the fixture: Packer's HTTP server)
@@ -120,23 +120,13 @@ def containerd(tmp_path, baked):
     ctr = pinned_tools.require("containerd", "ctr")
     socket = run / "containerd.sock"
     env = {**os.environ, "HTTPS_PROXY": DEAD_PROXY, "HTTP_PROXY": DEAD_PROXY, "NO_PROXY": ""}
-    log = (run / "containerd.log").open("wb")
-    daemon = subprocess.Popen(["nice", "-n", "19", str(binary), "--config", str(config_file)], stdout=log, stderr=log, env=env)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while subprocess.run([str(ctr), "--address", str(socket), "version"], capture_output=True, timeout=30).returncode:
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"containerd did not answer on {socket} within {READY_TIMEOUT}s:\n{(run / 'containerd.log').read_text()[-3000:]}")
-            time.sleep(0.2)  # polling the condition above, not a fixed wait for readiness
-        yield {"socket": socket, "ctr": ctr, "root": root, "mirrored": mirrored, "log": run / "containerd.log"}
+        with running_daemon(["nice", "-n", "19", binary, "--config", config_file], env=env, timeout=READY_TIMEOUT,
+                            log=run / "containerd.log", what=f"containerd on {socket}",
+                            answers=lambda: not subprocess.run([str(ctr), "--address", str(socket), "version"],
+                                                               capture_output=True, timeout=30).returncode):
+            yield {"socket": socket, "ctr": ctr, "root": root, "mirrored": mirrored, "log": run / "containerd.log"}
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(timeout=30)
-        log.close()
         shutil.copy(run / "containerd.log", tmp_path / "containerd.log")  # kept with the test's files
         shutil.rmtree(run, ignore_errors=True)
 
