@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from k4w.infra import files, proc, ui
+from k4w.infra import proc, ui
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 from k4w.infra.ssh_mux import Mux
+from k4w.outdir import private
 from k4w.infra.vagrant import Vagrant
 from .machines import Machine, cluster_vagrant, load_cluster
 
@@ -89,7 +90,7 @@ class VagrantRemote:
             if code != 0:
                 raise RemoteError(machine.name, f"vagrant ssh-config {machine.name}", code, stdout + stderr)
             path = self.mux.folder / f"{machine.name}.ssh-config"
-            files.write_file(path, stdout, mode=0o600)
+            private.write_private(path, stdout)
             self._ssh_configs[machine.name] = path
         return self._ssh_configs[machine.name]
 
