@@ -273,9 +273,11 @@ def delete_join_tokens(ctx: Context, m: Machine) -> None:
     since the TLS bootstrap, and a token left valid (1 h; until deleted on a cluster whose token
     cleaner does not run) lets whoever reads it register a node. By the id only (Secret
     kube-system/bootstrap-token-<id>), so the secret half is never on a command line; idempotent.
-    On k4w's own master also every token described as m's, recorded or not (described_join_tokens)."""
+    On k4w's own master also every token described as m's (described_join_tokens): a token create that
+    ran again left one unrecorded. Only while m has a recorded token, so that the waits, which call this
+    for every Ready node on every check, list nothing once its tokens are gone (or for the master)."""
     ids = ctx.state.node(m.name).get("join_tokens") or []
-    if ctx.api is None and not ctx.dry_run:
+    if ids and ctx.api is None and not ctx.dry_run:
         ids = [*ids, *(i for i in described_join_tokens(ctx, m) if i not in ids)]
     for token_id in ids:
         if ctx.api is not None:   # a cluster k4w did not make: through its API

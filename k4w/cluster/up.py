@@ -84,7 +84,7 @@ def make_context(model: Cluster, out: Path, dry_run: bool, vagrant=None, remote=
         host = host or run_powershell
     clock = clock or S.Clock()
     return S.Context(cfg=model.config, proxy=model.proxy, join_timeouts=model.join_timeouts, out=out, cluster=cluster, vagrant=vagrant, remote=remote, host=host, clock=clock,
-                     state=state, dry_run=dry_run, poll_seconds=poll_seconds or model.poll_seconds, started=clock.now(), artifacts=artifacts,
+                     state=state, dry_run=dry_run, poll_seconds=model.poll_seconds if poll_seconds is None else poll_seconds, started=clock.now(), artifacts=artifacts,
                      virsh=virsh)
 
 

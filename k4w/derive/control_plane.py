@@ -82,7 +82,6 @@ LIVENESS_TOLERANT = ("kube-apiserver", "etcd")
 # kube-apiserver killed by its liveness probe). Nothing waits on these Pods' readiness (the kubernetes
 # Service's endpoints are kube-apiserver's own, kubeadm's waits call the components' health endpoints), so
 # every 10 s costs only 30 s instead of 3 s to see a component unready.
-KUBEADM_READINESS_PERIOD_SECONDS = 1
 READINESS_PERIOD_SECONDS = 10
 # The keys and certificates kubeadm makes (ClusterConfiguration.encryptionAlgorithm, v1beta4 types.go at
 # v1.37.2: RSA-2048 by default). Every TLS handshake makes the server sign with its key, and an ECDSA P-256

@@ -50,13 +50,16 @@ class Mux:
         # %C: a hash of the local host, remote host, port and user (ssh_config(5) TOKENS), one socket per guest.
         return str(self.folder / "%C")
 
+    def _settings(self) -> tuple[tuple[str, str], ...]:
+        return (("ControlMaster", "auto"), ("ControlPath", self._path()), ("ControlPersist", str(PERSIST_SECONDS)))
+
     def options(self) -> list[str]:
-        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={self._path()}", "-o", f"ControlPersist={PERSIST_SECONDS}"]
+        return [word for key, value in self._settings() for word in ("-o", f"{key}={value}")]
 
     def config_block(self) -> str:
-        """A `Host *` block for the end of an ssh_config: options are first-match-wins, so it adds these
-        settings to every host above it without changing one they set."""
-        return (f"Host *\n  ControlMaster auto\n  ControlPath {self._path()}\n  ControlPersist {PERSIST_SECONDS}\n")
+        """The same settings as a `Host *` block for the end of an ssh_config: options are first-match-wins,
+        so it adds them to every host above it without changing one they set."""
+        return "Host *\n" + "".join(f"  {key} {value}\n" for key, value in self._settings())
 
     def ssh(self, config: Path, host: str) -> list[str]:
         """The argv prefix of a command on host through its shared connection (config: an ssh_config naming host)."""
@@ -74,6 +77,5 @@ class Mux:
                              timeout=EXIT_TIMEOUT_S)
                 except proc.TimedOut:
                     pass   # its socket goes with the folder below; an idle master then exits at ControlPersist
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        shutil.rmtree(self._folder, ignore_errors=True)
+        self._folder = None
