@@ -324,7 +324,7 @@ def ask(url: str, proxy) -> Answer:
     a server that refuses HEAD (405, 501) is asked for its first byte instead."""
     from k4w.infra import download
 
-    opener = download._opener(url, proxy)
+    opener = download.opener(url, proxy)
     for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
         request = download._request(url)
         request.method = method

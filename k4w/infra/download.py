@@ -12,6 +12,7 @@ import base64
 import hashlib
 import os
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,7 +37,12 @@ Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
 
 class DownloadError(K4wError):
-    """A download failed or did not match its checksum; the message names the URL (redacted)."""
+    """A download failed or did not match its checksum; the message names the URL (redacted).
+    status: the server's HTTP status when it refused (a registry client answers a 401)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,13 @@ class Downloaded:
     fetched_bytes: int  # 0 when the file was already complete
 
 
-def _opener(url: str, proxy: Proxy | None) -> urllib.request.OpenerDirector:
+def opener(url: str, proxy: Proxy | None, context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """An opener that uses exactly the cluster's proxy (never the host's environment),
-    honouring its NO_PROXY list, with basic credentials from the proxy URL's userinfo."""
+    honouring its NO_PROXY list, with basic credentials from the proxy URL's userinfo. context: the
+    TLS trust of a server whose CA the config names (a registry mirror's `ca`), else the system's."""
     handlers: list[urllib.request.BaseHandler] = []
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
     target = urllib.parse.urlsplit(url)
     port = str(target.port or noproxy.DEFAULT_PORTS.get(target.scheme, ""))
     chosen = None
@@ -94,12 +103,15 @@ class _ProxyAuth(urllib.request.BaseHandler):
     https_request = http_request
 
 
-def _request(url: str) -> urllib.request.Request:
-    """A GET for url; credentials in its userinfo (an internal mirror's, downloads.mirror) go in
-    an Authorization header that a redirect to another host does not carry along."""
+def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+    """A GET for url; credentials in its userinfo (an internal mirror's, downloads.mirror) or in
+    headers (a registry's token) go in headers that a redirect to another host does not carry along."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None:
-        return urllib.request.Request(url, headers={"User-Agent": "k4w"})
+        request = urllib.request.Request(url, headers={"User-Agent": "k4w"})
+        for name, value in (headers or {}).items():
+            request.add_unredirected_header(name, value)
+        return request
     netloc = parts.netloc.rsplit("@", 1)[1]
     request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=netloc)), headers={"User-Agent": "k4w"})
     user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
@@ -118,21 +130,24 @@ def _hash_file(path: Path) -> tuple[hashlib._Hash, hashlib._Hash]:
 
 
 def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | None = None,
-             progress: Progress | None = None, on_wait: Callable[[], None] | None = None) -> Downloaded:
+             progress: Progress | None = None, on_wait: Callable[[], None] | None = None, *,
+             headers: dict[str, str] | None = None, context: ssl.SSLContext | None = None) -> Downloaded:
     """Fetch url to dest (resuming dest.part), verify, then rename into place.
 
     One process at a time per file (a lock file beside it, k4w.infra.filelock): two fetches resuming
     the same .part would append to it in turn. on_wait is told when this one waits for another.
     expected None is for `invoke pin` only: the caller shows the measured checksum to the user.
+    headers: sent to url's host only (a registry's Authorization); context: opener()'s.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with filelock.held(dest.with_name(dest.name + ".lock"), on_wait=on_wait):
-        return _download_locked(url, dest, expected, proxy, progress)
+        return _download_locked(url, dest, expected, proxy, progress, headers, context)
 
 
 def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Proxy | None,
-                     progress: Progress | None) -> Downloaded:
+                     progress: Progress | None, headers: dict[str, str] | None,
+                     context: ssl.SSLContext | None) -> Downloaded:
     if dest.is_file():
         h256, h512 = _hash_file(dest)
         if expected is None or _matches(expected, h256.hexdigest(), h512.hexdigest()):
@@ -140,12 +155,12 @@ def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Pro
         dest.unlink()  # a stale or corrupt copy: fetch it again
     part = dest.with_name(dest.name + ".part")
     have = part.stat().st_size if part.is_file() else 0
-    request = _request(url)
+    request = _request(url, headers)
     if have:
         request.add_header("Range", f"bytes={have}-")
     fetched = 0
     try:
-        with _opener(url, proxy).open(request, timeout=TIMEOUT_S) as resp:
+        with opener(url, proxy, context).open(request, timeout=TIMEOUT_S) as resp:
             if have and resp.status != 206:
                 have = 0  # the server ignored the Range: start over rather than append a second copy
             length = resp.headers.get("Content-Length")
@@ -165,7 +180,7 @@ def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Pro
         else:
             if exc.code == 416 and have:
                 part.unlink(missing_ok=True)  # our partial file is longer than the resource
-            raise DownloadError(f"{redact(url)}: HTTP {exc.code} {exc.reason}") from None
+            raise DownloadError(f"{redact(url)}: HTTP {exc.code} {exc.reason}", status=exc.code) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise DownloadError(f"{redact(url)}: {redact(str(reason))} (partial download kept as {part.name}; run again to resume)") from None
