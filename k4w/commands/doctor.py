@@ -326,10 +326,9 @@ def ask(url: str, proxy) -> Answer:
 
     opener = download.opener(url, proxy)
     for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
-        request = download._request(url)
-        request.method = method
+        request = download.request(url, method=method)
         for key, value in extra.items():
-            request.add_header(key, value)
+            request.add_header(key, value)  # a Range follows a redirect (GitHub's releases answer with one)
         try:
             with opener.open(request, timeout=URL_TIMEOUT_S) as response:
                 return Answer(url, True, f"HTTP {response.status}")

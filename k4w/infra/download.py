@@ -94,7 +94,7 @@ class _ProxyAuth(urllib.request.BaseHandler):
     handler_order = 400
 
     def __init__(self, user: str, password: str):
-        self.header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.header = basic_auth(user, password)
 
     def http_request(self, req):
         req.add_unredirected_header("Proxy-Authorization", self.header)
@@ -103,20 +103,23 @@ class _ProxyAuth(urllib.request.BaseHandler):
     https_request = http_request
 
 
-def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
-    """A GET for url; credentials in its userinfo (an internal mirror's, downloads.mirror) or in
+def basic_auth(user: str, password: str) -> str:
+    """The value of an Authorization (or Proxy-Authorization) header for Basic auth (RFC 7617)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def request(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> urllib.request.Request:
+    """A request for url; credentials in its userinfo (an internal mirror's, downloads.mirror) or in
     headers (a registry's token) go in headers that a redirect to another host does not carry along."""
     parts = urllib.parse.urlsplit(url)
-    if parts.username is None:
-        request = urllib.request.Request(url, headers={"User-Agent": "k4w"})
-        for name, value in (headers or {}).items():
-            request.add_unredirected_header(name, value)
-        return request
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=netloc)), headers={"User-Agent": "k4w"})
-    user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
-    request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
-    return request
+    sent = dict(headers or {})
+    if parts.username is not None:
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        sent["Authorization"] = basic_auth(urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+    made = urllib.request.Request(url, headers={"User-Agent": "k4w"}, method=method)
+    for name, value in sent.items():
+        made.add_unredirected_header(name, value)
+    return made
 
 
 def _hash_file(path: Path) -> tuple[hashlib._Hash, hashlib._Hash]:
@@ -155,12 +158,12 @@ def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Pro
         dest.unlink()  # a stale or corrupt copy: fetch it again
     part = dest.with_name(dest.name + ".part")
     have = part.stat().st_size if part.is_file() else 0
-    request = _request(url, headers)
+    req = request(url, headers)
     if have:
-        request.add_header("Range", f"bytes={have}-")
+        req.add_header("Range", f"bytes={have}-")
     fetched = 0
     try:
-        with opener(url, proxy, context).open(request, timeout=TIMEOUT_S) as resp:
+        with opener(url, proxy, context).open(req, timeout=TIMEOUT_S) as resp:
             if have and resp.status != 206:
                 have = 0  # the server ignored the Range: start over rather than append a second copy
             length = resp.headers.get("Content-Length")

@@ -27,7 +27,6 @@ client/import.go imageName).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -95,7 +94,7 @@ class Credentials:
         register_secret(self.password)
 
     def basic(self) -> str:
-        return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return download.basic_auth(self.username, self.password)
 
 
 @dataclass(frozen=True)
@@ -114,6 +113,18 @@ class Pulled:
     digest: str              # the platform manifest's
     blobs: tuple[str, ...]   # every digest the layout holds for it
     bytes_fetched: int       # 0 when the layout already held every blob
+
+
+def trust(ca: Path | None) -> ssl.SSLContext | None:
+    """The TLS trust for a registry: the system's roots, plus the mirror's own CA when the config names
+    one (containerd adds a hosts.toml `ca` to the system pool the same way: v2.3.7
+    core/remotes/docker/config/hosts.go updateTLSConfigFromHost), so a mirror whose token server has a public
+    certificate still works."""
+    if ca is None:
+        return None
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=str(ca))
+    return context
 
 
 def sha256(data: bytes) -> str:
@@ -136,7 +147,7 @@ class Registry:
         self.endpoint = endpoint.rstrip("/")
         self.credentials = credentials
         self.proxy = proxy
-        self.context = ssl.create_default_context(cafile=str(ca)) if ca else None
+        self.context = trust(ca)
         self._auth: dict[str, str] = {}   # repository -> Authorization header value
 
     def url(self, repository: str, kind: str, reference: str) -> str:
@@ -182,11 +193,8 @@ class Registry:
     def _get(self, url: str, headers: dict[str, str], limit: int, method: str = "GET") -> tuple[dict[str, str], bytes]:
         """GET (or HEAD) url with headers sent to its host only; (response headers, body). An HTTP error
         status passes through as urllib's HTTPError, for the caller to answer or report."""
-        request = urllib.request.Request(url, headers={"User-Agent": "k4w"}, method=method)
-        for name, value in headers.items():
-            request.add_unredirected_header(name, value)
         try:
-            with download.opener(url, self.proxy, self.context).open(request, timeout=download.TIMEOUT_S) as resp:
+            with download.opener(url, self.proxy, self.context).open(download.request(url, headers, method), timeout=download.TIMEOUT_S) as resp:
                 body = resp.read(limit + 1)
                 found = {k.lower(): v for k, v in resp.headers.items()}
         except urllib.error.HTTPError:

@@ -171,6 +171,15 @@ def test_a_registry_behind_an_untrusted_certificate_is_refused(served, tmp_path)
         image_pull.pull(image_pull.Registry(mirror.endpoint), NAME, REPOSITORY, TAG, LINUX, tmp_path / "layout")
 
 
+def test_a_mirrors_ca_is_trusted_beside_the_system_roots(served):
+    """A mirror's own CA must not replace the public roots: its token realm may have a public certificate."""
+    mirror, _, _ = served
+    system = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    with_ca = image_pull.trust(mirror.ca).cert_store_stats()["x509_ca"]
+    assert system > 0
+    assert with_ca == system + 1
+
+
 # ------------------------------------------------------------------ token authentication
 
 USER, PASSWORD = "k4w-puller", "s3cr3t@token"
