@@ -15,8 +15,8 @@ registry mirror's own CA where the config names one.
   with the credentials when there are any, and uses it for that repository. Credentials go only to
   the registry's host (unredirected headers), and every message is redacted.
 - An image index (or Docker manifest list) is resolved to the one manifest of the wanted platform:
-  os and architecture, and for Windows the exact `os.version` (a Windows container runs only on a
-  host of its build, so the nearest is not good enough).
+  os and architecture, and for Windows an `os.version` the box's build runs, chosen the way containerd
+  chooses it (`windows_runs`, `select`).
 
 The layout (opencontainers/image-spec v1.1.0 image-layout.md): `oci-layout`, `blobs/sha256/<hex>` for
 the index (when there is one), the manifest, its config and layers, and `index.json` naming the
@@ -71,18 +71,46 @@ class RegistryError(K4wError):
     """A registry refused, failed or sent bytes that do not match their digest; the message says which."""
 
 
+# Windows Server releases whose container ABI is stable: a host of one runs images from the one before it
+# up to its own build (containerd/platforms v1.0.0-rc.5, the version containerd v2.3.7's go.mod pins:
+# platform_windows_compat.go compatLTSCReleases, ltsc2022 = 20348, ltsc2025 = 26100).
+LTSC_BUILDS = (20348, 26100)
+
+
+def windows_runs(host_build: int, os_version: str) -> bool:
+    """Whether a Windows host of host_build runs an image whose platform says os_version ("10.0.20348.2700"),
+    as containerd decides it (platform_windows_compat.go checkWindowsHostAndContainerCompat): before
+    ltsc2022 only the same build; from it on, any build from the previous LTSC up to the host's."""
+    parts = os_version.split(".")
+    if len(parts) < 3 or parts[:2] != ["10", "0"] or not parts[2].isdigit():
+        return False
+    build = int(parts[2])
+    if host_build < LTSC_BUILDS[0]:
+        return build == host_build
+    newest = max(i for i, ltsc in enumerate(LTSC_BUILDS) if host_build >= ltsc)
+    return LTSC_BUILDS[max(newest - 1, 0)] <= build <= host_build
+
+
 @dataclass(frozen=True)
 class Platform:
     os: str
     architecture: str
-    os_version: str | None = None   # Windows: the host build the image must match exactly
+    windows_build: int | None = None   # the Windows host's build (20348): which image variants run on it
 
     def __str__(self) -> str:
-        return f"{self.os}/{self.architecture}" + (f" {self.os_version}" if self.os_version else "")
+        return f"{self.os}/{self.architecture}" + (f" (build {self.windows_build})" if self.windows_build else "")
 
     def matches(self, described: dict) -> bool:
-        return (described.get("os") == self.os and described.get("architecture") == self.architecture
-                and (self.os_version is None or described.get("os.version") == self.os_version))
+        if described.get("os") != self.os or described.get("architecture") != self.architecture:
+            return False
+        version = described.get("os.version")
+        # An image that names no os.version runs on every build (Microsoft's HostProcess base image).
+        return self.windows_build is None or not version or windows_runs(self.windows_build, version)
+
+
+def _described(platform: dict) -> str:
+    return f"{platform.get('os', '?')}/{platform.get('architecture', '?')}" + (
+        f" {platform['os.version']}" if platform.get("os.version") else "")
 
 
 @dataclass(frozen=True)
@@ -266,15 +294,15 @@ class Registry:
 
 
 def select(index: Fetched, platform: Platform, where: str) -> str:
-    """The digest of index's one manifest for platform; refused naming what the index offers."""
+    """The digest of index's manifest for platform, as containerd picks it: of those that run there, the
+    highest os.version (platforms v1.0.0-rc.5 windowsMatchComparer.Less compares the strings), else the
+    first; refused naming what the index offers."""
     offered = [m for m in index.document().get("manifests", []) if m.get("mediaType", OCI_MANIFEST) in MANIFESTS]
     chosen = [m for m in offered if platform.matches(m.get("platform") or {})]
-    if len(chosen) != 1:
-        listed = ", ".join(sorted(str(Platform(p.get("os", "?"), p.get("architecture", "?"), p.get("os.version")))
-                                  for p in (m.get("platform") or {} for m in offered))) or "nothing"
-        what = "no manifest" if not chosen else f"{len(chosen)} manifests"
-        raise RegistryError(f"{where}: {what} for {platform} in its index (it has: {listed})")
-    return chosen[0]["digest"]
+    if not chosen:
+        listed = ", ".join(sorted(_described(m.get("platform") or {}) for m in offered)) or "nothing"
+        raise RegistryError(f"{where}: no manifest for {platform} in its index (it has: {listed})")
+    return sorted(chosen, key=lambda m: (m.get("platform") or {}).get("os.version") or "", reverse=True)[0]["digest"]
 
 
 def pull(registry: Registry, name: str, repository: str, reference: str, platform: Platform, layout: Path,
@@ -295,8 +323,7 @@ def pull(registry: Registry, name: str, repository: str, reference: str, platfor
     config = manifest.get("config") or {}
     described = json.loads(_fetch_config(registry, repository, config, blobs, where))
     if not platform.matches(described):
-        raise RegistryError(f"{where}: its config is for {Platform(described.get('os', '?'), described.get('architecture', '?'), described.get('os.version'))}, "
-                            f"not {platform}")
+        raise RegistryError(f"{where}: its config is for {_described(described)}, not {platform}")
     _keep(blobs, top)
     kept += [top.digest, config["digest"]]
     fetched = 0

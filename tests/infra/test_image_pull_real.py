@@ -148,8 +148,8 @@ def test_an_index_resolves_to_the_wanted_platform_and_refuses_one_it_lacks(serve
     assert pulled.digest == digest
     assert image_pull.sha256(index) in pulled.blobs
 
-    windows = image_pull.Platform("windows", "amd64", "10.0.26100.1742")
-    with pytest.raises(image_pull.RegistryError, match=r"no manifest for windows/amd64 10\.0\.26100\.1742 in its index "
+    windows = image_pull.Platform("windows", "amd64", 26100)
+    with pytest.raises(image_pull.RegistryError, match=r"no manifest for windows/amd64 \(build 26100\) in its index "
                                                          r"\(it has: linux/amd64, linux/arm64\)"):
         image_pull.pull(client(mirror), name, REPOSITORY, "multi", windows, tmp_path / "layout")
     with pytest.raises(image_pull.RegistryError, match="its config is for linux/amd64, not linux/arm64"):
