@@ -229,16 +229,18 @@ def iso_add(c, path, box=None):
 
 @task(help={"box": "only this box of the config (default: every box a node uses)", "config": CONFIG_HELP,
             "cache": "cache folder (default: $K4W_CACHE, else downloads.cache in the config, else the user cache folder)",
+            "images": "pull the container images the boxes need (for each box's platform, through cluster.yml's "
+                      "registry mirrors) into the image cache, instead of the components",
             "dry_run": "say what would be downloaded, from where, into which file; download and write nothing"})
 @user_errors
-def fetch(c, box=None, config=None, cache=None, dry_run=False):
-    """Download and verify every component the boxes need into the host's cache, once; resumes, in parallel."""
+def fetch(c, box=None, config=None, cache=None, images=False, dry_run=False):
+    """Download and verify every component (--images: container image) the boxes need into the host's cache, once."""
     from k4w.commands import cli
     from k4w.infra import ui
     from k4w.bake import commands
 
     s = cli.settings(c, config, None, dry_run, uses_out=False)  # the cache is not under --out
-    commands.fetch_components(cli.load(s), box, cache_option=cache, dry_run=s.dry_run, console=ui.console)
+    commands.fetch_components(cli.load(s), box, cache_option=cache, dry_run=s.dry_run, console=ui.console, images=images)
 
 
 # No short flags: -c and -o mean --config and --out everywhere else, and BOX COMPONENT are positional.

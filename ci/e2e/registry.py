@@ -179,9 +179,12 @@ def parse_access_log(text: str) -> list[Request]:
     return found
 
 
-def config_text(address: str, port: int, storage: Path, tls: Tls) -> str:
+def config_text(address: str, port: int, storage: Path, tls: Tls, manifest_urls: tuple[str, ...] = ()) -> str:
     """distribution's configuration (distribution/distribution v3.1.2, its docs' about/configuration page): filesystem
-    storage, TLS, the access log on (stdout), no debug server, no redirects (filesystem has none)."""
+    storage, TLS, the access log on (stdout), no debug server, no redirects (filesystem has none).
+    manifest_urls: regular expressions of the foreign-layer URLs a pushed manifest may name (validation.manifests.urls.allow;
+    with none, registry/handlers/app.go allows none)."""
+    validation = {"validation": {"manifests": {"urls": {"allow": list(manifest_urls)}}}} if manifest_urls else {}
     return yaml.safe_dump({
         "version": "0.1",
         "log": {"level": "info", "formatter": "text", "accesslog": {"disabled": False}},
@@ -190,6 +193,7 @@ def config_text(address: str, port: int, storage: Path, tls: Tls) -> str:
                     "maintenance": {"uploadpurging": {"enabled": False}}},
         "http": {"addr": f"{address}:{port}", "tls": {"certificate": str(tls.cert), "key": str(tls.key)},
                  "headers": {"X-Content-Type-Options": ["nosniff"]}},
+        **validation,
     }, sort_keys=False)
 
 
@@ -203,6 +207,7 @@ class Registry:
     folder: Path
     ca: Path
     process: subprocess.Popen | None = None
+    manifest_urls: tuple[str, ...] = ()   # config_text's
 
     @property
     def host(self) -> str:
@@ -301,7 +306,7 @@ class Registry:
         storage = self.folder / "storage"
         storage.mkdir(parents=True, exist_ok=True)
         config = self.folder / "config.yml"
-        config.write_text(config_text(self.address, self.port, storage, tls), encoding="utf-8")
+        config.write_text(config_text(self.address, self.port, storage, tls, self.manifest_urls), encoding="utf-8")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                # distribution@v3.1.2 tracing/tracing.go: autoexport's default is an OTLP exporter to
                # localhost:4318; nothing collects traces here.
@@ -436,7 +441,8 @@ class Mirrors:
 
 @contextlib.contextmanager
 def serving(address: str, workdir: Path, upstreams: tuple[str, ...] = UPSTREAMS,
-            ports: dict[str, int] | None = None, timeout: float = START_TIMEOUT) -> Iterator[Mirrors]:
+            ports: dict[str, int] | None = None, timeout: float = START_TIMEOUT,
+            manifest_urls: tuple[str, ...] = ()) -> Iterator[Mirrors]:
     """Run one registry per upstream on address (ports: upstream -> port, else free ones the kernel
     picks) with storage and logs under workdir/<upstream>; all stopped when the block ends, however
     it ends."""
@@ -446,7 +452,8 @@ def serving(address: str, workdir: Path, upstreams: tuple[str, ...] = UPSTREAMS,
     try:
         for upstream in upstreams:
             port = (ports or {}).get(upstream) or free_port(address)
-            registry = Registry(upstream=upstream, address=address, port=port, folder=workdir / upstream, ca=mirrors.ca)
+            registry = Registry(upstream=upstream, address=address, port=port, folder=workdir / upstream, ca=mirrors.ca,
+                                manifest_urls=manifest_urls)
             mirrors.registries[upstream] = registry
             registry.start(binary, mirrors.tls, timeout)
         yield mirrors

@@ -12,7 +12,8 @@ from k4w.media import iso_add as iso_add_mod
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
-from k4w.bake import cache, fetch as fetch_mod
+from k4w.bake import cache, fetch as fetch_mod, image_cache
+from k4w.infra import ui
 from k4w.model import pins
 from .progress import download_progress, hash_progress
 from .runner import BoxResult, build_boxes
@@ -104,10 +105,19 @@ def pin_component(config_file: str, box: str, component: str, replace: bool = Fa
 
 
 def fetch_components(cluster: Cluster, box: str | None = None, cache_option: str | None = None,
-                     dry_run: bool = False, console: Console | None = None) -> None:
-    """invoke fetch [--box B] [--cache DIR]: fill the host's component cache, once; fail naming
-    each component that could not be fetched (after the others were)."""
+                     dry_run: bool = False, console: Console | None = None, images: bool = False) -> None:
+    """invoke fetch [--box B] [--cache DIR] [--images]: fill the host's component cache, once (with
+    --images, the image cache instead); fail naming each file or image that could not be fetched
+    (after the others were)."""
     boxes = [cluster.profile(box).name] if box else None
+    if images:
+        if dry_run:
+            ui.say(f"dry run: image cache {image_cache.cache_root(cluster, cache_option)} (nothing is pulled or written)")
+            for line in image_cache.describe(cluster, boxes, cache_option):
+                ui.say(f"  {line}")
+            return
+        image_cache.ensure(cluster, boxes, cache_option=cache_option, console=console)
+        return
     if dry_run:
         refused = fetch_mod.dry_run(cluster, boxes, cache_option=cache_option)
         if refused:

@@ -29,7 +29,7 @@ default repository (k8s.io/kubernetes@v1.37.2 cmd/kubeadm/app/images/images.go G
 Only Docker boxes (seed era) name the mirror in `imageRepository` and the pause image (`apply`):
 Docker can be pointed nowhere else for them. kubeadm 1.11 names CoreDNS `<repository>/coredns` under
 every repository, so there the names map back to ones registry.k8s.io publishes
-(k4w/validate/facts/upstream-images.yml; `invoke validate` holds every pull against it).
+(k4w/validate/facts/upstream-images.yml; `invoke validate` holds every pull of k4w.derive.images against it).
 Docker (seed era) mirrors docker.io only (daemon.json `registry-mirrors`, Docker's docs "Registry as
 a pull through cache": "It's currently not possible to mirror another private registry. Only the
 central Hub can be mirrored."): k4w.model.config refuses other registries for a Docker box.
@@ -268,6 +268,54 @@ def upstream_image(image: str, cfg: Config) -> str:
     domain = serving[0]
     prefix = Mirror.of(domain, cfg.registry.mirrors[domain]).image_prefix
     return f"{domain}/{image[len(prefix) + 1:]}"
+
+
+# The registry host Docker Hub's API answers on (containerd v2.3.7 core/remotes/docker/config/hosts.go
+# ConfigureHosts: docker.io -> registry-1.docker.io).
+DOCKER_HUB_API = "registry-1.docker.io"
+
+
+@dataclass(frozen=True)
+class PullSource:
+    """Where a host-side pull of an image asks, in the order a box's runtime would."""
+    endpoint: str            # scheme://host[:port] of the registry API
+    repository: str          # the path under /v2/ (a mirror's repository prefix included)
+    namespace: str | None    # the upstream, sent as ?ns= to a mirror (containerd's resolver.go addNamespace)
+    mirror: Mirror | None    # the mirror asked, None for the upstream itself
+
+    @property
+    def label(self) -> str:
+        return f"the {self.mirror.upstream} mirror {self.mirror.server}" if self.mirror else self.endpoint
+
+
+def split_reference(image: str) -> tuple[str, str, str]:
+    """(registry, repository, tag or digest) of an image name; no tag means latest (distribution/reference)."""
+    name, at, digest = image.partition("@")
+    domain, rest = image_domain(name)
+    repository, sep, tag = rest.rpartition(":")
+    if not sep or "/" in tag:
+        repository, tag = rest, "latest"
+    return domain, repository, digest if at else tag
+
+
+def pull_sources(image: str, cfg: Config) -> list[PullSource]:
+    """Where a box's runtime fetches image: an upstream with a mirror through the mirror first, then the
+    upstream (hosts.toml keeps it as the fallback); a name under a mirror's own prefix (a Docker box's
+    kubeadm images, `apply`) from that mirror only; any other name from its registry."""
+    domain, repository, _ = split_reference(image)
+    serving = mirrors_serving(image, cfg)  # several only for a prefix `invoke validate` refuses
+    if serving:
+        # The name starts with the mirror's host and prefix, so its repository already holds the prefix.
+        mirror = Mirror.of(serving[0], cfg.registry.mirrors[serving[0]])
+        return [PullSource(mirror.server, repository, None, mirror)]
+    upstream_api = f"https://{DOCKER_HUB_API if domain == DOCKER_HUB else domain}"
+    direct = PullSource(upstream_api, repository, None, None)
+    spec = cfg.registry.mirrors.get(domain)
+    if spec is None:
+        return [direct]
+    mirror = Mirror.of(domain, spec)
+    return [PullSource(mirror.server, f"{mirror.path.lstrip('/')}/{repository}" if mirror.path else repository, domain, mirror),
+            direct]
 
 
 def profile_registries(profile: Profile, cfg: Config) -> set[str]:

@@ -14,6 +14,8 @@ registry mirror's own CA where the config names one.
   distribution token flow, distribution/distribution docs "Token Authentication Specification"),
   with the credentials when there are any, and uses it for that repository. Credentials go only to
   the registry's host (unredirected headers), and every message is redacted.
+- A foreign layer (the Windows base images up to 1803) comes from the https URLs its descriptor names, then
+  from the registry, checked against its digest like every other.
 - An image index (or Docker manifest list) is resolved to the one manifest of the wanted platform:
   os and architecture, and for Windows an `os.version` the box's build runs, chosen the way containerd
   chooses it (`windows_runs`, `select`).
@@ -171,15 +173,18 @@ class Registry:
     """One registry (or mirror) endpoint, e.g. https://registry.k8s.io or https://mirror.corp:5000."""
 
     def __init__(self, endpoint: str, *, ca: Path | None = None, credentials: Credentials | None = None,
-                 proxy: Proxy | None = None):
+                 proxy: Proxy | None = None, namespace: str | None = None):
         self.endpoint = endpoint.rstrip("/")
+        # A mirror is told which upstream the repository is from (?ns=, as containerd v2.3.7
+        # core/remotes/docker/resolver.go addNamespace sends it), so one mirror can serve several.
+        self.query = "?" + urllib.parse.urlencode({"ns": namespace}) if namespace else ""
         self.credentials = credentials
         self.proxy = proxy
         self.context = trust(ca)
         self._auth: dict[str, str] = {}   # repository -> Authorization header value
 
     def url(self, repository: str, kind: str, reference: str) -> str:
-        return f"{self.endpoint}/v2/{repository}/{kind}/{reference}"
+        return f"{self.endpoint}/v2/{repository}/{kind}/{reference}{self.query}"
 
     # ------------------------------------------------------------------ authentication
 
@@ -329,14 +334,41 @@ def pull(registry: Registry, name: str, repository: str, reference: str, platfor
     fetched = 0
     for layer in manifest.get("layers", []):
         digest = layer.get("digest", "")
+        dest = blobs / digest.split(":", 1)[-1]
         if layer.get("urls"):
-            # A foreign layer (Windows base images before 2019) lives outside the registry.
-            raise RegistryError(f"{where}: layer {digest} is a foreign layer served from {layer['urls'][0]}; "
-                                "k4w fetches only what the registry itself serves")
-        fetched += registry.blob(repository, digest, blobs / digest.split(":", 1)[-1], progress)
+            fetched += _foreign(registry, repository, layer, dest, where, progress)
+        else:
+            fetched += registry.blob(repository, digest, dest, progress)
         kept.append(digest)
-    _write_index(layout, name, top)
+    _write_index(layout, name, top, {k: described[k] for k in ("os", "architecture", "os.version") if described.get(k)})
     return Pulled(name=name, digest=top.digest, blobs=tuple(kept), bytes_fetched=fetched)
+
+
+def _foreign(registry: Registry, repository: str, layer: dict, dest: Path, where: str,
+             progress: download.Progress | None) -> int:
+    """A foreign layer (the Windows base images of Windows Server 2016 to 1803: Microsoft serves them from its
+    own URLs and marks them non-distributable) from the https URLs its descriptor names, in order, then from
+    the registry (one that allows non-distributable artifacts holds it), the way Docker's pull fetches it;
+    every copy is checked against the layer's digest. The bytes fetched."""
+    digest = layer.get("digest", "")
+    if not DIGEST.match(digest):
+        raise RegistryError(f"{where}: layer digest {digest!r} is not a sha256 digest")
+    expected = download.Expected("sha256", digest.split(":", 1)[1])
+    tried = []
+    for url in layer.get("urls") or []:
+        if urllib.parse.urlsplit(str(url)).scheme != "https":
+            tried.append(f"{redact(str(url))}: not https, not asked")
+            continue
+        try:
+            # No registry credentials: the URL is another server's.
+            return download.download(str(url), dest, expected, registry.proxy, progress, context=registry.context).fetched_bytes
+        except download.DownloadError as exc:
+            tried.append(str(exc))
+    try:
+        return registry.blob(repository, digest, dest, progress)
+    except RegistryError as exc:
+        tried.append(str(exc))
+    raise RegistryError(f"{where}: foreign layer {digest} could not be fetched: " + "; ".join(tried))
 
 
 def _fetch_config(registry: Registry, repository: str, config: dict, blobs: Path, where: str) -> bytes:
@@ -356,16 +388,17 @@ def _keep(blobs: Path, fetched: Fetched) -> None:
         part.replace(path)
 
 
-def _write_index(layout: Path, name: str, manifest: Fetched) -> None:
-    """index.json of the layout: this image's entry replaces an older one of the same name."""
+def _write_index(layout: Path, name: str, manifest: Fetched, platform: dict) -> None:
+    """index.json of the layout: this image's entry, with the platform its config names, replaces an older
+    one of the same name and platform (one layout may hold an image's Windows variants of two builds)."""
     (layout / "oci-layout").write_text(json.dumps(LAYOUT_VERSION), encoding="utf-8")
     path = layout / "index.json"
     index = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"schemaVersion": 2, "manifests": []}
     tag = name.rsplit("@", 1)[0].rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else ""
-    entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.data),
+    entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.data), "platform": platform,
              "annotations": {CONTAINERD_NAME: name, **({OCI_REF_NAME: tag} if tag else {})}}
     index["manifests"] = [m for m in index.get("manifests", [])
-                          if (m.get("annotations") or {}).get(CONTAINERD_NAME) != name] + [entry]
+                          if ((m.get("annotations") or {}).get(CONTAINERD_NAME), m.get("platform")) != (name, platform)] + [entry]
     index["mediaType"] = OCI_INDEX
     part = path.with_name("index.json.part")
     part.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")

@@ -15,6 +15,7 @@ import yaml
 
 from k4w.model import kubeadm_apis
 from k4w.infra import sources
+from k4w.infra.image_pull import Platform
 from k4w.infra.errors import K4wError
 
 # Keys every profile must carry, because config validation and rendering depend on them.
@@ -75,6 +76,18 @@ class Profile:
         build's proxy, the one the node services start after, the kubelet's cgroup driver's owner."""
         components = self.data.get("components") or {}
         return next((name for name in RUNTIMES if name in components), "docker")
+
+    @property
+    def image_platform(self) -> Platform:
+        """The platform the box's runtime pulls images for: Windows with the box's build (guest.os_build,
+        which picks the variant of a multi-build image); every box is amd64 (the profiles' downloads are)."""
+        if self.is_windows:
+            build = (self.data.get("guest") or {}).get("os_build")
+            if not str(build or "").isdigit():
+                raise K4wError(f"{self.path}: guest.os_build must be the Windows build number (e.g. 20348): it picks the "
+                               "variant of each container image the box runs")
+            return Platform("windows", "amd64", int(build))
+        return Platform("linux", "amd64")
 
     @property
     def installer_kind(self) -> str | None:

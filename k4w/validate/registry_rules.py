@@ -29,10 +29,10 @@ from pathlib import Path
 import yaml
 
 from k4w.derive import containerd_config, registry
+from k4w.derive.images import box_images
 from k4w.infra import pinned_tools
 from k4w.outdir import private
 from k4w.derive.cluster import Cluster
-from k4w.model.profiles import Profile
 from k4w.validate.result import Result
 from k4w.validate.result import from_check
 
@@ -114,32 +114,6 @@ def canonical(image: str) -> str:
 
 def published() -> frozenset[str]:
     return frozenset(canonical(name) for name in upstream_facts()["published"])
-
-
-def kubeadm_images(version: str, repository: str) -> list[str]:
-    """What `kubeadm config images list` names for a Kubernetes version and an imageRepository, as the
-    kubeadm of that minor builds the names (facts/upstream-images.yml kubeadm, with its sources)."""
-    minor = ".".join(str(version).split(".")[:2])
-    spec = upstream_facts()["kubeadm"].get(minor)
-    if spec is None:
-        raise KeyError(f"kubeadm {minor} is not in {UPSTREAM_IMAGES.name}: add how it names its images, with the source")
-    subpath = spec["dns_subpath_under_default"]
-    dns = f"{subpath}/" if subpath and repository == spec["default_repository"] else ""
-    return [f"{repository}/{template.format(version=version, dns=dns)}" for template in spec["images"]]
-
-
-def box_images(profile: Profile) -> list[str]:
-    """Every image a box pulls or names for its pods: kubeadm's list (Linux boxes run kubeadm init or
-    join and pre-pull it), the pause image, Flannel's images, the Windows base and HostProcess images."""
-    data = profile.data
-    kube = data.get("kubernetes") or {}
-    names = []
-    if not profile.is_windows and kube.get("version"):
-        names += kubeadm_images(profile.kubernetes_version, str(kube.get("image_repository") or "registry.k8s.io"))
-    names += [str(kube[key]) for key in ("pause_image", "flannel_image", "flannel_cni_plugin_image") if kube.get(key)]
-    names += [str(image) for image in (data.get("images") or {}).values() if image]
-    hostprocess = (data.get("hostprocess") or {}).get("image")
-    return list(dict.fromkeys(names + ([str(hostprocess)] if hostprocess else [])))
 
 
 def manifest_images(out: Path) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from k4w.model import config, profiles
-from k4w.derive import step_env as derive_steps, registry
+from k4w.derive import images, step_env as derive_steps, registry
 from k4w.derive.cluster import Cluster
 from k4w.model.profiles import Attr
 from k4w.validate import registry_rules
@@ -286,7 +286,7 @@ def test_every_image_a_box_profile_pins_is_in_the_published_table():
     known = registry_rules.published()
     for path in sorted((ROOT / "boxes").glob("*.yml")):
         profile = profiles.load(path.stem)
-        missing = [image for image in registry_rules.box_images(profile) if registry_rules.canonical(image) not in known]
+        missing = [image for image in images.box_images(profile) if registry_rules.canonical(image) not in known]
         assert missing == [], f"{path.name}: {missing}"
 
 
@@ -301,7 +301,7 @@ def test_the_kubeadm_image_model_is_what_the_pinned_kubeadm_lists(repository):
     res = subprocess.run([str(kubeadm), "config", "images", "list", "--kubernetes-version", f"v{version}",
                           "--image-repository", repository], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert sorted(res.stdout.split()) == sorted(registry_rules.kubeadm_images(version, repository))
+    assert sorted(res.stdout.split()) == sorted(images.kubeadm_images(version, repository))
 
 
 # ---------------------------------------------------------------- config refusals and the plan
@@ -373,7 +373,7 @@ def test_every_image_tag_the_mirror_docs_name_is_one_a_profile_pins():
     name's last path element, so a mirror-prefixed example counts) must be a tag they pin."""
     pinned: dict[str, set[str]] = {}
     for path in (ROOT / "boxes").glob("*.yml"):
-        for image in registry_rules.box_images(profiles.load(path.stem)):
+        for image in images.box_images(profiles.load(path.stem)):
             repository, _, tag = image.split("@", 1)[0].rpartition(":")
             pinned.setdefault(repository.rsplit("/", 1)[-1], set()).add(tag)
     for where, text in mirror_docs().items():

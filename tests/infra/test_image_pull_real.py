@@ -12,6 +12,7 @@ verifies). Only the Basic challenge is answered by a stand-in (tests/fakes/oci_r
 from __future__ import annotations
 
 import base64
+import functools
 import datetime
 import hashlib
 import http.server
@@ -342,3 +343,58 @@ def test_the_password_is_not_sent_to_a_realm_without_tls():
     # Without credentials nothing secret is sent: the realm is asked (here a closed port, RFC 863 discard).
     with pytest.raises(image_pull.RegistryError, match=r"127\.0\.0\.1:9/token\?service=x&scope=repository%3Ak4w-test%3Apull: .*refused"):
         anonymous._authorize(REPOSITORY, 'Bearer realm="http://127.0.0.1:9/token",service="x"', anonymous.url(REPOSITORY, "manifests", TAG))
+
+
+# ------------------------------------------------------------------ foreign layers (Windows Server 1803)
+
+FOREIGN = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"   # Docker image manifest v2, schema 2
+
+
+@pytest.fixture
+def foreign_image(tmp_path):
+    """The real registry, allowed to store manifests naming foreign-layer URLs on 127.0.0.1, and an https file
+    server on 127.0.0.1 standing for Microsoft's download site: (mirror, files folder, name, layer bytes, layer url)."""
+    work = tmp_path / "foreign"
+    files = work / "files"
+    files.mkdir(parents=True)
+    with registry.serving("127.0.0.1", work / "served", upstreams=("mcr.microsoft.com",),
+                          manifest_urls=(r"^https://127\.0\.0\.1:\d+/",)) as mirrors:
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(files))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(mirrors.tls.cert, mirrors.tls.key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            mirror = mirrors.registries["mcr.microsoft.com"]
+            layer = os.urandom(300 * 1024)
+            url = f"https://127.0.0.1:{server.server_address[1]}/layer.tar.gz"
+            config = json.dumps({"architecture": "amd64", "os": "windows", "os.version": "10.0.17134.1",
+                                 "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "0" * 64]}}).encode()
+            mirror.push_blob("windows/servercore", image_pull.sha256(config), config)
+            manifest = json.dumps({"schemaVersion": 2, "mediaType": image_pull.DOCKER_MANIFEST,
+                                   "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                                              "digest": image_pull.sha256(config), "size": len(config)},
+                                   "layers": [{"mediaType": FOREIGN, "digest": image_pull.sha256(layer), "size": len(layer),
+                                               "urls": [url]}]}).encode()
+            mirror.push_manifest("windows/servercore", "1803", manifest, image_pull.DOCKER_MANIFEST)
+            yield mirror, files, "mcr.microsoft.com/windows/servercore:1803", layer, url
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_foreign_layer_comes_from_its_url_checked_against_its_digest(foreign_image, tmp_path):
+    mirror, files, name, layer, url = foreign_image
+    (files / "layer.tar.gz").write_bytes(layer)
+    pulled = image_pull.pull(client(mirror), name, "windows/servercore", "1803", image_pull.Platform("windows", "amd64", 17134),
+                             tmp_path / "layout")
+    assert blob_path(tmp_path / "layout", image_pull.sha256(layer)).read_bytes() == layer
+    assert pulled.bytes_fetched == len(layer)
+    assert not any("/blobs/" + image_pull.sha256(layer) in r.path for r in mirror.requests())  # not asked of the registry
+
+    (files / "layer.tar.gz").write_bytes(os.urandom(len(layer)))   # the site serves other bytes
+    with pytest.raises(image_pull.RegistryError, match=r"foreign layer sha256:[0-9a-f]{64} could not be fetched: .*sha256 mismatch.*HTTP 404"):
+        image_pull.pull(client(mirror), name, "windows/servercore", "1803", image_pull.Platform("windows", "amd64", 17134),
+                        tmp_path / "other")
+    assert not blob_path(tmp_path / "other", image_pull.sha256(layer)).exists()

@@ -1,0 +1,228 @@
+"""`invoke fetch --images`: every container image the boxes need, pulled once into the host image cache.
+
+The images a box needs and the platform each is needed for come from k4w.derive.images; where each is
+asked for (a registry mirror of cluster.yml first, then the upstream, the way the box's containerd
+goes) from k4w.derive.registry.pull_sources. Each pull goes through k4w.infra.image_pull: the
+cluster's proxy and NO_PROXY, a mirror's CA and credentials, every byte checked against its digest,
+a cut blob resumed.
+
+The cache is `<component cache>/images/`, an OCI image layout (opencontainers/image-spec v1.1.0
+image-layout.md) whose blobs every image shares (a layer two images hold is stored once), and
+`images.json`, k4w's record of which manifest each (image, platform) resolved to:
+
+    {"version": 1, "images": {"<name> <platform>": {"digest", "size", "source", "fetched_at"}}}
+
+An image whose record names a manifest whose blobs are all in the layout at the sizes the manifest
+gives is cached: a rebuild asks no registry for it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from k4w.derive import registry
+from k4w.derive.cluster import Cluster
+from k4w.derive.images import Needed, needed
+from k4w.infra import filelock, image_pull, ui
+from k4w.infra.errors import K4wError
+from k4w.infra.redact import redact
+from k4w.media.iso import human_size
+from . import cache
+from .progress import FilesProgress
+
+FOLDER = "images"
+RECORD = "images.json"
+RECORD_VERSION = 1
+
+
+def cache_root(cluster: Cluster, cache_option: str | None = None) -> Path:
+    return cache.cache_dir(cluster.config, cluster.config_file, cache_option) / FOLDER
+
+
+def key(item: Needed) -> str:
+    return f"{item.name} {item.platform}"
+
+
+@dataclass
+class ImageRow:
+    item: Needed
+    status: str                 # cached | downloaded | failed
+    digest: str = ""
+    size: int = 0               # the image's bytes: manifest, config and layers
+    fetched: int = 0
+    source: str = ""
+    problem: str = ""
+
+
+@dataclass
+class ImageReport:
+    root: Path
+    rows: list[ImageRow] = field(default_factory=list)
+
+    @property
+    def fetched(self) -> int:
+        return sum(r.fetched for r in self.rows)
+
+    @property
+    def failed(self) -> list[ImageRow]:
+        return [r for r in self.rows if r.status == "failed"]
+
+    def summary(self) -> str:
+        count = {s: sum(r.status == s for r in self.rows) for s in ("downloaded", "cached", "failed")}
+        return (f"images: fetched {self.fetched} bytes ({count['downloaded']} pulled, {count['cached']} already cached"
+                + (f", {count['failed']} failed" if count["failed"] else "") + ")")
+
+
+class Record:
+    """images.json, read and written under its lock (two fetches may run at once)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.path = root / RECORD
+        self._lock = threading.Lock()
+
+    def read(self) -> dict[str, dict]:
+        if not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except ValueError:
+            return {}  # a damaged record: every image is checked against the registry again
+        return data.get("images", {}) if isinstance(data, dict) and data.get("version") == RECORD_VERSION else {}
+
+    def entry(self, item: Needed) -> dict | None:
+        """The record of item when the layout holds every blob of its manifest, else None."""
+        found = self.read().get(key(item))
+        if not isinstance(found, dict) or not image_pull.DIGEST.match(str(found.get("digest", ""))):
+            return None
+        return found if blobs_present(self.root, found["digest"]) is not None else None
+
+    def save(self, item: Needed, digest: str, size: int, source: str) -> None:
+        with self._lock, filelock.held(self.path.with_name(RECORD + ".lock")):
+            images = self.read()
+            images[key(item)] = {"digest": digest, "size": size, "source": redact(source),
+                                 "fetched_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            part = self.path.with_name(RECORD + ".part")
+            part.write_text(json.dumps({"version": RECORD_VERSION, "images": dict(sorted(images.items()))}, indent=2) + "\n",
+                            encoding="utf-8")
+            os.replace(part, self.path)
+
+
+def blob_path(root: Path, digest: str) -> Path:
+    return root / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+
+def blobs_present(root: Path, digest: str) -> int | None:
+    """The image's size when manifest `digest` and every blob it names are in the layout (the manifest
+    hashed again, the others by the sizes it gives: each was verified when it was written), else None."""
+    manifest = blob_path(root, digest)
+    if not manifest.is_file():
+        return None
+    data = manifest.read_bytes()
+    if image_pull.sha256(data) != digest:
+        return None
+    try:
+        document = json.loads(data)
+        described = [document["config"], *document.get("layers", [])]
+        total = len(data)
+        for blob in described:
+            path = blob_path(root, blob["digest"])
+            if not path.is_file() or path.stat().st_size != blob["size"]:
+                return None
+            total += blob["size"]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    return total
+
+
+def _pull(item: Needed, cluster: Cluster, root: Path, update) -> ImageRow:
+    """Pull item from its first source that has it; a source that fails is reported if none works."""
+    cfg = cluster.config
+    reference = registry.split_reference(item.name)[2]
+    tried = []
+    for source in registry.pull_sources(item.name, cfg):
+        mirror = source.mirror
+        client = image_pull.Registry(
+            source.endpoint, proxy=cluster.proxy, namespace=source.namespace,
+            ca=Path(cfg.registry.mirrors[mirror.upstream].ca) if mirror and cfg.registry.mirrors[mirror.upstream].ca else None,
+            credentials=image_pull.Credentials(mirror.user, mirror.password or "") if mirror and mirror.user is not None else None)
+        try:
+            # The bar follows the blob being fetched (a Windows image's largest layer is most of it).
+            pulled = image_pull.pull(client, item.name, source.repository, reference, item.platform, root,
+                                     progress=update)
+        except K4wError as exc:
+            tried.append(f"{source.label}: {exc}")
+            continue
+        size = blobs_present(root, pulled.digest) or 0
+        return ImageRow(item, "downloaded" if pulled.bytes_fetched else "cached", pulled.digest, size,
+                        pulled.bytes_fetched, source.label)
+    return ImageRow(item, "failed", problem="; ".join(tried))
+
+
+def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None,
+          console: Console | None = None) -> ImageReport:
+    """Fill the image cache for these boxes (default: every box the config uses), one image at a time
+    (a Windows base image is gigabytes: one at a time keeps the proxy's load and the progress plain).
+    One image's failure never stops the others; the report says what happened to each."""
+    root = cache_root(cluster, cache_option)
+    root.mkdir(parents=True, exist_ok=True)
+    chosen = boxes or list(cluster.profiles)
+    record = Record(root)
+    report = ImageReport(root)
+    with FilesProgress(console or ui.console) as bars:
+        for item in needed((box, cluster.profile(box)) for box in chosen):
+            entry = record.entry(item)
+            if entry:
+                report.rows.append(ImageRow(item, "cached", entry["digest"], entry["size"], 0, entry.get("source", "")))
+                continue
+            row = _pull(item, cluster, root, bars.callback(item.label))
+            if row.status == "failed":
+                bars.finish(item.label, "failed")
+            else:
+                record.save(item, row.digest, row.size, row.source)
+                bars.finish(item.label, f"pulled {human_size(row.fetched)}" if row.fetched else "cached")
+            report.rows.append(row)
+    return report
+
+
+def describe(cluster: Cluster, boxes: list[str] | None = None, cache_option: str | None = None) -> list[str]:
+    """Offline: one line per image, what a fetch would do with it (cached, or pulled from where)."""
+    root = cache_root(cluster, cache_option)
+    record = Record(root)
+    lines = []
+    for item in needed((box, cluster.profile(box)) for box in boxes or list(cluster.profiles)):
+        entry = record.entry(item) if root.is_dir() else None
+        if entry:
+            lines.append(f"{item.label}: cached, {entry['digest']} ({human_size(entry['size'])})")
+        else:
+            sources = " else ".join(redact(s.label) for s in registry.pull_sources(item.name, cluster.config))
+            lines.append(f"{item.label}: would pull from {sources} (for {', '.join(item.boxes)})")
+    return lines
+
+
+def ensure(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None,
+           console: Console | None = None) -> ImageReport:
+    """Fetch, show, and fail naming every image that could not be pulled (after the others were)."""
+    report = fetch(cluster, boxes, cache_option=cache_option, console=console)
+    show(report, console)
+    if report.failed:
+        raise K4wError(f"{len(report.failed)} image(s) could not be pulled into {report.root}: "
+                       + "; ".join(row.item.label for row in report.failed) + " (the reasons are above)")
+    return report
+
+
+def show(report: ImageReport, console: Console | None = None) -> None:
+    rows = [[", ".join(r.item.boxes), r.item.name, str(r.item.platform), r.digest[:19] if r.digest else "-",
+             human_size(r.size) if r.size else "-", r.status, r.fetched] for r in report.rows]
+    ui.table(f"Image cache {report.root}", ["box", "image", "platform", "digest", "size", "status", "bytes fetched"],
+             rows, to=console)
+    for row in report.failed:
+        ui.say(f"{row.item.label}: {row.problem}", to=console)
+    ui.say(report.summary(), to=console)
