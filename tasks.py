@@ -259,6 +259,21 @@ def pin(c, box, component, config=None, replace=False, dry_run=False):
     commands.pin_component(s.config, box, component, replace=replace, dry_run=s.dry_run, console=ui.console)
 
 
+@task(name="pin-images", auto_shortflags=False,
+      help={"box": "only this box of the config (default: every box a node uses)", "config": CONFIG_HELP,
+            "replace": "record a new digest even though a different one is pinned (the tag moved)",
+            "dry_run": "say which images would be resolved, and from where; pull and write nothing"})
+@user_errors
+def pin_images(c, box=None, config=None, replace=False, dry_run=False):
+    """Resolve every container image the boxes need (each tag, for each box's platform) into the image cache and record its digest in k4w-pins.yml."""
+    from k4w.commands import cli
+    from k4w.infra import ui
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run, uses_out=False)
+    commands.pin_images(cli.load(s), box, replace=replace, dry_run=s.dry_run, console=ui.console)
+
+
 @task(name="test-box", help={"box": "box profile to test, e.g. ubuntu-1604 or windows-1803", **COMMON_HELP})
 @user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
@@ -293,9 +308,13 @@ def cluster_test(c, config=None, out=None, dry_run=False):
                         "ubuntu-2604-e2e, k4w's own network-up, cluster-up, cluster-test, cluster-reset, "
                         "cluster-down and an existing-cluster join on two libvirt VMs (docs/linux-host.md; "
                         "needs libvirtd and vagrant-libvirt; hours under TCG; not run by CI)",
+            "offline": "containerd-era boxes: bake with downloads.images: cache, the box's images built here and "
+                       "served by registries on 127.0.0.1 the guest cannot reach; the guest imports them from the "
+                       "host's image cache, and the registries' logs must show 0 requests during the bake "
+                       "(needs the cluster group of scripts/build-tools; not run by CI)",
             "dry_run": DRY_HELP})
 @user_errors
-def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False, provider="qemu"):
+def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=False, provider="qemu", offline=False):
     """CI end-to-end bake: real Packer + provisioning in a QEMU guest behind squid, box spec, idempotence."""
     from k4w.commands import cli
     from k4w.infra import ui
@@ -308,12 +327,12 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
     images = default_out(Path("build"), BOXES[0]) / "base-image"
     s = cli.settings(c, out=out or str(default_out(Path("build"), box)), dry_run=dry_run)
     result = run_e2e(s.out, box=box, keep=keep, dry_run=s.dry_run, base_images=None if out else images, cluster=cluster,
-                     provider=provider)
+                     provider=provider, offline=offline)
     if not s.dry_run:
         for line in result.summary():
             ui.say(line)
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, fetch, pin, test_box, cluster_test, e2e, inventory, schema)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, pin_images, test_box, cluster_test, e2e, inventory, schema)
 ns.configure({"k4w": DEFAULTS})

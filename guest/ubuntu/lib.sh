@@ -207,7 +207,7 @@ k4w_component_digest() {
 # again against the pinned digest before any step uses it. A verified copy from an earlier call
 # is reused; a mismatch deletes the download and stops the build.
 k4w_component_file() {
-    local component="$1" upper file_var name expected url target part actual
+    local component="$1" upper file_var name expected target part actual
     k4w_require K4W_MEDIA_URL_PATH
     upper="${component^^}"
     file_var="K4W_${upper}_FILE"
@@ -219,19 +219,9 @@ k4w_component_file() {
         printf '%s\n' "$target"
         return 0
     fi
-    # Packer sets PACKER_HTTP_ADDR (host:port of its HTTP server) for every shell provisioner.
-    [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
-        k4w_die "${component}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
-    # K4W_MEDIA_URL_PATH: /components/ where the server also serves preseed.cfg from OUT/http/<box>/,
-    # / where it serves the build media folder alone (k4w.media.build_media.served_folder).
-    url="http://${PACKER_HTTP_ADDR}${K4W_MEDIA_URL_PATH}${name}"
     mkdir -p "$(dirname "$target")"
     part="${target}.part"
-    k4w_log "copying ${name} from the build host (${url})" >&2
-    curl --noproxy '*' --fail --silent --show-error --retry 3 --output "$part" "$url" || {
-        rm -f "$part"
-        k4w_die "${component}: could not copy ${url} from the build host: is ${name} staged in OUT/http/<box>/components/ (build-* does it), and does the host firewall admit Packer's HTTP port (invoke network-up)?"
-    }
+    k4w_build_host_copy "$name" "$part" "$component"
     actual="$(k4w_digest_of "$part" "$expected")"
     if [[ $actual != "$expected" ]]; then
         rm -f "$part"
@@ -239,6 +229,68 @@ k4w_component_file() {
     fi
     mv -f "$part" "$target"
     printf '%s\n' "$target"
+}
+
+# k4w_build_host_copy NAME DEST WHAT - copy NAME of the build media from Packer's HTTP server to DEST,
+# never through the proxy (the server is the build host itself, which a corporate proxy cannot reach).
+# The caller checks what it got: a component against its pinned digest, an image archive by its
+# manifest digest once imported.
+k4w_build_host_copy() {
+    local name="$1" dest="$2" what="$3" url
+    k4w_require K4W_MEDIA_URL_PATH
+    # Packer sets PACKER_HTTP_ADDR (host:port of its HTTP server) for every shell provisioner.
+    [[ -n ${PACKER_HTTP_ADDR:-} ]] ||
+        k4w_die "${what}: no build file server (PACKER_HTTP_ADDR is unset): this step installs ${name} from the files build-* stages for Packer, so it only runs inside 'packer build'"
+    # K4W_MEDIA_URL_PATH: /components/ where the server also serves preseed.cfg from OUT/http/<box>/,
+    # / where it serves the build media folder alone (k4w.media.build_media.served_folder).
+    url="http://${PACKER_HTTP_ADDR}${K4W_MEDIA_URL_PATH}${name}"
+    k4w_log "copying ${name} from the build host (${url})" >&2
+    curl --noproxy '*' --fail --silent --show-error --retry 3 --output "$dest" "$url" || {
+        rm -f "$dest"
+        k4w_die "${what}: could not copy ${url} from the build host: is ${name} staged in OUT/http/<box>/components/ (build-* does it), and does the host firewall admit Packer's HTTP port (invoke network-up)?"
+    }
+}
+
+# k4w_image_digest CTR NAME - the manifest digest containerd's image NAME points at ("" when there is none).
+# CTR: the ctr command with its --address and --namespace.
+k4w_image_digest() {
+    local -n ctr_command="$1"
+    # `ctr images ls` prints REF TYPE DIGEST SIZE PLATFORMS LABELS (containerd v2.3.7
+    # cmd/ctr/commands/images/images.go); the filter name==NAME matches the one image of that name.
+    "${ctr_command[@]}" images ls "name==$2" | awk -v name="$2" 'NR > 1 && $1 == name { print $3 }'
+}
+
+# k4w_import_images CTR... - import each image of K4W_IMAGE_IMPORTS (<name>@<manifest digest>, blank-separated)
+# from the build host (image-<hex>.tar, an OCI image layout k4w.bake.image_cache staged from the host's
+# image cache), unless containerd already has NAME at that digest; then check NAME points at exactly
+# the pinned digest. containerd checks every blob of the archive against its digest as it stores it
+# (core/content/helpers.go WriteBlob commits with the expected digest), and the manifest digest names
+# them all, so a swapped or damaged archive is refused either way. CTR: the ctr command line.
+k4w_import_images() {
+    local -a ctr=("$@")
+    local entry name digest archive got
+    for entry in ${K4W_IMAGE_IMPORTS:-}; do
+        name="${entry%@*}"
+        digest="${entry##*@}"
+        [[ $digest =~ ^sha256:[0-9a-f]{64}$ && -n $name && $name != "$entry" ]] ||
+            k4w_die "K4W_IMAGE_IMPORTS entry '${entry}' is not <image name>@sha256:<64 hex digits>"
+        if [[ $(k4w_image_digest ctr "$name") == "$digest" ]]; then
+            k4w_log "image ${name} already present at ${digest}"
+            continue
+        fi
+        archive="$(mktemp --suffix=.tar)"
+        k4w_build_host_copy "image-${digest#sha256:}.tar" "$archive" "image ${name}"
+        # --platform: unpack the variant the archive holds for this node (linux/amd64), as a pull would.
+        "${ctr[@]}" images import --platform linux/amd64 "$archive" >/dev/null ||
+            { rm -f "$archive"; k4w_die "containerd refused the archive of ${name} from the build host"; }
+        rm -f "$archive"
+        got="$(k4w_image_digest ctr "$name")"
+        if [[ $got != "$digest" ]]; then
+            "${ctr[@]}" images rm "$name" >/dev/null 2>&1 || true
+            k4w_die "image ${name} from the build host is ${got:-missing} after the import, not the pinned ${digest}: removed"
+        fi
+        k4w_log "image ${name} imported from the build host at ${digest}"
+    done
 }
 
 # k4w_installed_from NAME SOURCE - true when the files recorded for NAME were installed from

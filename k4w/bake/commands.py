@@ -124,3 +124,30 @@ def fetch_components(cluster: Cluster, box: str | None = None, cache_option: str
             raise K4wError(f"{refused} component(s) have no checksum; a real run would refuse them (commands above)")
         return
     fetch_mod.ensure(cluster, boxes, cache_option=cache_option, console=console)
+
+
+def pin_images(cluster: Cluster, box: str | None = None, replace: bool = False, dry_run: bool = False,
+               console: Console | None = None) -> pins.ImagePinResult | None:
+    """invoke pin-images [--box B]: resolve every image's tag again (through the mirrors and the proxy),
+    pull it into the image cache, and record the manifest digest per platform in k4w-pins.yml; a digest
+    that differs from the pinned one is refused (the tag moved) unless replace."""
+    boxes = [cluster.profile(box).name] if box else None
+    path = pins.pins_path(cluster.config_file or "cluster.yml")
+    if dry_run:
+        ui.say(f"dry run: would resolve each image's tag, pull it into {image_cache.cache_root(cluster)} and record its "
+               f"digest in {path}; nothing is pulled or written")
+        for line in image_cache.describe(cluster, boxes, by_tag=True):
+            ui.say(f"  {line}")
+        return None
+    report = image_cache.fetch(cluster, boxes, console=console, by_tag=True)
+    image_cache.show(report, console)
+    resolved = {(row.item.name, str(row.item.platform)): row.digest for row in report.rows if row.status != "failed"}
+    result = pins.record_images(cluster.config_file or "cluster.yml", resolved, replace=replace)
+    for line in result.recorded:
+        ui.say(f"pinned  {line}", to=console)
+    ui.say(f"{len(result.recorded)} image digest(s) recorded in {path}, {result.unchanged} already pinned"
+           + (f", {len(result.conflicts)} refused" if result.conflicts else ""), to=console)
+    problems = [f"{row.item.label}: not pulled, so not pinned" for row in report.failed] + result.conflicts
+    if problems:
+        raise K4wError("\n".join(problems))
+    return result

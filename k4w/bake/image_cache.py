@@ -19,8 +19,10 @@ gives is cached: a rebuild asks no registry for it.
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
+import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,9 +100,12 @@ class Record:
         return data.get("images", {}) if isinstance(data, dict) and data.get("version") == RECORD_VERSION else {}
 
     def entry(self, item: Needed) -> dict | None:
-        """The record of item when the layout holds every blob of its manifest, else None."""
+        """The record of item when the layout holds every blob of its manifest (the pinned one, when
+        k4w-pins.yml pins it), else None."""
         found = self.read().get(key(item))
         if not isinstance(found, dict) or not image_pull.DIGEST.match(str(found.get("digest", ""))):
+            return None
+        if item.pinned and found["digest"] != item.pinned:
             return None
         return found if blobs_present(self.root, found["digest"]) is not None else None
 
@@ -142,10 +147,11 @@ def blobs_present(root: Path, digest: str) -> int | None:
     return total
 
 
-def _pull(item: Needed, cluster: Cluster, root: Path, update) -> ImageRow:
-    """Pull item from its first source that has it; a source that fails is reported if none works."""
+def _pull(item: Needed, cluster: Cluster, root: Path, update, by_tag: bool = False) -> ImageRow:
+    """Pull item from its first source that has it (by its pinned digest unless by_tag); a source that
+    fails is reported if none works."""
     cfg = cluster.config
-    reference = registry.split_reference(item.name)[2]
+    reference = item.pinned if item.pinned and not by_tag else registry.split_reference(item.name)[2]
     tried = []
     for source in registry.pull_sources(item.name, cfg):
         mirror = source.mirror
@@ -167,9 +173,10 @@ def _pull(item: Needed, cluster: Cluster, root: Path, update) -> ImageRow:
 
 
 def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None,
-          console: Console | None = None) -> ImageReport:
+          console: Console | None = None, by_tag: bool = False) -> ImageReport:
     """Fill the image cache for these boxes (default: every box the config uses), one image at a time
     (a Windows base image is gigabytes: one at a time keeps the proxy's load and the progress plain).
+    A pinned image is pulled by its digest; by_tag (`invoke pin --images`) resolves every tag again.
     One image's failure never stops the others; the report says what happened to each."""
     root = cache_root(cluster, cache_option)
     root.mkdir(parents=True, exist_ok=True)
@@ -178,11 +185,11 @@ def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str
     report = ImageReport(root)
     with FilesProgress(console or ui.console) as bars:
         for item in needed((box, cluster.profile(box)) for box in chosen):
-            entry = record.entry(item)
+            entry = None if by_tag else record.entry(item)
             if entry:
                 report.rows.append(ImageRow(item, "cached", entry["digest"], entry["size"], 0, entry.get("source", "")))
                 continue
-            row = _pull(item, cluster, root, bars.callback(item.label))
+            row = _pull(item, cluster, root, bars.callback(item.label), by_tag)
             if row.status == "failed":
                 bars.finish(item.label, "failed")
             else:
@@ -192,18 +199,78 @@ def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str
     return report
 
 
-def describe(cluster: Cluster, boxes: list[str] | None = None, cache_option: str | None = None) -> list[str]:
-    """Offline: one line per image, what a fetch would do with it (cached, or pulled from where)."""
+def archive_name(digest: str) -> str:
+    """The file a box's guest fetches for the image whose manifest is `digest` (lib.sh k4w_import_images)."""
+    return f"image-{digest.split(':', 1)[1]}.tar"
+
+
+def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
+    """An OCI image layout holding one image (its manifest `digest`, from the cache at root) as the tar
+    `ctr images import` reads (containerd v2.3.7 core/transfer/archive ImportIndex): oci-layout,
+    index.json naming it (io.containerd.image.name, the tag as org.opencontainers.image.ref.name) and its
+    blobs. Written to a .part and renamed, with fixed owners and times."""
+    manifest_path = blob_path(root, digest)
+    manifest = json.loads(manifest_path.read_bytes())
+    config = json.loads(blob_path(root, manifest["config"]["digest"]).read_bytes())
+    platform = {k: config[k] for k in ("os", "architecture", "os.version") if config.get(k)}
+    tag = registry.split_reference(name)[2]
+    index = {"schemaVersion": 2, "mediaType": image_pull.OCI_INDEX, "manifests": [{
+        "mediaType": manifest.get("mediaType", image_pull.OCI_MANIFEST), "digest": digest,
+        "size": manifest_path.stat().st_size, "platform": platform,
+        "annotations": {image_pull.CONTAINERD_NAME: name, **({} if tag.startswith("sha256:") else {image_pull.OCI_REF_NAME: tag})}}]}
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(tar: tarfile.TarFile, arcname: str, data: bytes | None = None, path: Path | None = None) -> None:
+        info = tarfile.TarInfo(arcname)
+        info.size = len(data) if data is not None else path.stat().st_size
+        info.mode, info.mtime = 0o644, 0
+        if data is not None:
+            tar.addfile(info, io.BytesIO(data))
+        else:
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+
+    with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+        add(tar, "oci-layout", json.dumps(image_pull.LAYOUT_VERSION).encode())
+        add(tar, "index.json", json.dumps(index, indent=2).encode() + b"\n")
+        for blob in dict.fromkeys([digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]):
+            add(tar, f"blobs/sha256/{blob.split(':', 1)[1]}", path=blob_path(root, blob))
+    os.replace(part, dest)
+    return dest
+
+
+def stage(cluster: Cluster, box: str, folder: Path, cache_option: str | None = None) -> list[Path]:
+    """Write the archive of each image the box imports (its K4W_IMAGE_IMPORTS) into the build media folder;
+    every one must be in the image cache at its pinned digest (the build fetched them just before)."""
+    root = cache_root(cluster, cache_option)
+    record = Record(root)
+    written = []
+    for item in needed([(box, cluster.profile(box))]):
+        entry = record.entry(item)
+        # (the guest imports exactly these: step_env.image_imports lists the box's pinned images)
+        if not item.pinned or not entry:
+            raise K4wError(f"{box}: {item.label} is not in the image cache {root} at a pinned digest; run "
+                           f"`invoke pin-images --box {box}`")
+        written.append(write_archive(root, item.name, item.pinned, folder / archive_name(item.pinned)))
+    return written
+
+
+def describe(cluster: Cluster, boxes: list[str] | None = None, cache_option: str | None = None,
+             by_tag: bool = False) -> list[str]:
+    """Offline: one line per image, what a fetch would do with it (cached, or pulled from where, by which
+    reference)."""
     root = cache_root(cluster, cache_option)
     record = Record(root)
     lines = []
     for item in needed((box, cluster.profile(box)) for box in boxes or list(cluster.profiles)):
-        entry = record.entry(item) if root.is_dir() else None
+        entry = record.entry(item) if root.is_dir() and not by_tag else None
         if entry:
             lines.append(f"{item.label}: cached, {entry['digest']} ({human_size(entry['size'])})")
-        else:
-            sources = " else ".join(redact(s.label) for s in registry.pull_sources(item.name, cluster.config))
-            lines.append(f"{item.label}: would pull from {sources} (for {', '.join(item.boxes)})")
+            continue
+        sources = " else ".join(redact(s.label) for s in registry.pull_sources(item.name, cluster.config))
+        how = f"by its pinned digest {item.pinned}" if item.pinned and not by_tag else "by its tag"
+        lines.append(f"{item.label}: would pull {how} from {sources} (for {', '.join(item.boxes)})")
     return lines
 
 

@@ -37,7 +37,8 @@ from k4w.derive.step_env import step_env
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
 from k4w.infra.redact import redact, register_secret
-from k4w.bake import catalogue, fetch, gate, stamp as stamp_mod
+from k4w.bake import catalogue, fetch, gate, image_cache, stamp as stamp_mod
+from k4w.derive import images
 from k4w.infra import packer_cli
 from .progress import PlainView, RichView, elapsed, hash_progress, make_view
 from .transcript import COMMA, BuildState
@@ -360,6 +361,9 @@ class _Builder:
         if to_build:
             components, refused = self._fetch_components(to_build)
             results.update(refused)
+        importing = [p for p in to_build if p.box not in results and images.imported(self.cluster.config, p.profile)]
+        if importing:
+            results.update(self._fetch_images(importing))
         to_build = [p for p in to_build if p.box not in results]
         if to_build:
             for plan in to_build:
@@ -392,12 +396,35 @@ class _Builder:
                                               f"{len(failed)} download(s) are not in the component cache {report.root}:\n{listed}")
         return report.paths(), refused
 
+    def _fetch_images(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
+        """downloads.images: cache: the host image cache first (k4w.bake.image_cache), each image at its pinned
+        digest. A box with an image that is not pinned, or could not be pulled, is refused naming the command."""
+        report = image_cache.fetch(self.cluster, [p.box for p in plans], console=self.console)
+        image_cache.show(report, self.console)
+        refused = {}
+        for plan in plans:
+            rows = [row for row in report.rows if plan.box in row.item.boxes]
+            problems = [f"  - {row.item.label}: {row.problem}" for row in rows if row.status == "failed"]
+            problems += [f"  - {row.item.label}: no digest pinned in k4w-pins.yml" for row in rows
+                         if row.status != "failed" and not row.item.pinned]
+            if problems:
+                refused[plan.box] = BoxResult(plan.box, "failed", message=(
+                    f"{plan.box}: refusing to build, downloads.images is cache and {len(problems)} image(s) are not in "
+                    f"the image cache {report.root} at a pinned digest (run `invoke pin-images --box {plan.box}`):\n"
+                    + "\n".join(problems)))
+        return refused
+
     def _stage_media(self, plan: BoxPlan, files: dict[str, Path]) -> None:
         staged = build_media.stage(self.out, plan.profile, files)
         size = sum(path.stat().st_size for path in staged)
         _say(self.console, f"{plan.box}: {len(staged)} verified download(s), {iso_mod.human_size(size)}, staged in "
                            f"{build_media.folder(self.out, plan.box)} for {build_media.delivery(plan.profile)}; "
                            "the guest downloads none of them")
+        if images.imported(self.cluster.config, plan.profile):
+            archives = image_cache.stage(self.cluster, plan.box, build_media.folder(self.out, plan.box))
+            _say(self.console, f"{plan.box}: {len(archives)} image archive(s), "
+                               f"{iso_mod.human_size(sum(a.stat().st_size for a in archives))}, staged beside them; "
+                               "the guest imports them and pulls none")
 
     def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
         view = make_view(self.console)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from k4w.media import build_media as media
-from k4w.derive import containerd_config, registry
+from k4w.derive import containerd_config, images, registry
 from k4w.infra import sources
 from k4w.model.config import Config
 from k4w.derive.values import Proxy, apt_proxy_conf, proxy_env
@@ -224,6 +224,8 @@ def step_env(profile: Profile, cluster: Cluster) -> StepEnv:
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(cluster.proxy, family, secrets))
     env.update(_registry_variables(cluster.config, profile, secrets))
+    if family == UBUNTU:
+        env["K4W_IMAGE_IMPORTS"] = image_imports(cluster.config, profile)
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
@@ -393,6 +395,17 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
         "K4W_REGISTRY_FILES": registry.encode_files(registry.certs_d(cfg)),
         "K4W_REGISTRY_AUTH": _packer_ref("registry_auth") if auth else "",
     }
+
+
+def image_imports(cfg: Config, profile: Profile) -> str:
+    """The images a containerd-era Ubuntu box imports from the build host (downloads.images: cache), as
+    blank-separated <name>@<pinned manifest digest>: the guest fetches image-<hex>.tar (k4w.bake.image_cache
+    stages it) and checks the imported name points at that digest. Empty otherwise, and for an image with no
+    pin (the build refuses such a box before Packer starts)."""
+    if not images.imported(cfg, profile):
+        return ""
+    digests = profile.data.get("image_digests") or {}
+    return " ".join(f"{name}@{digests[name]}" for name in images.box_images(profile) if digests.get(name))
 
 
 def node_proxy_variables(proxy: Proxy, family: str) -> dict[str, str]:

@@ -365,6 +365,11 @@ class Downloads(Strict):
     mirror: str | None = None
     """The base URL of an internal download mirror (Artifactory, Nexus): each file is fetched from <mirror>/<original
     host>/<original path>. http(s), optional user:password@ and path, no query or fragment. null: the original URLs."""
+    images: Literal["registry", "cache"] = "registry"
+    """Where a bake gets its container images. registry: the guest pulls them, through the proxy and registry.mirrors.
+    cache: the host pulls them into its image cache first (invoke fetch --images; digests pinned with invoke
+    pin-images), and each containerd-era Ubuntu box imports them from the build host, checked against the pinned
+    digests: its guest asks no registry. Windows and Docker-era boxes still pull."""
 
     @field_validator("cache")
     @classmethod

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import datetime as _dt
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,11 @@ HEADER = """\
 # (`invoke pin ... --replace` does, and says so). Check a value against a second source you
 # trust before you build with it. Keep this file next to the cluster.yml it belongs to.
 """
+# k4w-pins.yml's image section, beside the boxes: {images: {<image name>: {<platform>: <manifest digest>}}},
+# what `invoke pin --images` recorded: the manifest an image resolved to for a box's platform. No box is
+# named "images" (a profile's name is its file's, boxes/<name>.yml).
+IMAGES = "images"
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # The ones a guest can check its file against: a digest known at render time. A published checksum
 # file (sha256_url) is read by the host's fetch only.
 GUEST_KEYS = ("sha256", "sha512")
@@ -71,7 +77,16 @@ def _shape_problem(data) -> tuple[tuple, str] | None:
     """(where, why) of the first entry that is not a pin as `invoke pin` writes it, else None."""
     if not isinstance(data, dict):
         return (), "expected a mapping of box -> component -> pin"
-    for box, components in data.items():
+    images = data.get(IMAGES) or {}
+    if not isinstance(images, dict):
+        return (IMAGES,), "expected a mapping of image name -> platform -> digest"
+    for name, by_platform in images.items():
+        if not isinstance(by_platform, dict):
+            return (IMAGES, name), f"expected a mapping of platform -> digest, not {by_platform!r}"
+        for platform, digest in by_platform.items():
+            if not isinstance(digest, str) or not DIGEST.match(digest):
+                return (IMAGES, name, platform), f"expected a sha256:<64 hex digits> manifest digest, not {digest!r}"
+    for box, components in ((b, c) for b, c in data.items() if b != IMAGES):
         if not isinstance(components, dict):
             return (box,), f"expected a mapping of component -> pin, not {type(components).__name__} {components!r}"
         for component, pin in components.items():
@@ -121,20 +136,60 @@ def checksum_for(profile: Profile, component: str, pins: dict) -> Checksum | Non
 def apply(profile: Profile, pins: dict) -> Profile:
     """The profile with the user's pins filled in where the profile itself has no checksum, so
     every later stage (the step variables, the guest's own hash check, the build's refusal)
-    sees one set of checksums."""
+    sees one set of checksums; and with `image_digests`, {image name: manifest digest} pinned for the
+    box's platform, which the bake's image import checks each image against."""
     components = profile.data.get("components") or {}
     pinned = {name: (pins.get(profile.name) or {}).get(name) for name in components}
     # A pin is for one file: a profile that moved to another URL needs a new pin.
     chosen = {name: pin for name, pin in pinned.items()
               if pin and pin.get("sha256") and not any(components[name].get(k) for k in GUEST_KEYS)
               and pin.get("url") == components[name].get("url")}
-    if not chosen:
+    digests = image_digests(pins, str(profile.image_platform)) if pins.get(IMAGES) else {}
+    if not chosen and not digests:
         return profile
     data = Attr.wrap(copy.deepcopy(dict(profile.data)))
     for name, pin in chosen.items():
         data["components"][name]["sha256"] = str(pin["sha256"])
         data["components"][name]["checksum_source"] = f"{PINS_FILE} {profile.name}.{name} (pinned {pin.get('pinned', '?')})"
+    if digests:
+        data["image_digests"] = Attr(digests)
     return dataclasses.replace(profile, data=data)
+
+
+def image_digests(pins: dict, platform: str) -> dict[str, str]:
+    """{image name: manifest digest} the pins file records for one platform."""
+    return {name: by_platform[platform] for name, by_platform in (pins.get(IMAGES) or {}).items()
+            if platform in (by_platform or {})}
+
+
+@dataclass(frozen=True)
+class ImagePinResult:
+    recorded: list[str]     # "<name> <platform> <digest>" newly written
+    unchanged: int
+    conflicts: list[str]    # an image that now resolves to another digest than the pinned one (not written)
+
+
+def record_images(config_file: str | Path, resolved: dict[tuple[str, str], str], replace: bool = False) -> ImagePinResult:
+    """Record {(image name, platform): manifest digest} in the pins file. A digest already pinned is never
+    changed silently: a different one is a conflict (the tag moved upstream or in a mirror) unless
+    replace, and then the message says what it replaced."""
+    pins = load(config_file)
+    images = pins.setdefault(IMAGES, {})
+    recorded, conflicts, unchanged = [], [], 0
+    for (name, platform), digest in sorted(resolved.items()):
+        old = (images.get(name) or {}).get(platform)
+        if old == digest:
+            unchanged += 1
+            continue
+        if old and not replace:
+            conflicts.append(f"{name} ({platform}) is pinned as {old} but now resolves to {digest}: the tag moved; find out "
+                             f"why, then run: invoke pin --images --replace")
+            continue
+        images.setdefault(name, {})[platform] = digest
+        recorded.append(f"{name} ({platform}) {digest}" + (f", replacing {old}" if old else ""))
+    if recorded:
+        _write(pins_path(config_file), pins)
+    return ImagePinResult(recorded, unchanged, conflicts)
 
 
 def pin_command(box: str, component: str, config_file: str | Path | None = None) -> str:

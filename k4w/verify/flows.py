@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from k4w.infra import files as outfiles
-from k4w.model import profiles
+from k4w.model import pins, profiles
 from k4w import render
 from k4w.infra import ui
 from ..bake import catalogue
@@ -39,11 +39,15 @@ def _stamp() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def _write_config(cfg: Config, folder: Path, dry_run: bool) -> Path:
-    """The validated config as a file the spec process loads again (same values, same checks)."""
+def _write_config(cfg: Config, folder: Path, dry_run: bool, config_file: Path | None = None) -> Path:
+    """The validated config as a file the spec process loads again (same values, same checks), with the
+    user's pins beside it (config_file's k4w-pins.yml), so the spec expects the digests the build used."""
     path = folder / "cluster.yml"
     if not dry_run:
         outfiles.write_file(path, yaml.safe_dump(cfg.document(), sort_keys=False))
+        user_pins = pins.pins_path(config_file) if config_file else None
+        if user_pins and user_pins.is_file():
+            outfiles.write_file(pins.pins_path(path), user_pins.read_text(encoding="utf-8"))
     return path
 
 
@@ -134,7 +138,7 @@ def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> di
     ref = _box_ref(out, profile, dry_run)
     vagrantfile = throwaway.vagrantfile(ref, profile, f"{cfg.cluster.name}-test-{box}-{stamp}", cfg.hyperv.management_switch,
                                         box_user_secrets=render.box_user_secrets_path(out).resolve())
-    config_file = _write_config(cfg, workdir, dry_run)
+    config_file = _write_config(cfg, workdir, dry_run, cluster.config_file)
     ui.say(f"test-box {box}: throwaway VM in {workdir}")
     if dry_run:
         ui.say(f"would write {workdir / 'Vagrantfile'}:\n{vagrantfile}")
@@ -168,8 +172,9 @@ def test_box(cluster: Cluster, box: str, out: Path, dry_run: bool = False) -> di
 
 
 def test_ssh_target(cfg: Config, box: str, host: str, port: int, user: str, key_file: Path, out: Path,
-                    dry_run: bool = False, stage: str = STAGE_BOX) -> dict:
-    """Run the Ubuntu box spec against host:port as user with key_file; record it for the box."""
+                    dry_run: bool = False, stage: str = STAGE_BOX, config_file: Path | None = None) -> dict:
+    """Run the Ubuntu box spec against host:port as user with key_file; record it for the box.
+    config_file: the cluster.yml cfg was read from, whose k4w-pins.yml the spec reads too."""
     profile = profiles.load(box)
     if profile.is_windows:
         raise K4wError(f"{box} is a Windows box; the SSH target run is for Ubuntu boxes")
@@ -178,7 +183,7 @@ def test_ssh_target(cfg: Config, box: str, host: str, port: int, user: str, key_
     runner = Runner(log=out / "logs" / f"test-ssh-{box}.log", dry_run=dry_run)
     alias = "k4w-target"
     ssh_config = workdir / "ssh-config"
-    config_file = _write_config(cfg, workdir, dry_run)
+    config_file = _write_config(cfg, workdir, dry_run, config_file)
     if not dry_run:
         outfiles.write_file(ssh_config, discovery.ssh_target_config(alias, host, port, user, key_file))
     target = f"ssh {user}@{host}:{port}"
@@ -228,7 +233,7 @@ def cluster_test(model: Cluster, out: Path, dry_run: bool = False) -> dict[str, 
     runner = Runner(log=out / "logs" / f"cluster-test-{_stamp()}.log", dry_run=dry_run)
     cluster = load_cluster(out)
     vagrant = cluster_vagrant(out, runner)
-    config_file = _write_config(cfg, folder, dry_run)
+    config_file = _write_config(cfg, folder, dry_run, model.config_file)
     unknown = [n.name for n in cfg.nodes if n.name not in {m.name for m in cluster.machines}]
     if unknown:
         raise K4wError(f"nodes {', '.join(unknown)} are not in {out / 'vagrant' / 'cluster.json'}: run `invoke render`")

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from ci.e2e import oci_archive, registry as e2e_registry
-from k4w.bake import image_cache
+from k4w.bake import commands, image_cache
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed
 from k4w.infra.image_pull import Platform
+from k4w.infra.errors import K4wError
+from k4w.model import pins
 from tests.helpers import modern_config, write_config
 
 NAMES = ("registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.37.2")
@@ -43,8 +45,10 @@ def mirror(tmp_path_factory):
 def cluster(mirror, tmp_path, monkeypatch):
     config = write_config(tmp_path / "cluster.yml", modern_config(
         **{"registry": mirror.registry_block(), "downloads.cache": str(tmp_path / "cache")}))
-    wanted = [Needed(name, LINUX, ("ubuntu-2404",)) for name in NAMES]
-    monkeypatch.setattr(image_cache, "needed", lambda pairs: wanted)
+    # The images of the real boxes are not served here: these two stand for a box's list, pinned as the
+    # profiles would carry the pins (k4w.model.pins.apply).
+    monkeypatch.setattr(image_cache, "needed", lambda pairs: [
+        Needed(name, LINUX, ("ubuntu-2404",), pins.image_digests(pins.load(config), "linux/amd64").get(name)) for name in NAMES])
     return Cluster.load(config)
 
 
@@ -87,7 +91,7 @@ def test_a_damaged_blob_is_pulled_again(mirror, cluster, tmp_path):
 def test_the_dry_run_names_each_source_and_writes_nothing(mirror, cluster, tmp_path):
     lines = image_cache.describe(cluster)
     endpoint = mirror.registries["registry.k8s.io"].endpoint
-    assert lines == [f"{name} (linux/amd64): would pull from the registry.k8s.io mirror {endpoint} else "
+    assert lines == [f"{name} (linux/amd64): would pull by its tag from the registry.k8s.io mirror {endpoint} else "
                      f"https://registry.k8s.io (for ubuntu-2404)" for name in NAMES]
     assert not (tmp_path / "cache").exists()
 
@@ -103,3 +107,30 @@ def test_pull_sources_follow_containerd():
     assert (hub.endpoint, hub.repository) == ("https://registry-1.docker.io", "library/busybox")
     assert registry.split_reference("ghcr.io/flannel-io/flannel@sha256:" + "a" * 64)[2] == "sha256:" + "a" * 64
     assert registry.split_reference("localhost:5000/x")[1:] == ("x", "latest")
+
+
+def test_pin_images_records_each_digest_and_refuses_a_moved_tag(mirror, cluster, tmp_path):
+    result = commands.pin_images(cluster)
+    pinned = pins.load(tmp_path / "cluster.yml")[pins.IMAGES]
+    assert pinned == {name: {"linux/amd64": mirror.pushed[name]} for name in NAMES}
+    assert len(result.recorded) == 2
+
+    # A fetch now asks for the pinned manifest by its digest, not the tag.
+    (tmp_path / "cache").rename(tmp_path / "old-cache")
+    before = len(mirror.registries["registry.k8s.io"].requests())
+    image_cache.fetch(cluster)
+    manifests = [r.path for r in requests_since(mirror, before) if "/manifests/" in r.path]
+    assert manifests and all(path.rsplit("/", 1)[1].startswith("sha256:") for path in manifests)
+
+    # The tag moves upstream: the pin stands, and pin-images says so.
+    payload = tmp_path / "moved.bin"
+    payload.write_bytes(os.urandom(1024))
+    archive = tmp_path / "moved.tar"
+    oci_archive.write(archive, oci_archive.Image(name=NAMES[0], entries=[oci_archive.Entry("/payload.bin", source=payload, mode=0o644)]))
+    old = mirror.pushed[NAMES[0]]
+    moved = mirror.push(NAMES[0], archive)   # mirror.pushed follows: the module's other tests read it
+    with pytest.raises(K4wError, match=rf"{NAMES[0]} \(linux/amd64\) is pinned as {old} but now resolves to {moved}"):
+        commands.pin_images(cluster)
+    assert pins.load(tmp_path / "cluster.yml")[pins.IMAGES][NAMES[0]]["linux/amd64"] == old
+    commands.pin_images(cluster, replace=True)
+    assert pins.load(tmp_path / "cluster.yml")[pins.IMAGES][NAMES[0]]["linux/amd64"] == moved

@@ -10,9 +10,12 @@
 # - when the profile asks, the control-plane images pulled into containerd over CRI
 #   (K4W_KUBE_CRI_SOCKET), after checking that kubeadm's own list names the same pause image the
 #   containerd config pins (step 03): kubeadm 1.35 warns when the runtime's sandbox image differs.
+# - before that, with downloads.images: cache, every image of the box imported from the build host's
+#   image cache (K4W_IMAGE_IMPORTS, k4w_import_images), each checked against its pinned digest, so the
+#   pre-pull finds them present and asks no registry.
 # The runtime (step 03-containerd.sh) must already run: kubeadm pulls through it.
 #
-# Env: K4W_KUBE_VERSION, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, K4W_KUBE_CRI_SOCKET,
+# Env: K4W_KUBE_VERSION, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, K4W_KUBE_CRI_SOCKET, K4W_IMAGE_IMPORTS,
 # K4W_PAUSE_IMAGE, K4W_KUBERNETES_VERSION, K4W_KUBERNETES_FILE and K4W_KUBERNETES_SHA512 or
 # K4W_KUBERNETES_SHA256; PACKER_HTTP_ADDR (Packer).
 K4W_STEP="04-kubernetes-node"
@@ -63,6 +66,10 @@ want="v${K4W_KUBE_VERSION}"
 # kubectl lost --short in 1.28; its first line is the client version.
 [[ $("${BIN_DIR}/kubectl" version --client | head -n 1) == "Client Version: ${want}" ]] || k4w_die "kubectl is not ${want}"
 
+# --- images from the build host's image cache -----------------------------------------------
+ctr_cri=("${BIN_DIR}/ctr" --address "${K4W_KUBE_CRI_SOCKET#unix://}" --namespace "$CRI_NAMESPACE")
+k4w_import_images "${ctr_cri[@]}"
+
 # --- control-plane images -------------------------------------------------------------------
 if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
     image_flags=(--kubernetes-version "$want" --image-repository "$K4W_KUBE_IMAGE_REPOSITORY")
@@ -72,7 +79,7 @@ if k4w_flag K4W_KUBE_PREPULL_IMAGES; then
         k4w_die "kubeadm ${want} wants the sandbox image $(printf '%s\n' "${images[@]}" | grep /pause: || echo '?'), but the profile pins ${K4W_PAUSE_IMAGE} (kubernetes.pause_image) in containerd's config"
     fi
     present() {
-        "${BIN_DIR}/ctr" --address "${K4W_KUBE_CRI_SOCKET#unix://}" --namespace "$CRI_NAMESPACE" images list --quiet
+        "${ctr_cri[@]}" images list --quiet
     }
     # The list is read once per check, not piped into grep -q: grep leaves at its first match, and
     # ctr writing on into the closed pipe dies of SIGPIPE, which pipefail turns into a failure.

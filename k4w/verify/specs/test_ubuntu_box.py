@@ -12,7 +12,8 @@ import shlex
 
 import pytest
 
-from k4w.derive import containerd_config
+from k4w.derive import containerd_config, step_env
+from k4w.derive.cluster import Cluster
 from k4w.verify import expect, reachability
 from k4w.infra.redact import redact
 
@@ -457,3 +458,33 @@ def test_sshd_refuses_password_logins(host, as_root):
     # OpenSSH 8.7 renamed challengeresponseauthentication; sshd -T prints the name it knows.
     keyboard = settings.get("kbdinteractiveauthentication", settings.get("challengeresponseauthentication"))
     assert keyboard == "no", f"sshd accepts keyboard-interactive logins ({keyboard})"
+
+
+# ------------------------------------------------------------------ images from the build host's image cache
+
+
+def pytest_generate_tests(metafunc):
+    # One test per image the bake imported (downloads.images: cache): its name and pinned digest as the
+    # guest step received them (step_env.image_imports, with k4w-pins.yml beside the config). A box that
+    # imports none reports the check as not applicable, never as passed.
+    if "imported_image" not in metafunc.fixturenames:
+        return
+    path, box = metafunc.config.getoption("--k4w-config"), metafunc.config.getoption("--k4w-box")
+    entries = []
+    if path and box:
+        cluster = Cluster.load(path)
+        entries = step_env.image_imports(cluster.config, cluster.profile(box)).split()
+    params = [pytest.param(entry, id=entry.split("@", 1)[0]) for entry in entries] or [pytest.param(
+        None, id="none", marks=pytest.mark.k4w_deselect("this box imports no image (downloads.images is registry, or the box "
+                                                         "pulls its own: docs/downloads.md)"))]
+    metafunc.parametrize("imported_image", params)
+
+
+@pytest.mark.k4w_check("imported_images", component="containerd")
+def test_an_imported_image_is_in_containerd_at_its_pinned_digest(as_root, imported_image):
+    name, digest = imported_image.rsplit("@", 1)
+    # `ctr images ls` prints REF TYPE DIGEST ... (containerd v2.3.7 cmd/ctr/commands/images/images.go).
+    listing = _ok(as_root(f"ctr --address /run/containerd/containerd.sock --namespace k8s.io images ls {shlex.quote('name==' + name)}"),
+                  "ctr images ls")
+    found = [line.split()[2] for line in listing.splitlines()[1:] if line.split() and line.split()[0] == name]
+    assert found == [digest], f"{name}: containerd has {found or 'no such image'}, not the pinned {digest}"

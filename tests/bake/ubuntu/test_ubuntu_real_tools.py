@@ -92,7 +92,7 @@ def _function(text: str, name: str) -> str:
 
 
 def test_only_the_library_talks_to_the_network():
-    allowed = ("curl --fail", "curl --noproxy '*' --fail")  # k4w_fetch, k4w_component_file
+    allowed = ("curl --fail", "curl --noproxy '*' --fail")  # k4w_fetch, k4w_build_host_copy
     for script in OWN_SCRIPTS:
         for number, line in enumerate(script.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
@@ -105,10 +105,21 @@ def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
     """A component from the build host is checked before anything can use it, and k4w_fetch is
     only used where a fingerprint check follows."""
     lib = (STEPS.parent / "lib.sh").read_text()
+    assert "curl --noproxy" in _function(lib, "k4w_build_host_copy")
     component = _function(lib, "k4w_component_file")
-    assert _in_order(component, "k4w_component_digest", "curl --noproxy", 'k4w_digest_of "$part" "$expected"',
+    assert _in_order(component, "k4w_component_digest", "k4w_build_host_copy", 'k4w_digest_of "$part" "$expected"',
                      '!= "$expected"', 'rm -f "$part"', "k4w_die", 'mv -f "$part"'), \
         "pinned digest -> copy from the build host -> digest -> compare -> delete and fail -> move into place"
+    # An image archive has no digest of its own known at render time: the image it holds does, once imported.
+    imported = _function(lib, "k4w_import_images")
+    assert _in_order(imported, "k4w_build_host_copy", "images import", 'got="$(k4w_image_digest ctr "$name")"',
+                     'if [[ $got != "$digest" ]]', "images rm", "k4w_die"), \
+        "copy from the build host -> import -> the name's digest -> compare -> remove and fail"
+    copiers = {name for name in re.findall(r"^(k4w_\w+)\(\) \{", lib, re.M)
+               if name != "k4w_build_host_copy" and "k4w_build_host_copy" in _function(lib, name)}
+    assert copiers == {"k4w_component_file", "k4w_import_images"}, copiers
+    assert not [step.name for step in STEPS.glob("*.sh") if "k4w_build_host_copy" in step.read_text()], \
+        "the steps copy from the build host only through those two"
     callers = {}
     for script in OWN_SCRIPTS:
         for line in script.read_text().splitlines():
