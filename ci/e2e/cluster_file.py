@@ -22,12 +22,20 @@ libvirt:
 """
 
 
-def text(proxy_url: str, mirror: str, cache: str, box: str = BOX, emulated_cpu: bool = False) -> str:
+def text(proxy_url: str, mirror: str, cache: str, box: str = BOX, emulated_cpu: bool = False,
+         registry: dict | None = None) -> str:
     """One master on the e2e box (the default CI box unless named); proxy.http and proxy.https both set (https is never copied
     from http, so a user behind one proxy writes it twice). The downloads come from the run's
     mirror (mirror.py: real binaries, or the seed era's CI stand-ins) into the run's component cache,
     as an air-gapped host with an internal mirror would have it. emulated_cpu: say libvirt.accelerator tcg
-    (the --cluster run, on the containerd era's boxes: the seed era's kubeadm config cannot carry it)."""
+    (the --cluster run, on the containerd era's boxes: the seed era's kubeadm config cannot carry it).
+    registry: the --offline run's `registry:` block (its image mirrors on 127.0.0.1); with it the bake imports
+    every image from the host's image cache (downloads.images: cache)."""
+    offline = ""
+    if registry:
+        mirrors = "".join(f"    {upstream}:\n      endpoint: {spec['endpoint']}\n      ca: {spec['ca']}\n"
+                          for upstream, spec in registry["mirrors"].items())
+        offline = f"  images: cache\nregistry:\n  mirrors:\n{mirrors}"
     return f"""\
 # k4w end-to-end run (ci.e2e): one node on the CI box, behind the run's private squid.
 {EMULATED_CPU if emulated_cpu else ""}cluster:
@@ -40,7 +48,7 @@ proxy:
 downloads:
   mirror: {mirror}
   cache: {cache}
-nodes:
+{offline}nodes:
   - name: master
     role: master
     box: {box}

@@ -99,6 +99,9 @@ def build(result) -> dict:
         "cluster": cluster_run.report_json(getattr(result, "cluster", None)),
         # --provider libvirt: each k4w command by its name, with seconds and checks; provider and stand_ins.
         "libvirt": _plain(getattr(result, "libvirt", None)),
+        # --offline: the images built and pushed, pinned and imported, and registry_requests_during_bake
+        # from the registries' own access logs (goal 0).
+        "offline": _plain(getattr(result, "offline", None)),
     }
 
 

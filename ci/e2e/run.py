@@ -51,7 +51,8 @@ from k4w.model import config, profiles
 from k4w.infra import sources
 from k4w.infra import packer_hcl, tools, ui
 from k4w import render
-from k4w.bake import build_box, catalogue, fetch
+from k4w.bake import build_box, catalogue, commands as bake_commands, fetch, image_cache
+from k4w.derive import images as image_inventory
 from k4w.infra import packer_cli
 from k4w.model import pins
 from k4w.derive.step_env import step_env
@@ -60,7 +61,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, cluster_images, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, report, rerun, squid
+from . import base_image, cluster_file, cluster_images, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, registry as registry_mod, report, rerun, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -86,6 +87,10 @@ BUDGETS = {
     # Packing ~230 MB of real binaries with gzip -6: ~40 s on a quiet core.
     "mirror": 240,
     "render": 60,
+    # --offline: the box's images built from the pinned tools and pushed (~400 MB of archives), then pulled
+    # into the image cache and pinned by k4w.
+    "registries": 600,
+    "pin images": 300,
     "fetch": 60,
     "packer build": 1200,
     "proxy proof": 30,
@@ -139,6 +144,8 @@ class E2EResult:
     cluster: cluster_run.ClusterReport | None = None   # set when the run brings up the cluster (--cluster)
     # --provider libvirt --cluster: k4w's own commands on two libvirt VMs (libvirt_run.py).
     libvirt: libvirt_run.LibvirtReport | None = None
+    # --offline: downloads.images cache; what the registries served, and when (registry_requests_during_bake).
+    offline: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -194,6 +201,14 @@ class E2EResult:
             lines += [f"  {check}: {what}" for check, what in c.checks.items()]
             lines.append(f"  stand-ins: {', '.join(c.stand_ins) or 'none'}; substitutes: "
                          + (", ".join(f"{name} <- {s['module']}@{s['version']}" for name, s in c.substitutes.items()) or "none"))
+        if self.offline:
+            o = self.offline
+            lines.append(f"offline: {len(o.get('pushed', {}))} images built and pushed to the run's registries; "
+                         f"pin-images: {o.get('pin_summary', '?')}; "
+                         f"registry requests during the bake: {o.get('registry_requests_during_bake', '?')}"
+                         + (f"; staged {o['staged_archives']} archives, {o['staged_bytes']} bytes" if "staged_archives" in o else ""))
+            if o.get("substitutes"):
+                lines.append("  substitutes: " + ", ".join(f"{name} <- {what.get('module', what)}" for name, what in o["substitutes"].items()))
         if self.libvirt:
             v = self.libvirt
             lines.append("libvirt: " + ", ".join(f"{p['command']} {p['seconds']} s" for p in v.phases))
@@ -217,7 +232,8 @@ PROVIDERS = ("qemu", "libvirt")
 
 
 def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[[str], None] | None = None,
-            box: str = BOX, base_images: Path | None = None, cluster: bool = False, provider: str = "qemu") -> E2EResult:
+            box: str = BOX, base_images: Path | None = None, cluster: bool = False, provider: str = "qemu",
+            offline: bool = False) -> E2EResult:
     """Run the end-to-end bake of one CI box (BOXES) into out (e.g. build/e2e). Raises E2EFailed
     (with .result) on failure.
 
@@ -228,7 +244,14 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     cluster: then bring up a real single-node cluster on a fresh guest of the box (cluster_run).
     provider: qemu (the guests are QEMU processes of this harness) or libvirt: with cluster, k4w's own
     commands bring up a two-node cluster of the box in libvirt VMs (libvirt_run), after the bake.
+    offline: the containerd era's bake with downloads.images: cache: the box's images are built here,
+    pushed to registries on 127.0.0.1 (cluster.yml's mirrors, which the guest cannot reach), pulled and
+    pinned by `pin-images`, and imported by the guest; the registries' logs count the bake's requests.
     """
+    if offline and box not in cluster_run.BOXES:
+        raise E2EError(f"--offline imports the containerd era's images: --box {' or '.join(cluster_run.BOXES)} (not {box})")
+    if offline and cluster:
+        raise E2EError("--offline is the bake alone: run it without --cluster")
     if provider not in PROVIDERS:
         raise E2EError(f"--provider {provider}: choose one of {', '.join(PROVIDERS)}")
     if provider == "libvirt" and not cluster:
@@ -241,7 +264,7 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     if cluster and box not in cluster_run.BOXES:
         raise E2EError(f"--cluster runs on the containerd era's boxes only: --box {' or '.join(cluster_run.BOXES)} (not {box})")
     with sources.using(dataclasses.replace(sources.REPO, box_folders=(E2E_BOXES, *sources.REPO.box_folders))):
-        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster, provider)
+        return _run_e2e(Path(out).resolve(), box, base_images, keep, dry_run, say, cluster, provider, offline)
 
 
 def default_out(root: Path, box: str) -> Path:
@@ -251,15 +274,17 @@ def default_out(root: Path, box: str) -> Path:
 
 
 def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run: bool,
-             say: Callable[[str], None] | None, cluster: bool = False, provider: str = "qemu") -> E2EResult:
+             say: Callable[[str], None] | None, cluster: bool = False, provider: str = "qemu",
+             offline: bool = False) -> E2EResult:
     say = say or ui.say
     if dry_run:
-        return _dry_run(out, box, base_images, say, cluster)
+        return _dry_run(out, box, base_images, say, cluster, offline)
     log = Log(out / "logs" / "e2e.log", say)
     on_libvirt = provider == "libvirt"
     extra = (libvirt_run.LIBVIRT_BUDGET_S if on_libvirt else cluster_run.CLUSTER_BUDGET_S) if cluster else 0
+    extra += (BUDGETS["registries"] + BUDGETS["pin images"]) if offline else 0
     phases = Phases(log.event, TOTAL_BUDGET_S + extra)
-    result = E2EResult(out=out, log=log.path, box=box,
+    result = E2EResult(out=out, log=log.path, box=box, offline={} if offline else None,
                        cluster=cluster_run.ClusterReport(box=box) if cluster and not on_libvirt else None,
                        libvirt=libvirt_run.LibvirtReport(box=box) if on_libvirt else None)
     workdir = Path(tempfile.mkdtemp(prefix="k4w-e2e-"))
@@ -316,7 +341,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("tools", BUDGETS["tools"]):
         _require_tools()
-        if result.cluster is not None or result.libvirt is not None:
+        if result.cluster is not None or result.libvirt is not None or result.offline is not None:
             cluster_images.require_host_programs()
         if result.libvirt is not None:
             libvirt_run.require_host()
@@ -342,12 +367,28 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         result.stand_ins = served.stand_ins
         ph.note = served.note(mirror.url)
 
+    registries = None
+    if result.offline is not None:
+        with phases.phase("registries", BUDGETS["registries"]) as ph:
+            # Every image the box needs, as k4w lists it, built from the pinned tools (no registry is reachable
+            # here) and pushed where cluster.yml's mirrors are: on 127.0.0.1, which the guest cannot reach.
+            names = image_inventory.box_images(profile)
+            result.offline["substitutes"] = cluster_images.check_names(names)
+            built = cluster_images.build(names, out / "cluster-images")
+            registries = stack.enter_context(registry_mod.serving("127.0.0.1", workdir / "registries"))
+            started.extend(registries.pids())
+            result.offline["pushed"] = registries.push_archives(built)
+            log.write("".join(f"pushed {name} {digest}\n" for name, digest in result.offline["pushed"].items()))
+            ph.note = f"{len(built)} images, {sum(b.bytes for b in built)} bytes of archives, pushed to {len(registries.registries)} registries"
+
     with phases.phase("render", BUDGETS["render"]) as ph:
         cluster_yml = workdir / "cluster.yml"
         # The cache lives beside the base image: a second run on this host starts from a warm cache.
         cache_dir = out / "component-cache"
         cluster_yml.write_text(cluster_file.text(proxy.url_for_guests, mirror.url, str(cache_dir), box,
-                                                 emulated_cpu=result.cluster is not None), encoding="utf-8")
+                                                 emulated_cpu=result.cluster is not None,
+                                                 registry=registries.registry_block() if registries else None),
+                               encoding="utf-8")
         log.write(f"# {cluster_yml}:\n{cluster_yml.read_text()}")
         if served.pins:
             pins_file = write_pins(cluster_yml, served.pins)
@@ -363,6 +404,29 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             template, step_env(cluster.profile(box), cluster).secret_environment)
         ph.note = f"{len(files)} artifacts"
 
+    if registries is not None:
+        with phases.phase("pin images", BUDGETS["pin images"]) as ph:
+            # As a user of downloads.images: cache does it once: the host pulls every image through the mirrors
+            # into its image cache and pins the digests beside cluster.yml.
+            counted = registries.request_counts()
+            # A warm image cache from an earlier run must not stand in for this run's images (rebuilt, new digests).
+            shutil.rmtree(image_cache.cache_root(cluster), ignore_errors=True)
+            pinned = bake_commands.pin_images(cluster, box)
+            result.offline["pin_summary"] = f"{len(pinned.recorded)} recorded, {pinned.unchanged} unchanged"
+            result.offline["pin_requests"] = registries.request_count(since=counted)
+            result.offline["pinned"] = pins.image_digests(pins.load(cluster_yml), str(profile.image_platform))
+            wrong = {n: d for n, d in result.offline["pinned"].items() if result.offline["pushed"].get(n) != d}
+            if wrong or set(result.offline["pinned"]) != set(result.offline["pushed"]):
+                raise E2EError(f"pin-images recorded {result.offline['pinned']}, not what the registries hold: {result.offline['pushed']}")
+            # Render again: the guest step gets the pinned digests (K4W_IMAGE_IMPORTS).
+            cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
+            files = render.render(cluster, out)
+            template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"], root=out / "packer")
+            template["variables"] = packer_cli.variable_values(
+                template, step_env(cluster.profile(box), cluster).secret_environment)
+            result.offline["imports"] = step_env(cluster.profile(box), cluster).env["K4W_IMAGE_IMPORTS"].split()
+            ph.note = f"{result.offline['pin_summary']}, {result.offline['pin_requests']} registry requests"
+
     with phases.phase("fetch", BUDGETS["fetch"]) as ph:
         fetched = fetch.fetch(cluster, [box])
         fetch.show(fetched)
@@ -375,6 +439,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
 
     with phases.phase("packer build", BUDGETS["packer build"]) as ph:
         offset = proxy.offset()
+        before_bake = registries.request_counts() if registries else None
         box_log = out / "logs" / f"{box}.log"
         try:
             with procs.watchdog(ph, log, protect=set(started)):
@@ -384,6 +449,15 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             if box_log.is_file():
                 result.steps = report.box_steps(profile.data.provision, box_log.read_text(encoding="utf-8", errors="replace"))
         build_log = proxy.text_since(offset)
+        if registries is not None:
+            # The registries' own access logs: what the build (host fetch, staging, the guest) asked of them.
+            result.offline["registry_requests_during_bake"] = registries.request_count(since=before_bake)
+            staged = sorted((out / "http" / box / "components").glob("image-*.tar"))
+            result.offline["staged_archives"] = len(staged)
+            result.offline["staged_bytes"] = sum(p.stat().st_size for p in staged)
+            if result.offline["registry_requests_during_bake"]:
+                raise E2EError(f"the bake asked the registries {result.offline['registry_requests_during_bake']} time(s); "
+                               "with downloads.images: cache it must ask none (their access logs are in the work folder)")
         result.box_file, result.catalogue = _check_box(out, box, built.box_files)
         not_ran = [s for s in result.steps if s["status"] != "ran"]
         if not_ran:
@@ -420,7 +494,7 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
         with procs.watchdog(ph, log, protect=set(started)):
             try:
                 result.spec = flows.test_ssh_target(cfg, box, guest.ssh.host, guest.ssh.port, guest.ssh.user,
-                                                    guest.ssh.key, out, stage="box")
+                                                    guest.ssh.key, out, stage="box", config_file=cluster_yml)
             finally:
                 result.spec = result.spec or _spec_result(out, box)
         ph.note = f"{result.spec['passed']} passed, {len(result.spec['deselected'])} deselected"
@@ -696,7 +770,8 @@ def _sigterm_raises() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None], cluster: bool = False) -> E2EResult:
+def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None], cluster: bool = False,
+             offline: bool = False) -> E2EResult:
     """Say exactly what a run would do; run and write nothing."""
     profile = profiles.load(box)
     q = profile.data.build.qemu
@@ -709,8 +784,16 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
                                          + f"; then chroot setup, $ mkfs.ext4 -d rootfs disk.raw {recipe.disk_size}"))
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("mirror: on http://127.0.0.1:<free port>, " + mirror_mod.describe(profile))
-    say("render: <tmp>/cluster.yml:\n" + cluster_file.text("http://10.0.2.2:<port>", "http://127.0.0.1:<free port>",
-                                                           str(out / "component-cache"), box, emulated_cpu=cluster))
+    if offline:
+        say(f"registries: the box's images ({', '.join(image_inventory.box_images(profile))}) built from the pinned tools "
+            f"into {out / 'cluster-images'}, pushed to distribution registries on 127.0.0.1 (one per upstream)")
+    say("render: <tmp>/cluster.yml:\n" + cluster_file.text(
+        "http://10.0.2.2:<port>", "http://127.0.0.1:<free port>", str(out / "component-cache"), box, emulated_cpu=cluster,
+        registry={"mirrors": {u: {"endpoint": "https://127.0.0.1:<free port>", "ca": "<tmp>/registries/tls/ca.pem"}
+                              for u in registry_mod.UPSTREAMS}} if offline else None))
+    if offline:
+        say("pin images: k4w.bake.commands.pin_images (the image cache emptied first), then render again with the digests; "
+            "packer build: registry_requests_during_bake from the registries' access logs, which must be 0")
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
