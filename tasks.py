@@ -79,9 +79,11 @@ def plan(c, config=None, out=None, dry_run=False):
 
 
 @task(help={**COMMON_HELP, "stage": "validate, build or cluster: which checks must pass (default build)",
-            "online": "also ask every ISO and download URL of the boxes whether it still answers (HEAD through the proxy)"})
+            "online": "also ask every ISO and download URL of the boxes whether it still answers (HEAD through the proxy)",
+            "offline": "this host cannot download (air-gapped): every component, and every image a bake imports, must "
+                       "already be in the caches (invoke bundle-import)"})
 @user_errors
-def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False):
+def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False, offline=False):
     """Check this host before a long step: Hyper-V, rights, tools, switches, ISOs, disk, proxy."""
     from k4w.commands import cli, doctor as doctor_mod
     from k4w.infra import ui
@@ -89,7 +91,9 @@ def doctor(c, config=None, out=None, stage="build", dry_run=False, online=False)
     if stage not in doctor_mod.STAGES:
         raise Exit(f"--stage must be one of {', '.join(doctor_mod.STAGES)}", code=2)
     s = cli.settings(c, config, out, dry_run, uses_out=False)  # reads only: works while a build holds --out
-    failed = doctor_mod.show(doctor_mod.run(cli.load(s), s.out, online=online), stage)
+    if online and offline:
+        raise Exit("--online asks the download URLs; --offline says this host cannot: choose one", code=2)
+    failed = doctor_mod.show(doctor_mod.run(cli.load(s), s.out, online=online, offline=offline), stage)
     if failed:
         raise Exit(f"{failed} check(s) required for '{stage}' failed", code=1)
     ui.say(f"ready for {stage}")
@@ -274,6 +278,35 @@ def pin_images(c, box=None, config=None, replace=False, dry_run=False):
     commands.pin_images(cli.load(s), box, replace=replace, dry_run=s.dry_run, console=ui.console)
 
 
+@task(auto_shortflags=False,
+      help={"file": "the archive to write (default: k4w-bundle-<config name>-<date>.tar in the current folder)",
+            "box": "only this box of the config (default: every box a node uses)", "config": CONFIG_HELP,
+            "dry_run": "say what the bundle would hold; fetch and write nothing"})
+@user_errors
+def bundle(c, file=None, box=None, config=None, dry_run=False):
+    """On a connected host: one archive with every component and image the boxes need, and the pins, for an air-gapped host."""
+    from k4w.commands import cli
+    from k4w.infra import ui
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run, uses_out=False)
+    commands.make_bundle(cli.load(s), file, box, dry_run=s.dry_run, console=ui.console)
+
+
+@task(name="bundle-import", auto_shortflags=False,
+      help={"file": "the archive `invoke bundle` wrote", "config": CONFIG_HELP,
+            "dry_run": "say what would be imported from where; write nothing"})
+@user_errors
+def bundle_import(c, file, config=None, dry_run=False):
+    """On an air-gapped host: fill the component and image caches from a bundle, every file checked; adds its image pins."""
+    from k4w.commands import cli
+    from k4w.infra import ui
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run, uses_out=False)
+    commands.import_bundle(s.config, file, dry_run=s.dry_run, console=ui.console)
+
+
 @task(name="test-box", help={"box": "box profile to test, e.g. ubuntu-1604 or windows-1803", **COMMON_HELP})
 @user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
@@ -334,5 +367,5 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, fetch, pin, pin_images, test_box, cluster_test, e2e, inventory, schema)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, pin_images, bundle, bundle_import, test_box, cluster_test, e2e, inventory, schema)
 ns.configure({"k4w": DEFAULTS})

@@ -12,7 +12,7 @@ from k4w.media import iso_add as iso_add_mod
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
-from k4w.bake import cache, fetch as fetch_mod, image_cache
+from k4w.bake import bundle as bundle_mod, cache, fetch as fetch_mod, image_cache
 from k4w.infra import ui
 from k4w.model import pins
 from .progress import download_progress, hash_progress
@@ -151,3 +151,30 @@ def pin_images(cluster: Cluster, box: str | None = None, replace: bool = False, 
     if problems:
         raise K4wError("\n".join(problems))
     return result
+
+
+def make_bundle(cluster: Cluster, file: str | None = None, box: str | None = None, dry_run: bool = False,
+                console: Console | None = None) -> dict | None:
+    """invoke bundle [--file F] [--box B]: fill both caches, then write one archive for an air-gapped host."""
+    boxes = [cluster.profile(box).name] if box else None
+    dest = Path(file or bundle_mod.default_name(cluster))
+    if dry_run:
+        ui.say(f"dry run: would fill the component and image caches, then write {dest.resolve()} holding:")
+        for line in fetch_mod.describe(cluster, boxes)[0] + image_cache.describe(cluster, boxes):
+            ui.say(f"  {line}")
+        ui.say(f"  {pins.PINS_FILE}; not included: {bundle_mod.NOT_INCLUDED}")
+        return None
+    return bundle_mod.make(cluster, dest, boxes, console=console)
+
+
+def import_bundle(config_file: str, file: str, dry_run: bool = False, console: Console | None = None):
+    """invoke bundle-import FILE: fill this host's caches from the bundle, every file checked."""
+    path = Path(file)
+    if not path.is_file():
+        raise K4wError(f"{path}: no such bundle file")
+    if dry_run:
+        ui.say(f"dry run: would check and import {path.resolve()} into the caches of {config_file} "
+               f"({cache.cache_dir(Cluster.load(config_file).config, config_file)}), adding its image pins to "
+               f"{pins.pins_path(config_file)}; nothing is written")
+        return None
+    return bundle_mod.import_bundle(config_file, path, console=console)

@@ -274,6 +274,22 @@ def describe(cluster: Cluster, boxes: list[str] | None = None, cache_option: str
     return lines
 
 
+def box_summary(cluster: Cluster, box: str) -> str | None:
+    """One offline line for a plan: how many of the images a box imports are cached at their pins (None for a
+    box that pulls its own, downloads.images: registry)."""
+    from k4w.derive.images import imported
+
+    profile = cluster.profile(box)
+    if not imported(cluster.config, profile):
+        return None
+    record = Record(cache_root(cluster))
+    items = needed([(box, profile)])
+    cached = sum(1 for item in items if item.pinned and record.entry(item))
+    unpinned = sum(1 for item in items if not item.pinned)
+    return (f"{len(items)} image(s) to import: {cached} cached at their pins, {len(items) - cached - unpinned} to pull"
+            + (f", {unpinned} not pinned (invoke pin-images)" if unpinned else ""))
+
+
 def ensure(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str | None = None,
            console: Console | None = None) -> ImageReport:
     """Fetch, show, and fail naming every image that could not be pulled (after the others were)."""

@@ -220,7 +220,37 @@ def pin_checks(cluster: Cluster) -> list[Check]:
     return checks
 
 
-def cache_checks(cluster: Cluster) -> list[Check]:
+def image_checks(cluster: Cluster, offline: bool) -> list[Check]:
+    """The host's image cache, for the boxes whose bake imports their images (downloads.images: cache): each
+    image pinned and cached at its pin. Required with --offline (nothing can be pulled), else warnings."""
+    from k4w.bake import image_cache
+    from k4w.derive import images
+
+    boxes = [box for box, profile in cluster.profiles.items() if images.imported(cluster.config, profile)]
+    if not boxes:
+        return []
+    stages = ("build",) if offline else ()
+    root = image_cache.cache_root(cluster)
+    record = image_cache.Record(root)
+    config_arg = f" --config {cluster.config_file}" if cluster.config_file and str(cluster.config_file) != "cluster.yml" else ""
+    checks = []
+    for item in images.needed((box, cluster.profile(box)) for box in boxes):
+        entry = record.entry(item) if item.pinned else None
+        if not item.pinned:
+            detail, fix = "no digest pinned", f"invoke pin-images{config_arg} (on a connected host: then invoke bundle)"
+        elif entry:
+            detail, fix = f"cached at its pin {item.pinned} ({iso.human_size(entry['size'])})", ""
+        else:
+            detail, fix = f"not in the image cache at its pin {item.pinned}", \
+                f"invoke fetch --images{config_arg}" + (" on a connected host, then invoke bundle / bundle-import" if offline else "")
+        checks.append(Check(f"image cache: {item.label}", entry is not None, detail, fix, stages))
+    missing = sum(not c.ok for c in checks)
+    checks.append(Check("image cache", missing == 0, f"{root}: {len(checks) - missing} of {len(checks)} images cached at their pins",
+                        "" if not missing else f"invoke pin-images{config_arg}, or invoke bundle-import on an air-gapped host", stages))
+    return checks
+
+
+def cache_checks(cluster: Cluster, offline: bool = False) -> list[Check]:
     """The host's component cache, offline (no request is made): warnings only, because every
     build fetches what is missing. Sizes come from the manifest, or from a user pin; else unknown."""
     from k4w.bake import cache
@@ -252,7 +282,8 @@ def cache_checks(cluster: Cluster) -> list[Check]:
             else:
                 to_fetch += size
                 detail += f" ({iso.human_size(size)} from the pin)"
-        checks.append(Check(f"cache: {item.label}", state == "verified", f"{detail}: {item.path(root)}", fix, stages=()))
+        checks.append(Check(f"cache: {item.label}", state == "verified", f"{detail}: {item.path(root)}", fix,
+                            stages=("build",) if offline else ()))
     if checks:
         missing = sum(not c.ok for c in checks)
         unknown_text = f"{unknown} file{'s' if unknown != 1 else ''} of unknown size"
@@ -261,7 +292,9 @@ def cache_checks(cluster: Cluster) -> list[Check]:
         checks.append(Check("component cache", missing == 0,
                             f"{root}: {len(checks) - missing} of {len(checks)} cached and verified"
                             + (f"; still to download: {total}" if missing else ""),
-                            "invoke fetch (build-* fetches them too)", stages=()))
+                            "invoke fetch (build-* fetches them too)" if not offline else
+                            "invoke fetch on a connected host, then invoke bundle / bundle-import",
+                            stages=("build",) if offline else ()))
     return checks
 
 
@@ -380,8 +413,9 @@ def url_checks(cluster: Cluster, asker=ask) -> list[Check]:
     return checks
 
 
-def run(cluster: Cluster, out: Path, online: bool = False) -> list[Check]:
-    """online: also ask every download URL (url_checks); doctor is offline otherwise."""
+def run(cluster: Cluster, out: Path, online: bool = False, offline: bool = False) -> list[Check]:
+    """online: also ask every download URL (url_checks); doctor makes no request otherwise. offline: this host
+    cannot download, so every component and every image a bake imports must already be in the caches."""
     cfg = cluster.config
     if cfg.host.provider == "libvirt":   # a Linux host: libvirt's checks, none of Hyper-V's
         from k4w.commands import doctor_libvirt
@@ -390,7 +424,8 @@ def run(cluster: Cluster, out: Path, online: bool = False) -> list[Check]:
     else:
         host, provider = host_checks(), [*switch_checks(cfg), *firewall_checks(cluster)]
     return [*out_checks(out), *host, *tool_checks(out), *provider, *iso_checks(cluster),
-            *pin_checks(cluster), *cache_checks(cluster), disk_check(cluster, out), *proxy_checks(cluster),
+            *pin_checks(cluster), *cache_checks(cluster, offline), *image_checks(cluster, offline), disk_check(cluster, out),
+            *proxy_checks(cluster),
             *(url_checks(cluster) if online else [])]
 
 

@@ -10,7 +10,7 @@ from k4w.media import build_media, iso
 from k4w.derive import identities, registry
 from k4w.infra import packer_hcl, ui
 from k4w.model import patch_level
-from k4w.bake import fetch, gate
+from k4w.bake import fetch, gate, image_cache
 from k4w.infra import packer_cli
 from k4w.cluster import libvirt_network
 from k4w.derive.cluster import Cluster
@@ -120,6 +120,9 @@ def show(cluster: Cluster, out: Path, files: dict[str, str], dry_run: bool = Fal
         ui.say(f"{step}. invoke {task}: box {box}, ISO {iso_file.name} ({state}, sha256 {'pinned' if known else 'UNKNOWN: run invoke iso-add'})")
         ui.say(f"   first the host cache (invoke fetch --box {box}): {fetch.box_summary(cluster, box)}; "
                f"staged in {build_media.folder(out, box)} for {build_media.delivery(prof)}")
+        images_line = image_cache.box_summary(cluster, box)
+        if images_line:
+            ui.say(f"   and the image cache (downloads.images: cache): {images_line}")
         ui.command(packer_cli.build_command(out / packer_hcl.rel_path(box), packer="packer"))
         # The provider the vagrant post-processor names the box for (hyperv-iso: hyperv, qemu: libvirt).
         provider = packer_hcl.box_provider(targets[step - 1].template) or "hyperv"
