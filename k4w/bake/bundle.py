@@ -12,7 +12,8 @@ then `k4w-pins.yml` (the pins it was made with), `components/<path>` and `images
 Nothing else is read from it: a member of another name, a link, or a path that leaves its folder is refused.
 On import each component must match the checksum this host's profiles and pins give it (not only the one the
 bundle says), each image blob must hash to its name, and each image's digest must be the one pinned here; the
-bundle's image pins are added to this host's k4w-pins.yml first (a conflicting pin is refused, never replaced).
+bundle's pins (components and images) that this host's k4w-pins.yml lacks are added to it first (a pin that
+differs from one already there is refused, never replaced).
 The installation ISOs are not in it: they are licensed to whoever downloaded them.
 """
 
@@ -148,11 +149,12 @@ def import_bundle(config_file: str | Path, archive: Path, console: Console | Non
         if pinned is None or pinned.name != pins.PINS_FILE or not pinned.isfile():
             raise K4wError(f"{archive}: its second member is not {pins.PINS_FILE}")
         bundled = yaml_load(tar.extractfile(pinned).read())
+        done.pinned = [f"component {name}" for name in pins.add_component_pins(config_file, bundled)]
         resolved = {(name, platform): digest for name, by in (bundled.get(pins.IMAGES) or {}).items() for platform, digest in by.items()}
         result = pins.record_images(config_file, resolved)
         if result.conflicts:
             raise K4wError("the bundle's image pins differ from this host's k4w-pins.yml:\n" + "\n".join(result.conflicts))
-        done.pinned = result.recorded
+        done.pinned += result.recorded
         cluster = Cluster.load(config_file)   # with the pins just added
         root = cache.cache_dir(cluster.config, cluster.config_file)
         items = {item.relpath: item for item in cache.plan(cluster)}
@@ -192,7 +194,7 @@ def import_bundle(config_file: str | Path, archive: Path, console: Console | Non
         record.save(item, image["digest"], size, f"bundle {archive.name}")
         done.images += 1
     ui.say(f"imported {done.components} component(s) and {done.images} image(s) ({done.blobs} blobs), "
-           f"{human_size(done.bytes)}, every file checked; {len(done.pinned)} image pin(s) added to "
+           f"{human_size(done.bytes)}, every file checked; {len(done.pinned)} pin(s) added to "
            f"{pins.pins_path(config_file)}. Not in a bundle: {manifest.get('not_included', NOT_INCLUDED)}", to=console)
     return done
 

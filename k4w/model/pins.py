@@ -169,6 +169,32 @@ class ImagePinResult:
     conflicts: list[str]    # an image that now resolves to another digest than the pinned one (not written)
 
 
+def add_component_pins(config_file: str | Path, bundled: dict) -> list[str]:
+    """Add the component pins of `bundled` (a pins document, e.g. from a bundle) that the pins file lacks; one
+    that differs from a pin already there is refused, never replaced. The "<box>.<component>" added."""
+    problem = _shape_problem(bundled)
+    if problem:
+        raise K4wError(f"the bundled {PINS_FILE}: entry {'.'.join(map(str, problem[0]))}: {problem[1]}")
+    ours = load(config_file)
+    added, conflicts = [], []
+    for box, components in bundled.items():
+        if box == IMAGES:
+            continue
+        for component, pin in components.items():
+            old = (ours.get(box) or {}).get(component)
+            if old is None:
+                ours.setdefault(box, {})[component] = dict(pin)
+                added.append(f"{box}.{component}")
+            elif (old.get("url"), old.get("sha256")) != (pin.get("url"), pin.get("sha256")):
+                conflicts.append(f"{box}.{component}: pinned here as {old.get('sha256')} ({old.get('url')}), "
+                                 f"in the bundle as {pin.get('sha256')} ({pin.get('url')})")
+    if conflicts:
+        raise K4wError("the bundle's component pins differ from this host's:\n" + "\n".join(conflicts))
+    if added:
+        _write(pins_path(config_file), ours)
+    return added
+
+
 def record_images(config_file: str | Path, resolved: dict[tuple[str, str], str], replace: bool = False) -> ImagePinResult:
     """Record {(image name, platform): manifest digest} in the pins file. A digest already pinned is never
     changed silently: a different one is a conflict (the tag moved upstream or in a mirror) unless

@@ -156,3 +156,17 @@ def test_a_member_that_leaves_the_bundle_is_refused(made, tmp_path):
     with pytest.raises(K4wError, match="leaves the bundle's folders"):
         bundle.import_bundle(config, evil)
     assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_the_bundles_component_pins_are_added_never_replaced(tmp_path):
+    """A component pinned on the connected host (`invoke pin`, e.g. windows-1803 flannel) must arrive with the
+    bundle, or the air-gapped host could not check it; a different pin already there stops the import."""
+    config = write_config(tmp_path / "cluster.yml", modern_config())
+    pin = {"url": "https://github.com/flannel-io/flannel/releases/download/v0.11.0/flanneld.exe", "sha256": "ab" * 32,
+           "size": 1, "pinned": "2026-12-03T00:00:00+00:00"}
+    assert pins.add_component_pins(config, {"windows-1803": {"flannel": pin}, pins.IMAGES: {}}) == ["windows-1803.flannel"]
+    assert pins.load(config)["windows-1803"]["flannel"]["sha256"] == "ab" * 32
+    assert pins.add_component_pins(config, {"windows-1803": {"flannel": pin}}) == []   # the same: nothing to add
+    with pytest.raises(K4wError, match="windows-1803.flannel: pinned here as abab"):
+        pins.add_component_pins(config, {"windows-1803": {"flannel": {**pin, "sha256": "cd" * 32}}})
+    assert pins.load(config)["windows-1803"]["flannel"]["sha256"] == "ab" * 32
