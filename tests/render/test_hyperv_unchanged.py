@@ -42,6 +42,17 @@ DELIBERATE = {
     "packer/vagrant/box/ubuntu.Vagrantfile": (
         "issue 35: the Ubuntu box Vagrantfile gains a libvirt block for boxes booted without a bootloader; it sets "
         "nothing unless k4w-direct-boot.json is beside it in the box, which no Hyper-V box carries"),
+    "packer/guest/ubuntu/lib.sh": (
+        "issue 36: k4w_build_host_copy (the copy k4w_component_file made inline) and k4w_import_images, which "
+        "imports nothing while K4W_IMAGE_IMPORTS is empty (downloads.images: registry, the default)"),
+    "packer/guest/ubuntu/bake/04-kubernetes-node.sh": (
+        "issue 36: calls k4w_import_images before the pre-pull; with the default downloads.images it imports nothing"),
+}
+# Rendered templates that differ from 3564b1c by exactly these added lines, on purpose: {line: why}. Each is
+# held to being the snapshot's file once those lines are taken out.
+ADDED_LINES = {
+    '    "K4W_IMAGE_IMPORTS=",': (
+        "issue 36: every Ubuntu box's steps get the images to import; empty under the default downloads.images"),
 }
 
 
@@ -68,6 +79,22 @@ def digests(root: Path = ROOT) -> dict[str, dict[str, str]]:
     return result
 
 
+@functools.cache
+def digests_without_added_lines(root: Path = ROOT) -> dict[str, dict[str, str]]:
+    """digests(), each file's ADDED_LINES taken out first."""
+    from k4w import render
+    from k4w.derive.cluster import Cluster
+
+    result = {}
+    for path in hyperv_configs(root):
+        files = render.render_files(Cluster.load(path), root / OUT.name)
+        result[path.relative_to(root).as_posix()] = {
+            name: hashlib.sha256("".join(line for line in text.replace(str(root), ROOT_MARK).splitlines(keepends=True)
+                                         if line.rstrip("\n") not in ADDED_LINES).encode("utf-8")).hexdigest()
+            for name, text in sorted(files.items())}
+    return result
+
+
 def snapshot() -> dict[str, dict[str, str]]:
     return json.loads(SNAPSHOT.read_text()) if SNAPSHOT.is_file() else {}
 
@@ -77,7 +104,9 @@ def test_a_hyperv_config_renders_exactly_what_it_did_before_the_libvirt_provider
     expected = snapshot()[config]
     actual = digests()[config]
     assert sorted(actual) == sorted(expected), "the set of rendered files changed for a Hyper-V config"
-    changed = [name for name in expected if actual[name] != expected[name] and name not in DELIBERATE]
+    trimmed = digests_without_added_lines()[config]
+    changed = [name for name in expected if actual[name] != expected[name] and name not in DELIBERATE
+               and trimmed[name] != expected[name]]
     assert not changed, f"{config}: these Hyper-V artifacts changed: {changed}"
     for name in DELIBERATE.keys() & actual.keys():
         source = ROOT / name.split("/", 1)[1]   # packer/<path in the checkout>
