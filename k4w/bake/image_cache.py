@@ -155,9 +155,9 @@ def _pull(item: Needed, cluster: Cluster, root: Path, update, by_tag: bool = Fal
     tried = []
     for source in registry.pull_sources(item.name, cfg):
         mirror = source.mirror
+        ca = cfg.registry.mirrors[mirror.upstream].ca if mirror else None   # the path config validation resolved
         client = image_pull.Registry(
-            source.endpoint, proxy=cluster.proxy, namespace=source.namespace,
-            ca=Path(cfg.registry.mirrors[mirror.upstream].ca) if mirror and cfg.registry.mirrors[mirror.upstream].ca else None,
+            source.endpoint, proxy=cluster.proxy, namespace=source.namespace, ca=Path(ca) if ca else None,
             credentials=image_pull.Credentials(mirror.user, mirror.password or "") if mirror and mirror.user is not None else None)
         try:
             # The bar follows the blob being fetched (a Windows image's largest layer is most of it).
@@ -176,7 +176,7 @@ def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str
           console: Console | None = None, by_tag: bool = False) -> ImageReport:
     """Fill the image cache for these boxes (default: every box the config uses), one image at a time
     (a Windows base image is gigabytes: one at a time keeps the proxy's load and the progress plain).
-    A pinned image is pulled by its digest; by_tag (`invoke pin --images`) resolves every tag again.
+    A pinned image is pulled by its digest; by_tag (`invoke pin-images`) resolves every tag again.
     One image's failure never stops the others; the report says what happened to each."""
     root = cache_root(cluster, cache_option)
     root.mkdir(parents=True, exist_ok=True)
@@ -220,24 +220,26 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
         "annotations": {image_pull.CONTAINERD_NAME: name, **({} if tag.startswith("sha256:") else {image_pull.OCI_REF_NAME: tag})}}]}
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
-
-    def add(tar: tarfile.TarFile, arcname: str, data: bytes | None = None, path: Path | None = None) -> None:
-        info = tarfile.TarInfo(arcname)
-        info.size = len(data) if data is not None else path.stat().st_size
-        info.mode, info.mtime = 0o644, 0
-        if data is not None:
-            tar.addfile(info, io.BytesIO(data))
-        else:
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
-
     with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
-        add(tar, "oci-layout", json.dumps(image_pull.LAYOUT_VERSION).encode())
-        add(tar, "index.json", json.dumps(index, indent=2).encode() + b"\n")
+        add_member(tar, "oci-layout", data=json.dumps(image_pull.LAYOUT_VERSION).encode())
+        add_member(tar, "index.json", data=json.dumps(index, indent=2).encode() + b"\n")
         for blob in dict.fromkeys([digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]):
-            add(tar, f"blobs/sha256/{blob.split(':', 1)[1]}", path=blob_path(root, blob))
+            add_member(tar, f"blobs/sha256/{blob.split(':', 1)[1]}", path=blob_path(root, blob))
     os.replace(part, dest)
     return dest
+
+
+def add_member(tar: tarfile.TarFile, name: str, *, data: bytes | None = None, path: Path | None = None) -> None:
+    """One file of an image archive or a bundle: data, or the file at path streamed; owner-neutral mode 0644 and
+    time 0, so the same content makes the same archive."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data) if data is not None else path.stat().st_size
+    info.mode, info.mtime = 0o644, 0
+    if data is not None:
+        tar.addfile(info, io.BytesIO(data))
+    else:
+        with open(path, "rb") as fh:
+            tar.addfile(info, fh)
 
 
 def stage(cluster: Cluster, box: str, folder: Path, cache_option: str | None = None) -> list[Path]:

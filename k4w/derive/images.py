@@ -31,7 +31,7 @@ class Needed:
     name: str                  # as the box pulls it: registry/repository:tag or @digest
     platform: Platform         # the variant the box's runtime picks from an index
     boxes: tuple[str, ...]     # the boxes that need it, in config order
-    pinned: str | None = None  # the manifest digest k4w-pins.yml records for it (`invoke pin --images`)
+    pinned: str | None = None  # the manifest digest k4w-pins.yml records for it (`invoke pin-images`)
 
     @property
     def label(self) -> str:

@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import datetime as _dt
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Callable
 
 import yaml
 
+from k4w.infra import image_pull
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Attr, Profile
 from k4w.infra.download import Downloaded, Expected, download
@@ -37,10 +37,9 @@ HEADER = """\
 # trust before you build with it. Keep this file next to the cluster.yml it belongs to.
 """
 # k4w-pins.yml's image section, beside the boxes: {images: {<image name>: {<platform>: <manifest digest>}}},
-# what `invoke pin --images` recorded: the manifest an image resolved to for a box's platform. No box is
+# what `invoke pin-images` recorded: the manifest an image resolved to for a box's platform. No box is
 # named "images" (a profile's name is its file's, boxes/<name>.yml).
 IMAGES = "images"
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # The ones a guest can check its file against: a digest known at render time. A published checksum
 # file (sha256_url) is read by the host's fetch only.
 GUEST_KEYS = ("sha256", "sha512")
@@ -84,7 +83,7 @@ def _shape_problem(data) -> tuple[tuple, str] | None:
         if not isinstance(by_platform, dict):
             return (IMAGES, name), f"expected a mapping of platform -> digest, not {by_platform!r}"
         for platform, digest in by_platform.items():
-            if not isinstance(digest, str) or not DIGEST.match(digest):
+            if not isinstance(digest, str) or not image_pull.DIGEST.match(digest):
                 return (IMAGES, name, platform), f"expected a sha256:<64 hex digits> manifest digest, not {digest!r}"
     for box, components in ((b, c) for b, c in data.items() if b != IMAGES):
         if not isinstance(components, dict):
@@ -164,7 +163,7 @@ def image_digests(pins: dict, platform: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ImagePinResult:
-    recorded: list[str]     # "<name> <platform> <digest>" newly written
+    recorded: list[str]     # "<name> (<platform>) <digest>" newly written
     unchanged: int
     conflicts: list[str]    # an image that now resolves to another digest than the pinned one (not written)
 
@@ -209,7 +208,7 @@ def record_images(config_file: str | Path, resolved: dict[tuple[str, str], str],
             continue
         if old and not replace:
             conflicts.append(f"{name} ({platform}) is pinned as {old} but now resolves to {digest}: the tag moved; find out "
-                             f"why, then run: invoke pin --images --replace")
+                             f"why, then run: invoke pin-images --replace")
             continue
         images.setdefault(name, {})[platform] = digest
         recorded.append(f"{name} ({platform}) {digest}" + (f", replacing {old}" if old else ""))

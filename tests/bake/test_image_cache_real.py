@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.e2e import oci_archive, registry as e2e_registry
+from ci.e2e import registry as e2e_registry
 from k4w.bake import commands, image_cache
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
@@ -22,7 +22,7 @@ from k4w.derive.images import Needed
 from k4w.infra.image_pull import Platform
 from k4w.infra.errors import K4wError
 from k4w.model import pins
-from tests.helpers import modern_config, write_config
+from tests.helpers import image_archive, modern_config, write_config
 
 NAMES = ("registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.37.2")
 LINUX = Platform("linux", "amd64")
@@ -33,11 +33,7 @@ def mirror(tmp_path_factory):
     work = tmp_path_factory.mktemp("registry")
     with e2e_registry.serving("127.0.0.1", work / "served", upstreams=("registry.k8s.io",)) as mirrors:
         for n, name in enumerate(NAMES):
-            payload = work / f"payload{n}.bin"
-            payload.write_bytes(os.urandom(256 * 1024 * (n + 1)))
-            archive = work / f"image{n}.tar"
-            oci_archive.write(archive, oci_archive.Image(name=name, entries=[oci_archive.Entry("/payload.bin", source=payload, mode=0o644)]))
-            mirrors.push(name, archive)
+            mirrors.push(name, image_archive(work, name, 256 * 1024 * (n + 1), stem=f"image{n}"))
         yield mirrors
 
 
@@ -123,13 +119,10 @@ def test_pin_images_records_each_digest_and_refuses_a_moved_tag(mirror, cluster,
     assert manifests and all(path.rsplit("/", 1)[1].startswith("sha256:") for path in manifests)
 
     # The tag moves upstream: the pin stands, and pin-images says so.
-    payload = tmp_path / "moved.bin"
-    payload.write_bytes(os.urandom(1024))
-    archive = tmp_path / "moved.tar"
-    oci_archive.write(archive, oci_archive.Image(name=NAMES[0], entries=[oci_archive.Entry("/payload.bin", source=payload, mode=0o644)]))
     old = mirror.pushed[NAMES[0]]
-    moved = mirror.push(NAMES[0], archive)   # mirror.pushed follows: the module's other tests read it
-    with pytest.raises(K4wError, match=rf"{NAMES[0]} \(linux/amd64\) is pinned as {old} but now resolves to {moved}"):
+    moved = mirror.push(NAMES[0], image_archive(tmp_path, NAMES[0], 1024, stem="moved"))   # mirror.pushed follows: the module's other tests read it
+    with pytest.raises(K4wError, match=rf"{NAMES[0]} \(linux/amd64\) is pinned as {old} but now resolves to {moved}: the tag "
+                                       r"moved; find out why, then run: invoke pin-images --replace"):
         commands.pin_images(cluster)
     assert pins.load(tmp_path / "cluster.yml")[pins.IMAGES][NAMES[0]]["linux/amd64"] == old
     commands.pin_images(cluster, replace=True)
