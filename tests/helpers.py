@@ -191,3 +191,16 @@ def running_daemon(argv: list[str], *, answers, timeout: float, log: Path, what:
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait(timeout=DAEMON_STOP_TIMEOUT_S)
+
+
+def image_archive(folder: Path, name: str, size: int, stem: str = "image") -> Path:
+    """An archive of image `name` (ci/e2e/oci_archive.py) in folder as <stem>.tar: one layer holding one
+    incompressible file of size bytes, so each call makes an image of its own digest."""
+    from ci.e2e import oci_archive
+
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = folder / f"{stem}.bin"
+    payload.write_bytes(os.urandom(size))
+    archive = folder / f"{stem}.tar"
+    oci_archive.write(archive, oci_archive.Image(name=name, entries=[oci_archive.Entry("/payload.bin", source=payload, mode=0o644)]))
+    return archive

@@ -422,9 +422,9 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
             files = render.render(cluster, out)
             template = packer_hcl.parse(files[f"packer/{box}.pkr.hcl"], root=out / "packer")
-            template["variables"] = packer_cli.variable_values(
-                template, step_env(cluster.profile(box), cluster).secret_environment)
-            result.offline["imports"] = step_env(cluster.profile(box), cluster).env["K4W_IMAGE_IMPORTS"].split()
+            steps = step_env(cluster.profile(box), cluster)
+            template["variables"] = packer_cli.variable_values(template, steps.secret_environment)
+            result.offline["imports"] = steps.env["K4W_IMAGE_IMPORTS"].split()
             ph.note = f"{result.offline['pin_summary']}, {result.offline['pin_requests']} registry requests"
 
     with phases.phase("fetch", BUDGETS["fetch"]) as ph:

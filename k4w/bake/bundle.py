@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import io
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from rich.console import Console
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import needed
 from k4w.infra import ui
+from k4w.infra import download
 from k4w.infra.download import Downloaded
 from k4w.infra.errors import K4wError
 from k4w.media.iso import human_size
@@ -103,27 +103,16 @@ def make(cluster: Cluster, dest: Path, boxes: list[str] | None = None, console: 
     part = dest.with_name(dest.name + ".part")
     pins_file = pins.pins_path(config_file)
     with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
-        _add(tar, MANIFEST, data=json.dumps(manifest, indent=2).encode() + b"\n")
-        _add(tar, pins.PINS_FILE, data=pins_file.read_bytes() if pins_file.is_file() else b"")
+        image_cache.add_member(tar, MANIFEST, data=json.dumps(manifest, indent=2).encode() + b"\n")
+        image_cache.add_member(tar, pins.PINS_FILE, data=pins_file.read_bytes() if pins_file.is_file() else b"")
         for item in items:
-            _add(tar, f"components/{item.relpath}", path=item.path(root))
+            image_cache.add_member(tar, f"components/{item.relpath}", path=item.path(root))
         for blob in dict.fromkeys(b for image in images for b in image["blobs"]):
-            _add(tar, f"images/blobs/sha256/{blob.split(':', 1)[1]}", path=image_cache.blob_path(images_root, blob))
+            image_cache.add_member(tar, f"images/blobs/sha256/{blob.split(':', 1)[1]}", path=image_cache.blob_path(images_root, blob))
     os.replace(part, dest)
     ui.say(f"bundle {dest}: {len(items)} component(s), {len(images)} image(s), {human_size(dest.stat().st_size)}; "
            f"not included: {NOT_INCLUDED}", to=console)
     return manifest
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, path: Path | None = None) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data) if data is not None else path.stat().st_size
-    info.mode, info.mtime = 0o644, 0
-    if data is not None:
-        tar.addfile(info, io.BytesIO(data))
-    else:
-        with open(path, "rb") as fh:
-            tar.addfile(info, fh)
 
 
 def _read_manifest(tar: tarfile.TarFile, archive: Path) -> dict:
@@ -220,17 +209,12 @@ def _take_component(tar: tarfile.TarFile, member: tarfile.TarInfo, item: cache.I
     """The component, verified against this host's checksum for it, moved into its cache place."""
     tmp = _extract(tar, member, item.path(root).parent)
     try:
-        h256, h512 = hashlib.sha256(), hashlib.sha512()
-        with open(tmp, "rb") as fh:
-            for block in iter(lambda: fh.read(_READ), b""):
-                h256.update(block)
-                h512.update(block)
-        got = Downloaded(tmp, tmp.stat().st_size, h256.hexdigest(), h512.hexdigest(), 0)
         if item.checksum is None or item.checksum.key not in pins.GUEST_KEYS:
             raise K4wError(f"{item.relpath}: this host has no sha256 or sha512 for it to check the bundle's copy against "
                            "(pin it on the connected host with `invoke pin`, then bundle again)")
-        expected = item.checksum.value.lower()
-        if (got.sha256 if item.checksum.key == "sha256" else got.sha512) != expected:
+        sha256, sha512 = download.hash_file(tmp)
+        got = Downloaded(tmp, tmp.stat().st_size, sha256, sha512, 0)
+        if not download.matches(download.Expected(item.checksum.key, item.checksum.value), sha256, sha512):
             raise K4wError(f"{item.relpath} from the bundle does not match {item.checksum.key} {item.checksum.value} "
                            f"({item.checksum.source}): not taken")
         cache.adopt(root, item, got)

@@ -220,6 +220,11 @@ def pin_checks(cluster: Cluster) -> list[Check]:
     return checks
 
 
+def _config_arg(cluster: Cluster) -> str:
+    """The ` --config FILE` of a fix command; empty for the default cluster.yml."""
+    return f" --config {cluster.config_file}" if cluster.config_file and str(cluster.config_file) != "cluster.yml" else ""
+
+
 def image_checks(cluster: Cluster, offline: bool) -> list[Check]:
     """The host's image cache, for the boxes whose bake imports their images (downloads.images: cache): each
     image pinned and cached at its pin. Required with --offline (nothing can be pulled), else warnings."""
@@ -232,7 +237,7 @@ def image_checks(cluster: Cluster, offline: bool) -> list[Check]:
     stages = ("build",) if offline else ()
     root = image_cache.cache_root(cluster)
     record = image_cache.Record(root)
-    config_arg = f" --config {cluster.config_file}" if cluster.config_file and str(cluster.config_file) != "cluster.yml" else ""
+    config_arg = _config_arg(cluster)
     checks = []
     for item in images.needed((box, cluster.profile(box)) for box in boxes):
         entry = record.entry(item) if item.pinned else None
@@ -273,7 +278,7 @@ def cache_checks(cluster: Cluster, offline: bool = False) -> list[Check]:
         else:
             detail = ("cached but changed since it was verified: fetch hashes it again" if state == "changed"
                       else "missing")
-            fix = "invoke fetch" + (f" --config {cluster.config_file}" if cluster.config_file and str(cluster.config_file) != "cluster.yml" else "")
+            fix = "invoke fetch" + _config_arg(cluster)
         if state != "verified":
             size = next((p.get("size") for p in ((user_pins.get(b) or {}).get(item.component) for b in item.boxes)
                          if p and p.get("url") == item.url and p.get("size")), None)

@@ -122,14 +122,15 @@ def request(url: str, headers: dict[str, str] | None = None, method: str = "GET"
     return made
 
 
-def _hash_file(path: Path) -> tuple[hashlib._Hash, hashlib._Hash]:
+def hash_file(path: Path) -> tuple[str, str]:
+    """(sha256, sha512) of a file in hex, read once (a missing file hashes as empty: a .part not begun)."""
     h256, h512 = hashlib.sha256(), hashlib.sha512()
     if path.is_file():
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(CHUNK), b""):
                 h256.update(block)
                 h512.update(block)
-    return h256, h512
+    return h256.hexdigest(), h512.hexdigest()
 
 
 def download(url: str, dest: Path, expected: Expected | None, proxy: Proxy | None = None,
@@ -152,9 +153,9 @@ def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Pro
                      progress: Progress | None, headers: dict[str, str] | None,
                      context: ssl.SSLContext | None) -> Downloaded:
     if dest.is_file():
-        h256, h512 = _hash_file(dest)
-        if expected is None or _matches(expected, h256.hexdigest(), h512.hexdigest()):
-            return Downloaded(dest, dest.stat().st_size, h256.hexdigest(), h512.hexdigest(), 0)
+        sha256, sha512 = hash_file(dest)
+        if expected is None or matches(expected, sha256, sha512):
+            return Downloaded(dest, dest.stat().st_size, sha256, sha512, 0)
         dest.unlink()  # a stale or corrupt copy: fetch it again
     part = dest.with_name(dest.name + ".part")
     have = part.stat().st_size if part.is_file() else 0
@@ -189,9 +190,8 @@ def _download_locked(url: str, dest: Path, expected: Expected | None, proxy: Pro
         raise DownloadError(f"{redact(url)}: {redact(str(reason))} (partial download kept as {part.name}; run again to resume)") from None
     # Hashed from the disk, not from what this process believes it wrote: what is verified is
     # exactly what is used.
-    h256, h512 = _hash_file(part)
-    sha256, sha512 = h256.hexdigest(), h512.hexdigest()
-    if expected is not None and not _matches(expected, sha256, sha512):
+    sha256, sha512 = hash_file(part)
+    if expected is not None and not matches(expected, sha256, sha512):
         part.unlink(missing_ok=True)
         got = sha256 if expected.algorithm == "sha256" else sha512
         raise DownloadError(f"{redact(url)}: {expected.algorithm} mismatch: expected {expected.value}, got {got}; the file was deleted")
@@ -204,11 +204,10 @@ def _whole(part: Path, have: int, expected: Expected | None, content_range: str 
     matches the checksum, or with none (`invoke pin`) the server names its length
     (RFC 9110 15.5.17: a 416 carries Content-Range: bytes */<length>) and that is the part's."""
     if expected is not None:
-        h256, h512 = _hash_file(part)
-        return _matches(expected, h256.hexdigest(), h512.hexdigest())
+        return matches(expected, *hash_file(part))
     unsatisfied = re.fullmatch(r"bytes \*/(\d+)", (content_range or "").strip())
     return bool(unsatisfied) and int(unsatisfied.group(1)) == have
 
 
-def _matches(expected: Expected, sha256: str, sha512: str) -> bool:
+def matches(expected: Expected, sha256: str, sha512: str) -> bool:
     return (sha256 if expected.algorithm == "sha256" else sha512) == expected.value.lower()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.e2e import oci_archive, registry as e2e_registry
+from ci.e2e import registry as e2e_registry
 from k4w.bake import bundle, cache, commands, fetch, image_cache
 from k4w.commands import doctor
 from k4w.derive import images
@@ -30,7 +29,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.image_pull import Platform
 from k4w.model import pins
 from tests.fakes import local_http
-from tests.helpers import modern_config, write_config
+from tests.helpers import image_archive, modern_config, write_config
 
 NAMES = ("registry.k8s.io/pause:3.10.2", "ghcr.io/flannel-io/flannel:v0.28.10")
 COMPONENT = os.urandom(200 * 1024)
@@ -65,11 +64,7 @@ def made(tmp_path, stand_ins):
     with e2e_registry.serving("127.0.0.1", tmp_path / "registry", upstreams=("registry.k8s.io", "ghcr.io")) as mirrors, \
             local_http.site({"/cni.tgz": COMPONENT}) as site:
         for n, name in enumerate(NAMES):
-            payload = tmp_path / f"payload{n}"
-            payload.write_bytes(os.urandom(64 * 1024))
-            archive = tmp_path / f"image{n}.tar"
-            oci_archive.write(archive, oci_archive.Image(name=name, entries=[oci_archive.Entry(f"/f{n}", source=payload, mode=0o644)]))
-            mirrors.push(name, archive)
+            mirrors.push(name, image_archive(tmp_path, name, 64 * 1024, stem=f"image{n}"))
         config = write_config(connected / "cluster.yml", modern_config(**{
             "registry": mirrors.registry_block(), "downloads.cache": str(connected / "cache")}))
         LOCAL.update(config=config, url=f"{site.url}/cni.tgz")

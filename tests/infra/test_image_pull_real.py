@@ -36,20 +36,11 @@ from cryptography.x509.oid import NameOID
 from ci.e2e import oci_archive, registry
 from k4w.infra import image_pull
 from tests.fakes import oci_registry as fake
+from tests.helpers import image_archive
 
 NAME = "registry.k8s.io/k4w-test:v1"
 REPOSITORY, TAG = "k4w-test", "v1"
 LINUX = image_pull.Platform("linux", "amd64")
-
-
-def image_archive(folder: Path, size: int) -> Path:
-    """NAME's archive (ci/e2e/oci_archive.py): one layer holding one incompressible file of size bytes."""
-    payload = folder / "payload.bin"
-    payload.parent.mkdir(parents=True, exist_ok=True)
-    payload.write_bytes(os.urandom(size))
-    archive = folder / "image.tar"
-    oci_archive.write(archive, oci_archive.Image(name=NAME, entries=[oci_archive.Entry("/payload.bin", source=payload, mode=0o644)]))
-    return archive
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +48,7 @@ def served(tmp_path_factory):
     """One registry (the mirror of registry.k8s.io) with NAME pushed: (mirror, manifest digest, layer digest)."""
     work = tmp_path_factory.mktemp("registry")
     # Larger than download.CHUNK, so a cut falls inside the layer.
-    archive = image_archive(work, 3 * 1024 * 1024)
+    archive = image_archive(work, NAME, 3 * 1024 * 1024)
     with registry.serving("127.0.0.1", work / "served", upstreams=("registry.k8s.io",)) as mirrors:
         digest = mirrors.push(NAME, archive)
         mirror = mirrors.registries["registry.k8s.io"]
@@ -114,7 +105,7 @@ def test_a_cut_download_resumes_where_it_stopped(served, tmp_path):
 
 def test_a_blob_that_does_not_match_its_digest_is_refused_and_not_kept(tmp_path):
     work = tmp_path / "tampered"
-    archive = image_archive(work, 64 * 1024)
+    archive = image_archive(work, NAME, 64 * 1024)
     with registry.serving("127.0.0.1", work / "served", upstreams=("registry.k8s.io",)) as mirrors:
         mirrors.push(NAME, archive)
         mirror = mirrors.registries["registry.k8s.io"]
@@ -263,7 +254,7 @@ def token_registry(tmp_path):
     """The real registry with NAME in its storage, restarted with token authentication (auth.token,
     distribution v3.1.2 registry/auth/token/accesscontroller.go): (registry, token server)."""
     work = tmp_path / "token"
-    archive = image_archive(work, 256 * 1024)
+    archive = image_archive(work, NAME, 256 * 1024)
     with registry.serving("127.0.0.1", work / "served", upstreams=("registry.k8s.io",)) as mirrors:
         tokens = TokenServer(work, mirrors.tls)
         mirrors.push(NAME, archive)

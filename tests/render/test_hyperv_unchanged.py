@@ -65,34 +65,29 @@ def hyperv_configs(root: Path = ROOT) -> list[Path]:
 
 
 @functools.cache
+def rendered(root: Path = ROOT) -> dict[str, dict[str, str]]:
+    """{config path relative to root: {rendered file: its text, the checkout's path replaced}}, rendered once."""
+    from k4w import render
+    from k4w.derive.cluster import Cluster
+
+    return {path.relative_to(root).as_posix(): {name: text.replace(str(root), ROOT_MARK)
+                                                for name, text in sorted(render.render_files(Cluster.load(path), root / OUT.name).items())}
+            for path in hyperv_configs(root)}
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def digests(root: Path = ROOT) -> dict[str, dict[str, str]]:
     """{config path relative to root: {rendered file: sha256 of its text, the checkout's path replaced}}."""
-    from k4w import render
-    from k4w.derive.cluster import Cluster
-
-    result = {}
-    for path in hyperv_configs(root):
-        files = render.render_files(Cluster.load(path), root / OUT.name)
-        result[path.relative_to(root).as_posix()] = {
-            name: hashlib.sha256(text.replace(str(root), ROOT_MARK).encode("utf-8")).hexdigest()
-            for name, text in sorted(files.items())}
-    return result
+    return {config: {name: _sha256(text) for name, text in files.items()} for config, files in rendered(root).items()}
 
 
-@functools.cache
 def digests_without_added_lines(root: Path = ROOT) -> dict[str, dict[str, str]]:
     """digests(), each file's ADDED_LINES taken out first."""
-    from k4w import render
-    from k4w.derive.cluster import Cluster
-
-    result = {}
-    for path in hyperv_configs(root):
-        files = render.render_files(Cluster.load(path), root / OUT.name)
-        result[path.relative_to(root).as_posix()] = {
-            name: hashlib.sha256("".join(line for line in text.replace(str(root), ROOT_MARK).splitlines(keepends=True)
-                                         if line.rstrip("\n") not in ADDED_LINES).encode("utf-8")).hexdigest()
-            for name, text in sorted(files.items())}
-    return result
+    return {config: {name: _sha256("".join(line for line in text.splitlines(keepends=True) if line.rstrip("\n") not in ADDED_LINES))
+                     for name, text in files.items()} for config, files in rendered(root).items()}
 
 
 def snapshot() -> dict[str, dict[str, str]]:

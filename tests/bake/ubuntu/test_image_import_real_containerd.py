@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.e2e import oci_archive, registry as e2e_registry
+from ci.e2e import registry as e2e_registry
 from k4w.bake import commands, image_cache
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed
@@ -28,7 +28,7 @@ from k4w.infra import pinned_tools
 from k4w.infra.image_pull import Platform
 from k4w.model import pins
 from tests.fakes import local_http
-from tests.helpers import modern_config, running_daemon, write_config
+from tests.helpers import image_archive, modern_config, running_daemon, write_config
 
 from .conftest import ROOT
 
@@ -43,11 +43,7 @@ def staged(tmp_path, monkeypatch):
     work = tmp_path / "registry"
     with e2e_registry.serving("127.0.0.1", work, upstreams=("registry.k8s.io", "ghcr.io")) as mirrors:
         for n, name in enumerate(NAMES):
-            payload = tmp_path / f"payload{n}"
-            payload.write_bytes(os.urandom(64 * 1024))
-            archive = tmp_path / f"image{n}.tar"
-            oci_archive.write(archive, oci_archive.Image(name=name, entries=[oci_archive.Entry(f"/file{n}", source=payload, mode=0o644)]))
-            mirrors.push(name, archive)
+            mirrors.push(name, image_archive(tmp_path, name, 64 * 1024, stem=f"image{n}"))
         config = write_config(tmp_path / "cluster.yml", modern_config(**{
             "registry": mirrors.registry_block(), "downloads.cache": str(tmp_path / "cache"), "downloads.images": "cache"}))
         monkeypatch.setattr(image_cache, "needed", lambda pairs: [
