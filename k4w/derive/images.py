@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.model.config import Config
 from k4w.model.profiles import Profile
 

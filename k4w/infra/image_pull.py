@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from k4w.infra import download
+from k4w.infra.image_platform import Platform, describe
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact, register_secret
 
@@ -71,48 +72,6 @@ _PARAM = re.compile(r'([A-Za-z][\w-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,"]+))'
 
 class RegistryError(K4wError):
     """A registry refused, failed or sent bytes that do not match their digest; the message says which."""
-
-
-# Windows Server releases whose container ABI is stable: a host of one runs images from the one before it
-# up to its own build (containerd/platforms v1.0.0-rc.5, the version containerd v2.3.7's go.mod pins:
-# platform_windows_compat.go compatLTSCReleases, ltsc2022 = 20348, ltsc2025 = 26100).
-LTSC_BUILDS = (20348, 26100)
-
-
-def windows_runs(host_build: int, os_version: str) -> bool:
-    """Whether a Windows host of host_build runs an image whose platform says os_version ("10.0.20348.2700"),
-    as containerd decides it (platform_windows_compat.go checkWindowsHostAndContainerCompat): before
-    ltsc2022 only the same build; from it on, any build from the previous LTSC up to the host's."""
-    parts = os_version.split(".")
-    if len(parts) < 3 or parts[:2] != ["10", "0"] or not parts[2].isdigit():
-        return False
-    build = int(parts[2])
-    if host_build < LTSC_BUILDS[0]:
-        return build == host_build
-    newest = max(i for i, ltsc in enumerate(LTSC_BUILDS) if host_build >= ltsc)
-    return LTSC_BUILDS[max(newest - 1, 0)] <= build <= host_build
-
-
-@dataclass(frozen=True)
-class Platform:
-    os: str
-    architecture: str
-    windows_build: int | None = None   # the Windows host's build (20348): which image variants run on it
-
-    def __str__(self) -> str:
-        return f"{self.os}/{self.architecture}" + (f" (build {self.windows_build})" if self.windows_build else "")
-
-    def matches(self, described: dict) -> bool:
-        if described.get("os") != self.os or described.get("architecture") != self.architecture:
-            return False
-        version = described.get("os.version")
-        # An image that names no os.version runs on every build (Microsoft's HostProcess base image).
-        return self.windows_build is None or not version or windows_runs(self.windows_build, version)
-
-
-def _described(platform: dict) -> str:
-    return f"{platform.get('os', '?')}/{platform.get('architecture', '?')}" + (
-        f" {platform['os.version']}" if platform.get("os.version") else "")
 
 
 @dataclass(frozen=True)
@@ -305,7 +264,7 @@ def select(index: Fetched, platform: Platform, where: str) -> str:
     offered = [m for m in index.document().get("manifests", []) if m.get("mediaType", OCI_MANIFEST) in MANIFESTS]
     chosen = [m for m in offered if platform.matches(m.get("platform") or {})]
     if not chosen:
-        listed = ", ".join(sorted(_described(m.get("platform") or {}) for m in offered)) or "nothing"
+        listed = ", ".join(sorted(describe(m.get("platform") or {}) for m in offered)) or "nothing"
         raise RegistryError(f"{where}: no manifest for {platform} in its index (it has: {listed})")
     return sorted(chosen, key=lambda m: (m.get("platform") or {}).get("os.version") or "", reverse=True)[0]["digest"]
 
@@ -328,7 +287,7 @@ def pull(registry: Registry, name: str, repository: str, reference: str, platfor
     config = manifest.get("config") or {}
     described = json.loads(_fetch_config(registry, repository, config, blobs, where))
     if not platform.matches(described):
-        raise RegistryError(f"{where}: its config is for {_described(described)}, not {platform}")
+        raise RegistryError(f"{where}: its config is for {describe(described)}, not {platform}")
     _keep(blobs, top)
     kept += [top.digest, config["digest"]]
     fetched = 0

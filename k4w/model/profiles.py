@@ -15,7 +15,7 @@ import yaml
 
 from k4w.model import kubeadm_apis
 from k4w.infra import sources
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.infra.errors import K4wError
 
 # Keys every profile must carry, because config validation and rendering depend on them.

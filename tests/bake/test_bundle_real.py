@@ -26,7 +26,7 @@ from k4w.derive import images
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed
 from k4w.infra.errors import K4wError
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.model import pins
 from tests.fakes import local_http
 from tests.helpers import image_archive, modern_config, write_config

@@ -19,7 +19,7 @@ from k4w.bake import commands, image_cache
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.infra.errors import K4wError
 from k4w.model import pins
 from tests.helpers import image_archive, modern_config, write_config

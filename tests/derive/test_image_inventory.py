@@ -11,7 +11,7 @@ import yaml
 
 from k4w.derive import images, step_env
 from k4w.derive.cluster import Cluster
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.model import pins
 from tests.helpers import modern_config, write_config
 

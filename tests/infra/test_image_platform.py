@@ -13,7 +13,8 @@ import json
 import pytest
 
 from k4w.infra import image_pull
-from k4w.infra.image_pull import Fetched, Platform, RegistryError, select, windows_runs
+from k4w.infra.image_platform import Platform, windows_runs
+from k4w.infra.image_pull import Fetched, RegistryError, select
 
 
 def index(*platforms: dict) -> Fetched:

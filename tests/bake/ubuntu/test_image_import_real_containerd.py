@@ -25,7 +25,7 @@ from k4w.bake import commands, image_cache
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed
 from k4w.infra import pinned_tools
-from k4w.infra.image_pull import Platform
+from k4w.infra.image_platform import Platform
 from k4w.model import pins
 from tests.fakes import local_http
 from tests.helpers import image_archive, modern_config, running_daemon, write_config
