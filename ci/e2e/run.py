@@ -10,6 +10,8 @@ Phases (each with a budget; the timings end up in a table):
                 of the Kubernetes node tarball and the CNI plugins (seed_stand_ins.py)
   render        a cluster.yml with proxy.http/https and downloads -> k4w.model.config.load -> k4w.render.render
   fetch         k4w.bake.fetch, as `invoke fetch`: the box's downloads into the run's component cache
+  bundle        (--offline) `invoke bundle` of the box, then `invoke bundle-import` on an "air-gapped host": a
+                second cluster.yml whose caches and k4w-pins.yml are empty; the bake below uses that one
   packer build  k4w.bake.build_box: the real `packer init` and `packer build` of packer/<box>.pkr.hcl;
                 every step runs, and the steps install those files from Packer's HTTP server
 
@@ -92,6 +94,8 @@ BUDGETS = {
     "registries": 600,
     "pin images": 300,
     "fetch": 60,
+    # --offline: write the bundle (~310 MB) and import it, every file hashed again: ~30 s.
+    "bundle": 300,
     "packer build": 1200,
     "proxy proof": 30,
     "boot guest": 420,
@@ -207,6 +211,11 @@ class E2EResult:
                          f"pin-images: {o.get('pin_summary', '?')}; "
                          f"registry requests during the bake: {o.get('registry_requests_during_bake', '?')}"
                          + (f"; staged {o['staged_archives']} archives, {o['staged_bytes']} bytes" if "staged_archives" in o else ""))
+            if "bundle" in o:
+                b = o["bundle"]
+                lines.append(f"  bundle: {b['bytes']} bytes, {b['components']} components and {b['images']} images; "
+                             f"bundle-import into an empty cache: {b['import_seconds']} s, {b['pins_added']} pins added; "
+                             f"then {b['fetch']}")
             if o.get("substitutes"):
                 lines.append("  substitutes: " + ", ".join(f"{name} <- {what.get('module', what)}" for name, what in o["substitutes"].items()))
         if self.libvirt:
@@ -282,7 +291,7 @@ def _run_e2e(out: Path, box: str, base_images: Path | None, keep: bool, dry_run:
     log = Log(out / "logs" / "e2e.log", say)
     on_libvirt = provider == "libvirt"
     extra = (libvirt_run.LIBVIRT_BUDGET_S if on_libvirt else cluster_run.CLUSTER_BUDGET_S) if cluster else 0
-    extra += (BUDGETS["registries"] + BUDGETS["pin images"]) if offline else 0
+    extra += (BUDGETS["registries"] + BUDGETS["pin images"] + BUDGETS["bundle"]) if offline else 0
     phases = Phases(log.event, TOTAL_BUDGET_S + extra)
     result = E2EResult(out=out, log=log.path, box=box, offline={} if offline else None,
                        cluster=cluster_run.ClusterReport(box=box) if cluster and not on_libvirt else None,
@@ -436,6 +445,15 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
                         "downloaded": fetched.count("downloaded"), "cached": fetched.count("cached"),
                         "files": sorted(r.item.relpath for r in fetched.rows)}
         ph.note = fetched.summary()
+
+    if registries is not None:
+        with phases.phase("bundle", BUDGETS["bundle"]) as ph:
+            cluster = _air_gap(cluster, box, workdir / "air-gapped", registries, result.offline,
+                               lambda cache_dir: cluster_file.text(proxy.url_for_guests, mirror.url, cache_dir, box,
+                                                                  registry=registries.registry_block()))
+            b = result.offline["bundle"]
+            ph.note = (f"{b['bytes']} bytes ({b['components']} components, {b['images']} images); imported into an "
+                       f"empty cache in {b['import_seconds']} s; then {b['fetch']}, {b['requests']} registry requests")
 
     with phases.phase("packer build", BUDGETS["packer build"]) as ph:
         offset = proxy.offset()
@@ -770,6 +788,39 @@ def _sigterm_raises() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
+def _air_gap(cluster: Cluster, box: str, home: Path, registries, offline: dict, cluster_text) -> Cluster:
+    """The air-gapped host of issue 36's workflow, on this machine: `invoke bundle` of the connected host's
+    cluster (its caches warm, so the registries are not asked), then a second cluster.yml in `home` whose component
+    and image caches are empty and which has no k4w-pins.yml, filled by `invoke bundle-import` alone. Its Cluster
+    is returned: the bake uses it, so every component and image the guest gets came out of the bundle. The
+    registries stay up only so that any request to them is counted (the bake must make none)."""
+    counted = registries.request_counts()
+    archive = home / "bundle.tar"
+    manifest = bake_commands.make_bundle(cluster, str(archive), box)
+    home.mkdir(parents=True, exist_ok=True)
+    config_file = home / "cluster.yml"
+    config_file.write_text(cluster_text(str(home / "cache")), encoding="utf-8")
+    started = time.monotonic()
+    imported = bake_commands.import_bundle(str(config_file), str(archive))
+    import_seconds = round(time.monotonic() - started, 1)
+    if pins.load(config_file) != pins.load(cluster.config_file):
+        raise E2EError(f"bundle-import wrote {pins.pins_path(config_file)} unlike the connected host's "
+                       f"{pins.pins_path(cluster.config_file)}")
+    air_gapped = Cluster.resolve(config.load(config_file), config_file)
+    fetched = fetch.fetch(air_gapped, [box])
+    images = image_cache.fetch(air_gapped, [box])
+    if fetched.count("downloaded") or fetched.failed or images.fetched or images.failed:
+        raise E2EError(f"after bundle-import the air-gapped host still downloads: {fetched.summary()}; {images.summary()}")
+    offline["bundle"] = {
+        "file": str(archive), "bytes": archive.stat().st_size, "components": len(manifest["components"]),
+        "images": len(manifest["images"]), "import_seconds": import_seconds, "imported_bytes": imported.bytes,
+        "pins_added": len(imported.pinned), "fetch": f"{fetched.summary()}; {images.summary()}",
+        "requests": registries.request_count(since=counted)}
+    if offline["bundle"]["requests"]:
+        raise E2EError(f"making and importing the bundle asked the registries {offline['bundle']['requests']} time(s)")
+    return air_gapped
+
+
 def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str], None], cluster: bool = False,
              offline: bool = False) -> E2EResult:
     """Say exactly what a run would do; run and write nothing."""
@@ -796,6 +847,10 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
             "packer build: registry_requests_during_bake from the registries' access logs, which must be 0")
     say(f"fetch: k4w.bake.fetch into {out / 'component-cache'}; build-* stages the files in "
         f"{out / 'http' / box / 'components'} for Packer's HTTP server")
+    if offline:
+        say("bundle: k4w.bake.commands.make_bundle into <tmp>/air-gapped/bundle.tar, then import_bundle into a second "
+            "cluster.yml there whose caches and k4w-pins.yml are empty; its fetch must download nothing and the bake "
+            "uses it")
     say("packer build (k4w.bake.build_box, forced): " + "; ".join(
         packer_cli.describe_command(packer_cli.build_command(out / "packer" / f"{box}.pkr.hcl"), out, {},
                                     first=packer_cli.init_command(out / "packer" / f"{box}.pkr.hcl"))))
