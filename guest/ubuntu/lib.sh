@@ -261,7 +261,7 @@ k4w_image_digest() {
 }
 
 # k4w_import_images CTR... - import each image of K4W_IMAGE_IMPORTS (<name>@<manifest digest>, blank-separated)
-# from the build host (image-<hex>.tar, an OCI image layout k4w.bake.image_cache staged from the host's
+# from the build host (image-<48 hex>.tar, an OCI image layout k4w.bake.image_cache staged from the host's
 # image cache), unless containerd already has NAME at that digest; then check NAME points at exactly
 # the pinned digest. containerd checks every blob of the archive against its digest as it stores it
 # (core/content/helpers.go WriteBlob commits with the expected digest), and the manifest digest names
@@ -279,7 +279,8 @@ k4w_import_images() {
             continue
         fi
         archive="$(mktemp --suffix=.tar)"
-        k4w_build_host_copy "image-${digest#sha256:}.tar" "$archive" "image ${name}"
+        # The archive's name: image-<the digest's first 48 hex digits>.tar (k4w/bake/image_cache.py archive_name).
+        k4w_build_host_copy "image-${digest:7:48}.tar" "$archive" "image ${name}"
         # --platform: unpack the variant the archive holds for this node (linux/amd64), as a pull would.
         "${ctr[@]}" images import --platform linux/amd64 "$archive" >/dev/null ||
             { rm -f "$archive"; k4w_die "containerd refused the archive of ${name} from the build host"; }

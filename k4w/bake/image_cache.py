@@ -199,9 +199,15 @@ def fetch(cluster: Cluster, boxes: list[str] | None = None, *, cache_option: str
     return report
 
 
+# Hex digits of the manifest digest in an archive's name: 6 + 48 + 4 = 58 characters fit a CD's Joliet names
+# (build_media.JOLIET_NAME_MAX, 64; the whole digest would not), and 192 bits name one image among any number.
+ARCHIVE_HEX = 48
+
+
 def archive_name(digest: str) -> str:
-    """The file a box's guest fetches for the image whose manifest is `digest` (lib.sh k4w_import_images)."""
-    return f"image-{digest.split(':', 1)[1]}.tar"
+    """The file a box's guest takes for the image whose manifest is `digest` (lib.sh k4w_import_images,
+    guest/windows/bake/04-prepull-images.ps1); the guest then checks the image against the whole digest."""
+    return f"image-{digest.split(':', 1)[1][:ARCHIVE_HEX]}.tar"
 
 
 def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
@@ -217,7 +223,8 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
     index = {"schemaVersion": 2, "mediaType": image_pull.OCI_INDEX, "manifests": [{
         "mediaType": manifest.get("mediaType", image_pull.OCI_MANIFEST), "digest": digest,
         "size": manifest_path.stat().st_size, "platform": platform,
-        "annotations": {image_pull.CONTAINERD_NAME: name, **({} if tag.startswith("sha256:") else {image_pull.OCI_REF_NAME: tag})}}]}
+        "annotations": {image_pull.CONTAINERD_NAME: registry.stored_name(name),
+                        **({} if tag.startswith("sha256:") else {image_pull.OCI_REF_NAME: tag})}}]}
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:

@@ -425,6 +425,10 @@ class _Builder:
             _say(self.console, f"{plan.box}: {len(archives)} image archive(s), "
                                f"{iso_mod.human_size(sum(a.stat().st_size for a in archives))}, staged beside them; "
                                "the guest imports them and pulls none")
+        if plan.profile.is_windows:
+            problems = build_media.cd_file_problems(list(build_media.folder(self.out, plan.box).iterdir()))
+            if problems:
+                raise K4wError(f"{plan.box}: the build CD cannot carry what is staged for it: " + "; ".join(problems))
 
     def _run_parallel(self, plans: list[BoxPlan]) -> dict[str, BoxResult]:
         view = make_view(self.console)

@@ -70,10 +70,9 @@ def box_images(profile: Profile) -> list[str]:
 
 def imported(cfg: Config, profile: Profile) -> bool:
     """Whether the bake of this box imports its images from the build host (downloads.images: cache): the
-    containerd-era Ubuntu boxes. Windows boxes (gigabytes of base image, no import step yet) and Docker-era
-    boxes (Docker 17.03's `docker load` reads no OCI layout) still pull."""
-    return (cfg.downloads.images == "cache" and not profile.is_windows and profile.os_family == "ubuntu"
-            and profile.container_runtime == "containerd")
+    containerd-era boxes, Ubuntu and Windows. The Docker-era boxes still pull (Docker 17.03's `docker load`
+    reads no OCI layout)."""
+    return cfg.downloads.images == "cache" and profile.container_runtime == "containerd"
 
 
 def needed(profiles: Iterable[tuple[str, Profile]]) -> list[Needed]:

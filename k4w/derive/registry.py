@@ -228,12 +228,20 @@ def docker_registry_mirrors(cfg: Config) -> list[str]:
 
 
 def image_domain(image: str) -> tuple[str, str]:
-    """(registry, rest) of an image reference, as distribution/reference splits it: the first
-    component is the registry when it has a '.' or ':' or is localhost, else it is Docker Hub."""
+    """(registry, rest) of an image reference, as distribution/reference v0.6.0 splitDockerDomain splits
+    it: the first component is the registry when it is localhost, has a '.' or ':', or is not lowercase,
+    else the name is on Docker Hub; index.docker.io is docker.io, and a one-component repository on
+    Docker Hub is under library/."""
     first, sep, rest = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    return DOCKER_HUB, image if sep else f"library/{image}"
+    if not sep:
+        return DOCKER_HUB, f"library/{image}"
+    if first == "index.docker.io":
+        first = DOCKER_HUB
+    if not (first == "localhost" or "." in first or ":" in first or first.lower() != first):
+        first, rest = DOCKER_HUB, image
+    if first == DOCKER_HUB and "/" not in rest:
+        rest = f"library/{rest}"
+    return first, rest
 
 
 def _domain(image: str) -> str:
@@ -296,6 +304,16 @@ def split_reference(image: str) -> tuple[str, str, str]:
     if not sep or "/" in tag:
         repository, tag = rest, "latest"
     return domain, repository, digest if at else tag
+
+
+def stored_name(image: str) -> str:
+    """The name containerd's CRI keeps an image under once it pulled `image`: distribution/reference
+    ParseDockerRef (normalize.go at v0.6.0, which containerd v2.3.7 vendors): the domain and library/ made
+    explicit, :latest added to a bare name, and of a name with both a tag and a digest only the digest kept
+    ("both tagged and digested, only return digested"). An imported image must carry this name for the
+    kubelet's request to find it."""
+    domain, repository, reference = split_reference(image)
+    return f"{domain}/{repository}{'@' if '@' in image else ':'}{reference}"
 
 
 def pull_sources(image: str, cfg: Config) -> list[PullSource]:

@@ -224,8 +224,7 @@ def step_env(profile: Profile, cluster: Cluster) -> StepEnv:
     secrets: dict[str, str] = {}
     env.update(_proxy_variables(cluster.proxy, family, secrets))
     env.update(_registry_variables(cluster.config, profile, secrets))
-    if family == UBUNTU:
-        env["K4W_IMAGE_IMPORTS"] = image_imports(cluster.config, profile)
+    env["K4W_IMAGE_IMPORTS"] = image_imports(cluster.config, profile)
     # Profile extras, e.g. the CI profile's K4W_SKIP_KUBERNETES=1 (named in the profile itself).
     env.update({name: _text(value) for name, value in (profile.data.get("provision_env") or {}).items()})
     return StepEnv(env=env, secrets=secrets)
@@ -398,14 +397,15 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
 
 
 def image_imports(cfg: Config, profile: Profile) -> str:
-    """The images a containerd-era Ubuntu box imports from the build host (downloads.images: cache), as
-    blank-separated <name>@<pinned manifest digest>: the guest fetches image-<hex>.tar (k4w.bake.image_cache
-    stages it) and checks the imported name points at that digest. Empty otherwise, and for an image with no
+    """The images a containerd-era box imports from the build host (downloads.images: cache), as
+    blank-separated <name>@<pinned manifest digest>, the name as the CRI stores it (registry.stored_name):
+    the guest takes image_cache.archive_name(digest) from Packer's HTTP server (Ubuntu) or the build CD
+    (Windows) and checks the imported name points at that digest. Empty otherwise, and for an image with no
     pin (the build refuses such a box before Packer starts)."""
     if not images.imported(cfg, profile):
         return ""
     digests = profile.data.get("image_digests") or {}
-    return " ".join(f"{name}@{digests[name]}" for name in images.box_images(profile) if digests.get(name))
+    return " ".join(f"{registry.stored_name(name)}@{digests[name]}" for name in images.box_images(profile) if digests.get(name))
 
 
 def node_proxy_variables(proxy: Proxy, family: str) -> dict[str, str]:

@@ -30,6 +30,12 @@ from k4w.model.profiles import Profile
 FOLDER = "components"
 # ECMA-119 Joliet extension: at most 64 UCS-2 characters per file name.
 JOLIET_NAME_MAX = 64
+# The largest file a build CD holds. Packer's cd_files runs `xorriso -as genisoimage -rock -joliet` or
+# `oscdimg -j1 -o -m` (packer-plugin-sdk v0.3.0 and v0.3.2, the SDKs of the pinned hyperv v1.0.4 and qemu
+# v1.0.9 plugins: multistep/commonsteps/step_create_cdrom.go), neither at ISO level 3 nor UDF, so a file
+# is one extent. Measured with Debian's xorriso 1.5.4 and those flags: 4 GiB - 1 bytes written, 4 GiB
+# refused ("A file is bigger than supported by used standard").
+CD_FILE_MAX = 4 * 1024 ** 3 - 1
 # What a path segment may hold: a component name, a version or a URL's file name reach the file
 # system (here and in the host cache), so anything else (a separator, a drive colon, '..') becomes '_'.
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -69,6 +75,19 @@ def cd_name_problems(profile: Profile) -> list[str]:
         if len(name) > JOLIET_NAME_MAX:
             found.append(f"{profile.path.name}: components.{component}: its build-media name {name!r} has {len(name)} "
                          f"characters; a CD's Joliet names hold {JOLIET_NAME_MAX} (give the component a shorter media_file)")
+    return found
+
+
+def cd_file_problems(paths: list[Path]) -> list[str]:
+    """The staged files a build CD cannot carry as they are: a name longer than Joliet's, or 4 GiB or more.
+    Checked on the folder itself, so it holds for whatever is staged there (components, image archives)."""
+    found = []
+    for path in sorted(paths):
+        if len(path.name) > JOLIET_NAME_MAX:
+            found.append(f"{path.name}: {len(path.name)} characters; a CD's Joliet names hold {JOLIET_NAME_MAX}")
+        if path.stat().st_size > CD_FILE_MAX:
+            found.append(f"{path.name}: {path.stat().st_size} bytes; a file on the build CD is below 4 GiB "
+                         f"({CD_FILE_MAX} bytes at most)")
     return found
 
 

@@ -368,8 +368,8 @@ class Downloads(Strict):
     images: Literal["registry", "cache"] = "registry"
     """Where a bake gets its container images. registry: the guest pulls them, through the proxy and registry.mirrors.
     cache: the host pulls them into its image cache first (invoke fetch --images; digests pinned with invoke
-    pin-images), and each containerd-era Ubuntu box imports them from the build host, checked against the pinned
-    digests: its guest asks no registry. Windows and Docker-era boxes still pull."""
+    pin-images), and each containerd-era box imports them from the build host (Ubuntu: Packer's HTTP server; Windows:
+    the build CD), checked against the pinned digests: its guest asks no registry. Docker-era boxes still pull."""
 
     @field_validator("cache")
     @classmethod

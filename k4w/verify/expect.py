@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from ..bake import catalogue
+from k4w.derive import step_env
+from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Profile
 
@@ -191,3 +195,17 @@ def kubeadm_version_problems(output: str, wanted: str) -> list[str]:
         problems.append(f"goVersion is {info.get('goVersion')!r}: not a Go build")
     return problems
 
+
+def parametrize_imported_images(metafunc) -> None:
+    """One spec test per image the bake imported (downloads.images: cache): its name and pinned digest as the
+    guest step received them (step_env.image_imports, with the k4w-pins.yml beside --k4w-config). A box that
+    imports none reports the check as not applicable, never as passed."""
+    path, box = metafunc.config.getoption("--k4w-config"), metafunc.config.getoption("--k4w-box")
+    entries = []
+    if path and box:
+        cluster = Cluster.load(path)
+        entries = step_env.image_imports(cluster.config, cluster.profile(box)).split()
+    params = [pytest.param(entry, id=entry.rsplit("@", 1)[0]) for entry in entries] or [pytest.param(
+        None, id="none", marks=pytest.mark.k4w_deselect("this box imports no image (downloads.images is registry, or the box "
+                                                         "pulls its own: docs/downloads.md)"))]
+    metafunc.parametrize("imported_image", params)

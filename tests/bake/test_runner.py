@@ -543,6 +543,19 @@ def test_a_build_stages_the_boxs_verified_downloads_for_its_guest(repo, fake_pac
     assert not (staged / "stale-old.zip").exists()
 
 
+def test_a_file_the_build_cd_cannot_carry_refuses_the_windows_box_before_packer(repo, fake_packer, console, monkeypatch):
+    # Packer's CD holds files below 4 GiB (build_media.CD_FILE_MAX); the limit is lowered here so the box's
+    # own Docker zip stands for a Server Core archive that reaches it.
+    from k4w.media import build_media
+
+    monkeypatch.setattr(build_media, "CD_FILE_MAX", 10)
+    with pytest.raises(K4wError) as refused:
+        build_box(repo.cluster(), "windows-1803", repo.out, console=console)
+    assert "windows-1803: the build CD cannot carry what is staged for it: docker-docker-18.09.2.zip:" in str(refused.value)
+    assert "below 4 GiB" in str(refused.value)
+    assert not [c for c in fake_packer.calls() if "build" in c["argv"]]  # Packer never started a build
+
+
 def test_a_download_missing_from_the_cache_refuses_the_box_before_packer(repo, fake_packer, console, monkeypatch, tmp_path):
     empty = tmp_path / "empty-cache"
     monkeypatch.setenv("K4W_CACHE", str(empty))

@@ -1,7 +1,7 @@
 """The images each box needs (k4w.derive.images), and which of them a bake imports (downloads.images: cache).
 
 What a user notices: the Windows and Linux boxes of one cluster each get the variant of their own platform; a
-pinned digest reaches the guest's step variable only for the containerd-era Ubuntu boxes of a cache config, and
+pinned digest reaches the guest's step variable only for the containerd-era boxes of a cache config, and
 an image without a pin is left out (the build refuses such a box before Packer starts: k4w.bake.runner).
 """
 
@@ -13,7 +13,7 @@ from k4w.derive import images, step_env
 from k4w.derive.cluster import Cluster
 from k4w.infra.image_platform import Platform
 from k4w.model import pins
-from tests.helpers import modern_config, write_config
+from tests.helpers import config_dict, modern_config, write_config
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -43,11 +43,36 @@ def test_a_cache_config_hands_the_ubuntu_guest_every_pinned_image(tmp_path):
     c = cluster(tmp_path / "b", "cache", pinned)
     env = step_env.step_env(c.profile("ubuntu-2404"), c).env
     assert env["K4W_IMAGE_IMPORTS"].split() == [f"{name}@{DIGEST}" for name in names[1:]]
-    assert "K4W_IMAGE_IMPORTS" not in step_env.step_env(c.profile("windows-2022"), c).env
-    assert not images.imported(c.config, c.profile("windows-2022"))
+    # windows-2022's pins are for the Windows platform, so none of the Ubuntu ones reach it.
+    assert step_env.step_env(c.profile("windows-2022"), c).env["K4W_IMAGE_IMPORTS"] == ""
 
 
 def test_a_registry_config_imports_nothing_even_with_pins(tmp_path):
     names = images.box_images(cluster(tmp_path / "a", "registry").profile("ubuntu-2404"))
     c = cluster(tmp_path / "b", "registry", {name: {"linux/amd64": DIGEST} for name in names})
     assert step_env.step_env(c.profile("ubuntu-2404"), c).env["K4W_IMAGE_IMPORTS"] == ""
+
+
+def test_a_cache_config_hands_the_windows_guest_its_images_by_the_name_the_cri_keeps(tmp_path):
+    # The Windows containerd-era box imports its 4 images from the build CD; the HostProcess base image is
+    # named with a tag and a digest, which the CRI keeps as the digest alone (registry.stored_name).
+    names = images.box_images(cluster(tmp_path / "a", "registry").profile("windows-2022"))
+    c = cluster(tmp_path / "b", "cache", {name: {"windows/amd64 (build 20348)": DIGEST} for name in names})
+    entries = step_env.step_env(c.profile("windows-2022"), c).env["K4W_IMAGE_IMPORTS"].split()
+    assert [e.rsplit("@", 1)[0] for e in entries] == [
+        "registry.k8s.io/pause:3.10.2", "mcr.microsoft.com/windows/servercore:ltsc2022",
+        "mcr.microsoft.com/windows/nanoserver:ltsc2022",
+        "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image"
+        "@sha256:b4c9637e032f667c52d1eccfa31ad8c63f1b035e8639f3f48a510536bf34032b"]
+    assert {e.rsplit("@", 1)[1] for e in entries} == {DIGEST}
+    assert images.imported(c.config, c.profile("windows-2022"))
+
+
+def test_the_docker_era_boxes_still_pull(tmp_path):
+    # Docker 17.03's `docker load` reads no OCI layout: the 1803 and 16.04 boxes get no import list.
+    config = write_config(tmp_path / "cluster.yml", config_dict(**{"downloads.images": "cache"}))
+    c = Cluster.load(config)
+    for box, profile in c.profiles.items():
+        assert profile.container_runtime == "docker", box
+        assert not images.imported(c.config, profile)
+        assert step_env.step_env(profile, c).env["K4W_IMAGE_IMPORTS"] == ""

@@ -88,3 +88,25 @@ def test_packer_serves_the_answer_file_folder_only_to_an_installer_that_fetches_
     # autoinstall's seed (with the proxy's credentials) is on the cidata CD: only the media are served.
     assert build_media.served_folder(tmp_path, autoinstall) == tmp_path / "http" / "ubuntu-2404" / "components"
     assert build_media.url_path(autoinstall) == "/"
+
+
+def test_the_build_cd_refuses_a_file_of_4_gib_and_a_name_longer_than_joliets(tmp_path):
+    # Sparse files: the size is what counts, and what xorriso refused at 4 GiB (build_media.CD_FILE_MAX).
+    fits, too_big = tmp_path / "fits.tar", tmp_path / "too-big.tar"
+    for path, size in ((fits, 4 * 1024 ** 3 - 1), (too_big, 4 * 1024 ** 3)):
+        with open(path, "wb") as sparse:
+            sparse.truncate(size)
+    long_name = tmp_path / ("x" * (build_media.JOLIET_NAME_MAX + 1))
+    long_name.write_bytes(b"")
+    problems = build_media.cd_file_problems([fits, too_big, long_name])
+    assert problems == [f"too-big.tar: {4 * 1024 ** 3} bytes; a file on the build CD is below 4 GiB (4294967295 bytes at most)",
+                        f"{long_name.name}: 65 characters; a CD's Joliet names hold 64"]
+
+
+def test_every_image_archive_name_fits_the_build_cd(tmp_path):
+    from k4w.bake import image_cache
+
+    for digest in ("sha256:" + "0" * 64, "sha256:" + "f" * 64):
+        archive = tmp_path / image_cache.archive_name(digest)
+        archive.write_bytes(b"")
+        assert build_media.cd_file_problems([archive]) == []

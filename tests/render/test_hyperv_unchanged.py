@@ -47,12 +47,16 @@ DELIBERATE = {
         "imports nothing while K4W_IMAGE_IMPORTS is empty (downloads.images: registry, the default)"),
     "packer/guest/ubuntu/bake/04-kubernetes-node.sh": (
         "issue 36: calls k4w_import_images before the pre-pull; with the default downloads.images it imports nothing"),
+    "packer/guest/windows/bake/04-prepull-images.ps1": (
+        "issue 36: imports each image of K4W_IMAGE_IMPORTS from the build CD before the pulls; with the default "
+        "downloads.images that variable is empty and the step pulls as before"),
 }
 # Rendered templates that differ from 3564b1c by exactly these added lines, on purpose: {line: why}. Each is
 # held to being the snapshot's file once those lines are taken out.
 ADDED_LINES = {
     '    "K4W_IMAGE_IMPORTS=",': (
-        "issue 36: every Ubuntu box's steps get the images to import; empty under the default downloads.images"),
+        "issue 36: every box's steps get the images to import (Ubuntu and, since the Windows import, Windows); "
+        "empty under the default downloads.images"),
 }
 
 

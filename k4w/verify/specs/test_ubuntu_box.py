@@ -12,8 +12,7 @@ import shlex
 
 import pytest
 
-from k4w.derive import containerd_config, step_env
-from k4w.derive.cluster import Cluster
+from k4w.derive import containerd_config
 from k4w.verify import expect, reachability
 from k4w.infra.redact import redact
 
@@ -464,20 +463,8 @@ def test_sshd_refuses_password_logins(host, as_root):
 
 
 def pytest_generate_tests(metafunc):
-    # One test per image the bake imported (downloads.images: cache): its name and pinned digest as the
-    # guest step received them (step_env.image_imports, with k4w-pins.yml beside the config). A box that
-    # imports none reports the check as not applicable, never as passed.
-    if "imported_image" not in metafunc.fixturenames:
-        return
-    path, box = metafunc.config.getoption("--k4w-config"), metafunc.config.getoption("--k4w-box")
-    entries = []
-    if path and box:
-        cluster = Cluster.load(path)
-        entries = step_env.image_imports(cluster.config, cluster.profile(box)).split()
-    params = [pytest.param(entry, id=entry.split("@", 1)[0]) for entry in entries] or [pytest.param(
-        None, id="none", marks=pytest.mark.k4w_deselect("this box imports no image (downloads.images is registry, or the box "
-                                                         "pulls its own: docs/downloads.md)"))]
-    metafunc.parametrize("imported_image", params)
+    if "imported_image" in metafunc.fixturenames:
+        expect.parametrize_imported_images(metafunc)
 
 
 @pytest.mark.k4w_check("imported_images", component="containerd")

@@ -36,6 +36,8 @@ def pytest_generate_tests(metafunc):
         box = metafunc.config.getoption("--k4w-box")
         wanted = derive_steps.node_services(profiles.load(box)) if box else list(NODE_SERVICES)
         metafunc.parametrize("name", wanted)
+    if "imported_image" in metafunc.fixturenames:
+        expect.parametrize_imported_images(metafunc)
 NODE_START_TASK = "k4w-node-start"
 NODE_START_LOG = K_DIR + "\\logs\\start-node.log"  # where the boot task appends start-node.ps1's output
 # node-lib.ps1: start-node.ps1 and protect-node-folders.ps1 dot-source it from beside them.
@@ -126,6 +128,21 @@ def test_base_and_pause_images_present(host, profile):
     present = set(res["output"].split())
     missing = [image for image in wanted if image not in present]
     assert not missing, f"images missing from the box: {missing} (present: {sorted(present)})"
+
+
+# containerd's ctr, where 03-containerd.ps1 installs it (Join-Path $env:ProgramFiles 'containerd').
+CTR = "C:\\Program Files\\containerd\\ctr.exe"
+
+
+@pytest.mark.k4w_check("imported_images", component="containerd")
+def test_an_imported_image_is_in_containerd_at_its_pinned_digest(host, imported_image):
+    name, digest = imported_image.rsplit("@", 1)
+    # `ctr images ls` prints REF TYPE DIGEST ... (containerd v2.3.7 cmd/ctr/commands/images/images.go); ctr's
+    # default address is containerd's default pipe, the profile's runtime.endpoint (defaults_windows.go).
+    res = _query(host, q.native(CTR, ["--namespace", "k8s.io", "images", "ls", f"name=={name}"]), "ctr images ls")
+    assert res["rc"] == 0, f"ctr images ls failed: {res['output']}"
+    found = [line.split()[2] for line in res["output"].splitlines()[1:] if line.split() and line.split()[0] == name]
+    assert found == [digest], f"{name}: containerd has {found or 'no such image'}, not the pinned {digest}"
 
 
 # ------------------------------------------------------------------ node services (NSSM) and start-up

@@ -113,6 +113,30 @@ BAD_SCRIPTS = {
         b"function Get-K4wVerifiedFile {\n  $path = Find-K4wBuildMediaFile -Name $name\n  return $path\n}\n",
         "used before Assert-K4wFileHash",
     ),
+    "image archive imported without the digest check": (
+        "04-prepull-images.ps1",
+        b"$archive = Find-K4wBuildMediaFile -Name $n\n"
+        b"Invoke-K4wExe -FilePath $ctr -ArgumentList @('images', 'import', $archive)\n"
+        b"Write-K4wStep 'imported'\n",
+        "used before Assert-K4wFileHash",
+    ),
+    "image archive used before its import": (
+        "04-prepull-images.ps1",
+        b"$archive = Find-K4wBuildMediaFile -Name $n\n"
+        b"Copy-Item $archive C:\\k\n"
+        b"Invoke-K4wExe -FilePath $ctr -ArgumentList @('images', 'import', $archive)\n"
+        b"$got = Get-ImageDigest $name\n"
+        b"if ($got -ne $digest) { throw 'not the pinned digest' }\n",
+        "used before Assert-K4wFileHash",
+    ),
+    "image archive checked against something other than the pinned digest": (
+        "04-prepull-images.ps1",
+        b"$archive = Find-K4wBuildMediaFile -Name $n\n"
+        b"Invoke-K4wExe -FilePath $ctr -ArgumentList @('images', 'import', $archive)\n"
+        b"$got = Get-ImageDigest $name\n"
+        b"if ($got -ne $got) { throw 'never' }\n",
+        "used before Assert-K4wFileHash",
+    ),
     "build-CD file not kept for the check": (
         "common.ps1",
         b"function Get-K4wVerifiedFile {\n  Expand-Archive (Find-K4wBuildMediaFile -Name $name)\n}\n",

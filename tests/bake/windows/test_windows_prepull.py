@@ -120,3 +120,14 @@ def test_a_manifest_image_the_box_does_not_pull_is_found(rendered):
         assert problems == []
         # A nanoserver pod on a seed node: its image step builds pause FROM nanoserver and pulls it.
         assert cluster.windows_nanoserver_image in _windows_images(out)
+
+
+def test_the_import_takes_the_archive_the_build_staged_on_the_cd():
+    # The step finds image-<first hex digits of the pinned digest>.tar on the build CD; the build writes
+    # image_cache.archive_name(digest). Both must name the same file, or the import stops the bake.
+    from k4w.bake import image_cache
+
+    text = (BAKE / "04-prepull-images.ps1").read_text()
+    start, length = map(int, re.search(r'"image-\$\(\$digest\.Substring\((\d+), (\d+)\)\)\.tar"', text).groups())
+    for digest in ("sha256:" + "0123456789abcdef" * 4, "sha256:" + "f" * 64):
+        assert f"image-{digest[start:start + length]}.tar" == image_cache.archive_name(digest)

@@ -7,6 +7,9 @@ CD that build-* made from the host's verified cache; docs/internals.md, "The com
    (Invoke-WebRequest, WebClient.DownloadFile, curl.exe, BITS, ...) appear nowhere.
 2. A file found on the build CD (Find-K4wBuildMediaFile) is kept in a variable whose next
    mention is an Assert-K4wFileHash -Path on it: nothing can use it before its hash is checked.
+   The one other form is an image archive (downloads.images: cache), whose checksum is the image's
+   pinned manifest digest: its next mention is `ctr images import` of it, and the statements after
+   read the imported name's digest (Get-ImageDigest) and throw unless it is the pinned $digest.
 3. Every other script gets components only through Get-K4wVerifiedFile.
 """
 
@@ -99,6 +102,34 @@ def _hash_checked_first(call: Call) -> bool:
     return False
 
 
+def _assigned_target(call: Call):
+    statement = _statement_of(call.node)
+    assigned = re.match(r"\s*(\$[A-Za-z0-9_:]+)\s*=", statement.text.decode())
+    return (statement, assigned.group(1)) if assigned else (statement, None)
+
+
+def _imported_then_digest_checked(call: Call) -> bool:
+    """Is the call's result an image archive whose next mention imports it (`'images', 'import', $archive`),
+    after which the imported name's digest is read and anything but the pinned $digest throws?"""
+    statement, target = _assigned_target(call)
+    if target is None:
+        return False
+    mention = re.compile(re.escape(target) + r"(?![A-Za-z0-9_])")
+    sibling = statement.next_named_sibling
+    while sibling is not None and not mention.search(sibling.text.decode()):
+        sibling = sibling.next_named_sibling
+    if sibling is None or not re.search(r"'images',\s*'import',\s*" + re.escape(target) + r"\s*\)", sibling.text.decode()):
+        return False
+    after = []
+    sibling = sibling.next_named_sibling
+    while sibling is not None:
+        after.append(sibling.text.decode())
+        sibling = sibling.next_named_sibling
+    rest = "\n".join(after)
+    read = re.search(r"(\$[A-Za-z0-9_]+)\s*=\s*Get-ImageDigest\b", rest)
+    return bool(read and re.search(r"if\s*\(\s*" + re.escape(read.group(1)) + r"\s+-ne\s+\$digest\s*\)\s*\{[^}]*\bthrow\b", rest, re.S))
+
+
 def download_problems(source: bytes, name: str) -> list[str]:
     """Violations of the rules above in one script (name = its file name)."""
     problems = []
@@ -107,8 +138,9 @@ def download_problems(source: bytes, name: str) -> list[str]:
         if call.name in RAW_COMMANDS or call.name in RAW_METHODS:
             problems.append(f"{where}: raw download '{call.name}': the box downloads nothing itself; "
                             "components come from the build CD through Get-K4wVerifiedFile")
-        if call.name == MEDIA_FINDER and not _hash_checked_first(call):
-            problems.append(f"{where}: a build-CD file is used before Assert-K4wFileHash checks it")
+        if call.name == MEDIA_FINDER and not (_hash_checked_first(call) or _imported_then_digest_checked(call)):
+            problems.append(f"{where}: a build-CD file is used before Assert-K4wFileHash checks it (an image archive: "
+                            "before `ctr images import` of it and the check against the pinned $digest)")
     return problems
 
 
