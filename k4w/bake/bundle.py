@@ -22,10 +22,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import re
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -34,9 +32,7 @@ from rich.console import Console
 
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import needed
-from k4w.infra import ui
-from k4w.infra import download
-from k4w.infra.download import Downloaded
+from k4w.infra import download, files, ui
 from k4w.infra.errors import K4wError
 from k4w.media.iso import human_size
 from k4w.model import pins
@@ -99,17 +95,14 @@ def make(cluster: Cluster, dest: Path, boxes: list[str] | None = None, console: 
                         "size": entries[item.relpath]["size"]} for item in items],
         "images": images, "not_included": NOT_INCLUDED}
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
     pins_file = pins.pins_path(config_file)
-    with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+    with files.replacing(dest) as part, tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         image_cache.add_member(tar, MANIFEST, data=json.dumps(manifest, indent=2).encode() + b"\n")
         image_cache.add_member(tar, pins.PINS_FILE, data=pins_file.read_bytes() if pins_file.is_file() else b"")
         for item in items:
             image_cache.add_member(tar, f"components/{item.relpath}", path=item.path(root))
         for blob in dict.fromkeys(b for image in images for b in image["blobs"]):
             image_cache.add_member(tar, f"images/blobs/sha256/{blob.split(':', 1)[1]}", path=image_cache.blob_path(images_root, blob))
-    os.replace(part, dest)
     ui.say(f"bundle {dest}: {len(items)} component(s), {len(images)} image(s), {human_size(dest.stat().st_size)}; "
            f"not included: {NOT_INCLUDED}", to=console)
     return manifest
@@ -196,43 +189,36 @@ def yaml_load(data: bytes) -> dict:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".bundle-", suffix=".part", dir=folder)
-    with os.fdopen(fd, "wb") as out, tar.extractfile(member) as src:
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
+    with open(dest, "wb") as out, tar.extractfile(member) as src:
         for block in iter(lambda: src.read(_READ), b""):
             out.write(block)
-    return Path(tmp)
 
 
 def _take_component(tar: tarfile.TarFile, member: tarfile.TarInfo, item: cache.Item, root: Path) -> int:
-    """The component, verified against this host's checksum for it, moved into its cache place."""
-    tmp = _extract(tar, member, item.path(root).parent)
-    try:
-        if item.checksum is None or item.checksum.key not in pins.GUEST_KEYS:
-            raise K4wError(f"{item.relpath}: this host has no sha256 or sha512 for it to check the bundle's copy against "
-                           "(pin it on the connected host with `invoke pin`, then bundle again)")
+    """The component, verified against this host's checksum for it, put whole into its cache place
+    (a file that does not match is never there, not even for a moment)."""
+    if item.checksum is None or item.checksum.key not in pins.GUEST_KEYS:
+        raise K4wError(f"{item.relpath}: this host has no sha256 or sha512 for it to check the bundle's copy against "
+                       "(pin it on the connected host with `invoke pin`, then bundle again)")
+    with files.replacing(item.path(root)) as tmp:
+        _extract(tar, member, tmp)
         sha256, sha512 = download.hash_file(tmp)
-        got = Downloaded(tmp, tmp.stat().st_size, sha256, sha512, 0)
         if not download.matches(download.Expected(item.checksum.key, item.checksum.value), sha256, sha512):
             raise K4wError(f"{item.relpath} from the bundle does not match {item.checksum.key} {item.checksum.value} "
                            f"({item.checksum.source}): not taken")
-        cache.adopt(root, item, got)
-        return got.size
-    finally:
-        tmp.unlink(missing_ok=True)
+        size = tmp.stat().st_size
+    # Recorded as verified, so the next fetch or plan hashes nothing again.
+    cache.Manifest(root).record(item, download.Downloaded(item.path(root), size, sha256, sha512, 0))
+    return size
 
 
 def _take_blob(tar: tarfile.TarFile, member: tarfile.TarInfo, hexdigest: str, images_root: Path) -> int:
-    dest = image_cache.blob_path(images_root, f"sha256:{hexdigest}")
-    tmp = _extract(tar, member, dest.parent)
-    try:
+    with files.replacing(image_cache.blob_path(images_root, f"sha256:{hexdigest}")) as tmp:
+        _extract(tar, member, tmp)
         if _sha256_file(tmp) != hexdigest:
             raise K4wError(f"image blob sha256:{hexdigest} from the bundle does not hash to its name: not taken")
-        os.replace(tmp, dest)
-        return dest.stat().st_size
-    finally:
-        tmp.unlink(missing_ok=True)
+        return tmp.stat().st_size
 
 
 def default_name(cluster: Cluster) -> str:

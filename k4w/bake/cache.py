@@ -20,14 +20,12 @@ import datetime as _dt
 import json
 import os
 import platform
-import shutil
-import tempfile
 import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from k4w.infra import filelock, ui
+from k4w.infra import filelock, files, ui
 from k4w.media.build_media import file_name, safe_segment as _safe
 from k4w.derive.cluster import Cluster
 from k4w.model.config import Config
@@ -205,21 +203,13 @@ class Manifest:
         self.root.mkdir(parents=True, exist_ok=True)
         # Another process's fetch may have recorded files since this one read index.json: merge
         # under the cache's lock, so neither entry is lost.
-        with self._lock, filelock.held(self.root / (MANIFEST + ".lock")):
+        with self._lock, filelock.updating(self.file):
             self.files = {**self.files, **self._read(), item.relpath: entry}
             self._save()
 
     def _save(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"version": MANIFEST_VERSION, "files": dict(sorted(self.files.items()))}, indent=2)
-        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(body + "\n")
-            os.replace(tmp, self.file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        files.write_file(self.file, body + "\n")
 
 
 # The fields of an index entry (Manifest.record) and the types every reader relies on; a hash
@@ -247,14 +237,6 @@ def adopt(root: Path, item: Item, got: Downloaded) -> Path:
     """Move a file downloaded and verified elsewhere (by `invoke pin`) into its cache place.
     It is moved under a temporary name first, so the final name only ever holds a whole file."""
     dest = item.path(root)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".adopt", dir=dest.parent)
-    os.close(fd)
-    try:
-        shutil.move(str(got.path), tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.move_into(got.path, dest)
     Manifest(root).record(item, Downloaded(dest, got.size, got.sha256, got.sha512, 0))
     return dest

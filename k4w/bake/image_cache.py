@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
-import os
 import tarfile
 import threading
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from rich.console import Console
 from k4w.derive import registry
 from k4w.derive.cluster import Cluster
 from k4w.derive.images import Needed, needed
-from k4w.infra import filelock, image_pull, ui
+from k4w.infra import filelock, files, image_pull, ui
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
 from k4w.media.iso import human_size
@@ -110,14 +109,12 @@ class Record:
         return found if blobs_present(self.root, found["digest"]) is not None else None
 
     def save(self, item: Needed, digest: str, size: int, source: str) -> None:
-        with self._lock, filelock.held(self.path.with_name(RECORD + ".lock")):
+        with self._lock, filelock.updating(self.path):
             images = self.read()
             images[key(item)] = {"digest": digest, "size": size, "source": redact(source),
                                  "fetched_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-            part = self.path.with_name(RECORD + ".part")
-            part.write_text(json.dumps({"version": RECORD_VERSION, "images": dict(sorted(images.items()))}, indent=2) + "\n",
-                            encoding="utf-8")
-            os.replace(part, self.path)
+            files.write_file(self.path, json.dumps({"version": RECORD_VERSION, "images": dict(sorted(images.items()))},
+                                                   indent=2) + "\n")
 
 
 def blob_path(root: Path, digest: str) -> Path:
@@ -214,7 +211,7 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
     """An OCI image layout holding one image (its manifest `digest`, from the cache at root) as the tar
     `ctr images import` reads (containerd v2.3.7 core/transfer/archive ImportIndex): oci-layout,
     index.json naming it (io.containerd.image.name, the tag as org.opencontainers.image.ref.name) and its
-    blobs. Written to a .part and renamed, with fixed owners and times."""
+    blobs; with fixed owners and times, replaced whole (k4w.infra.files.replacing)."""
     manifest_path = blob_path(root, digest)
     manifest = json.loads(manifest_path.read_bytes())
     config = json.loads(blob_path(root, manifest["config"]["digest"]).read_bytes())
@@ -225,14 +222,11 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
         "size": manifest_path.stat().st_size, "platform": platform,
         "annotations": {image_pull.CONTAINERD_NAME: registry.stored_name(name),
                         **({} if tag.startswith("sha256:") else {image_pull.OCI_REF_NAME: tag})}}]}
-    part = dest.with_name(dest.name + ".part")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+    with files.replacing(dest) as part, tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         add_member(tar, "oci-layout", data=json.dumps(image_pull.LAYOUT_VERSION).encode())
         add_member(tar, "index.json", data=json.dumps(index, indent=2).encode() + b"\n")
         for blob in dict.fromkeys([digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]):
             add_member(tar, f"blobs/sha256/{blob.split(':', 1)[1]}", path=blob_path(root, blob))
-    os.replace(part, dest)
     return dest
 
 

@@ -10,15 +10,14 @@ cluster-up is noticed (steps.check_vms_are_the_recorded_ones) instead of trusted
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import tempfile
 import time
 from pathlib import Path
 
 from pydantic import StrictInt, StrictStr
 
 from k4w.infra import documents
+from k4w.outdir import private
 from k4w.infra.errors import K4wError
 from .api_models import Shape
 
@@ -112,11 +111,8 @@ class State:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".cluster-state-", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh, indent=2)
-        os.replace(tmp, self.path)
+        # Owner-only, as before: it names the join tokens' ids. One cluster-up at a time holds OUT's lock.
+        private.write_private(self.path, json.dumps(self.data, indent=2))
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -72,6 +72,15 @@ def held(path: Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[N
         release(fd, path)
 
 
+@contextlib.contextmanager
+def updating(path: Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold path's lock (`<path>.lock` beside it) for a read-modify-write of a record other k4w
+    processes may update at the same time (the caches' indexes, k4w-pins.yml, the ISO catalogue):
+    read it inside the block, so an update another process made meanwhile is kept, not lost."""
+    with held(Path(path).with_name(Path(path).name + ".lock"), on_wait=on_wait):
+        yield
+
+
 def _still_at(fd: int, path: Path) -> bool:
     """Whether the open file fd is the one now at path (not deleted or replaced since it was opened)."""
     if os.name == "nt":

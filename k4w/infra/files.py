@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -106,22 +107,56 @@ def write_file(path: Path, text: str, *, within: Path | None = None, mode: int =
                secure: Callable[[Path], None] | None = None) -> None:
     """Replace path with text in one rename. A link at path is refused, not written through.
     secure(temp file) runs before any text is written (k4w.outdir.private gives it the owner-only ACL)."""
+    with replacing(path, within=within, mode=mode) as tmp:
+        if secure is not None:
+            secure(tmp)
+        with naming(path), open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+def write_bytes(path: Path, data: bytes, *, within: Path | None = None, mode: int = 0o644) -> None:
+    """Replace path with data in one rename (see replacing)."""
+    with replacing(path, within=within, mode=mode) as tmp, naming(path):
+        tmp.write_bytes(data)
+
+
+def move_into(src: Path, dest: Path) -> None:
+    """Move a finished file (from another folder, maybe another disk) to dest, whole (see replacing)."""
+    with replacing(dest) as tmp:
+        try:
+            os.replace(src, tmp)   # the same disk: a rename, no copy of a multi-GB file
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.copyfile(src, tmp)
+            Path(src).unlink()
+
+
+@contextmanager
+def replacing(path: Path, *, within: Path | None = None, mode: int = 0o644) -> Iterator[Path]:
+    """A new temp file beside path, for the block to fill; when the block ends it is synced and
+    renamed over path in one step, so readers see the old file or the new one, never half of one.
+    If the block raises, the temp file is deleted and path is untouched.
+
+    The temp name is unique to this caller (mkstemp: O_EXCL, mode 0600 on POSIX): two k4w
+    processes writing the same file never write into one temp file, which a fixed name such as
+    `<name>.part` would make them do. Every whole-file write in k4w goes through here (a test
+    holds the code to it); a read-modify-write of a file another process may update also holds
+    its lock (k4w.infra.filelock.updating)."""
     path = Path(path)
     refuse_links(path, within)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp creates with O_EXCL (never through a link) and mode 0600 (POSIX).
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with naming(path), os.fdopen(fd, "w", encoding="utf-8") as fh:
-            if secure is not None:
-                secure(Path(tmp))
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
+        with naming(path), open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())   # a full disk often shows only here: the error names path
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     sync_folder(path.parent)
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from k4w.infra import download
+from k4w.infra import download, filelock, files
 from k4w.infra.image_platform import Platform, describe
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact, register_secret
@@ -342,23 +342,26 @@ def _fetch_config(registry: Registry, repository: str, config: dict, blobs: Path
 def _keep(blobs: Path, fetched: Fetched) -> None:
     path = blobs / fetched.digest.split(":", 1)[1]
     if not path.is_file():
-        part = path.with_name(path.name + ".part")
-        part.write_bytes(fetched.data)
-        part.replace(path)
+        files.write_bytes(path, fetched.data)
 
 
 def _write_index(layout: Path, name: str, manifest: Fetched, platform: dict) -> None:
     """index.json of the layout: this image's entry, with the platform its config names, replaces an older
-    one of the same name and platform (one layout may hold an image's Windows variants of two builds)."""
-    (layout / "oci-layout").write_text(json.dumps(LAYOUT_VERSION), encoding="utf-8")
+    one of the same name and platform (one layout may hold an image's Windows variants of two builds).
+    Under the index's lock: the host cache is one layout, and two fetches may add images to it at once."""
     path = layout / "index.json"
-    index = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"schemaVersion": 2, "manifests": []}
+    with filelock.updating(path):
+        if not (layout / "oci-layout").is_file():
+            files.write_file(layout / "oci-layout", json.dumps(LAYOUT_VERSION))
+        index = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"schemaVersion": 2, "manifests": []}
+        files.write_file(path, json.dumps(_with_entry(index, name, manifest, platform), indent=2) + "\n")
+
+
+def _with_entry(index: dict, name: str, manifest: Fetched, platform: dict) -> dict:
     tag = name.rsplit("@", 1)[0].rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else ""
     entry = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.data), "platform": platform,
              "annotations": {CONTAINERD_NAME: name, **({OCI_REF_NAME: tag} if tag else {})}}
     index["manifests"] = [m for m in index.get("manifests", [])
                           if ((m.get("annotations") or {}).get(CONTAINERD_NAME), m.get("platform")) != (name, platform)] + [entry]
     index["mediaType"] = OCI_INDEX
-    part = path.with_name("index.json.part")
-    part.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
-    part.replace(path)
+    return index

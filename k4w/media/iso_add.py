@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from k4w.infra import filelock, files
 from k4w.media import iso_images
 from k4w.media.iso import (IsoError, Progress, _rel, catalogue, catalogue_path, iso_dir, label_warning, sha256_file)
 from k4w.model import profiles
@@ -166,18 +167,17 @@ def _place(path: Path, target: Path, sha: str) -> tuple[str, str]:
 
 
 def _write_catalogue_entry(name: str, entry: dict) -> None:
-    """Update one entry and keep the comment header at the top of the file."""
-    header = []
+    """Update one entry and keep the comment header at the top of the file. Under the catalogue's
+    lock: two iso-add runs (a Windows ISO and virtio-win) each keep the other's entry."""
     path = catalogue_path()
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.startswith("#"):
-                break
-            header.append(line)
-    data = catalogue()
-    data[name] = entry
-    body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(header + [body.rstrip("\n")]) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with filelock.updating(path):
+        header = []
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if not line.startswith("#"):
+                    break
+                header.append(line)
+        data = catalogue()
+        data[name] = entry
+        body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+        files.write_file(path, "\n".join(header + [body.rstrip("\n")]) + "\n")

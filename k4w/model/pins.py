@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Callable
 
 import yaml
 
-from k4w.infra import image_pull
+from k4w.infra import filelock, files, image_pull
 from k4w.infra.errors import K4wError
 from k4w.model.profiles import Attr, Profile
 from k4w.infra.download import Downloaded, Expected, download
@@ -174,23 +173,24 @@ def add_component_pins(config_file: str | Path, bundled: dict) -> list[str]:
     problem = _shape_problem(bundled)
     if problem:
         raise K4wError(f"the bundled {PINS_FILE}: entry {'.'.join(map(str, problem[0]))}: {problem[1]}")
-    ours = load(config_file)
-    added, conflicts = [], []
-    for box, components in bundled.items():
-        if box == IMAGES:
-            continue
-        for component, pin in components.items():
-            old = (ours.get(box) or {}).get(component)
-            if old is None:
-                ours.setdefault(box, {})[component] = dict(pin)
-                added.append(f"{box}.{component}")
-            elif (old.get("url"), old.get("sha256")) != (pin.get("url"), pin.get("sha256")):
-                conflicts.append(f"{box}.{component}: pinned here as {old.get('sha256')} ({old.get('url')}), "
-                                 f"in the bundle as {pin.get('sha256')} ({pin.get('url')})")
-    if conflicts:
-        raise K4wError("the bundle's component pins differ from this host's:\n" + "\n".join(conflicts))
-    if added:
-        _write(pins_path(config_file), ours)
+    with filelock.updating(pins_path(config_file)):   # read and written as one step: another k4w may pin meanwhile
+        ours = load(config_file)
+        added, conflicts = [], []
+        for box, components in bundled.items():
+            if box == IMAGES:
+                continue
+            for component, pin in components.items():
+                old = (ours.get(box) or {}).get(component)
+                if old is None:
+                    ours.setdefault(box, {})[component] = dict(pin)
+                    added.append(f"{box}.{component}")
+                elif (old.get("url"), old.get("sha256")) != (pin.get("url"), pin.get("sha256")):
+                    conflicts.append(f"{box}.{component}: pinned here as {old.get('sha256')} ({old.get('url')}), "
+                                     f"in the bundle as {pin.get('sha256')} ({pin.get('url')})")
+        if conflicts:
+            raise K4wError("the bundle's component pins differ from this host's:\n" + "\n".join(conflicts))
+        if added:
+            _write(pins_path(config_file), ours)
     return added
 
 
@@ -198,22 +198,23 @@ def record_images(config_file: str | Path, resolved: dict[tuple[str, str], str],
     """Record {(image name, platform): manifest digest} in the pins file. A digest already pinned is never
     changed silently: a different one is a conflict (the tag moved upstream or in a mirror) unless
     replace, and then the message says what it replaced."""
-    pins = load(config_file)
-    images = pins.setdefault(IMAGES, {})
-    recorded, conflicts, unchanged = [], [], 0
-    for (name, platform), digest in sorted(resolved.items()):
-        old = (images.get(name) or {}).get(platform)
-        if old == digest:
-            unchanged += 1
-            continue
-        if old and not replace:
-            conflicts.append(f"{name} ({platform}) is pinned as {old} but now resolves to {digest}: the tag moved; find out "
-                             f"why, then run: invoke pin-images --replace")
-            continue
-        images.setdefault(name, {})[platform] = digest
-        recorded.append(f"{name} ({platform}) {digest}" + (f", replacing {old}" if old else ""))
-    if recorded:
-        _write(pins_path(config_file), pins)
+    with filelock.updating(pins_path(config_file)):
+        pins = load(config_file)
+        images = pins.setdefault(IMAGES, {})
+        recorded, conflicts, unchanged = [], [], 0
+        for (name, platform), digest in sorted(resolved.items()):
+            old = (images.get(name) or {}).get(platform)
+            if old == digest:
+                unchanged += 1
+                continue
+            if old and not replace:
+                conflicts.append(f"{name} ({platform}) is pinned as {old} but now resolves to {digest}: the tag moved; find out "
+                                 f"why, then run: invoke pin-images --replace")
+                continue
+            images.setdefault(name, {})[platform] = digest
+            recorded.append(f"{name} ({platform}) {digest}" + (f", replacing {old}" if old else ""))
+        if recorded:
+            _write(pins_path(config_file), pins)
     return ImagePinResult(recorded, unchanged, conflicts)
 
 
@@ -269,14 +270,14 @@ def pin(profile: Profile, component: str, config_file: str | Path, proxy, replac
         known = ", ".join(n for n, s in components.items() if s.get("url")) or "none"
         raise K4wError(f"box {profile.name} has no downloaded component '{component}' (components with a URL: {known})")
     url = str(spec["url"])
-    pins = load(config_file)
     published = next((k for k in CHECKSUM_KEYS if spec.get(k)), None)
     expected = None
     if published in ("sha256", "sha512"):
         expected = Expected(published, str(spec[published]))
     with tempfile.TemporaryDirectory(prefix="k4w-pin-") as tmp:
         got = download(source_url or url, Path(tmp) / Path(url).name, expected, proxy, progress)
-        result = _record(profile, component, config_file, url, got, pins, published, expected, replace)
+        with filelock.updating(pins_path(config_file)):   # read after the download, which may take minutes
+            result = _record(profile, component, config_file, url, got, load(config_file), published, expected, replace)
         if keep and (expected or not published):
             keep(got)
     return result
@@ -306,13 +307,6 @@ def _record(profile: Profile, component: str, config_file: str | Path, url: str,
 
 
 def _write(path: Path, pins: dict) -> None:
-    """Atomically: a full disk or a crash leaves the old file, never a half-written one."""
-    body = yaml.safe_dump(pins, sort_keys=True, default_flow_style=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(HEADER + body)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Whole: a full disk or a crash leaves the old file, never a half-written one. Callers hold
+    filelock.updating(path) from their load on."""
+    files.write_file(path, HEADER + yaml.safe_dump(pins, sort_keys=True, default_flow_style=False))
