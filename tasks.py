@@ -307,6 +307,21 @@ def bundle_import(c, file, config=None, dry_run=False):
     commands.import_bundle(s.config, file, dry_run=s.dry_run, console=ui.console)
 
 
+@task(name="cache-prune", auto_shortflags=False, iterable=["also"],
+      help={"config": CONFIG_HELP, "cache": "the cache folder (default: as invoke fetch resolves it)",
+            "also": "another cluster.yml that uses this cache: what it needs is kept too (repeatable)",
+            "dry_run": "list what would be removed and its size; remove nothing"})
+@user_errors
+def cache_prune(c, config=None, cache=None, also=None, dry_run=False):
+    """Remove from the host caches the components and images that no box of the config(s) needs any more."""
+    from k4w.commands import cli
+    from k4w.infra import ui
+    from k4w.bake import commands
+
+    s = cli.settings(c, config, None, dry_run, uses_out=False)  # the cache is not under --out
+    commands.prune_caches(cli.load(s), also, cache_option=cache, dry_run=s.dry_run, console=ui.console)
+
+
 @task(name="test-box", help={"box": "box profile to test, e.g. ubuntu-1604 or windows-1803", **COMMON_HELP})
 @user_errors
 def test_box(c, box, config=None, out=None, dry_run=False):
@@ -367,5 +382,5 @@ def e2e(c, box="debian-12-e2e", out=None, keep=False, dry_run=False, cluster=Fal
 
 
 ns = Collection(render, validate, plan, doctor, all_, network_up, cluster_up, cluster_down, cluster_reset,
-                build_windows, build_ubuntu, build, iso_add, fetch, pin, pin_images, bundle, bundle_import, test_box, cluster_test, e2e, inventory, schema)
+                build_windows, build_ubuntu, build, iso_add, fetch, pin, pin_images, bundle, bundle_import, cache_prune, test_box, cluster_test, e2e, inventory, schema)
 ns.configure({"k4w": DEFAULTS})

@@ -12,7 +12,7 @@ from k4w.media import iso_add as iso_add_mod
 from k4w.derive.cluster import Cluster
 from k4w.infra.errors import K4wError
 from k4w.infra.redact import redact
-from k4w.bake import bundle as bundle_mod, cache, fetch as fetch_mod, image_cache
+from k4w.bake import bundle as bundle_mod, cache, fetch as fetch_mod, image_cache, prune as prune_mod
 from k4w.infra import ui
 from k4w.model import pins
 from .progress import download_progress, hash_progress
@@ -165,6 +165,19 @@ def make_bundle(cluster: Cluster, file: str | None = None, box: str | None = Non
         ui.say(f"  {pins.PINS_FILE}; not included: {bundle_mod.NOT_INCLUDED}")
         return None
     return bundle_mod.make(cluster, dest, boxes, console=console)
+
+
+def prune_caches(cluster: Cluster, also: list[str] | None = None, cache_option: str | None = None,
+                 dry_run: bool = False, console: Console | None = None) -> prune_mod.Pruned:
+    """invoke cache-prune [--also OTHER.yml ...]: remove from the caches what none of the configs needs."""
+    others = []
+    for file in also or []:
+        if not Path(file).is_file():
+            raise K4wError(f"--also {file}: no such file (name each other cluster.yml that shares this cache)")
+        others.append(Cluster.load(file))
+    done = prune_mod.prune(cluster, others, cache_option=cache_option, dry_run=dry_run)
+    prune_mod.show(done, cache.cache_dir(cluster.config, cluster.config_file, cache_option), dry_run, console)
+    return done
 
 
 def import_bundle(config_file: str, file: str, dry_run: bool = False, console: Console | None = None):

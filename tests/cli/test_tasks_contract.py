@@ -17,6 +17,7 @@ TASKS = {
     "build-windows": {"-c --config", "-d --dry-run", "-f --force", "-i --iso", "-o --out"},
     "bundle": {"--box", "--config", "--dry-run", "--file"},
     "bundle-import": {"--config", "--dry-run", "--file"},
+    "cache-prune": {"--also", "--cache", "--config", "--dry-run"},
     "cluster-down": {"-c --config", "-d --dry-run", "-o --out"},
     "cluster-reset": {"-c --config", "-d --dry-run", "-o --out"},
     "cluster-test": {"-c --config", "-d --dry-run", "-o --out"},
