@@ -71,6 +71,39 @@ def _shared_folder(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def _cache_files(folder: Path) -> dict[str, int]:
+    """Each file of k4w's component and image cache at folder with its mtime; the pinned tools built into
+    tools/ by scripts/build-tools are not part of it."""
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*")
+            if p.is_file() and p.relative_to(folder).parts[0] != "tools"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_outside_home(tmp_path_factory):
+    """No test reaches this user's own component and image cache (~/.cache/k4w): the per-user folder k4w
+    falls back to (XDG_CACHE_HOME, LOCALAPPDATA on Windows) is a session folder for this process and every
+    program it starts (a CLI test that pinned without --cache once wrote 127.0.0.1 URLs into the real one),
+    and the session fails if the real cache changed anyway. --cache, K4W_CACHE and downloads.cache still
+    win, as they do for users. The pinned tools and Go's build cache stay where they are (they are read,
+    and a cold Go build cache costs minutes)."""
+    from k4w.bake import cache
+    from k4w.infra import pinned_tools
+
+    real = cache.default_dir()
+    before = _cache_files(real)
+    home = tmp_path_factory.mktemp("user-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("K4W_TOOLS_DIR", str(pinned_tools.root()))
+        patch.setenv("GOCACHE", os.environ.get("GOCACHE") or str(real.parent / "go-build"))
+        patch.setenv("XDG_CACHE_HOME", str(home))
+        patch.setenv("LOCALAPPDATA", str(home))
+        yield
+    changed = sorted(set(before.items()) ^ set(_cache_files(real).items()))
+    assert not changed, f"tests changed this user's cache {real}: " + ", ".join(sorted({name for name, _ in changed}))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shellcheck_memo(tmp_path_factory):
     """`shellcheck` first on PATH, for this process and every program it starts: tests/tool_memo.py."""
