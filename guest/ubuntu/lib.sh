@@ -294,6 +294,48 @@ k4w_import_images() {
     done
 }
 
+# k4w_load_images - the Docker era's k4w_import_images: each image of K4W_IMAGE_IMPORTS (<name>@<manifest
+# digest>) from the build host as the docker-save archive k4w.bake.image_cache.write_docker_archive staged,
+# loaded with `docker load`. docker load keeps no manifest, so the archive carries the pinned one: it must
+# hash to the digest, the loaded image's ID must be the config it names (Docker's image ID is the config's
+# sha256: moby v17.03.2-ce image/fs.go), and load itself checks each layer against the config's DiffIDs
+# (image/tarexport/load.go). The ID is recorded, so a second run needs no build host.
+k4w_load_images() {
+    local entry name digest archive manifest config got record
+    for entry in ${K4W_IMAGE_IMPORTS:-}; do
+        name="${entry%@*}"
+        digest="${entry##*@}"
+        [[ $digest =~ ^sha256:[0-9a-f]{64}$ && -n $name && $name != "$entry" ]] ||
+            k4w_die "K4W_IMAGE_IMPORTS entry '${entry}' is not <image name>@sha256:<64 hex digits>"
+        record="${K4W_STATE}/image-${digest:7}.id"
+        if [[ -f $(k4w_path "$record") && $(docker image inspect --format '{{.Id}}' "$name" 2>/dev/null) == "$(cat "$(k4w_path "$record")")" ]]; then
+            k4w_log "image ${name} already loaded from ${digest}"
+            continue
+        fi
+        archive="$(mktemp --suffix=.tar)"
+        manifest="$(mktemp)"
+        k4w_build_host_copy "image-${digest:7:48}.tar" "$archive" "image ${name}"
+        tar -xOf "$archive" "blobs/sha256/${digest:7}" >"$manifest" 2>/dev/null || true
+        if [[ $(k4w_digest_of "$manifest" "${digest:7}") != "${digest:7}" ]]; then
+            rm -f "$archive" "$manifest"
+            k4w_die "the archive of ${name} from the build host does not hold the pinned manifest ${digest}: not loaded"
+        fi
+        # The manifest's config descriptor: {"mediaType": ..., "digest": "sha256:...", "size": ...} (no nesting).
+        config="$(tr -d ' \t\r\n' <"$manifest" | sed -n 's/.*"config":{[^}]*"digest":"\(sha256:[0-9a-f]\{64\}\)".*/\1/p')"
+        rm -f "$manifest"
+        [[ -n $config ]] || { rm -f "$archive"; k4w_die "the pinned manifest of ${name} names no sha256 config"; }
+        docker load --input "$archive" >/dev/null || { rm -f "$archive"; k4w_die "docker refused the archive of ${name} from the build host"; }
+        rm -f "$archive"
+        got="$(docker image inspect --format '{{.Id}}' "$name" 2>/dev/null || true)"
+        if [[ $got != "$config" ]]; then
+            docker image rm "$name" >/dev/null 2>&1 || true
+            k4w_die "image ${name} from the build host is ${got:-missing} after docker load, not the config ${config} of the pinned ${digest}: removed"
+        fi
+        k4w_write_file "$record" 0644 "$config"
+        k4w_log "image ${name} loaded from the build host: manifest ${digest}, image ID ${config}"
+    done
+}
+
 # k4w_installed_from NAME SOURCE - true when the files recorded for NAME were installed from
 # SOURCE (a digest and a file name) and are still byte for byte what was installed, so a second
 # run proves an install complete from the disk and needs no build host.

@@ -230,6 +230,31 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
     return dest
 
 
+def write_docker_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
+    """The image whose manifest is `digest`, as the archive `docker load` reads (moby v17.03.2-ce, the seed
+    era's Docker, and v20.10.24, the CI box's: image/tarexport/load.go): manifest.json with one item
+    {Config, RepoTags, Layers}, the config and the layers as the registry served them (load decompresses
+    each, archive.DecompressStream, and checks its DiffID against the config). Docker's image ID is the
+    config's sha256 (image/fs.go Set). The OCI manifest rides along under its own name, which load ignores:
+    the guest hashes it against the pinned digest and then holds the loaded image's ID to the config it
+    names (lib.sh k4w_load_images)."""
+    if "@" in name:
+        raise K4wError(f"{name}: docker load tags an image by name:tag only (moby image/tarexport/load.go "
+                       f"reference.NamedTagged); name the image by its tag in the profile and pin its digest")
+    # No tag means latest, as for a pull; load refuses an untagged RepoTags entry.
+    tagged = name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+    manifest = json.loads(blob_path(root, digest).read_bytes())
+    config = manifest["config"]["digest"]
+    layers = [layer["digest"] for layer in manifest.get("layers", [])]
+    member = lambda blob: f"blobs/sha256/{blob.split(':', 1)[1]}"   # noqa: E731
+    items = [{"Config": member(config), "RepoTags": [tagged], "Layers": [member(layer) for layer in layers]}]
+    with files.replacing(dest) as part, tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+        add_member(tar, "manifest.json", data=json.dumps(items, indent=2).encode() + b"\n")
+        for blob in dict.fromkeys([digest, config, *layers]):
+            add_member(tar, member(blob), path=blob_path(root, blob))
+    return dest
+
+
 def add_member(tar: tarfile.TarFile, name: str, *, data: bytes | None = None, path: Path | None = None) -> None:
     """One file of an image archive or a bundle: data, or the file at path streamed; owner-neutral mode 0644 and
     time 0, so the same content makes the same archive."""
@@ -249,13 +274,15 @@ def stage(cluster: Cluster, box: str, folder: Path, cache_option: str | None = N
     root = cache_root(cluster, cache_option)
     record = Record(root)
     written = []
-    for item in needed([(box, cluster.profile(box))]):
+    profile = cluster.profile(box)
+    for item in needed([(box, profile)]):
         entry = record.entry(item)
         # (the guest imports exactly these: step_env.image_imports lists the box's pinned images)
         if not item.pinned or not entry:
             raise K4wError(f"{box}: {item.label} is not in the image cache {root} at a pinned digest; run "
                            f"`invoke pin-images --box {box}`")
-        written.append(write_archive(root, item.name, item.pinned, folder / archive_name(item.pinned)))
+        writer = write_archive if profile.container_runtime == "containerd" else write_docker_archive
+        written.append(writer(root, item.name, item.pinned, folder / archive_name(item.pinned)))
     return written
 
 

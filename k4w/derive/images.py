@@ -69,10 +69,8 @@ def box_images(profile: Profile) -> list[str]:
 
 
 def imported(cfg: Config, profile: Profile) -> bool:
-    """Whether the bake of this box imports its images from the build host (downloads.images: cache): the
-    containerd-era boxes, Ubuntu and Windows. The Docker-era boxes still pull (Docker 17.03's `docker load`
-    reads no OCI layout)."""
-    return cfg.downloads.images == "cache" and profile.container_runtime == "containerd"
+    """Whether the bake of this box imports its images from the build host (Profile.imports_images)."""
+    return profile.imports_images(cfg.downloads.images)
 
 
 def needed(profiles: Iterable[tuple[str, Profile]]) -> list[Needed]:

@@ -397,11 +397,12 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
 
 
 def image_imports(cfg: Config, profile: Profile) -> str:
-    """The images a containerd-era box imports from the build host (downloads.images: cache), as
-    blank-separated <name>@<pinned manifest digest>, the name as the CRI stores it (registry.stored_name):
-    the guest takes image_cache.archive_name(digest) from Packer's HTTP server (Ubuntu) or the build CD
-    (Windows) and checks the imported name points at that digest. Empty otherwise, and for an image with no
-    pin (the build refuses such a box before Packer starts)."""
+    """The images a box imports from the build host (downloads.images: cache, images.imported), as
+    blank-separated <name>@<pinned manifest digest>, the name as the CRI stores it (registry.stored_name;
+    Docker resolves the same name to the same image): the guest takes image_cache.archive_name(digest) from
+    Packer's HTTP server (Ubuntu) or the build CD (Windows) and checks the imported name points at that
+    digest (containerd), or at the config that digest's manifest names (Docker, which keeps no manifest).
+    Empty otherwise, and for an image with no pin (the build refuses such a box before Packer starts)."""
     if not images.imported(cfg, profile):
         return ""
     digests = profile.data.get("image_digests") or {}

@@ -368,8 +368,9 @@ class Downloads(Strict):
     images: Literal["registry", "cache"] = "registry"
     """Where a bake gets its container images. registry: the guest pulls them, through the proxy and registry.mirrors.
     cache: the host pulls them into its image cache first (invoke fetch --images; digests pinned with invoke
-    pin-images), and each containerd-era box imports them from the build host (Ubuntu: Packer's HTTP server; Windows:
-    the build CD), checked against the pinned digests: its guest asks no registry. Docker-era boxes still pull."""
+    pin-images), and each box imports them from the build host (Ubuntu: Packer's HTTP server; Windows: the build
+    CD), checked against the pinned digests: its guest asks no registry. The containerd era imports OCI layouts,
+    the Docker-era Ubuntu box loads docker-save archives; windows-1803 still pulls."""
 
     @field_validator("cache")
     @classmethod

@@ -168,7 +168,11 @@ def mirror_host_problems(cfg: Config) -> list[str]:
 
 def docker_mirror_problems(cfg: Config) -> list[str]:
     """The registry mirrors a Docker box cannot use: Docker mirrors docker.io only, with no CA,
-    credentials, plain HTTP or repository path of k4w's making."""
+    credentials, plain HTTP or repository path of k4w's making. A box that loads its images from the
+    build host (Profile.imports_images) never asks another upstream's mirror: k4w on the host pulls
+    through it (with its CA and credentials), and kubeadm and the kubelet find every image loaded
+    under the names they use. Its docker.io mirror still serves the workloads' images, so its rules
+    stay."""
     problems: list[str] = []
     if not cfg.registry.mirrors:
         return problems
@@ -181,6 +185,8 @@ def docker_mirror_problems(cfg: Config) -> list[str]:
             continue
         kube_registry = str((profile.data.get("kubernetes") or {}).get("image_repository") or "registry.k8s.io").split("/")[0]
         for upstream, mirror in cfg.registry.mirrors.items():
+            if upstream != "docker.io" and profile.imports_images(cfg.downloads.images):
+                continue
             if upstream not in ("docker.io", kube_registry):
                 problems.append(
                     f"registry.mirrors.{upstream}: box {box} runs Docker, which mirrors docker.io only (daemon.json "

@@ -77,6 +77,14 @@ class Profile:
         components = self.data.get("components") or {}
         return next((name for name in RUNTIMES if name in components), "docker")
 
+    def imports_images(self, downloads_images: str) -> bool:
+        """Whether the bake of this box takes its images from the build host's image cache (cluster.yml
+        downloads.images: cache) rather than pulling them: the containerd-era boxes, Ubuntu and Windows
+        (`ctr images import` of an OCI layout), and the Docker-era Ubuntu box (`docker load` of a
+        docker-save archive). The Windows Server 1803 box still pulls: its Docker loads Windows layers,
+        which no bake here can try."""
+        return downloads_images == "cache" and (self.container_runtime == "containerd" or not self.is_windows)
+
     @property
     def image_platform(self) -> Platform:
         """The platform the box's runtime pulls images for: Windows with the box's build (guest.os_build,

@@ -196,6 +196,20 @@ def kubeadm_version_problems(output: str, wanted: str) -> list[str]:
     return problems
 
 
+def imported_image_id(config_path: str, digest: str) -> str:
+    """The image ID Docker gives the image whose pinned manifest is `digest`: the sha256 of its config
+    (moby v17.03.2-ce image/fs.go), read from the manifest in the build host's image cache, which the
+    bake staged the image from."""
+    from k4w.bake import image_cache
+
+    cluster = Cluster.load(config_path)
+    manifest = image_cache.blob_path(image_cache.cache_root(cluster), digest)
+    try:
+        return json.loads(manifest.read_bytes())["config"]["digest"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise K4wError(f"the manifest {digest} is not readable in the image cache ({manifest}): {exc}") from None
+
+
 def parametrize_imported_images(metafunc) -> None:
     """One spec test per image the bake imported (downloads.images: cache): its name and pinned digest as the
     guest step received them (step_env.image_imports, with the k4w-pins.yml beside --k4w-config). A box that

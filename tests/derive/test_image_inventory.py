@@ -68,11 +68,15 @@ def test_a_cache_config_hands_the_windows_guest_its_images_by_the_name_the_cri_k
     assert images.imported(c.config, c.profile("windows-2022"))
 
 
-def test_the_docker_era_boxes_still_pull(tmp_path):
-    # Docker 17.03's `docker load` reads no OCI layout: the 1803 and 16.04 boxes get no import list.
+def test_the_docker_era_ubuntu_box_loads_its_images_and_the_1803_box_pulls(tmp_path):
+    # ubuntu-1604's Docker loads docker-save archives (k4w_load_images); windows-1803 still pulls (its Windows
+    # layers are not tried by any bake here). Only pinned images are listed.
     config = write_config(tmp_path / "cluster.yml", config_dict(**{"downloads.images": "cache"}))
+    names = images.box_images(Cluster.load(config).profile("ubuntu-1604"))
+    (tmp_path / pins.PINS_FILE).write_text(yaml.safe_dump({pins.IMAGES: {name: {"linux/amd64": DIGEST} for name in names[:-1]}}))
     c = Cluster.load(config)
-    for box, profile in c.profiles.items():
-        assert profile.container_runtime == "docker", box
-        assert not images.imported(c.config, profile)
-        assert step_env.step_env(profile, c).env["K4W_IMAGE_IMPORTS"] == ""
+    assert {box: (p.container_runtime, images.imported(c.config, p)) for box, p in c.profiles.items()} == {
+        "ubuntu-1604": ("docker", True), "windows-1803": ("docker", False)}
+    entries = step_env.step_env(c.profile("ubuntu-1604"), c).env["K4W_IMAGE_IMPORTS"].split()
+    assert [e.rsplit("@", 1)[0] for e in entries] == names[:-1] and "registry.k8s.io/pause:3.1" in names
+    assert step_env.step_env(c.profile("windows-1803"), c).env["K4W_IMAGE_IMPORTS"] == ""

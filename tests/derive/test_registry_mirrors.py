@@ -117,6 +117,25 @@ def test_the_seed_era_refuses_what_docker_cannot_mirror(tmp_path, mirror, messag
     assert "box ubuntu-1604" in result.stderr and "box windows-1803" in result.stderr
 
 
+def test_a_docker_box_that_loads_its_images_from_the_host_may_name_any_mirror_but_docker_hubs_rules_stay(tmp_path, corp_ca):
+    """downloads.images: cache: k4w on the host pulls through the mirrors (their CA, their credentials), the
+    Ubuntu box's Docker loads every image and never asks them; windows-1803 still pulls, so it is refused."""
+    data = yaml.safe_load(yaml.safe_dump(SEED))
+    data["downloads"] = {**(data.get("downloads") or {}), "images": "cache"}
+    mirrors = {"registry.k8s.io": {"endpoint": "https://u:p@k8s-mirror.corp.example", "ca": str(corp_ca)},
+               "quay.io": {"endpoint": "https://quay-mirror.corp.example", "ca": str(corp_ca)}}
+    linux_only = {**data, "nodes": [n for n in data["nodes"] if n["box"] != "windows-1803"]}
+    cfg = mirrors_config(tmp_path, mirrors, base=linux_only, proxy=False)
+    result = invoke("render", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    both = mirrors_config(tmp_path, mirrors, base=data, proxy=False)
+    result = invoke("render", "--config", str(both), "--out", str(tmp_path / "out"))
+    assert result.returncode != 0 and "box windows-1803" in result.stderr and "box ubuntu-1604" not in result.stderr
+    hub = mirrors_config(tmp_path, {"docker.io": {"endpoint": "https://u:p@mirror.corp.example"}}, base=linux_only, proxy=False)
+    result = invoke("render", "--config", str(hub), "--out", str(tmp_path / "out"))
+    assert result.returncode != 0 and "box ubuntu-1604 runs Docker, for which k4w writes no certs.d CA" in result.stderr
+
+
 def test_the_seed_era_gets_docker_hubs_mirror_in_daemon_json_and_kubeadms_images_from_the_k8s_mirror(tmp_path):
     cfg = config.load(mirrors_config(tmp_path, {"docker.io": {"endpoint": "https://hub-mirror.corp.example"},
                                                 "registry.k8s.io": {"endpoint": "https://k8s-mirror.corp.example"}},

@@ -44,7 +44,10 @@ DELIBERATE = {
         "nothing unless k4w-direct-boot.json is beside it in the box, which no Hyper-V box carries"),
     "packer/guest/ubuntu/lib.sh": (
         "issue 36: k4w_build_host_copy (the copy k4w_component_file made inline) and k4w_import_images, which "
-        "imports nothing while K4W_IMAGE_IMPORTS is empty (downloads.images: registry, the default)"),
+        "imports nothing while K4W_IMAGE_IMPORTS is empty (downloads.images: registry, the default); k4w_load_images, "
+        "the Docker era's, likewise"),
+    "packer/guest/ubuntu/bake/04-kubernetes.sh": (
+        "issue 36: calls k4w_load_images before the pre-pull; with the default downloads.images it loads nothing"),
     "packer/guest/ubuntu/bake/04-kubernetes-node.sh": (
         "issue 36: calls k4w_import_images before the pre-pull; with the default downloads.images it imports nothing"),
     "packer/guest/windows/bake/04-prepull-images.ps1": (

@@ -3,6 +3,9 @@
 # gone), the CNI plugins kubeadm's kubelet expects in /opt/cni/bin, a kubelet systemd unit with
 # kubeadm's drop-in (Kubernetes' "install without a package manager" layout), and, when the
 # profile asks, the control-plane images pulled ahead so nodes do not wait for them at cluster-up.
+# Before that, with downloads.images: cache, every image of the box is loaded from the build host's
+# image cache (K4W_IMAGE_IMPORTS, k4w_load_images), each checked against its pinned manifest, so the
+# pre-pull finds them present and asks no registry.
 #
 # Both tarballs come from the build host (k4w_component_file: build-* fetched them into its cache,
 # verified, and Packer's HTTP server serves them), and are checked again here against the digest
@@ -10,7 +13,7 @@
 # tarball's sha256. What was installed is recorded with its digests, so a second run proves the
 # install complete from the files on disk and needs no build host.
 #
-# Env: K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES,
+# Env: K4W_KUBE_VERSION, K4W_KUBEADM_API, K4W_KUBE_IMAGE_REPOSITORY, K4W_KUBE_PREPULL_IMAGES, K4W_IMAGE_IMPORTS,
 # K4W_KUBERNETES_VERSION, K4W_KUBERNETES_FILE and K4W_KUBERNETES_SHA512 or K4W_KUBERNETES_SHA256,
 # K4W_CNI_VERSION, K4W_CNI_FILE and K4W_CNI_SHA256 or K4W_CNI_SHA512; PACKER_HTTP_ADDR (Packer).
 K4W_STEP="04-kubernetes"
@@ -74,6 +77,9 @@ want="v${K4W_KUBE_VERSION}"
 [[ $("${BIN_DIR}/kubeadm" version -o short) == "$want" ]] || k4w_die "kubeadm is not ${want}"
 [[ $("${BIN_DIR}/kubelet" --version) == "Kubernetes ${want}" ]] || k4w_die "kubelet is not ${want}"
 [[ $("${BIN_DIR}/kubectl" version --client --short) == "Client Version: ${want}" ]] || k4w_die "kubectl is not ${want}"
+
+# --- images from the build host's image cache -----------------------------------------------
+k4w_load_images
 
 # --- control-plane images -------------------------------------------------------------------
 if k4w_flag K4W_KUBE_PREPULL_IMAGES; then

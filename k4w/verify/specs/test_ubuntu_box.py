@@ -475,3 +475,12 @@ def test_an_imported_image_is_in_containerd_at_its_pinned_digest(as_root, import
                   "ctr images ls")
     found = [line.split()[2] for line in listing.splitlines()[1:] if line.split() and line.split()[0] == name]
     assert found == [digest], f"{name}: containerd has {found or 'no such image'}, not the pinned {digest}"
+
+
+@pytest.mark.k4w_check("imported_images", component="docker")
+def test_a_loaded_image_is_in_docker_as_the_config_of_its_pinned_manifest(as_root, imported_image, request):
+    name, digest = imported_image.rsplit("@", 1)
+    wanted = expect.imported_image_id(request.config.getoption("--k4w-config"), digest)
+    found = as_root(f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(name)}")
+    assert found.rc == 0 and found.stdout.strip() == wanted, \
+        f"{name}: docker has {found.stdout.strip() or 'no such image'}, not {wanted} (the config of the pinned {digest})"

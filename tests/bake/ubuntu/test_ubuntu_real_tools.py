@@ -115,11 +115,17 @@ def test_every_fetch_is_followed_by_a_checksum_or_fingerprint_check():
     assert _in_order(imported, "k4w_build_host_copy", "images import", 'got="$(k4w_image_digest ctr "$name")"',
                      'if [[ $got != "$digest" ]]', "images rm", "k4w_die"), \
         "copy from the build host -> import -> the name's digest -> compare -> remove and fail"
+    # Docker keeps no manifest: the archive carries the pinned one, which must hash to the digest, and the
+    # loaded image's ID must be the config that manifest names.
+    loaded = _function(lib, "k4w_load_images")
+    assert _in_order(loaded, "k4w_build_host_copy", 'k4w_digest_of "$manifest" "${digest:7}"', '!= "${digest:7}"', "k4w_die",
+                     "docker load", "docker image inspect", 'if [[ $got != "$config" ]]', "docker image rm", "k4w_die"), \
+        "copy from the build host -> the manifest's digest -> compare and fail -> load -> the image ID -> compare -> remove and fail"
     copiers = {name for name in re.findall(r"^(k4w_\w+)\(\) \{", lib, re.M)
                if name != "k4w_build_host_copy" and "k4w_build_host_copy" in _function(lib, name)}
-    assert copiers == {"k4w_component_file", "k4w_import_images"}, copiers
+    assert copiers == {"k4w_component_file", "k4w_import_images", "k4w_load_images"}, copiers
     assert not [step.name for step in STEPS.glob("*.sh") if "k4w_build_host_copy" in step.read_text()], \
-        "the steps copy from the build host only through those two"
+        "the steps copy from the build host only through those three"
     callers = {}
     for script in OWN_SCRIPTS:
         for line in script.read_text().splitlines():
