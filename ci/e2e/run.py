@@ -54,7 +54,7 @@ from k4w.infra import sources
 from k4w.infra import packer_hcl, tools, ui
 from k4w import render
 from k4w.bake import build_box, catalogue, commands as bake_commands, fetch, image_cache
-from k4w.derive import images as image_inventory
+from k4w.derive import images as image_inventory, registry as k4w_registry
 from k4w.infra import packer_cli
 from k4w.model import pins
 from k4w.derive.step_env import step_env
@@ -63,7 +63,7 @@ from k4w.infra.errors import K4wError
 from k4w.infra.redact import register_secret
 from k4w.verify import flows
 from tests.fakes import local_http
-from . import base_image, cluster_file, cluster_images, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, registry as registry_mod, report, rerun, squid
+from . import base_image, cluster_file, cluster_images, cluster_run, guest as guest_mod, idempotence, libvirt_run, mirror as mirror_mod, procs, registry as registry_mod, report, rerun, seed_stand_ins, squid
 from .phases import E2EError, Log, PhaseRecord, Phases
 
 BOX = cluster_file.BOX
@@ -207,7 +207,8 @@ class E2EResult:
                          + (", ".join(f"{name} <- {s['module']}@{s['version']}" for name, s in c.substitutes.items()) or "none"))
         if self.offline:
             o = self.offline
-            lines.append(f"offline: {len(o.get('pushed', {}))} images built and pushed to the run's registries; "
+            made = f"CI stand-ins ({len(o['stand_ins'])}, ci/e2e/seed_stand_ins.py)" if o.get("stand_ins") else "built"
+            lines.append(f"offline: {len(o.get('pushed', {}))} images, {made}, pushed to the run's registries; "
                          f"pin-images: {o.get('pin_summary', '?')}; "
                          f"registry requests during the bake: {o.get('registry_requests_during_bake', '?')}"
                          + (f"; staged {o['staged_archives']} archives, {o['staged_bytes']} bytes" if "staged_archives" in o else ""))
@@ -253,12 +254,11 @@ def run_e2e(out: Path, keep: bool = False, dry_run: bool = False, say: Callable[
     cluster: then bring up a real single-node cluster on a fresh guest of the box (cluster_run).
     provider: qemu (the guests are QEMU processes of this harness) or libvirt: with cluster, k4w's own
     commands bring up a two-node cluster of the box in libvirt VMs (libvirt_run), after the bake.
-    offline: the containerd era's bake with downloads.images: cache: the box's images are built here,
-    pushed to registries on 127.0.0.1 (cluster.yml's mirrors, which the guest cannot reach), pulled and
-    pinned by `pin-images`, and imported by the guest; the registries' logs count the bake's requests.
+    offline: the bake with downloads.images: cache: the box's images are built here (the Docker era's as
+    CI stand-ins, seed_stand_ins.images), pushed to registries on 127.0.0.1 (cluster.yml's mirrors, which the
+    guest cannot reach), pulled and pinned by `pin-images`, and imported by the guest (`ctr images import`,
+    or `docker load` in the Docker era); the registries' logs count the bake's requests.
     """
-    if offline and box not in cluster_run.BOXES:
-        raise E2EError(f"--offline imports the containerd era's images: --box {' or '.join(cluster_run.BOXES)} (not {box})")
     if offline and cluster:
         raise E2EError("--offline is the bake alone: run it without --cluster")
     if provider not in PROVIDERS:
@@ -382,9 +382,18 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             # Every image the box needs, as k4w lists it, built from the pinned tools (no registry is reachable
             # here) and pushed where cluster.yml's mirrors are: on 127.0.0.1, which the guest cannot reach.
             names = image_inventory.box_images(profile)
-            result.offline["substitutes"] = cluster_images.check_names(names)
-            built = cluster_images.build(names, out / "cluster-images")
-            registries = stack.enter_context(registry_mod.serving("127.0.0.1", workdir / "registries"))
+            if profile.container_runtime == "docker":
+                # Kubernetes 1.11's images: CI stand-ins (seed_stand_ins.images), named in the report.
+                built = seed_stand_ins.images(names, out / "cluster-images")
+                result.offline["stand_ins"] = names
+            else:
+                result.offline["substitutes"] = cluster_images.check_names(names)
+                built = cluster_images.build(names, out / "cluster-images")
+            domains = [k4w_registry.image_domain(n)[0] for n in names]
+            # Docker mirrors docker.io only through daemon.json, with no CA (config_rules): a Docker box gets a
+            # registry for each of its images' upstreams and none for docker.io.
+            upstreams = tuple(dict.fromkeys(domains if profile.container_runtime == "docker" else [*registry_mod.UPSTREAMS, *domains]))
+            registries = stack.enter_context(registry_mod.serving("127.0.0.1", workdir / "registries", upstreams=upstreams))
             started.extend(registries.pids())
             result.offline["pushed"] = registries.push_archives(built)
             log.write("".join(f"pushed {name} {digest}\n" for name, digest in result.offline["pushed"].items()))
@@ -424,8 +433,12 @@ def _phases(phases: Phases, log: Log, result: E2EResult, workdir: Path, stack: c
             result.offline["pin_summary"] = f"{len(pinned.recorded)} recorded, {pinned.unchanged} unchanged"
             result.offline["pin_requests"] = registries.request_count(since=counted)
             result.offline["pinned"] = pins.image_digests(pins.load(cluster_yml), str(profile.image_platform))
-            wrong = {n: d for n, d in result.offline["pinned"].items() if result.offline["pushed"].get(n) != d}
-            if wrong or set(result.offline["pinned"]) != set(result.offline["pushed"]):
+            # A Docker box names kubeadm's images under their mirror (k4w.derive.registry.apply): the same
+            # images, in the same order, as the names they were pushed under.
+            as_pulled = dict(zip(image_inventory.box_images(cluster.profile(box)), names))
+            pushed = {name: result.offline["pushed"].get(upstream) for name, upstream in as_pulled.items()}
+            wrong = {n: d for n, d in result.offline["pinned"].items() if pushed.get(n) != d}
+            if wrong or set(result.offline["pinned"]) != set(pushed):
                 raise E2EError(f"pin-images recorded {result.offline['pinned']}, not what the registries hold: {result.offline['pushed']}")
             # Render again: the guest step gets the pinned digests (K4W_IMAGE_IMPORTS).
             cluster = Cluster.resolve(config.load(cluster_yml), cluster_yml)
@@ -836,7 +849,9 @@ def _dry_run(out: Path, box: str, base_images: Path | None, say: Callable[[str],
     say("proxy: $ squid -N -f <tmp>/squid/squid.conf  (127.0.0.1:<free port>, guests use http://10.0.2.2:<port>)")
     say("mirror: on http://127.0.0.1:<free port>, " + mirror_mod.describe(profile))
     if offline:
-        say(f"registries: the box's images ({', '.join(image_inventory.box_images(profile))}) built from the pinned tools "
+        made = ("written as CI stand-ins (ci/e2e/seed_stand_ins.py images)" if profile.container_runtime == "docker"
+                else "built from the pinned tools")
+        say(f"registries: the box's images ({', '.join(image_inventory.box_images(profile))}) {made} "
             f"into {out / 'cluster-images'}, pushed to distribution registries on 127.0.0.1 (one per upstream)")
     say("render: <tmp>/cluster.yml:\n" + cluster_file.text(
         "http://10.0.2.2:<port>", "http://127.0.0.1:<free port>", str(out / "component-cache"), box, emulated_cpu=cluster,

@@ -17,7 +17,12 @@ what these functions build.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
+from . import cluster_images, oci_archive
 from .archives import tar_gz
+from .cluster_images import Built
 
 # What the box steps (guest/ubuntu/bake/04-kubernetes.sh, 04-kubernetes-node.sh) and the box spec
 # ask each binary, and the answer the real binary gives (kubectl's --client without --short prints
@@ -70,3 +75,21 @@ def for_profile(components: dict) -> dict[str, bytes]:
     return {str(spec["url"]): builders[name](str(spec["version"]))
             for name, spec in components.items() if name in builders and spec.get("url")}
 
+
+
+def images(names: list[str], dest: Path) -> list[Built]:
+    """One CI STAND-IN image per name, for `invoke e2e --box debian-12-e2e --offline`: an image of that name
+    whose one layer holds /k4w-stand-in, a text saying what it stands for. Kubernetes 1.11's images cannot
+    be built here (current Go) nor pulled (no registry is reachable); what the run proves with them is the
+    Docker era's path, not the images: k4w pulls them into its cache, stages docker-save archives, and the
+    guest's real Docker loads them and holds each to its pinned manifest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    built = []
+    for name in names:
+        text = dest / (cluster_images.archive_name(name) + ".txt")
+        text.write_text(f"k4w CI STAND-IN for {name} (ci/e2e/seed_stand_ins.py): not the real image.\n", encoding="utf-8")
+        archive = dest / cluster_images.archive_name(name)
+        oci_archive.write(archive, oci_archive.Image(name=name, entries=[oci_archive.Entry("/k4w-stand-in", source=text, mode=0o644)]))
+        built.append(Built(name=name, archive=archive, sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+                           bytes=archive.stat().st_size, made_from={"/k4w-stand-in": "CI stand-in text"}))
+    return built
