@@ -399,7 +399,8 @@ def _registry_variables(cfg: Config, profile: Profile, secrets: dict[str, str]) 
 def image_imports(cfg: Config, profile: Profile) -> str:
     """The images a box imports from the build host (downloads.images: cache, images.imported), as
     blank-separated <name>@<pinned manifest digest>, the name as the CRI stores it (registry.stored_name;
-    Docker resolves the same name to the same image): the guest takes image_cache.archive_name(digest) from
+    Docker takes it for the same image: moby v17.03.2-ce reference/reference.go normalize drops docker.io/
+    and library/): the guest takes image_cache.archive_name(digest) from
     Packer's HTTP server (Ubuntu) or the build CD (Windows) and checks the imported name points at that
     digest (containerd), or at the config that digest's manifest names (Docker, which keeps no manifest).
     Empty otherwise, and for an image with no pin (the build refuses such a box before Packer starts)."""
