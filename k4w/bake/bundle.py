@@ -83,9 +83,8 @@ def make(cluster: Cluster, dest: Path, boxes: list[str] | None = None, console: 
     images_root = image_cache.cache_root(cluster)
     images = []
     for row in report.rows:
-        document = json.loads(image_cache.blob_path(images_root, row.digest).read_bytes())
-        blobs = list(dict.fromkeys([row.digest, document["config"]["digest"], *(layer["digest"] for layer in document.get("layers", []))]))
-        images.append({"name": row.item.name, "platform": str(row.item.platform), "digest": row.digest, "size": row.size, "blobs": blobs})
+        images.append({"name": row.item.name, "platform": str(row.item.platform), "digest": row.digest, "size": row.size,
+                       "blobs": image_cache.image_blobs(images_root, row.digest)})
     config_file = Path(cluster.config_file or "cluster.yml")
     manifest = {
         "format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -176,7 +176,7 @@ def prune_caches(cluster: Cluster, also: list[str] | None = None, cache_option: 
             raise K4wError(f"--also {file}: no such file (name each other cluster.yml that shares this cache)")
         others.append(Cluster.load(file))
     done = prune_mod.prune(cluster, others, cache_option=cache_option, dry_run=dry_run)
-    prune_mod.show(done, cache.cache_dir(cluster.config, cluster.config_file, cache_option), dry_run, console)
+    prune_mod.show(done, dry_run, console)
     return done
 
 

@@ -121,6 +121,13 @@ def blob_path(root: Path, digest: str) -> Path:
     return root / "blobs" / "sha256" / digest.split(":", 1)[1]
 
 
+def image_blobs(root: Path, digest: str) -> list[str]:
+    """The blobs of the image whose manifest is `digest` in the layout at root: the manifest, its config,
+    its layers, each once, in that order (what an archive or a bundle carries, and what a prune keeps)."""
+    manifest = json.loads(blob_path(root, digest).read_bytes())
+    return list(dict.fromkeys([digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]))
+
+
 def blobs_present(root: Path, digest: str) -> int | None:
     """The image's size when manifest `digest` and every blob it names are in the layout (the manifest
     hashed again, the others by the sizes it gives: each was verified when it was written), else None."""
@@ -225,7 +232,7 @@ def write_archive(root: Path, name: str, digest: str, dest: Path) -> Path:
     with files.replacing(dest) as part, tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         add_member(tar, "oci-layout", data=json.dumps(image_pull.LAYOUT_VERSION).encode())
         add_member(tar, "index.json", data=json.dumps(index, indent=2).encode() + b"\n")
-        for blob in dict.fromkeys([digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]):
+        for blob in image_blobs(root, digest):
             add_member(tar, f"blobs/sha256/{blob.split(':', 1)[1]}", path=blob_path(root, blob))
     return dest
 
@@ -244,13 +251,12 @@ def write_docker_archive(root: Path, name: str, digest: str, dest: Path) -> Path
     # No tag means latest, as for a pull; load refuses an untagged RepoTags entry.
     tagged = name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
     manifest = json.loads(blob_path(root, digest).read_bytes())
-    config = manifest["config"]["digest"]
-    layers = [layer["digest"] for layer in manifest.get("layers", [])]
     member = lambda blob: f"blobs/sha256/{blob.split(':', 1)[1]}"   # noqa: E731
-    items = [{"Config": member(config), "RepoTags": [tagged], "Layers": [member(layer) for layer in layers]}]
+    items = [{"Config": member(manifest["config"]["digest"]), "RepoTags": [tagged],
+              "Layers": [member(layer["digest"]) for layer in manifest.get("layers", [])]}]
     with files.replacing(dest) as part, tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
         add_member(tar, "manifest.json", data=json.dumps(items, indent=2).encode() + b"\n")
-        for blob in dict.fromkeys([digest, config, *layers]):
+        for blob in image_blobs(root, digest):
             add_member(tar, member(blob), path=blob_path(root, blob))
     return dest
 

@@ -37,6 +37,7 @@ GRACE = 24 * 3600
 
 @dataclass
 class Pruned:
+    root: Path | None = None                                            # the component cache folder
     components: list[tuple[str, int]] = field(default_factory=list)   # (index key, bytes)
     images: list[str] = field(default_factory=list)                    # images.json keys
     blobs: list[tuple[str, int]] = field(default_factory=list)         # (digest, bytes)
@@ -65,7 +66,7 @@ def prune(cluster: Cluster, also: list[Cluster] | None = None, *, cache_option: 
             raise K4wError(f"--also {other.config_file}: its cache is {theirs}, not {root}; it keeps nothing here "
                            f"(prune that cache with --config {other.config_file})")
     keep_components, keep_images = keep_sets([cluster, *(also or [])])
-    done = Pruned()
+    done = Pruned(root=root)
     _prune_components(root, keep_components, done, dry_run)
     _prune_images(root / image_cache.FOLDER, keep_images, done, dry_run, time.time() if now is None else now)
     return done
@@ -134,8 +135,7 @@ def _blobs_of(root: Path, digest: str) -> set[str]:
     if not image_pull.DIGEST.match(digest):
         return set()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        document = json.loads(image_cache.blob_path(root, digest).read_bytes())
-        return {digest, document["config"]["digest"], *(layer["digest"] for layer in document.get("layers", []))}
+        return set(image_cache.image_blobs(root, digest))
     return {digest}
 
 
@@ -167,13 +167,13 @@ def _remove_empty_parents(folder: Path, root: Path) -> None:
         folder = folder.parent
 
 
-def show(done: Pruned, root: Path, dry_run: bool, console: Console | None = None) -> None:
+def show(done: Pruned, dry_run: bool, console: Console | None = None) -> None:
     verb = "would remove" if dry_run else "removed"
     for key, size in done.components:
         ui.say(f"{verb} component {key} ({human_size(size)})", to=console)
     for key in done.images:
         ui.say(f"{verb} image record {key}", to=console)
-    ui.say(f"{root}: {verb} {len(done.components)} component(s), {len(done.images)} image record(s) and "
+    ui.say(f"{done.root}: {verb} {len(done.components)} component(s), {len(done.images)} image record(s) and "
            f"{len(done.blobs)} image blob(s), {human_size(done.bytes)}; kept {done.kept_components} component(s) and "
            f"{done.kept_images} image(s) the config(s) need"
            + (f"; {done.young} unreferenced blob(s) younger than {GRACE // 3600} h left (a fetch may be pulling them)"

@@ -17,8 +17,8 @@ from pathlib import Path
 from pydantic import StrictInt, StrictStr
 
 from k4w.infra import documents
-from k4w.outdir import private
 from k4w.infra.errors import K4wError
+from k4w.outdir import private
 from .api_models import Shape
 
 STATE_FILE = "cluster-state.json"
